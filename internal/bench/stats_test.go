@@ -20,10 +20,10 @@ func TestSummarize(t *testing.T) {
 		{name: "one", in: []time.Duration{ms(5)},
 			want: Summary{N: 1, Median: ms(5), P90: ms(5), P99: ms(5), Min: ms(5), Max: ms(5), Mean: ms(5)}},
 		{name: "even count interpolates median", in: []time.Duration{ms(4), ms(1), ms(3), ms(2)},
-			want: Summary{N: 4, Median: ms(2.5), P90: ms(3.7), P99: ms(3.97), Min: ms(1), Max: ms(4), Mean: ms(2.5)},
+			want:   Summary{N: 4, Median: ms(2.5), P90: ms(3.7), P99: ms(3.97), Min: ms(1), Max: ms(4), Mean: ms(2.5)},
 			wantSD: 1.2909944, checkSD: true},
 		{name: "odd count", in: []time.Duration{ms(10), ms(30), ms(20)},
-			want: Summary{N: 3, Median: ms(20), P90: ms(28), P99: ms(29.8), Min: ms(10), Max: ms(30), Mean: ms(20)},
+			want:   Summary{N: 3, Median: ms(20), P90: ms(28), P99: ms(29.8), Min: ms(10), Max: ms(30), Mean: ms(20)},
 			wantSD: 10, checkSD: true},
 	}
 	for _, tt := range tests {
