@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Images is what the API needs of the image service.
+type Images interface {
+	List(ctx context.Context) ([]Image, error)
+	Get(ctx context.Context, ref string) (Image, error)
+	Build(ctx context.Context, req BuildRequest) (Image, error)
+	Import(ctx context.Context, req ImportRequest) ([]Image, error)
+	Pull(ctx context.Context, req PullRequest) (Image, error)
+	Remove(ctx context.Context, ref string) error
+}
+
+// Containers is what the API needs of the container service. Run validates
+// the request and starts the container; attach is called once, right before
+// the container starts, and returns where its stdout and stderr go. An error
+// returned before attach was called is reported as an HTTP error; after
+// that, it is carried in the exit frame.
+type Containers interface {
+	Run(ctx context.Context, req RunRequest, attach func() (stdout, stderr io.Writer)) (Exit, error)
+	List(ctx context.Context) ([]Container, error)
+	Remove(ctx context.Context, id string) error
+}
+
+// Server serves the v1 API.
+type Server struct {
+	Images     Images
+	Containers Containers
+	Health     func(ctx context.Context) Health
+	Registry   *prometheus.Registry
+	Logger     *slog.Logger
+}
+
+// Handler returns the API handler. With a non-empty token every request but
+// /v1/health must carry "Authorization: Bearer <token>".
+func (s *Server) Handler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.health)
+	mux.HandleFunc("GET /v1/images", s.listImages)
+	mux.HandleFunc("GET /v1/images/{ref...}", s.getImage)
+	mux.HandleFunc("DELETE /v1/images/{ref...}", s.removeImage)
+	mux.HandleFunc("POST /v1/images/build", s.buildImage)
+	mux.HandleFunc("POST /v1/images/import", s.importImage)
+	mux.HandleFunc("POST /v1/images/pull", s.pullImage)
+	mux.HandleFunc("POST /v1/containers/run", s.runContainer)
+	mux.HandleFunc("GET /v1/containers", s.listContainers)
+	mux.HandleFunc("DELETE /v1/containers/{id}", s.removeContainer)
+	if s.Registry != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path), "")
+	})
+	if token == "" {
+		return mux
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/health" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			s.log().Warn("api: refused request without a valid token", "remote", r.RemoteAddr, "path", r.URL.Path)
+			WriteError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"), "")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+// WriteJSON writes v with the status code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// WriteError writes an Error body.
+func WriteError(w http.ResponseWriter, code int, err error, field string) {
+	WriteJSON(w, code, Error{Error: err.Error(), Field: field})
+}
+
+// StatusOf maps an error category to an HTTP status code.
+func StatusOf(err error) int {
+	switch {
+	case errdefs.IsInvalid(err):
+		return http.StatusBadRequest
+	case errdefs.IsNotFound(err):
+		return http.StatusNotFound
+	case errdefs.IsConflict(err):
+		return http.StatusConflict
+	case errors.Is(err, errdefs.ErrUnavailable):
+		return http.StatusServiceUnavailable
+	case errors.Is(err, context.Canceled):
+		return 499
+	}
+	return http.StatusInternalServerError
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code := StatusOf(err)
+	if code >= 500 {
+		s.log().Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	WriteError(w, code, err, errdefs.Field(err))
+}
+
+// decode reads a JSON body into v, refusing unknown fields.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		field := "body"
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			field = ute.Field
+		} else if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		}
+		return errdefs.Invalid(field, "malformed request: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	WriteJSON(w, http.StatusOK, s.Health(r.Context()))
+}

@@ -1,0 +1,102 @@
+// Package api is shoal's HTTP JSON API: the types the CLI and the daemon
+// exchange, the framing used to stream a container's output, and the server
+// that maps requests onto the daemon's services. It listens on a unix socket
+// (0600, root) and optionally on TCP behind a bearer token.
+package api
+
+import "time"
+
+// Error is the JSON body of every failed request.
+type Error struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// Health is the body of GET /v1/health.
+type Health struct {
+	Status     string   `json:"status"`
+	Version    string   `json:"version"`
+	Runtime    string   `json:"runtime"`
+	CgroupMode string   `json:"cgroup_mode"`
+	Store      string   `json:"store"`
+	DataDir    string   `json:"data_dir"`
+	Proxy      string   `json:"proxy,omitempty"`
+	Containers int      `json:"containers"`
+	Images     int      `json:"images"`
+	Notes      []string `json:"notes,omitempty"`
+}
+
+// Image describes one image in the store.
+type Image struct {
+	Ref        string    `json:"ref"`
+	Digest     string    `json:"digest"`
+	ID         string    `json:"id"`
+	Size       int64     `json:"size"`
+	Created    time.Time `json:"created"`
+	Layers     int       `json:"layers"`
+	Entrypoint []string  `json:"entrypoint,omitempty"`
+	Cmd        []string  `json:"cmd,omitempty"`
+	Env        []string  `json:"env,omitempty"`
+	WorkingDir string    `json:"working_dir,omitempty"`
+	Ports      []string  `json:"ports,omitempty"`
+}
+
+// BuildRequest is the body of POST /v1/images/build. Dir is a path on the
+// daemon's host.
+type BuildRequest struct {
+	Dir        string   `json:"dir"`
+	Tag        string   `json:"tag"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	Workdir    string   `json:"workdir,omitempty"`
+	Ports      []int    `json:"ports,omitempty"`
+}
+
+// ImportRequest is the body of POST /v1/images/import. Path is on the
+// daemon's host.
+type ImportRequest struct {
+	Path string `json:"path"`
+	Tag  string `json:"tag,omitempty"`
+}
+
+// PullRequest is the body of POST /v1/images/pull.
+type PullRequest struct {
+	Ref      string `json:"ref"`
+	Insecure bool   `json:"insecure,omitempty"`
+}
+
+// RunRequest is the body of POST /v1/containers/run.
+type RunRequest struct {
+	Image   string   `json:"image"`
+	Args    []string `json:"args,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	Workdir string   `json:"workdir,omitempty"`
+	Memory  string   `json:"memory,omitempty"`  // "64Mi", "1G", bytes
+	CPUs    float64  `json:"cpus,omitempty"`    // fractional cores
+	Pids    int64    `json:"pids,omitempty"`    // 0: default
+	Network string   `json:"network,omitempty"` // none (default) | bridge
+	Timeout string   `json:"timeout,omitempty"` // Go duration; "" or "0" none
+	Remove  bool     `json:"rm,omitempty"`
+}
+
+// Exit is the last frame of a run stream.
+type Exit struct {
+	ID        string `json:"id"`
+	Code      int    `json:"code"`
+	Signal    string `json:"signal,omitempty"`
+	OOMKilled bool   `json:"oom_killed,omitempty"`
+	TimedOut  bool   `json:"timed_out,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Container is one row of GET /v1/containers.
+type Container struct {
+	ID      string            `json:"id"`
+	Image   string            `json:"image,omitempty"`
+	Status  string            `json:"status"`
+	Pid     int               `json:"pid,omitempty"`
+	Created time.Time         `json:"created"`
+	Command []string          `json:"command,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}

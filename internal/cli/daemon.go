@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoal-run/shoal/internal/daemon"
+)
+
+func newDaemonCmd() *cobra.Command {
+	var cfg daemon.Config
+	var level, format string
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the shoal daemon (as root)",
+		Long: `Run the shoal daemon: the API, the image store, the container runtime and
+the network. Containers keep running when the daemon stops; the next daemon
+adopts them and removes any orphans it has no record of.`,
+		Example: `  shoal daemon
+  shoal daemon --data-dir /tmp/shoal --api unix:///tmp/shoal.sock
+  shoal daemon --store etcd://127.0.0.1:2379 --api-tcp 127.0.0.1:7070`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(level)); err != nil {
+				return usageErrorf("--log-level %q: use debug, info, warn or error", level)
+			}
+			opts := &slog.HandlerOptions{Level: lv}
+			switch format {
+			case "text":
+				cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), opts))
+			case "json":
+				cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), opts))
+			default:
+				return usageErrorf("--log-format %q: use text or json", format)
+			}
+			if cfg.Store != "bolt" && !strings.HasPrefix(cfg.Store, "etcd://") {
+				return usageErrorf("--store %q: use bolt or etcd://host:port[,host:port...]", cfg.Store)
+			}
+			switch cfg.Runtime {
+			case "auto", "runc", "crun":
+			default:
+				return usageErrorf("--runtime %q: use auto, runc or crun", cfg.Runtime)
+			}
+			if os.Geteuid() != 0 {
+				return fmt.Errorf("the daemon must run as root (containers, cgroups and network namespaces need it)")
+			}
+			slog.SetDefault(cfg.Logger)
+			cfg.Version = Version
+			cfg.Ready = func(d *daemon.Daemon) {
+				cfg.Logger.Info("shoal daemon ready", "api", cfg.API, "data_dir", cfg.DataDir, "store", cfg.Store)
+			}
+			return daemon.Run(cmd.Context(), cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/shoal", "where images, containers and the embedded store live")
+	f.StringVar(&cfg.RunDir, "run-dir", "/run/shoal", "runtime state: runc state, network namespaces")
+	f.StringVar(&cfg.API, "api", "", "API unix socket (default unix://<run-dir>/shoal.sock)")
+	f.StringVar(&cfg.APITCP, "api-tcp", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (bearer token required)")
+	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer token for --api-tcp (default $SHOAL_TOKEN, or <data-dir>/api-token, made if missing)")
+	f.StringVar(&cfg.Store, "store", "bolt", "state store: bolt (embedded, one host) or etcd://host:port[,host:port...]")
+	f.StringVar(&cfg.Runtime, "runtime", "auto", "OCI runtime: auto, runc or crun")
+	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&format, "log-format", "text", "log format: text or json")
+	return cmd
+}

@@ -1,0 +1,268 @@
+package cli
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+func newImageCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image",
+		Short: "Build, import, pull, list, inspect and remove images",
+		Args:  exactArgs(0),
+	}
+	cmd.AddCommand(newImageBuildCmd(g), newImageImportCmd(g), newImagePullCmd(g),
+		newImageLsCmd(g), newImageInspectCmd(g), newImageRmCmd(g))
+	return cmd
+}
+
+func newImageBuildCmd(g *globals) *cobra.Command {
+	var req api.BuildRequest
+	var ports []string
+	cmd := &cobra.Command{
+		Use:   "build DIR --tag NAME:TAG",
+		Short: "Make an OCI image of one layer from a folder",
+		Long: `Make a real OCI image (manifest, config, one gzip layer) from the contents
+of DIR. DIR is read by the daemon, so it must be on the daemon's host.`,
+		Example: `  shoal image build ./rootfs --tag hello:1 --entrypoint /hello --port 8080`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir, err := localPath(args[0], true)
+			if err != nil {
+				return err
+			}
+			if req.Tag == "" {
+				return usageErrorf("--tag is required (NAME:TAG)")
+			}
+			for _, p := range ports {
+				n, err := strconv.Atoi(strings.TrimSuffix(p, "/tcp"))
+				if err != nil || n < 1 || n > 65535 {
+					return usageErrorf("--port %q: must be a port number 1-65535", p)
+				}
+				req.Ports = append(req.Ports, n)
+			}
+			for _, e := range req.Env {
+				if !strings.Contains(e, "=") {
+					return usageErrorf("--env %q: must be KEY=VALUE", e)
+				}
+			}
+			req.Dir = dir
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var img api.Image
+			if err := c.Do(cmd.Context(), "POST", "/v1/images/build", req, &img); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&req.Tag, "tag", "t", "", "image reference NAME:TAG (required)")
+	f.StringArrayVar(&req.Entrypoint, "entrypoint", nil, "entrypoint path and arguments (repeat for each word)")
+	f.StringArrayVar(&req.Cmd, "cmd", nil, "default command argument (repeat for each word)")
+	f.StringArrayVarP(&req.Env, "env", "e", nil, "environment variable KEY=VALUE (repeatable)")
+	f.StringVarP(&req.Workdir, "workdir", "w", "", "working directory in the container")
+	f.StringArrayVarP(&ports, "port", "p", nil, "port the image listens on (repeatable)")
+	return cmd
+}
+
+func newImageImportCmd(g *globals) *cobra.Command {
+	var tag string
+	cmd := &cobra.Command{
+		Use:   "import FILE|DIR [--tag NAME:TAG]",
+		Short: "Import an OCI layout (folder or tar), a docker-archive or a rootfs tar",
+		Long: `Import images from an OCI image layout (a folder or a tar of one, as made by
+umoci, buildah or skopeo), a docker-archive (the format of "docker save"), or a
+plain tar of a root filesystem (then --tag is required). The path is read by
+the daemon, so it must be on the daemon's host. Nothing is kept when any part
+of the input is refused.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := localPath(args[0], false)
+			if err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var imgs []api.Image
+			if err := c.Do(cmd.Context(), "POST", "/v1/images/import", api.ImportRequest{Path: p, Tag: tag}, &imgs); err != nil {
+				return err
+			}
+			for _, img := range imgs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&tag, "tag", "t", "", "reference NAME:TAG for the imported image")
+	return cmd
+}
+
+func newImagePullCmd(g *globals) *cobra.Command {
+	var insecure bool
+	cmd := &cobra.Command{
+		Use:     "pull REF",
+		Short:   "Pull an image from an OCI registry",
+		Example: `  shoal image pull 127.0.0.1:5000/hello:1 --insecure`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
+			var img api.Image
+			if err := c.Do(cmd.Context(), "POST", "/v1/images/pull", api.PullRequest{Ref: args[0], Insecure: insecure}, &img); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&insecure, "insecure", false, "use plain HTTP (for a registry on loopback)")
+	return cmd
+}
+
+func newImageLsCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List images",
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var imgs []api.Image
+			if err := c.Do(cmd.Context(), "GET", "/v1/images", nil, &imgs); err != nil {
+				return err
+			}
+			if out == "json" {
+				return printJSON(cmd.OutOrStdout(), imgs)
+			}
+			var rows [][]string
+			for _, i := range imgs {
+				rows = append(rows, []string{orDash(i.Ref), short(i.ID, 12), fmtSize(i.Size), strconv.Itoa(i.Layers), ago(i.Created)})
+			}
+			table(cmd.OutOrStdout(), []string{"REF", "ID", "SIZE", "LAYERS", "CREATED"}, rows)
+			return nil
+		},
+	}
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+func newImageInspectCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "inspect REF",
+		Short: "Show an image's digest, config and layers",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			var img api.Image
+			if err := c.Do(cmd.Context(), "GET", "/v1/images/"+url.PathEscape(args[0]), nil, &img); err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), img)
+		},
+	}
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+func newImageRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm REF...",
+		Aliases: []string{"remove"},
+		Short:   "Remove images (layers no other image uses are deleted)",
+		Args:    minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			for _, ref := range args {
+				if err := c.Do(cmd.Context(), "DELETE", "/v1/images/"+url.PathEscape(ref), nil, nil); err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "removed", ref)
+			}
+			return nil
+		},
+	}
+}
+
+// localPath makes p absolute and checks that it can be read, so the error
+// names the file before anything is sent to the daemon.
+func localPath(p string, wantDir bool) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", usageErrorf("%s: %v", p, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", usageErrorf("%s: cannot read: %v", p, unwrapPathErr(err))
+	}
+	if wantDir && !st.IsDir() {
+		return "", usageErrorf("%s: not a directory", p)
+	}
+	if !st.IsDir() {
+		f, err := os.Open(abs)
+		if err != nil {
+			return "", usageErrorf("%s: cannot read: %v", p, unwrapPathErr(err))
+		}
+		f.Close()
+	}
+	return abs, nil
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fGB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fkB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}

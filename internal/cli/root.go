@@ -1,0 +1,137 @@
+// Package cli is the shoal command: the daemon and every client command,
+// built with cobra. Read commands take --output json; usage errors exit 2.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is the build version, set by the linker.
+var Version = "dev"
+
+// usageError is bad input from the user: exit code 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// exitError carries an exit code without a message (the container's own).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+type globals struct {
+	host  string
+	token string
+}
+
+// Main runs the shoal command with args and returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "shoal:", err)
+	var ue usageError
+	var ae *APIError
+	switch {
+	case errors.As(err, &ue):
+		return 2
+	case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
+		return 2
+	}
+	return 1
+}
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "shoal",
+		Short: "shoal runs web apps and untrusted jobs in real Linux containers",
+		Long: `shoal runs web apps and untrusted jobs in real Linux containers on an OCI
+runtime (runc, or crun where it works), and keeps each app at the size its
+traffic needs.
+
+Start the daemon with "shoal daemon" (as root), then use the other commands.
+The CLI finds the daemon through --host, $SHOAL_HOST or ` + DefaultHost + `.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Errorf("%w\nRun '%s --help' for usage", err, c.CommandPath())}
+	})
+	root.PersistentFlags().StringVar(&g.host, "host", "", "daemon address: unix:///path.sock, tcp://host:port (default $SHOAL_HOST or "+DefaultHost+")")
+	root.PersistentFlags().StringVar(&g.token, "token", "", "bearer token for a TCP daemon address (default $SHOAL_TOKEN)")
+	root.AddCommand(
+		newDaemonCmd(),
+		newRunCmd(g),
+		newPsCmd(g),
+		newRmCmd(g),
+		newImageCmd(g),
+		newInfoCmd(g),
+		newVersionCmd(),
+	)
+	for _, c := range extraCommands {
+		root.AddCommand(c(g))
+	}
+	return root
+}
+
+// extraCommands lets other files of this package register commands.
+var extraCommands []func(*globals) *cobra.Command
+
+func (g *globals) client() (*Client, error) { return NewClient(g.host, g.token) }
+
+// exactArgs, minArgs and rangeArgs are cobra arg checks that fail as usage errors.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s takes %d argument(s), got %d\nRun '%s --help' for usage", cmd.CommandPath(), n, len(args), cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func minArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return usageErrorf("%s needs at least %d argument(s)\nRun '%s --help' for usage", cmd.CommandPath(), n, cmd.CommandPath())
+		}
+		return nil
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the shoal version",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), "shoal", Version)
+			return nil
+		},
+	}
+}

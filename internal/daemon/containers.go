@@ -1,0 +1,330 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/units"
+)
+
+// Labels the daemon puts on one-off containers.
+const (
+	labelKind    = "shoal.kind"
+	labelImage   = "shoal.image"
+	labelCommand = "shoal.command"
+)
+
+const defaultPids = 1024
+
+// containerService runs one-off containers for `shoal run`.
+type containerService struct {
+	rt   *runtime.Runtime
+	imgs *image.Store
+	net  *network.Manager
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	attached map[string]*network.Attachment // container id → its namespace
+
+	started  *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newContainerService(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *containerService {
+	s := &containerService{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}}
+	s.started = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shoal_containers_started_total", Help: "Containers started, by network mode.",
+	}, []string{"network"})
+	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "shoal_container_phase_seconds",
+		Help:    "Time spent in each phase of a one-off container: start (image to running), run (running to exit), delete.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	}, []string{"phase"})
+	reg.MustRegister(s.started, s.duration)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shoal_containers", Help: "Containers known to the runtime.",
+	}, func() float64 {
+		cs, _ := rt.List(context.Background())
+		return float64(len(cs))
+	}))
+	return s
+}
+
+// runPlan is a validated run request.
+type runPlan struct {
+	spec    runtime.Spec
+	mode    network.Mode
+	timeout time.Duration
+	remove  bool
+	memory  string
+}
+
+func (s *containerService) plan(ctx context.Context, req api.RunRequest) (*runPlan, error) {
+	if req.Image == "" {
+		return nil, errdefs.Invalid("image", "is required")
+	}
+	p := &runPlan{remove: req.Remove, memory: req.Memory}
+	var err error
+	if p.mode, err = network.ParseMode(orDefault(req.Network, "none")); err != nil {
+		return nil, err
+	}
+	if req.Memory != "" {
+		if p.spec.Limits.MemoryBytes, err = units.ParseBytes(req.Memory); err != nil {
+			return nil, errdefs.Invalid("memory", "%v", err)
+		}
+	}
+	if req.CPUs < 0 {
+		return nil, errdefs.Invalid("cpus", "%v must not be negative", req.CPUs)
+	}
+	if req.Pids < 0 {
+		return nil, errdefs.Invalid("pids", "%d must not be negative", req.Pids)
+	}
+	if req.Timeout != "" && req.Timeout != "0" {
+		if p.timeout, err = time.ParseDuration(req.Timeout); err != nil || p.timeout < 0 {
+			return nil, errdefs.Invalid("timeout", "%q is not a positive duration such as 10s", req.Timeout)
+		}
+	}
+	img, err := s.imgs.Get(ctx, req.Image)
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", req.Image, err)
+	}
+	args := append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
+	if len(req.Args) > 0 {
+		args = append(append([]string{}, img.Config.Entrypoint...), req.Args...)
+	}
+	if len(args) == 0 {
+		return nil, errdefs.Invalid("args", "image %q has no entrypoint or command; give one after the image", req.Image)
+	}
+	for _, e := range req.Env {
+		if len(e) == 0 || e[0] == '=' || !containsByte(e, '=') {
+			return nil, errdefs.Invalid("env", "%q must be KEY=VALUE", e)
+		}
+	}
+	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, img.Config.Env...)
+	cmdJSON, _ := json.Marshal(args)
+	p.spec = runtime.Spec{
+		Layers: img.Layers,
+		Args:   args,
+		Env:    append(env, req.Env...),
+		Cwd:    orDefault(req.Workdir, orDefault(img.Config.WorkingDir, "/")),
+		User:   img.Config.User,
+		Limits: runtime.Limits{
+			CPUs:        req.CPUs,
+			MemoryBytes: p.spec.Limits.MemoryBytes,
+			Pids:        orDefaultInt(req.Pids, defaultPids),
+		},
+		Labels: map[string]string{labelKind: "run", labelImage: orDefault(img.Ref, img.Digest), labelCommand: string(cmdJSON)},
+	}
+	return p, nil
+}
+
+// Run starts a container for req, streams its output through attach and
+// waits for it to exit.
+func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach func() (io.Writer, io.Writer)) (api.Exit, error) {
+	t0 := time.Now()
+	p, err := s.plan(ctx, req)
+	if err != nil {
+		return api.Exit{}, err
+	}
+	id := newID(12)
+	p.spec.ID, p.spec.Hostname = id, id
+	att, err := s.net.Acquire(ctx, id, p.mode)
+	if err != nil {
+		return api.Exit{}, fmt.Errorf("container %s: network %s: %w", id, p.mode, err)
+	}
+	p.spec.NetNSPath = att.NSPath
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		s.releaseNet(att)
+		return api.Exit{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		s.releaseNet(att)
+		return api.Exit{}, err
+	}
+	p.spec.Stdout, p.spec.Stderr = outW, errW
+	_, err = s.rt.Run(ctx, p.spec)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		s.rt.Delete(context.Background(), id)
+		s.releaseNet(att)
+		return api.Exit{}, fmt.Errorf("container %s: start: %w", id, err)
+	}
+	s.trackNet(id, att)
+	s.started.WithLabelValues(string(p.mode)).Inc()
+	s.duration.WithLabelValues("start").Observe(time.Since(t0).Seconds())
+	t1 := time.Now()
+	stdout, stderr := attach()
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); io.Copy(stdout, outR); outR.Close() }()
+	go func() { defer copies.Done(); io.Copy(stderr, errR); errR.Close() }()
+
+	exit := s.wait(ctx, id, p.timeout)
+	copies.Wait()
+	s.duration.WithLabelValues("run").Observe(time.Since(t1).Seconds())
+	s.releaseNetOf(id)
+	if p.remove {
+		t2 := time.Now()
+		if err := s.rt.Delete(context.Background(), id); err != nil {
+			s.log.Error("remove container", "id", id, "err", err)
+		}
+		s.duration.WithLabelValues("delete").Observe(time.Since(t2).Seconds())
+	}
+	return exit, nil
+}
+
+// wait waits for the container to exit, killing it when the timeout passes
+// or the client goes away.
+func (s *containerService) wait(ctx context.Context, id string, timeout time.Duration) api.Exit {
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		st  runtime.ExitStatus
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := s.rt.Wait(wctx, id)
+		done <- result{st, err}
+	}()
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	timedOut := false
+	for {
+		select {
+		case r := <-done:
+			e := api.Exit{ID: id, Code: r.st.Code, OOMKilled: r.st.OOMKilled, TimedOut: timedOut}
+			if r.st.Signal != 0 {
+				e.Signal = r.st.Signal.String()
+			}
+			if r.err != nil {
+				e.Error = r.err.Error()
+				if e.Code == 0 {
+					e.Code = 125
+				}
+			}
+			return e
+		case <-timer:
+			timedOut = true
+			timer = nil
+			s.rt.Signal(id, syscall.SIGKILL)
+		case <-ctx.Done():
+			s.rt.Signal(id, syscall.SIGKILL)
+			ctx = context.Background()
+		}
+	}
+}
+
+func (s *containerService) trackNet(id string, a *network.Attachment) {
+	s.mu.Lock()
+	s.attached[id] = a
+	s.mu.Unlock()
+}
+
+func (s *containerService) releaseNetOf(id string) {
+	s.mu.Lock()
+	a := s.attached[id]
+	delete(s.attached, id)
+	s.mu.Unlock()
+	if a != nil {
+		s.releaseNet(a)
+	}
+}
+
+func (s *containerService) releaseNet(a *network.Attachment) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.net.Release(ctx, a); err != nil {
+		s.log.Error("release network namespace", "container", a.ID, "err", err)
+	}
+}
+
+// watchAdopted takes over containers a previous daemon started: their
+// namespaces are released when they exit.
+func (s *containerService) watchAdopted(cs []*runtime.Container) {
+	for _, c := range cs {
+		if c.NetNSPath == "" {
+			continue
+		}
+		a := &network.Attachment{ID: c.ID, NSPath: c.NetNSPath}
+		s.trackNet(c.ID, a)
+		go func(id string) {
+			s.rt.Wait(context.Background(), id)
+			s.releaseNetOf(id)
+		}(c.ID)
+	}
+}
+
+func (s *containerService) List(ctx context.Context) ([]api.Container, error) {
+	cs, err := s.rt.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Container, 0, len(cs))
+	for _, c := range cs {
+		a := api.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labelImage]}
+		json.Unmarshal([]byte(c.Labels[labelCommand]), &a.Command)
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	return out, nil
+}
+
+func (s *containerService) Remove(ctx context.Context, id string) error {
+	err := s.rt.Delete(ctx, id)
+	s.releaseNetOf(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	return err
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func orDefaultInt(v, d int64) int64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+func containsByte(s string, b byte) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return true
+		}
+	}
+	return false
+}

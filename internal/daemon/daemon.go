@@ -1,0 +1,315 @@
+// Package daemon wires shoal's parts into the long-running daemon: it opens
+// the store, the image store, the network manager and the runtime, adopts
+// the containers a previous daemon left running, removes orphans, and serves
+// the API on a unix socket and optionally on TCP behind a bearer token.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Config is how the daemon is started.
+type Config struct {
+	DataDir   string // default /var/lib/shoal
+	RunDir    string // default /run/shoal
+	API       string // unix:///run/shoal/shoal.sock
+	APITCP    string // optional host:port
+	TokenFile string // bearer token for the TCP API; made when missing
+	Store     string // "bolt" or "etcd://host:port,..."
+	Runtime   string // auto, runc or crun
+	Version   string
+	Logger    *slog.Logger
+	// Ready, if set, is called once the API is being served.
+	Ready func(d *Daemon)
+}
+
+// Daemon is a running shoal daemon.
+type Daemon struct {
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	images  *image.Store
+	net     *network.Manager
+	rt      *runtime.Runtime
+	reg     *prometheus.Registry
+	ctrs    *containerService
+	servers []*http.Server
+	token   string
+	notes   []string
+}
+
+func (c *Config) defaults() {
+	if c.DataDir == "" {
+		c.DataDir = "/var/lib/shoal"
+	}
+	if c.RunDir == "" {
+		c.RunDir = "/run/shoal"
+	}
+	if c.API == "" {
+		c.API = "unix://" + filepath.Join(c.RunDir, "shoal.sock")
+	}
+	if c.Store == "" {
+		c.Store = "bolt"
+	}
+	if c.Runtime == "" {
+		c.Runtime = "auto"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Run starts the daemon and serves until ctx ends. Containers keep running
+// when it stops; the next daemon adopts them.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	d := &Daemon{cfg: cfg, log: cfg.Logger}
+	defer d.close()
+	if err := d.open(ctx); err != nil {
+		return err
+	}
+	if err := d.serve(ctx); err != nil {
+		return err
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(d)
+	}
+	<-ctx.Done()
+	d.log.Info("shoal daemon stopping; containers keep running and will be adopted on restart")
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, s := range d.servers {
+		s.Shutdown(sctx)
+	}
+	return nil
+}
+
+func (d *Daemon) open(ctx context.Context) error {
+	cfg := d.cfg
+	for _, dir := range []string{cfg.DataDir, cfg.RunDir} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return fmt.Errorf("data dir %s: %w", dir, err)
+		}
+	}
+	if err := runtime.BecomeSubreaper(); err != nil {
+		return fmt.Errorf("become child subreaper: %w", err)
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	d.store = st
+	if d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"), image.WithLogger(d.log)); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	d.net, err = network.New(ctx, network.Options{
+		StateDir:   filepath.Join(cfg.RunDir, "netns"),
+		CNIConfDir: filepath.Join(cfg.DataDir, "cni"),
+		Logger:     d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	d.rt, err = runtime.New(ctx, runtime.Options{
+		Root:        filepath.Join(cfg.DataDir, "containers"),
+		RuntimeRoot: filepath.Join(cfg.RunDir, "runc"),
+		Runtime:     cfg.Runtime,
+		Records:     runtime.StoreRecords{S: st},
+		Clock:       clock.Real{},
+		Logger:      d.log,
+	})
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	adopted, removed, err := d.rt.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("recover containers: %w", err)
+	}
+	inUse := map[string]string{}
+	for _, c := range adopted {
+		if c.NetNSPath != "" {
+			inUse[c.ID] = c.NetNSPath
+		}
+	}
+	if err := d.net.Restore(ctx, inUse); err != nil {
+		return fmt.Errorf("restore network namespaces: %w", err)
+	}
+	d.log.Info("containers recovered", "adopted", len(adopted), "orphans_removed", len(removed))
+	d.reg = prometheus.NewRegistry()
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)
+	d.ctrs.watchAdopted(adopted)
+	return nil
+}
+
+func openStore(ctx context.Context, cfg Config) (store.Store, error) {
+	switch {
+	case cfg.Store == "bolt":
+		st, err := store.OpenBolt(filepath.Join(cfg.DataDir, "store.db"))
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", filepath.Join(cfg.DataDir, "store.db"), err)
+		}
+		return st, nil
+	case strings.HasPrefix(cfg.Store, "etcd://"):
+		var eps []string
+		for _, e := range strings.Split(strings.TrimPrefix(cfg.Store, "etcd://"), ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				eps = append(eps, "http://"+e)
+			}
+		}
+		if len(eps) == 0 {
+			return nil, fmt.Errorf("--store %q: no etcd endpoints", cfg.Store)
+		}
+		st, err := store.OpenEtcd(ctx, eps)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", cfg.Store, err)
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("--store %q: use bolt or etcd://host:port[,host:port...]", cfg.Store)
+}
+
+func (d *Daemon) serve(ctx context.Context) error {
+	srv := &api.Server{
+		Images:     &imageService{s: d.images},
+		Containers: d.ctrs,
+		Health:     d.health,
+		Registry:   d.reg,
+		Logger:     d.log,
+	}
+	ul, err := listenUnix(d.cfg.API)
+	if err != nil {
+		return err
+	}
+	d.start(ul, srv.Handler(""))
+	d.log.Info("API listening", "addr", d.cfg.API)
+	if d.cfg.APITCP != "" {
+		tok, err := loadToken(d.cfg.TokenFile, filepath.Join(d.cfg.DataDir, "api-token"))
+		if err != nil {
+			return err
+		}
+		d.token = tok
+		tl, err := net.Listen("tcp", d.cfg.APITCP)
+		if err != nil {
+			return fmt.Errorf("--api-tcp %s: %w", d.cfg.APITCP, err)
+		}
+		d.start(tl, srv.Handler(tok))
+		d.log.Info("TCP API listening (bearer token required)", "addr", tl.Addr().String())
+	}
+	return nil
+}
+
+func (d *Daemon) start(l net.Listener, h http.Handler) {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	d.servers = append(d.servers, s)
+	go func() {
+		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("API server stopped", "addr", l.Addr().String(), "err", err)
+		}
+	}()
+}
+
+func (d *Daemon) close() {
+	if d.net != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d.net.Close(ctx)
+		cancel()
+	}
+	if d.store != nil {
+		d.store.Close()
+	}
+}
+
+func (d *Daemon) health(ctx context.Context) api.Health {
+	h := api.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
+		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Notes: d.notes}
+	if cs, err := d.rt.List(ctx); err == nil {
+		h.Containers = len(cs)
+	}
+	if imgs, err := d.images.List(ctx); err == nil {
+		h.Images = len(imgs)
+	}
+	return h
+}
+
+// listenUnix listens on a unix:// address with mode 0600, replacing a stale
+// socket file but refusing to steal one a live daemon is serving.
+func listenUnix(addr string) (net.Listener, error) {
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "unix" || u.Path == "" {
+		return nil, fmt.Errorf("--api %q: use unix:///path/to.sock", addr)
+	}
+	path := u.Path
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("--api %s: %w", addr, err)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("--api %s: another shoal daemon is already serving this socket", addr)
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--api %s: %w", addr, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("--api %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// loadToken reads the TCP API token from file (or $SHOAL_TOKEN), making a
+// new random one in def when neither exists.
+func loadToken(file, def string) (string, error) {
+	if t := os.Getenv("SHOAL_TOKEN"); t != "" && file == "" {
+		return t, nil
+	}
+	if file == "" {
+		file = def
+	}
+	b, err := os.ReadFile(file)
+	if err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("token file %s: %w", file, err)
+	}
+	t := newID(32)
+	if err := os.WriteFile(file, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("token file %s: %w", file, err)
+	}
+	return t, nil
+}
+
+// newID returns n random hex digits.
+func newID(n int) string {
+	b := make([]byte, (n+1)/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}

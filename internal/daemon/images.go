@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/image"
+)
+
+// imageService adapts the image store to the API.
+type imageService struct{ s *image.Store }
+
+func toAPIImage(i image.Image) api.Image {
+	a := api.Image{
+		Ref: i.Ref, Digest: i.Digest, ID: i.ID, Size: i.Size, Created: i.Created, Layers: len(i.Layers),
+		Entrypoint: i.Config.Entrypoint, Cmd: i.Config.Cmd, Env: i.Config.Env, WorkingDir: i.Config.WorkingDir,
+	}
+	for p := range i.Config.ExposedPorts {
+		a.Ports = append(a.Ports, p)
+	}
+	sort.Strings(a.Ports)
+	return a
+}
+
+func (s *imageService) List(ctx context.Context) ([]api.Image, error) {
+	imgs, err := s.s.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Image, 0, len(imgs))
+	for _, i := range imgs {
+		out = append(out, toAPIImage(i))
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Ref < out[b].Ref })
+	return out, nil
+}
+
+func (s *imageService) Get(ctx context.Context, ref string) (api.Image, error) {
+	i, err := s.s.Get(ctx, ref)
+	if err != nil {
+		return api.Image{}, err
+	}
+	return toAPIImage(i), nil
+}
+
+func (s *imageService) Build(ctx context.Context, req api.BuildRequest) (api.Image, error) {
+	if req.Dir == "" {
+		return api.Image{}, errdefs.Invalid("dir", "is required")
+	}
+	if req.Tag == "" {
+		return api.Image{}, errdefs.Invalid("tag", "is required")
+	}
+	i, err := s.s.Build(ctx, req.Dir, image.BuildOptions{
+		Tag: req.Tag, Entrypoint: req.Entrypoint, Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Ports: req.Ports,
+	})
+	if err != nil {
+		return api.Image{}, fmt.Errorf("build %s: %w", req.Dir, err)
+	}
+	return toAPIImage(i), nil
+}
+
+func (s *imageService) Import(ctx context.Context, req api.ImportRequest) ([]api.Image, error) {
+	if req.Path == "" {
+		return nil, errdefs.Invalid("path", "is required")
+	}
+	imgs, err := s.s.Import(ctx, req.Path, req.Tag)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", req.Path, err)
+	}
+	out := make([]api.Image, 0, len(imgs))
+	for _, i := range imgs {
+		out = append(out, toAPIImage(i))
+	}
+	return out, nil
+}
+
+func (s *imageService) Pull(ctx context.Context, req api.PullRequest) (api.Image, error) {
+	if req.Ref == "" {
+		return api.Image{}, errdefs.Invalid("ref", "is required")
+	}
+	i, err := s.s.Pull(ctx, req.Ref, image.PullOptions{Insecure: req.Insecure})
+	if err != nil {
+		return api.Image{}, fmt.Errorf("pull %s: %w", req.Ref, err)
+	}
+	return toAPIImage(i), nil
+}
+
+func (s *imageService) Remove(ctx context.Context, ref string) error {
+	return s.s.Remove(ctx, ref)
+}
