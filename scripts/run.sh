@@ -1,0 +1,46 @@
+#!/bin/sh
+# Starts the shoal daemon on the embedded store, makes a busybox image to try
+# it with, and prints where to go. Ctrl-C stops the daemon (containers keep
+# running and are adopted by the next daemon).
+set -eu
+data="${1:-/var/lib/shoal}"
+bin="$(cd "$(dirname "$0")/.." && pwd)/bin/shoal"
+sock=/run/shoal/shoal.sock
+
+"$bin" daemon --data-dir "$data" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM
+i=0
+until "$bin" info >/dev/null 2>&1; do
+	i=$((i + 1))
+	if ! kill -0 $pid 2>/dev/null || [ $i -gt 100 ]; then
+		echo "shoal daemon did not start; see the log above" >&2
+		exit 1
+	fi
+	sleep 0.1
+done
+
+if ! "$bin" image inspect busybox:latest >/dev/null 2>&1; then
+	tmp=$(mktemp -d)
+	mkdir -p "$tmp/bin" "$tmp/etc" "$tmp/tmp"
+	cp /bin/busybox "$tmp/bin/busybox"
+	for a in $("$tmp/bin/busybox" --list); do
+		[ -e "$tmp/bin/$a" ] || ln -s busybox "$tmp/bin/$a"
+	done
+	echo 'root:x:0:0:root:/root:/bin/sh' > "$tmp/etc/passwd"
+	"$bin" image build "$tmp" --tag busybox:latest --cmd /bin/sh >/dev/null
+	rm -rf "$tmp"
+fi
+
+cat <<MSG
+
+shoal is running (data in $data, API on unix://$sock).
+Try:
+  $bin run --rm busybox echo hello from a container
+  $bin run --rm --memory 16Mi --network bridge busybox ip addr
+  $bin image ls
+  $bin ps -a
+  curl --unix-socket $sock http://shoal/metrics
+Ctrl-C stops the daemon.
+MSG
+wait $pid
