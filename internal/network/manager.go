@@ -1,0 +1,367 @@
+package network
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Options configure a Manager. StateDir and CNIConfDir are required.
+type Options struct {
+	// StateDir holds the namespace bind mounts, e.g. /run/shoal/netns. It is
+	// made a shared mount point.
+	StateDir string
+	// CNIBinDirs are searched for the plugins (default /usr/lib/cni and
+	// /opt/cni/bin).
+	CNIBinDirs []string
+	// CNIConfDir receives the bundled conflist and holds libcni's cache and
+	// host-local's address reservations, e.g. <data>/cni.
+	CNIConfDir string
+	// Subnet of the bridge, IPv4 (default 10.77.0.0/16). The gateway, on the
+	// bridge, is its first address.
+	Subnet string
+	// Bridge is the name of the host bridge (default shoal0).
+	Bridge string
+	// PoolSize is how many ready namespaces to keep per mode. 0 means the
+	// defaults (4 for None, 2 for Bridge); a negative value turns the pool off.
+	PoolSize int
+	// Logger receives pool and cleanup events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Attachment is a namespace handed to a container. The runtime puts NSPath
+// into the OCI spec as the path of the network namespace.
+type Attachment struct {
+	ID        string // name of the namespace, also its CNI container ID
+	Mode      Mode
+	NSPath    string
+	IP        net.IP // nil in None mode
+	Gateway   net.IP // nil in None mode
+	Interface string // "eth0" in Bridge mode, "" in None mode
+}
+
+// PoolStats counts what the Manager holds and has done.
+type PoolStats struct {
+	Ready      map[Mode]int // pooled namespaces per mode
+	InUse      int          // namespaces acquired and not released
+	Hits       uint64       // Acquire calls served from the pool
+	Misses     uint64       // Acquire calls that made a namespace on the spot
+	Created    uint64
+	Destroyed  uint64
+	FillErrors uint64 // failed background creations
+}
+
+// opTimeout bounds one background creation or teardown.
+const opTimeout = 30 * time.Second
+
+// entry is one namespace the Manager knows about.
+type entry struct {
+	name      string
+	mode      Mode
+	path      string
+	ip, gw    net.IP
+	container string // "" while being created or pooled
+}
+
+func (e *entry) attachment() *Attachment {
+	a := &Attachment{ID: e.name, Mode: e.mode, NSPath: e.path, IP: e.ip, Gateway: e.gw}
+	if e.mode == Bridge {
+		a.Interface = ifName
+	}
+	return a
+}
+
+// Manager hands out network namespaces and keeps a pool of ready ones.
+// It is safe for concurrent use.
+type Manager struct {
+	o        Options
+	log      *slog.Logger
+	cni      *cniNet
+	boundDir bool // New bound StateDir onto itself
+
+	mu          sync.Mutex
+	closed      bool
+	pool        map[Mode][]*entry
+	owned       map[string]*entry // by name: being created, pooled or in use
+	byContainer map[string]*entry // nil while an Acquire is creating one
+	stats       PoolStats
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// New validates o, prepares StateDir, writes the bundled CNI configuration,
+// checks that the plugins are installed and starts filling the pool.
+func New(ctx context.Context, o Options) (*Manager, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	subnet, err := netip.ParsePrefix(o.Subnet)
+	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 30 || subnet.Masked() != subnet {
+		return nil, errdefs.Invalid("subnet", "%q is not an IPv4 network of at most /30 such as 10.77.0.0/16", o.Subnet)
+	}
+	if err := checkSubnet(subnet, o.Bridge); err != nil {
+		return nil, err
+	}
+	c, err := newCNINet(&o, subnet, hostMTU())
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	bound, err := makeShared(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		o: o, log: o.Logger, cni: c, boundDir: bound,
+		pool:        map[Mode][]*entry{},
+		owned:       map[string]*entry{},
+		byContainer: map[string]*entry{},
+		kick:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+	}
+	go m.fill()
+	m.refill()
+	return m, nil
+}
+
+func (o *Options) defaults() error {
+	if o.StateDir == "" || !filepath.IsAbs(o.StateDir) {
+		return errdefs.Invalid("state dir", "%q is not an absolute path", o.StateDir)
+	}
+	if o.CNIConfDir == "" || !filepath.IsAbs(o.CNIConfDir) {
+		return errdefs.Invalid("cni conf dir", "%q is not an absolute path", o.CNIConfDir)
+	}
+	o.StateDir = filepath.Clean(o.StateDir)
+	o.CNIConfDir = filepath.Clean(o.CNIConfDir)
+	if len(o.CNIBinDirs) == 0 {
+		o.CNIBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+	}
+	if o.Subnet == "" {
+		o.Subnet = "10.77.0.0/16"
+	}
+	if o.Bridge == "" {
+		o.Bridge = "shoal0"
+	}
+	if !bridgeName.MatchString(o.Bridge) {
+		return errdefs.Invalid("bridge", "%q is not an interface name (1-15 of a-z A-Z 0-9 _ . -)", o.Bridge)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+var (
+	bridgeName = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,14}$`)
+	nsName     = regexp.MustCompile(`^(none|bridge)-[0-9a-f]{16}$`)
+)
+
+// poolTarget is how many ready namespaces of mode the pool keeps.
+func (m *Manager) poolTarget(mode Mode) int {
+	switch {
+	case m.o.PoolSize < 0:
+		return 0
+	case m.o.PoolSize > 0:
+		return m.o.PoolSize
+	case mode == None:
+		return 4
+	}
+	return 2
+}
+
+// Acquire gives containerID a namespace of the given mode, from the pool
+// when one is ready and made on the spot otherwise. A container holds at
+// most one attachment.
+func (m *Manager) Acquire(ctx context.Context, containerID string, mode Mode) (*Attachment, error) {
+	if containerID == "" {
+		return nil, errdefs.Invalid("container", "empty container id")
+	}
+	if !mode.valid() {
+		return nil, errdefs.Invalid("network", "unknown network mode %q (want none or bridge)", mode)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("network manager: closed: %w", errdefs.ErrUnavailable)
+	}
+	if _, ok := m.byContainer[containerID]; ok {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("container %q: network already attached: %w", containerID, errdefs.ErrConflict)
+	}
+	if ready := m.pool[mode]; len(ready) > 0 {
+		e := ready[len(ready)-1]
+		m.pool[mode] = ready[:len(ready)-1]
+		e.container = containerID
+		m.byContainer[containerID] = e
+		m.stats.Hits++
+		m.mu.Unlock()
+		m.refill()
+		return e.attachment(), nil
+	}
+	m.byContainer[containerID] = nil // reserved while the namespace is made
+	m.stats.Misses++
+	m.mu.Unlock()
+	m.refill()
+
+	e, err := m.create(ctx, mode)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		delete(m.byContainer, containerID)
+		return nil, fmt.Errorf("container %q: %w", containerID, err)
+	}
+	e.container = containerID
+	m.byContainer[containerID] = e
+	return e.attachment(), nil
+}
+
+// Lookup returns the attachment of containerID, if it holds one.
+func (m *Manager) Lookup(containerID string) (*Attachment, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.byContainer[containerID]
+	if e == nil {
+		return nil, false
+	}
+	return e.attachment(), true
+}
+
+// Release detaches and removes the namespace of a. Only a.NSPath is used,
+// so an Attachment rebuilt from a stored path after a restart works too.
+// Releasing a namespace that is already gone is not an error.
+//
+// A None namespace is destroyed rather than returned to the pool: making
+// one costs well under a millisecond in the background, and a fresh one
+// cannot carry anything over from the previous container (a process that
+// escaped the kill, sockets in TIME_WAIT, a changed sysctl).
+func (m *Manager) Release(ctx context.Context, a *Attachment) error {
+	if a == nil {
+		return errdefs.Invalid("attachment", "nil attachment")
+	}
+	name, mode, err := m.parsePath(a.NSPath)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if e := m.owned[name]; e != nil {
+		if e.container == "" {
+			m.mu.Unlock()
+			return fmt.Errorf("netns %s: not acquired: %w", a.NSPath, errdefs.ErrConflict)
+		}
+		if m.byContainer[e.container] == e {
+			delete(m.byContainer, e.container)
+		}
+	}
+	m.mu.Unlock()
+	return m.destroy(ctx, name, mode)
+}
+
+// parsePath checks that path names a namespace file of StateDir and
+// returns its name and mode.
+func (m *Manager) parsePath(path string) (string, Mode, error) {
+	clean := filepath.Clean(path)
+	name := filepath.Base(clean)
+	if filepath.Dir(clean) != m.o.StateDir || !nsName.MatchString(name) {
+		return "", "", errdefs.Invalid("netns path", "%q is not a namespace of %s", path, m.o.StateDir)
+	}
+	mode := None
+	if name[0] == 'b' {
+		mode = Bridge
+	}
+	return name, mode, nil
+}
+
+// create makes a namespace and, in Bridge mode, attaches it.
+func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
+	var b [8]byte
+	rand.Read(b[:])
+	name := string(mode) + "-" + hex.EncodeToString(b[:])
+	e := &entry{name: name, mode: mode, path: filepath.Join(m.o.StateDir, name)}
+
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("network manager: closed: %w", errdefs.ErrUnavailable)
+	}
+	m.owned[name] = e
+	m.mu.Unlock()
+
+	err := createNetNS(e.path)
+	if err == nil && mode == Bridge {
+		e.ip, e.gw, err = m.cni.add(ctx, name, e.path)
+		if err != nil {
+			err = errors.Join(err, destroyNetNS(e.path))
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		delete(m.owned, name)
+		return nil, err
+	}
+	m.stats.Created++
+	return e, nil
+}
+
+// destroy detaches (Bridge) and removes the namespace name. The namespace
+// is removed even when the CNI DEL fails; the DEL is retried by Restore,
+// since libcni keeps its cache entry until a DEL succeeds.
+func (m *Manager) destroy(ctx context.Context, name string, mode Mode) error {
+	path := filepath.Join(m.o.StateDir, name)
+	var errs []error
+	if mode == Bridge {
+		nsPath := path
+		if _, err := os.Stat(path); err != nil {
+			nsPath = ""
+		}
+		errs = append(errs, m.cni.del(ctx, name, nsPath))
+	}
+	errs = append(errs, destroyNetNS(path))
+	m.mu.Lock()
+	delete(m.owned, name)
+	m.stats.Destroyed++
+	m.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// Stats returns the pool's counters.
+func (m *Manager) Stats() PoolStats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats
+	s.Ready = map[Mode]int{}
+	for _, mode := range modes {
+		s.Ready[mode] = len(m.pool[mode])
+	}
+	for _, e := range m.byContainer {
+		if e != nil {
+			s.InUse++
+		}
+	}
+	return s
+}
+
+// refill wakes the pool filler.
+func (m *Manager) refill() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}

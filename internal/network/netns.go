@@ -1,0 +1,199 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// threadNetNS is the nsfs file of the calling thread's network namespace.
+func threadNetNS() string {
+	return fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
+}
+
+// createNetNS makes a new network namespace, brings its loopback up and keeps
+// it alive by bind-mounting it onto path, which must not exist. On error
+// nothing is left behind.
+func createNetNS(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", path, err)
+	}
+	f.Close()
+
+	errc := make(chan error, 1)
+	go func() {
+		// The thread changes namespace; it goes back to the pool of threads
+		// only once it is back in its original one, otherwise it dies with
+		// this goroutine.
+		runtime.LockOSThread()
+		orig, err := unix.Open(threadNetNS(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("unshare netns: %w", err)
+			return
+		}
+		err = unix.Mount(threadNetNS(), path, "none", unix.MS_BIND, "")
+		if err != nil {
+			err = fmt.Errorf("bind mount netns: %w", err)
+		} else if err = setLinkUp("lo"); err != nil {
+			err = fmt.Errorf("loopback up: %w", err)
+		}
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		_ = destroyNetNS(path)
+		return fmt.Errorf("netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// destroyNetNS unmounts and removes a namespace file made by createNetNS.
+// The kernel frees the namespace, and every interface in it, once no process
+// is left inside. A missing file is not an error.
+func destroyNetNS(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("netns %s: unmount: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("netns %s: %w", path, err)
+	}
+	return nil
+}
+
+// withNetNS runs fn on a thread that has joined the namespace at path.
+// Sockets fn opens stay in that namespace and may be used from anywhere.
+func withNetNS(path string, fn func() error) error {
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("netns %s: %w", path, err)
+	}
+	defer unix.Close(target)
+
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := unix.Open(threadNetNS(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("netns %s: setns: %w", path, err)
+			return
+		}
+		err = fn()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
+// setLinkUp sets IFF_UP on the named interface of the calling thread's
+// network namespace.
+func setLinkUp(name string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("%s: get flags: %w", name, err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("%s: set flags: %w", name, err)
+	}
+	return nil
+}
+
+// makeShared makes dir a shared mount point, binding it onto itself first
+// when it is not a mount point yet (as `ip netns` does with /run/netns).
+// Namespace mounts below it then propagate to the mount namespaces runc
+// makes for containers, and so do their unmounts, so a copy there never
+// pins a namespace that was released. It reports whether it made the bind.
+func makeShared(dir string) (bound bool, err error) {
+	err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
+	if err == nil {
+		return false, nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return false, fmt.Errorf("state dir %s: make shared: %w", dir, err)
+	}
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return false, fmt.Errorf("state dir %s: bind onto itself: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		return false, fmt.Errorf("state dir %s: make shared: %w", dir, err)
+	}
+	return true, nil
+}
+
+// isMountPoint reports whether path is the mount point of an entry in
+// /proc/self/mountinfo.
+func isMountPoint(path string) (bool, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unescapeMountPath undoes the octal escapes (\040 for a space) of a path
+// in /proc/self/mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,124 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// fill keeps the pool at its target size until Close. It makes one
+// namespace at a time so that the background work stays modest, and backs
+// off after a failure.
+func (m *Manager) fill() {
+	defer close(m.done)
+	backoff := time.Second
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.kick:
+		}
+		failed := false
+		for _, mode := range modes {
+			for !failed && m.short(mode) {
+				select {
+				case <-m.stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				e, err := m.create(ctx, mode)
+				cancel()
+				if err != nil {
+					m.mu.Lock()
+					m.stats.FillErrors++
+					m.mu.Unlock()
+					m.log.Warn("network pool: create namespace", "mode", mode, "err", err, "retry_in", backoff)
+					failed = true
+					break
+				}
+				m.mu.Lock()
+				m.pool[mode] = append(m.pool[mode], e)
+				m.mu.Unlock()
+				backoff = time.Second
+			}
+		}
+		if failed {
+			select {
+			case <-m.stop:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Minute)
+			m.refill()
+		}
+	}
+}
+
+// short reports whether the pool of mode is below its target.
+func (m *Manager) short(mode Mode) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pool[mode]) < m.poolTarget(mode)
+}
+
+// Close stops the pool filler and destroys every pooled namespace.
+// Acquired namespaces stay, for containers that outlive the daemon. When
+// none is left, the bridge and the StateDir bind mount go too. Acquire
+// fails after Close.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.done
+
+	m.mu.Lock()
+	var pooled []*entry
+	for _, mode := range modes {
+		pooled = append(pooled, m.pool[mode]...)
+		m.pool[mode] = nil
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, e := range pooled {
+		errs = append(errs, m.destroy(ctx, e.name, e.mode))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return m.removeIfIdle()
+}
+
+// removeIfIdle deletes the bridge and unbinds StateDir once no namespace
+// is left in StateDir and no interface is left on the bridge.
+func (m *Manager) removeIfIdle() error {
+	m.mu.Lock()
+	busy := len(m.owned) > 0
+	m.mu.Unlock()
+	if busy {
+		return nil
+	}
+	left, err := os.ReadDir(m.o.StateDir)
+	if err != nil || len(left) > 0 {
+		return nil
+	}
+	if ports, err := os.ReadDir("/sys/class/net/" + m.o.Bridge + "/brif"); err == nil && len(ports) == 0 {
+		if err := deleteLink(m.o.Bridge); err != nil {
+			return err
+		}
+	}
+	if m.boundDir {
+		if err := unix.Unmount(m.o.StateDir, unix.MNT_DETACH); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Restore reconciles StateDir with the daemon's records after a restart.
+// inUse maps container IDs to the namespace paths their records hold; those
+// namespaces are kept and become Lookup-able. Every other namespace file in
+// StateDir (pool leftovers, namespaces of containers that are gone) is
+// detached and removed, and so is every CNI attachment and host-local
+// address reservation that no kept namespace accounts for, as left by a
+// reboot that emptied StateDir. Namespaces this Manager made since New are
+// left alone. Restore is idempotent.
+func (m *Manager) Restore(ctx context.Context, inUse map[string]string) error {
+	keep := map[string]string{} // namespace name → container ID
+	for id, path := range inUse {
+		name, _, err := m.parsePath(path)
+		if err != nil {
+			return fmt.Errorf("container %q: %w", id, err)
+		}
+		keep[name] = id
+	}
+
+	ents, err := os.ReadDir(m.o.StateDir)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	var errs []error
+	present := map[string]bool{}
+	for _, de := range ents {
+		name := de.Name()
+		if de.IsDir() || m.isOwned(name) {
+			continue
+		}
+		present[name] = true
+		if id, ok := keep[name]; ok && nsName.MatchString(name) {
+			errs = append(errs, m.adopt(name, id))
+			continue
+		}
+		mode := None
+		if strings.HasPrefix(name, string(Bridge)+"-") {
+			mode = Bridge
+		}
+		m.log.Info("network: removing orphan namespace", "netns", name)
+		errs = append(errs, m.destroy(ctx, name, mode))
+	}
+	for name, id := range keep {
+		if !present[name] {
+			m.log.Warn("network: namespace of container is gone", "container", id, "netns", name)
+		}
+	}
+
+	// Attachments whose namespace vanished without a DEL.
+	stale := map[string]bool{}
+	cached, err := m.cni.attachments()
+	errs = append(errs, err)
+	for _, id := range cached {
+		stale[id] = true
+	}
+	for _, id := range m.reservations() {
+		stale[id] = true
+	}
+	for id := range stale {
+		if _, kept := keep[id]; kept || m.isOwned(id) {
+			continue
+		}
+		m.log.Info("network: removing stale cni attachment", "id", id)
+		errs = append(errs, m.cni.del(ctx, id, ""))
+	}
+	return errors.Join(errs...)
+}
+
+// isOwned reports whether name is a namespace this Manager made or adopted.
+func (m *Manager) isOwned(name string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.owned[name]
+	return ok
+}
+
+// adopt records the existing namespace name as held by containerID.
+func (m *Manager) adopt(name, containerID string) error {
+	_, mode, _ := m.parsePath(filepath.Join(m.o.StateDir, name))
+	e := &entry{name: name, mode: mode, path: filepath.Join(m.o.StateDir, name), container: containerID}
+	if mode == Bridge {
+		ip, gw, err := m.cni.cached(name, e.path)
+		if err != nil {
+			m.log.Warn("network: adopted namespace has no cached address", "netns", name, "err", err)
+		}
+		e.ip, e.gw = ip, gw
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old := m.byContainer[containerID]; old != nil && old.name != name {
+		return fmt.Errorf("container %q: holds %s already, not %s: %w", containerID, old.path, e.path, errdefs.ErrConflict)
+	}
+	m.owned[name] = e
+	m.byContainer[containerID] = e
+	return nil
+}
+
+// reservations lists the container IDs holding an address in host-local's
+// data dir. Each reservation is a file named after the address whose first
+// line is the container ID.
+func (m *Manager) reservations() []string {
+	ents, err := os.ReadDir(m.cni.ipam)
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, de := range ents {
+		if _, err := netip.ParseAddr(de.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(m.cni.ipam, de.Name()))
+		if err != nil {
+			continue
+		}
+		id, _, _ := strings.Cut(strings.ReplaceAll(string(b), "\r", ""), "\n")
+		if id = strings.TrimSpace(id); id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
