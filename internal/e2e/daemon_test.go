@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type psRow struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Pid    int    `json:"pid"`
+}
+
+func (d *daemon) ps() []psRow {
+	d.t.Helper()
+	var rows []psRow
+	if err := json.Unmarshal([]byte(d.must("ps", "-a", "-o", "json")), &rows); err != nil {
+		d.t.Fatal(err)
+	}
+	return rows
+}
+
+// TestDaemonRestartAdopts kills the daemon with SIGKILL while a container
+// runs, starts a new one, and checks the container was adopted (same PID,
+// still running), then that a container nobody recorded is removed.
+func TestDaemonRestartAdopts(t *testing.T) {
+	d := startDaemon(t)
+	d.busybox("busybox:1")
+
+	// A long-running container, attached from a CLI process we leave behind.
+	run := exec.Command(shoalBin, "run", "busybox:1", "sleep", "600")
+	run.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer run.Process.Kill()
+	var before psRow
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if rows := d.ps(); len(rows) == 1 && rows[0].Status == "running" && rows[0].Pid > 0 {
+			before = rows[0]
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if before.ID == "" {
+		t.Fatalf("container never showed as running: %+v", d.ps())
+	}
+
+	d.stop(syscall.SIGKILL)
+	if err := syscall.Kill(before.Pid, 0); err != nil {
+		t.Fatalf("container pid %d died with the daemon: %v", before.Pid, err)
+	}
+	d.start()
+	rows := d.ps()
+	if len(rows) != 1 || rows[0].ID != before.ID || rows[0].Pid != before.Pid || rows[0].Status != "running" {
+		t.Fatalf("after restart ps = %+v, want %+v adopted", rows, before)
+	}
+	d.must("rm", before.ID)
+	if err := syscall.Kill(before.Pid, 0); err == nil {
+		t.Fatalf("pid %d still alive after rm", before.Pid)
+	}
+	mounts, _ := os.ReadFile("/proc/self/mountinfo")
+	if strings.Contains(string(mounts), filepath.Join(d.dataDir, "containers", before.ID)) {
+		t.Fatalf("a mount of container %s is left after rm", before.ID)
+	}
+}
+
+func TestTCPAPIRequiresToken(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	d := startDaemon(t, "--api-tcp", addr)
+	tok, err := os.ReadFile(filepath.Join(d.dataDir, "api-token"))
+	if err != nil {
+		t.Fatalf("token file: %v", err)
+	}
+	get := func(token string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/images", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := get(""); c != http.StatusUnauthorized {
+		t.Fatalf("no token: status %d, want 401", c)
+	}
+	if c := get("wrong"); c != http.StatusUnauthorized {
+		t.Fatalf("wrong token: status %d, want 401", c)
+	}
+	if c := get(strings.TrimSpace(string(tok))); c != http.StatusOK {
+		t.Fatalf("right token: status %d, want 200", c)
+	}
+	r := d.shoal("--host", "tcp://"+addr, "--token", strings.TrimSpace(string(tok)), "image", "ls")
+	if r.code != 0 {
+		t.Fatalf("CLI over TCP with token: %d %s", r.code, r.stderr)
+	}
+	fi, err := os.Stat(d.sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("unix socket mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+func TestImagesThroughCLI(t *testing.T) {
+	d := startDaemon(t)
+	d.busybox("busybox:1")
+	var imgs []struct {
+		Ref, Digest string
+		Layers      int
+	}
+	if err := json.Unmarshal([]byte(d.must("image", "ls", "-o", "json")), &imgs); err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != 1 || imgs[0].Ref != "busybox:1" || !strings.HasPrefix(imgs[0].Digest, "sha256:") || imgs[0].Layers != 1 {
+		t.Fatalf("image ls = %+v", imgs)
+	}
+	out := d.must("image", "inspect", "busybox:1")
+	if !strings.Contains(out, imgs[0].Digest) {
+		t.Fatalf("inspect does not show the digest: %s", out)
+	}
+	if out := d.must("run", "--rm", imgs[0].Digest, "echo", "by digest"); out != "by digest\n" {
+		t.Fatalf("run by digest printed %q", out)
+	}
+	d.must("image", "rm", "busybox:1")
+	if out := d.must("image", "ls", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("after rm, image ls = %s", out)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(d.dataDir, "images", "snapshots")); len(entries) != 0 {
+		t.Fatalf("%d snapshots left after the only image was removed", len(entries))
+	}
+}

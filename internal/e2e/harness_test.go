@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var shoalBin string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e tests need root: they run real containers")
+		os.Exit(1)
+	}
+	shoalBin = os.Getenv("SHOAL_BIN")
+	var tmp string
+	if shoalBin == "" {
+		var err error
+		tmp, err = os.MkdirTemp("", "shoal-e2e-bin")
+		if err != nil {
+			panic(err)
+		}
+		shoalBin = filepath.Join(tmp, "shoal")
+		cmd := exec.Command("go", "build", "-o", shoalBin, "github.com/shoal-run/shoal/cmd/shoal")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build shoal:", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	if tmp != "" {
+		os.RemoveAll(tmp)
+	}
+	os.Exit(code)
+}
+
+// daemon is a shoal daemon started by a test.
+type daemon struct {
+	t       *testing.T
+	dataDir string
+	runDir  string
+	sock    string
+	cmd     *exec.Cmd
+	log     *bytes.Buffer
+	extra   []string
+}
+
+// startDaemon starts a daemon on fresh directories and waits until it answers.
+func startDaemon(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	base := t.TempDir()
+	d := &daemon{t: t, dataDir: filepath.Join(base, "data"), runDir: filepath.Join(base, "run"), extra: extra}
+	d.sock = filepath.Join(d.runDir, "shoal.sock")
+	d.start()
+	t.Cleanup(func() {
+		d.stop(syscall.SIGTERM)
+		// Leave nothing behind: remove every container the test left.
+		d.removeAll()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.log.String())
+		}
+	})
+	return d
+}
+
+func (d *daemon) start() {
+	t := d.t
+	t.Helper()
+	args := append([]string{"daemon", "--data-dir", d.dataDir, "--run-dir", d.runDir, "--log-level", "debug"}, d.extra...)
+	d.cmd = exec.Command(shoalBin, args...)
+	d.log = &bytes.Buffer{}
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start daemon: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- d.cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r := d.shoal("info"); r.code == 0 {
+			go func() { <-exited }()
+			return
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("daemon exited before it was ready: %v\n%s", err, d.log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not ready after 30s\n%s", d.log.String())
+		}
+	}
+}
+
+// stop signals the daemon and waits for it to exit.
+func (d *daemon) stop(sig syscall.Signal) {
+	if d.cmd == nil || d.cmd.Process == nil {
+		return
+	}
+	d.cmd.Process.Signal(sig)
+	for i := 0; i < 500; i++ {
+		if err := d.cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.cmd = nil
+}
+
+func (d *daemon) removeAll() {
+	d.start()
+	r := d.shoal("ps", "-a", "-o", "json")
+	for _, line := range strings.Split(r.stdout, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, `"id": "`) {
+			id := strings.TrimSuffix(strings.TrimPrefix(line, `"id": "`), `",`)
+			d.shoal("rm", id)
+		}
+	}
+	d.stop(syscall.SIGTERM)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// shoal runs the CLI against this daemon.
+func (d *daemon) shoal(args ...string) result {
+	return d.shoalIn(nil, args...)
+}
+
+func (d *daemon) shoalIn(stdin []byte, args ...string) result {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, shoalBin, args...)
+	cmd.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		d.t.Fatalf("shoal %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+// must runs the CLI and fails the test unless it exits 0.
+func (d *daemon) must(args ...string) string {
+	d.t.Helper()
+	r := d.shoal(args...)
+	if r.code != 0 {
+		d.t.Fatalf("shoal %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// busybox builds a busybox image tagged tag in this daemon.
+func (d *daemon) busybox(tag string) {
+	d.t.Helper()
+	dir := d.t.TempDir()
+	for _, sub := range []string{"bin", "etc", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		d.t.Fatalf("busybox-static is needed: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
+		d.t.Fatal(err)
+	}
+	out, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	for _, a := range strings.Fields(string(out)) {
+		if a != "busybox" {
+			os.Symlink("busybox", filepath.Join(dir, "bin", a))
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"), 0o644)
+	d.must("image", "build", dir, "--tag", tag, "--cmd", "/bin/sh")
+}
