@@ -1,0 +1,247 @@
+package image
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// DefaultPath is the PATH an image gets when its Env sets none.
+const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// BuildOptions describe the image Build makes from a folder.
+type BuildOptions struct {
+	Tag        string // "name:tag"; empty for an image known by digest only
+	Entrypoint []string
+	Cmd        []string
+	Env        []string // "KEY=value"
+	Workdir    string   // absolute path inside the image
+	Ports      []int    // exposed TCP ports
+}
+
+// Build makes a one-layer image from the folder dir: every file, directory,
+// symlink and hardlink in it, owned by root (uid and gid 0), with modes and
+// modification times kept. Device nodes are refused; sockets are skipped.
+func (s *Store) Build(ctx context.Context, dir string, o BuildOptions) (Image, error) {
+	var refs []string
+	if o.Tag != "" {
+		ref, err := normalizeRef(o.Tag)
+		if err != nil {
+			return Image{}, err
+		}
+		refs = []string{ref}
+	}
+	cfg, err := o.config()
+	if err != nil {
+		return Image{}, err
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return Image{}, errdefs.Invalid("dir", "%q is not a directory", dir)
+	}
+	in, err := s.newIngest()
+	if err != nil {
+		return Image{}, err
+	}
+	defer in.close()
+
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeTree(ctx, dir, pw)) }()
+	layer, diffID, err := in.putTarLayer(pr)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
+	}
+	if err := in.addNewImage(ctx, cfg, []ocispec.Descriptor{layer}, []string{diffID}, refs, "shoal image build"); err != nil {
+		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
+	}
+	imgs, err := in.commit()
+	if err != nil {
+		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
+	}
+	return imgs[0], nil
+}
+
+func (o BuildOptions) config() (ocispec.ImageConfig, error) {
+	c := ocispec.ImageConfig{Entrypoint: o.Entrypoint, Cmd: o.Cmd, WorkingDir: o.Workdir}
+	hasPath := false
+	for _, e := range o.Env {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || k == "" {
+			return c, errdefs.Invalid("env", "%q is not KEY=value", e)
+		}
+		hasPath = hasPath || k == "PATH"
+	}
+	if !hasPath {
+		c.Env = append(c.Env, DefaultPath)
+	}
+	c.Env = append(c.Env, o.Env...)
+	if o.Workdir != "" && !strings.HasPrefix(o.Workdir, "/") {
+		return c, errdefs.Invalid("workdir", "%q is not an absolute path", o.Workdir)
+	}
+	for _, p := range o.Ports {
+		if p < 1 || p > 65535 {
+			return c, errdefs.Invalid("port", "%d is not a port number (1-65535)", p)
+		}
+		if c.ExposedPorts == nil {
+			c.ExposedPorts = map[string]struct{}{}
+		}
+		c.ExposedPorts[strconv.Itoa(p)+"/tcp"] = struct{}{}
+	}
+	return c, nil
+}
+
+// putTarLayer stages the uncompressed tar stream r as a gzip layer blob and
+// returns its descriptor and diff ID.
+func (in *ingest) putTarLayer(r io.Reader) (ocispec.Descriptor, string, error) {
+	h := sha256.New()
+	pr, pw := io.Pipe()
+	go func() {
+		zw := gzip.NewWriter(pw)
+		_, err := io.Copy(zw, io.TeeReader(r, h))
+		if err == nil {
+			err = zw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	dgst, size, err := in.putBlob(pr, "", -1, in.s.limits.MaxLayerBytes)
+	pr.CloseWithError(io.ErrClosedPipe)
+	if err != nil {
+		return ocispec.Descriptor{}, "", err
+	}
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.Digest(dgst), Size: size}
+	return desc, "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// addNewImage writes a config and manifest for staged layers and queues the
+// image.
+func (in *ingest) addNewImage(ctx context.Context, c ocispec.ImageConfig, layers []ocispec.Descriptor, diffIDs, refs []string, createdBy string) error {
+	now := time.Now().UTC()
+	img := ocispec.Image{
+		Created:  &now,
+		Platform: ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"},
+		Config:   c,
+		RootFS:   ocispec.RootFS{Type: "layers"},
+		History:  []ocispec.History{{Created: &now, CreatedBy: createdBy}},
+	}
+	for _, d := range diffIDs {
+		img.RootFS.DiffIDs = append(img.RootFS.DiffIDs, digest.Digest(d))
+	}
+	cb, err := json.Marshal(img)
+	if err != nil {
+		return err
+	}
+	cd, cs, err := in.putBlob(strings.NewReader(string(cb)), "", -1, maxMetaBytes)
+	if err != nil {
+		return err
+	}
+	m := ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.Digest(cd), Size: cs},
+		Layers:    layers,
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return in.addImage(ctx, mb, ocispec.MediaTypeImageManifest, refs)
+}
+
+// writeTree writes the folder dir as a tar stream, in lexical order.
+func writeTree(ctx context.Context, dir string, w io.Writer) error {
+	tw := tar.NewWriter(w)
+	links := map[[2]uint64]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode()
+		switch {
+		case mode&fs.ModeSocket != 0:
+			return nil
+		case mode&(fs.ModeDevice|fs.ModeCharDevice) != 0:
+			return fmt.Errorf("file %q: device nodes cannot go into an image", rel)
+		}
+		target := ""
+		if mode&fs.ModeSymlink != 0 {
+			if target, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, target)
+		if err != nil {
+			return fmt.Errorf("file %q: %w", rel, err)
+		}
+		hdr.Name = rel
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = 0, 0, "", ""
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
+		hdr.ModTime = hdr.ModTime.Truncate(time.Second)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && mode.IsRegular() && st.Nlink > 1 {
+			key := [2]uint64{uint64(st.Dev), st.Ino}
+			if first, ok := links[key]; ok {
+				hdr.Typeflag, hdr.Linkname, hdr.Size = tar.TypeLink, first, 0
+			} else {
+				links[key] = rel
+			}
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("file %q: %w", rel, err)
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if n, err := io.Copy(tw, f); err != nil {
+			return fmt.Errorf("file %q: %w", rel, err)
+		} else if n != hdr.Size {
+			return fmt.Errorf("file %q: changed size while read", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}

@@ -1,0 +1,471 @@
+package image
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+const (
+	whiteoutPrefix = ".wh."
+	opaqueMarker   = ".wh..wh..opq"
+	// Names beginning with this are AUFS bookkeeping (.wh..wh.plnk and the
+	// like) and carry nothing for the image.
+	whiteoutMeta = ".wh..wh."
+	opaqueXattr  = "trusted.overlay.opaque"
+)
+
+// EntryError is a layer entry that unpacking refuses. It matches
+// errdefs.ErrInvalid with errors.Is.
+type EntryError struct {
+	Entry  string
+	Reason string
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("entry %q: %s", e.Entry, e.Reason) }
+
+// Is reports that an EntryError is an ErrInvalid.
+func (e *EntryError) Is(target error) bool { return target == errdefs.ErrInvalid }
+
+func entryErr(name, format string, args ...any) error {
+	return &EntryError{Entry: name, Reason: fmt.Sprintf(format, args...)}
+}
+
+// unpackResult describes one unpacked layer.
+type unpackResult struct {
+	DiffID  string // sha256 of the uncompressed tar stream
+	Size    int64  // uncompressed bytes read
+	Entries int
+}
+
+// unpackLayer unpacks the layer stream r (a tar, gzip-compressed or not) into
+// the existing empty directory dst in overlayfs format, within lim. It never
+// creates anything outside dst; on error dst holds a partial tree the caller
+// removes.
+func unpackLayer(ctx context.Context, r io.Reader, dst string, lim Limits) (unpackResult, error) {
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return unpackResult{}, err
+	}
+	defer root.Close()
+
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, _ := br.Peek(4)
+	var stream io.Reader = br
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return unpackResult{}, fmt.Errorf("gzip: %w", err)
+		}
+		defer zr.Close()
+		stream = zr
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return unpackResult{}, errdefs.Invalid("layer", "zstd compression is not supported")
+	}
+	cnt := &limitCounter{r: stream, h: sha256.New(), max: lim.MaxLayerBytes}
+	u := &unpacker{root: root, lim: lim, chown: os.Geteuid() == 0, okDirs: map[string]bool{".": true}}
+	tr := tar.NewReader(cnt)
+	last := ""
+	for {
+		if err := ctx.Err(); err != nil {
+			return unpackResult{}, err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if cnt.over {
+				return unpackResult{}, u.tooBig(last)
+			}
+			return unpackResult{}, fmt.Errorf("after entry %q: reading tar: %w", last, err)
+		}
+		last = hdr.Name
+		if err := u.entry(hdr, tr); err != nil {
+			if cnt.over {
+				return unpackResult{}, u.tooBig(hdr.Name)
+			}
+			return unpackResult{}, err
+		}
+	}
+	// The diff ID covers the whole stream, padding after the end marker too.
+	if _, err := io.Copy(io.Discard, cnt); err != nil {
+		if cnt.over {
+			return unpackResult{}, u.tooBig(last)
+		}
+		return unpackResult{}, fmt.Errorf("after entry %q: reading tar: %w", last, err)
+	}
+	u.finishDirs()
+	return unpackResult{
+		DiffID:  "sha256:" + hex.EncodeToString(cnt.h.Sum(nil)),
+		Size:    cnt.n,
+		Entries: u.entries,
+	}, nil
+}
+
+// limitCounter hashes and counts the uncompressed stream and fails once it
+// passes max bytes: the guard against gzip bombs.
+type limitCounter struct {
+	r    io.Reader
+	h    hash.Hash
+	n    int64
+	max  int64
+	over bool
+}
+
+var errLayerTooBig = errors.New("layer too big")
+
+func (c *limitCounter) Read(p []byte) (int, error) {
+	if c.over {
+		return 0, errLayerTooBig
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.h.Write(p[:n])
+	if c.n > c.max {
+		c.over = true
+		return n, errLayerTooBig
+	}
+	return n, err
+}
+
+type dirTime struct {
+	name  string
+	mtime time.Time
+}
+
+type unpacker struct {
+	root    *os.Root
+	lim     Limits
+	chown   bool
+	entries int
+	written int64
+	okDirs  map[string]bool // directories known to be real (no symlink) in dst
+	dirs    []dirTime
+}
+
+func (u *unpacker) tooBig(name string) error {
+	return entryErr(name, "layer exceeds the limit of %d uncompressed bytes", u.lim.MaxLayerBytes)
+}
+
+// cleanName turns a tar entry name into a relative slash path inside the
+// root, refusing absolute names and ".." components.
+func cleanName(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("empty name")
+	}
+	if strings.HasPrefix(name, "/") {
+		return "", errors.New("absolute name escapes the root")
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", errors.New("name holds a NUL byte")
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", errors.New("escapes the root (\"..\" component)")
+		}
+	}
+	return path.Clean(name), nil
+}
+
+func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+	u.entries++
+	if u.entries > u.lim.MaxEntries {
+		return entryErr(hdr.Name, "layer has more than %d entries", u.lim.MaxEntries)
+	}
+	switch hdr.Typeflag {
+	case tar.TypeXGlobalHeader:
+		return nil
+	}
+	name, err := cleanName(hdr.Name)
+	if err != nil {
+		return entryErr(hdr.Name, "%v", err)
+	}
+	dir, base := path.Split(name)
+	dir = path.Clean(dir)
+	if strings.HasPrefix(base, whiteoutPrefix) {
+		if err := u.ensureDir(hdr.Name, dir); err != nil {
+			return err
+		}
+		switch {
+		case base == opaqueMarker:
+			return u.opaque(hdr.Name, dir)
+		case strings.HasPrefix(base, whiteoutMeta):
+			return nil
+		}
+		return u.whiteout(hdr.Name, dir, strings.TrimPrefix(base, whiteoutPrefix))
+	}
+	if name == "." {
+		if hdr.Typeflag != tar.TypeDir {
+			return entryErr(hdr.Name, "the root must be a directory")
+		}
+		return u.meta(hdr, ".", true)
+	}
+	if err := u.ensureDir(hdr.Name, dir); err != nil {
+		return err
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		return u.mkdir(hdr, name)
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+		return u.file(hdr, name, r)
+	case tar.TypeSymlink:
+		if err := u.clear(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := u.root.Symlink(hdr.Linkname, name); err != nil {
+			return entryErr(hdr.Name, "symlink: %v", err)
+		}
+		return u.meta(hdr, name, false)
+	case tar.TypeLink:
+		return u.hardlink(hdr, name)
+	case tar.TypeFifo:
+		if err := u.clear(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := u.mknod(hdr.Name, dir, base, unix.S_IFIFO|0o600); err != nil {
+			return err
+		}
+		return u.meta(hdr, name, true)
+	case tar.TypeChar, tar.TypeBlock:
+		return entryErr(hdr.Name, "device nodes are not allowed in images")
+	default:
+		return entryErr(hdr.Name, "unsupported tar entry type %q", hdr.Typeflag)
+	}
+}
+
+// ensureDir makes dir (and its missing parents) a real directory inside the
+// root. A symlink or non-directory on the way is refused: following it is how
+// a layer writes outside its root.
+func (u *unpacker) ensureDir(entry, dir string) error {
+	if u.okDirs[dir] {
+		return nil
+	}
+	if err := u.ensureDir(entry, path.Dir(dir)); err != nil {
+		return err
+	}
+	fi, err := u.root.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := u.root.Mkdir(dir, 0o755); err != nil {
+			return entryErr(entry, "creating parent %q: %v", dir, err)
+		}
+	case err != nil:
+		return entryErr(entry, "parent %q: %v", dir, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		target, _ := u.root.Readlink(dir)
+		return entryErr(entry, "escapes the root: parent %q is a symlink (to %q)", dir, target)
+	case !fi.IsDir():
+		return entryErr(entry, "parent %q is not a directory", dir)
+	}
+	u.okDirs[dir] = true
+	return nil
+}
+
+// clear removes whatever is at name so a new entry can take its place.
+func (u *unpacker) clear(entry, name string) error {
+	fi, err := u.root.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return entryErr(entry, "%v", err)
+	}
+	if fi.IsDir() {
+		clear(u.okDirs)
+		u.okDirs["."] = true
+		err = u.root.RemoveAll(name)
+	} else {
+		err = u.root.Remove(name)
+	}
+	if err != nil {
+		return entryErr(entry, "replacing existing entry: %v", err)
+	}
+	return nil
+}
+
+func (u *unpacker) mkdir(hdr *tar.Header, name string) error {
+	fi, err := u.root.Lstat(name)
+	if err != nil || !fi.IsDir() {
+		if err := u.clear(hdr.Name, name); err != nil {
+			return err
+		}
+		if err := u.root.Mkdir(name, 0o700); err != nil {
+			return entryErr(hdr.Name, "mkdir: %v", err)
+		}
+	}
+	u.okDirs[name] = true
+	u.dirs = append(u.dirs, dirTime{name, hdr.ModTime})
+	return u.meta(hdr, name, true)
+}
+
+func (u *unpacker) file(hdr *tar.Header, name string, r io.Reader) error {
+	if hdr.Size < 0 || hdr.Size > u.lim.MaxFileBytes {
+		return entryErr(hdr.Name, "file of %d bytes exceeds the limit of %d", hdr.Size, u.lim.MaxFileBytes)
+	}
+	if u.written+hdr.Size > u.lim.MaxLayerBytes {
+		return u.tooBig(hdr.Name)
+	}
+	if err := u.clear(hdr.Name, name); err != nil {
+		return err
+	}
+	f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return entryErr(hdr.Name, "create: %v", err)
+	}
+	n, err := io.Copy(f, io.LimitReader(r, hdr.Size))
+	u.written += n
+	if err == nil && n != hdr.Size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		err = u.fileMeta(hdr, f)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return entryErr(hdr.Name, "writing file: %v", err)
+	}
+	if err := u.root.Chtimes(name, hdr.AccessTime, hdr.ModTime); err != nil {
+		return entryErr(hdr.Name, "times: %v", err)
+	}
+	return nil
+}
+
+// fileMeta sets owner, mode and the kept extended attributes on an open file.
+func (u *unpacker) fileMeta(hdr *tar.Header, f *os.File) error {
+	if u.chown {
+		if err := f.Chown(hdr.Uid, hdr.Gid); err != nil {
+			return err
+		}
+	}
+	// Chmod after chown: chown clears setuid and setgid.
+	if err := f.Chmod(tarMode(hdr)); err != nil {
+		return err
+	}
+	for k, v := range hdr.PAXRecords {
+		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok || !(attr == "security.capability" || strings.HasPrefix(attr, "user.")) {
+			continue
+		}
+		if err := unix.Fsetxattr(int(f.Fd()), attr, []byte(v), 0); err != nil && !errors.Is(err, unix.ENOTSUP) {
+			return fmt.Errorf("xattr %s: %w", attr, err)
+		}
+	}
+	return nil
+}
+
+// meta sets owner and (for non-symlinks) mode on an entry by name.
+func (u *unpacker) meta(hdr *tar.Header, name string, chmod bool) error {
+	if u.chown {
+		if err := u.root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+			return entryErr(hdr.Name, "chown: %v", err)
+		}
+	}
+	if chmod {
+		if err := u.root.Chmod(name, tarMode(hdr)); err != nil {
+			return entryErr(hdr.Name, "chmod: %v", err)
+		}
+	}
+	return nil
+}
+
+func tarMode(hdr *tar.Header) fs.FileMode {
+	return hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
+func (u *unpacker) hardlink(hdr *tar.Header, name string) error {
+	target, err := cleanName(hdr.Linkname)
+	if err != nil {
+		return entryErr(hdr.Name, "hardlink target %q: %v", hdr.Linkname, err)
+	}
+	if err := u.ensureDir(hdr.Name, path.Dir(target)); err != nil {
+		return err
+	}
+	fi, err := u.root.Lstat(target)
+	if err != nil {
+		return entryErr(hdr.Name, "hardlink target %q does not exist in the layer", hdr.Linkname)
+	}
+	if !fi.Mode().IsRegular() && fi.Mode()&(fs.ModeSymlink|fs.ModeNamedPipe) == 0 {
+		return entryErr(hdr.Name, "hardlink target %q is not a file", hdr.Linkname)
+	}
+	if target == name {
+		return nil
+	}
+	if err := u.clear(hdr.Name, name); err != nil {
+		return err
+	}
+	if err := u.root.Link(target, name); err != nil {
+		return entryErr(hdr.Name, "hardlink: %v", err)
+	}
+	return nil
+}
+
+// mknod creates a node in dir, a directory already checked by ensureDir.
+func (u *unpacker) mknod(entry, dir, base string, mode uint32) error {
+	d, err := u.root.Open(dir)
+	if err != nil {
+		return entryErr(entry, "%v", err)
+	}
+	defer d.Close()
+	if err := unix.Mknodat(int(d.Fd()), base, mode, 0); err != nil {
+		return entryErr(entry, "mknod: %v", err)
+	}
+	return nil
+}
+
+// whiteout records that the lower layers' dir/target is deleted: a char
+// device 0:0 in overlayfs.
+func (u *unpacker) whiteout(entry, dir, target string) error {
+	if target == "" || target == "." || target == ".." || strings.Contains(target, "/") {
+		return entryErr(entry, "malformed whiteout")
+	}
+	name := path.Join(dir, target)
+	if err := u.clear(entry, name); err != nil {
+		return err
+	}
+	return u.mknod(entry, dir, target, unix.S_IFCHR)
+}
+
+// opaque marks dir so overlayfs hides the lower layers' content of it.
+func (u *unpacker) opaque(entry, dir string) error {
+	d, err := u.root.Open(dir)
+	if err != nil {
+		return entryErr(entry, "%v", err)
+	}
+	defer d.Close()
+	if err := unix.Fsetxattr(int(d.Fd()), opaqueXattr, []byte("y"), 0); err != nil {
+		return entryErr(entry, "marking %q opaque: %v", dir, err)
+	}
+	return nil
+}
+
+// finishDirs sets directory times last, since creating their content moved
+// them. A directory replaced since is skipped.
+func (u *unpacker) finishDirs() {
+	for i := len(u.dirs) - 1; i >= 0; i-- {
+		d := u.dirs[i]
+		if fi, err := u.root.Lstat(d.name); err == nil && fi.IsDir() {
+			_ = u.root.Chtimes(d.name, d.mtime, d.mtime)
+		}
+	}
+}
