@@ -13,8 +13,10 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -108,7 +110,12 @@ func newCNINet(o *Options, subnet netip.Prefix, mtu int) (*cniNet, error) {
 		return nil, fmt.Errorf("cni conflist %s: %w", file, err)
 	}
 	return &cniNet{
-		conf:   libcni.NewCNIConfigWithCacheDir(o.CNIBinDirs, filepath.Join(o.CNIConfDir, "cache"), nil),
+		// An explicit Exec: libcni would otherwise set one lazily, racing
+		// when plugins run concurrently.
+		conf: libcni.NewCNIConfigWithCacheDir(o.CNIBinDirs, filepath.Join(o.CNIConfDir, "cache"), &invoke.DefaultExec{
+			RawExec:       &invoke.RawExec{Stderr: os.Stderr},
+			PluginDecoder: version.PluginDecoder{},
+		}),
 		list:   list,
 		bridge: o.Bridge,
 		ipam:   filepath.Join(ipamDir, name),
@@ -154,6 +161,9 @@ func (c *cniNet) add(ctx context.Context, id, nsPath string) (ip, gw net.IP, err
 func (c *cniNet) del(ctx context.Context, id, nsPath string) error {
 	if err := c.conf.DelNetworkList(ctx, c.list, c.rt(id, nsPath)); err != nil {
 		return fmt.Errorf("cni del %s: %w", id, err)
+	}
+	if nsPath == "" {
+		return teardownMasq(ctx, c.list.Name, id)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -160,6 +161,9 @@ func TestBridgeNamespaces(t *testing.T) {
 		if len(links) != 2 || links["lo"] == nil || len(links["eth0"]) != 1 || links["eth0"][0].Addr() != ip {
 			t.Fatalf("interfaces %v, want lo and eth0 with %s", links, ip)
 		}
+	}
+	if out, err := exec.Command("iptables-save", "-t", "nat").CombinedOutput(); err != nil || !strings.Contains(string(out), atts[0].ID) {
+		t.Fatalf("no masquerade rule for %s (%v):\n%s", atts[0].ID, err, out)
 	}
 	if atts[0].IP.Equal(atts[1].IP) {
 		t.Fatalf("both namespaces got %s", atts[0].IP)

@@ -38,10 +38,10 @@ func (m *Manager) Restore(ctx context.Context, inUse map[string]string) error {
 	present := map[string]bool{}
 	for _, de := range ents {
 		name := de.Name()
+		present[name] = true
 		if de.IsDir() || m.isOwned(name) {
 			continue
 		}
-		present[name] = true
 		if id, ok := keep[name]; ok && nsName.MatchString(name) {
 			errs = append(errs, m.adopt(name, id))
 			continue
