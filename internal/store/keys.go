@@ -1,0 +1,92 @@
+package store
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Key layout. Every key shoal writes lives under a versioned root, so a later
+// schema can live beside this one while it is migrated:
+//
+//	/shoal/
+//	├── meta/
+//	│   └── schema                      "1" (SchemaVersion, decimal text)
+//	└── v1/
+//	    ├── containers/<id>             one-off and app containers on a node
+//	    ├── apps/<name>                 an app's desired state
+//	    ├── revisions/<app>/<n>         immutable revisions, n zero-padded
+//	    ├── replicas/<app>/<id>         replicas of an app and their state
+//	    ├── jobs/<id>                   queued, running and finished jobs
+//	    ├── nodes/<name>                node records, kept alive by a lease
+//	    └── events/<seq>                the event log, seq zero-padded
+//
+// Names and ids are single path elements: they never contain "/". Numbers in
+// keys are zero-padded to 20 digits so that lexical order (the order List
+// returns) is numeric order.
+//
+// Both backends write MetaSchemaKey when they open an empty store and refuse to
+// open a store whose schema is newer than SchemaVersion.
+
+// SchemaVersion is the version of the key layout this build reads and writes.
+const SchemaVersion = 1
+
+// Roots of the layout.
+const (
+	// Root is the prefix of every key in schema version 1.
+	Root = "/shoal/v1/"
+	// MetaSchemaKey holds the schema version of the store as decimal text.
+	MetaSchemaKey = "/shoal/meta/schema"
+)
+
+// Prefixes of the collections; List and Watch take them.
+const (
+	ContainersPrefix = Root + "containers/"
+	AppsPrefix       = Root + "apps/"
+	RevisionsRoot    = Root + "revisions/"
+	ReplicasRoot     = Root + "replicas/"
+	JobsPrefix       = Root + "jobs/"
+	NodesPrefix      = Root + "nodes/"
+	EventsPrefix     = Root + "events/"
+)
+
+// ContainerKey is the key of the container with the given id.
+func ContainerKey(id string) string { return ContainersPrefix + id }
+
+// AppKey is the key of an app's desired state.
+func AppKey(name string) string { return AppsPrefix + name }
+
+// RevisionsPrefix is the prefix of every revision of app.
+func RevisionsPrefix(app string) string { return RevisionsRoot + app + "/" }
+
+// RevisionKey is the key of revision n of app.
+func RevisionKey(app string, n int) string { return RevisionsPrefix(app) + pad(int64(n)) }
+
+// ReplicasPrefix is the prefix of every replica of app.
+func ReplicasPrefix(app string) string { return ReplicasRoot + app + "/" }
+
+// ReplicaKey is the key of replica id of app.
+func ReplicaKey(app, id string) string { return ReplicasPrefix(app) + id }
+
+// JobKey is the key of the job with the given id.
+func JobKey(id string) string { return JobsPrefix + id }
+
+// NodeKey is the key of the node with the given name.
+func NodeKey(name string) string { return NodesPrefix + name }
+
+// EventKey is the key of event number seq in the event log.
+func EventKey(seq int64) string { return EventsPrefix + pad(seq) }
+
+// ParseSeq reads the zero-padded number at the end of a revision or event key.
+func ParseSeq(key string) (int64, error) {
+	i := len(key)
+	for i > 0 && key[i-1] != '/' {
+		i--
+	}
+	n, err := strconv.ParseInt(key[i:], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("key %q: no number at the end: %w", key, err)
+	}
+	return n, nil
+}
+
+func pad(n int64) string { return fmt.Sprintf("%020d", n) }
