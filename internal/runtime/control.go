@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/runtime/cgroups"
+)
+
+// Stats are a container's cgroup counters. Times are nanoseconds.
+type Stats = cgroups.Stats
+
+// Freeze stops every process of the container by writing the cgroup freezer
+// and returns once the kernel reports it frozen. Memory is kept.
+func (r *Runtime) Freeze(id string) error {
+	if _, err := r.live(id); err != nil {
+		return err
+	}
+	if err := r.cgroupPaths(id).Freeze(); err != nil {
+		return fmt.Errorf("container %q: freeze: %w", id, err)
+	}
+	return nil
+}
+
+// Thaw resumes a frozen container.
+func (r *Runtime) Thaw(id string) error {
+	if _, err := r.live(id); err != nil {
+		return err
+	}
+	if err := r.cgroupPaths(id).Thaw(); err != nil {
+		return fmt.Errorf("container %q: thaw: %w", id, err)
+	}
+	return nil
+}
+
+// UpdateCPU changes the container's CPU quota to cpus cores (0: unlimited)
+// while it runs.
+func (r *Runtime) UpdateCPU(id string, cpus float64) error {
+	c, err := r.live(id)
+	if err != nil {
+		return err
+	}
+	if cpus < 0 || (cpus > 0 && cpus < 0.01) {
+		return fmt.Errorf("container %q: %w", id, errdefs.Invalid("cpus", "%g is neither 0 (unlimited) nor at least 0.01", cpus))
+	}
+	if err := r.cgroupPaths(id).SetCPUs(cpus); err != nil {
+		return fmt.Errorf("container %q: update cpu: %w", id, err)
+	}
+	c.mu.Lock()
+	c.rec.CPUs = cpus
+	c.mu.Unlock()
+	return nil
+}
+
+// Stats reads the container's cgroup counters. After the container has
+// exited it returns the counters read at the exit.
+func (r *Runtime) Stats(id string) (Stats, error) {
+	c, err := r.get(id)
+	if err != nil {
+		return Stats{}, err
+	}
+	if c.exited() {
+		return c.final, nil
+	}
+	s, err := r.cgroupPaths(id).Stats()
+	if err != nil {
+		return Stats{}, fmt.Errorf("container %q: stats: %w", id, err)
+	}
+	return s, nil
+}
+
+// live returns a container that has not exited.
+func (r *Runtime) live(id string) (*ctr, error) {
+	c, err := r.get(id)
+	if err != nil {
+		return nil, err
+	}
+	if c.exited() {
+		return nil, fmt.Errorf("container %q: %w: %w", id, errExited, errdefs.ErrConflict)
+	}
+	return c, nil
+}
+
+// Get describes one container.
+func (r *Runtime) Get(id string) (*Container, error) {
+	c, err := r.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return r.describe(c), nil
+}
+
+// List describes every container this Runtime manages, oldest first.
+func (r *Runtime) List(ctx context.Context) ([]*Container, error) {
+	r.mu.Lock()
+	cs := make([]*ctr, 0, len(r.ctrs))
+	for _, c := range r.ctrs {
+		if c.rec.Pid != 0 {
+			cs = append(cs, c)
+		}
+	}
+	r.mu.Unlock()
+	out := make([]*Container, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, r.describe(c))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Created.Equal(out[j].Created) {
+			return out[i].Created.Before(out[j].Created)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, ctx.Err()
+}

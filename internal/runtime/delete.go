@@ -1,0 +1,92 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Delete removes the container completely, whatever state it is in: the
+// runtime's state (killing the processes), the overlay mount, the cgroup in
+// every hierarchy, the bundle and the record. Deleting twice is fine; the
+// error matches errdefs.ErrNotFound only when nothing of the container existed.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return fmt.Errorf("container %q: %w", id, err)
+	}
+	r.mu.Lock()
+	c := r.ctrs[id]
+	r.mu.Unlock()
+	err := r.destroy(ctx, id, c)
+	r.mu.Lock()
+	if r.ctrs[id] == c {
+		delete(r.ctrs, id)
+	}
+	r.mu.Unlock()
+	return err
+}
+
+// destroy removes every trace of container id; c is nil for a container
+// this Runtime does not manage (an orphan).
+func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
+	t0 := time.Now()
+	found := c != nil
+	var errs []error
+	if _, err := os.Stat(r.stateDir(id)); err == nil {
+		found = true
+		if _, err := r.runQuiet(ctx, "delete", "--force", id); err != nil {
+			// The runtime could not do it (broken state): kill what is left
+			// through the cgroup and drop its state directory.
+			r.log.Warn("runtime delete failed; cleaning up directly", "container", id, "err", err)
+			if err := os.RemoveAll(r.stateDir(id)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	tRuntime := time.Now()
+	paths := r.cgroupPaths(id)
+	if paths.Exists() {
+		found = true
+		if err := paths.Remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c != nil && c.isWatching() {
+		// The processes are dead; wait for the watcher to reap init.
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("wait for exit: %w", ctx.Err()))
+		}
+	}
+	bundle := r.bundle(id)
+	if mounted, err := unmountAll(bundle); err != nil {
+		errs = append(errs, err)
+	} else if mounted {
+		found = true
+	}
+	if _, err := os.Lstat(bundle); err == nil {
+		found = true
+		if err := os.RemoveAll(bundle); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := r.records.Get(ctx, id); err == nil {
+		found = true
+	}
+	if err := r.records.Delete(ctx, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("container %q: delete: %w", id, err)
+	}
+	if !found {
+		return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	r.log.Debug("container deleted", "container", id, "runtime", tRuntime.Sub(t0).String(), "total", since(t0))
+	return nil
+}

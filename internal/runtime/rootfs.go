@@ -1,0 +1,84 @@
+package runtime
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// mountRootfs mounts an overlay of layers (bottom first) with the bundle's
+// upper and work directories at <bundle>/rootfs.
+func mountRootfs(bundle string, layers []string) error {
+	upper, work, rootfs := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), filepath.Join(bundle, "rootfs")
+	for _, d := range []string{upper, work, rootfs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	lower := make([]string, len(layers))
+	for i, l := range layers {
+		lower[len(layers)-1-i] = l
+	}
+	data := "lowerdir=" + strings.Join(lower, ":") + ",upperdir=" + upper + ",workdir=" + work
+	if len(data) >= os.Getpagesize() {
+		return errdefs.Invalid("layers", "%d layers make overlay options of %d bytes, above the kernel's limit of %d",
+			len(layers), len(data), os.Getpagesize()-1)
+	}
+	if err := unix.Mount("overlay", rootfs, "overlay", 0, data); err != nil {
+		return fmt.Errorf("mount overlay at %s: %w", rootfs, err)
+	}
+	return nil
+}
+
+// unmountAll detaches every mount at or below dir, deepest first.
+func unmountAll(dir string) (bool, error) {
+	mps, err := mountsUnder(dir)
+	if err != nil {
+		return false, err
+	}
+	var errs []error
+	for i := len(mps) - 1; i >= 0; i-- {
+		if err := unix.Unmount(mps[i], unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", mps[i], err))
+		}
+	}
+	return len(mps) > 0, errors.Join(errs...)
+}
+
+// mountsUnder lists mount points at or below dir in mount order.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMount(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out, sc.Err()
+}
+
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}

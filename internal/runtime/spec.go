@@ -1,0 +1,408 @@
+package runtime
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Spec describes one container to create.
+type Spec struct {
+	ID string
+	// Layers are image snapshot directories, bottom first, in overlayfs
+	// whiteout format. They become the overlay's lower directories; each
+	// container gets its own upper and work directories under its bundle.
+	Layers []string
+	// ReadOnlyRootfs makes the root filesystem read-only.
+	ReadOnlyRootfs bool
+	Args           []string
+	Env            []string
+	// Cwd defaults to "/".
+	Cwd string
+	// User is "uid[:gid]" or a user name (optionally "name:group") looked up
+	// in the rootfs /etc/passwd and /etc/group. Empty means root.
+	User     string
+	Hostname string
+	Limits   Limits
+	// NetNSPath is a network namespace to join; "" gives the container a new,
+	// empty network namespace.
+	NetNSPath string
+	Mounts    []Mount
+	// Stdin, Stdout and Stderr are the container's stdio; nil means
+	// /dev/null. An *os.File is handed to the runtime as is; another
+	// io.Reader for Stdin is copied through a pipe.
+	Stdin  io.Reader
+	Stdout *os.File
+	Stderr *os.File
+	Labels map[string]string
+	// Rlimits replace the default limit of the same type. A hard limit above
+	// the host's own is refused.
+	Rlimits []specs.POSIXRlimit
+	// Capabilities, if not nil, replace the default set (names with or
+	// without the CAP_ prefix).
+	Capabilities []string
+	// Seccomp, if not nil, replaces the default allowlist.
+	Seccomp *specs.LinuxSeccomp
+}
+
+// Limits are the container's cgroup limits; zero means unlimited.
+type Limits struct {
+	// CPUs is a quota in cores over a 100ms period.
+	CPUs      float64
+	CPUShares uint64
+	// MemoryBytes limits memory; swap is limited to the same value, so the
+	// container cannot swap.
+	MemoryBytes int64
+	Pids        int64
+	// OOMScoreAdj is the container processes' oom_score_adj (nil: inherit).
+	OOMScoreAdj *int
+}
+
+// Mount is an extra mount in the container.
+type Mount struct {
+	Source      string
+	Destination string
+	ReadOnly    bool
+	// Type is "bind" (default) or "tmpfs".
+	Type    string
+	Options []string
+	// SizeBytes limits a tmpfs.
+	SizeBytes int64
+}
+
+// hostInfo is what the generated spec depends on besides the Spec itself,
+// kept apart so that golden tests are the same on every host.
+type hostInfo struct {
+	// rlimitHard maps rlimit type to the host's hard limit.
+	rlimitHard map[string]uint64
+	cgroupNS   bool
+	cgroupV2   bool
+}
+
+// user is a resolved process identity.
+type user struct {
+	UID, GID uint32
+	Groups   []uint32
+	Home     string
+}
+
+const defaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// defaultCaps is Docker's default set without NET_RAW.
+var defaultCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP",
+	"CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
+var knownCaps = map[string]bool{}
+
+func init() {
+	for _, c := range []string{"CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL",
+		"SETGID", "SETUID", "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST",
+		"NET_ADMIN", "NET_RAW", "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT",
+		"SYS_PTRACE", "SYS_PACCT", "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME",
+		"SYS_TTY_CONFIG", "MKNOD", "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE",
+		"MAC_ADMIN", "SYSLOG", "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF",
+		"CHECKPOINT_RESTORE"} {
+		knownCaps["CAP_"+c] = true
+	}
+}
+
+// defaultRlimits are raised no higher than the host allows.
+var defaultRlimits = []specs.POSIXRlimit{
+	{Type: "RLIMIT_NOFILE", Soft: 1048576, Hard: 1048576},
+}
+
+var maskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+	"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+}
+
+var readonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// cgroupsPath is where shoal puts a container in every hierarchy.
+func cgroupsPath(id string) string { return "/shoal/" + id }
+
+// validate checks the parts of a Spec that need no filesystem access.
+func (s *Spec) validate() error {
+	if err := validID(s.ID); err != nil {
+		return err
+	}
+	if len(s.Layers) == 0 {
+		return errdefs.Invalid("layers", "at least one layer is needed")
+	}
+	for i, l := range s.Layers {
+		if !path.IsAbs(l) {
+			return errdefs.Invalid(fmt.Sprintf("layers[%d]", i), "%q is not an absolute path", l)
+		}
+		if strings.ContainsAny(l, ",:") {
+			return errdefs.Invalid(fmt.Sprintf("layers[%d]", i), "%q contains ',' or ':', which overlayfs cannot take", l)
+		}
+		if fi, err := os.Stat(l); err != nil || !fi.IsDir() {
+			return errdefs.Invalid(fmt.Sprintf("layers[%d]", i), "%q is not a directory", l)
+		}
+	}
+	if len(s.Args) == 0 {
+		return errdefs.Invalid("args", "a command is needed")
+	}
+	if s.Cwd != "" && !path.IsAbs(s.Cwd) {
+		return errdefs.Invalid("cwd", "%q is not an absolute path", s.Cwd)
+	}
+	for i, e := range s.Env {
+		if !strings.Contains(e, "=") || strings.HasPrefix(e, "=") {
+			return errdefs.Invalid(fmt.Sprintf("env[%d]", i), "%q is not NAME=value", e)
+		}
+	}
+	l := s.Limits
+	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 {
+		return errdefs.Invalid("limits", "negative limit")
+	}
+	if l.CPUs > 0 && l.CPUs < 0.01 {
+		return errdefs.Invalid("limits.cpus", "%g is below the minimum of 0.01", l.CPUs)
+	}
+	if l.MemoryBytes > 0 && l.MemoryBytes < 4<<20 {
+		return errdefs.Invalid("limits.memory", "%d bytes is below the minimum of 4MiB", l.MemoryBytes)
+	}
+	if l.OOMScoreAdj != nil && (*l.OOMScoreAdj < -1000 || *l.OOMScoreAdj > 1000) {
+		return errdefs.Invalid("limits.oom_score_adj", "%d is outside -1000..1000", *l.OOMScoreAdj)
+	}
+	for i, m := range s.Mounts {
+		f := fmt.Sprintf("mounts[%d]", i)
+		if !path.IsAbs(m.Destination) || path.Clean(m.Destination) == "/" {
+			return errdefs.Invalid(f+".destination", "%q is not an absolute path below /", m.Destination)
+		}
+		switch m.Type {
+		case "", "bind":
+			if !path.IsAbs(m.Source) {
+				return errdefs.Invalid(f+".source", "%q is not an absolute path", m.Source)
+			}
+			if _, err := os.Stat(m.Source); err != nil {
+				return errdefs.Invalid(f+".source", "%v", err)
+			}
+		case "tmpfs":
+		default:
+			return errdefs.Invalid(f+".type", "%q is neither bind nor tmpfs", m.Type)
+		}
+	}
+	for _, c := range s.Capabilities {
+		if !knownCaps[capName(c)] {
+			return errdefs.Invalid("capabilities", "unknown capability %q", c)
+		}
+	}
+	return nil
+}
+
+func validID(id string) error {
+	if id == "" || len(id) > 128 {
+		return errdefs.Invalid("id", "must be 1 to 128 characters")
+	}
+	for i, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || (i > 0 && (c == '-' || c == '_' || c == '.'))
+		if !ok {
+			return errdefs.Invalid("id", "%q: only letters, digits and -_. (not first) are allowed", id)
+		}
+	}
+	return nil
+}
+
+func capName(c string) string {
+	c = strings.ToUpper(c)
+	if !strings.HasPrefix(c, "CAP_") {
+		c = "CAP_" + c
+	}
+	return c
+}
+
+// generate builds the OCI runtime spec for s.
+func generate(s *Spec, u user, h hostInfo) (*specs.Spec, error) {
+	env := append([]string(nil), s.Env...)
+	if !hasEnv(env, "PATH") {
+		env = append([]string{defaultPath}, env...)
+	}
+	if !hasEnv(env, "HOME") {
+		home := u.Home
+		if home == "" {
+			home = "/"
+		}
+		env = append(env, "HOME="+home)
+	}
+	caps := defaultCaps
+	if s.Capabilities != nil {
+		caps = make([]string, 0, len(s.Capabilities))
+		for _, c := range s.Capabilities {
+			caps = append(caps, capName(c))
+		}
+	}
+	rl, err := rlimits(s.Rlimits, h.rlimitHard)
+	if err != nil {
+		return nil, err
+	}
+	cwd := s.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	hostname := s.Hostname
+	if hostname == "" {
+		hostname = s.ID
+		if len(hostname) > 63 {
+			hostname = hostname[:63]
+		}
+	}
+	seccomp := s.Seccomp
+	if seccomp == nil {
+		seccomp = DefaultSeccomp()
+	}
+	spec := &specs.Spec{
+		Version: "1.0.2",
+		Process: &specs.Process{
+			Args: s.Args,
+			Env:  env,
+			Cwd:  cwd,
+			User: specs.User{UID: u.UID, GID: u.GID, AdditionalGids: u.Groups},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits:         rl,
+			NoNewPrivileges: true,
+			OOMScoreAdj:     s.Limits.OOMScoreAdj,
+		},
+		Root:     &specs.Root{Path: "rootfs", Readonly: s.ReadOnlyRootfs},
+		Hostname: hostname,
+		Mounts:   mounts(s.Mounts, h),
+		Linux: &specs.Linux{
+			Resources:     resources(s.Limits),
+			CgroupsPath:   cgroupsPath(s.ID),
+			Namespaces:    namespaces(s.NetNSPath, h),
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+			Seccomp:       seccomp,
+		},
+	}
+	return spec, nil
+}
+
+func hasEnv(env []string, name string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+func rlimits(req []specs.POSIXRlimit, hostHard map[string]uint64) ([]specs.POSIXRlimit, error) {
+	byType := map[string]specs.POSIXRlimit{}
+	for _, r := range defaultRlimits {
+		if hard, ok := hostHard[r.Type]; ok {
+			r.Hard = min(r.Hard, hard)
+			r.Soft = min(r.Soft, r.Hard)
+		}
+		byType[r.Type] = r
+	}
+	for i, r := range req {
+		f := fmt.Sprintf("rlimits[%d]", i)
+		if _, ok := rlimitResources[r.Type]; !ok {
+			return nil, errdefs.Invalid(f+".type", "unknown rlimit %q", r.Type)
+		}
+		if r.Soft > r.Hard {
+			return nil, errdefs.Invalid(f, "%s soft limit %d is above hard limit %d", r.Type, r.Soft, r.Hard)
+		}
+		if hard, ok := hostHard[r.Type]; ok && r.Hard > hard {
+			return nil, errdefs.Invalid(f, "%s hard limit %d is above the host's %d", r.Type, r.Hard, hard)
+		}
+		byType[r.Type] = r
+	}
+	out := make([]specs.POSIXRlimit, 0, len(byType))
+	for _, r := range byType {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, nil
+}
+
+func resources(l Limits) *specs.LinuxResources {
+	r := &specs.LinuxResources{
+		Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}},
+	}
+	if l.MemoryBytes > 0 {
+		m, sw := l.MemoryBytes, l.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &sw}
+	}
+	if l.CPUs > 0 || l.CPUShares > 0 {
+		r.CPU = &specs.LinuxCPU{}
+		if l.CPUShares > 0 {
+			sh := l.CPUShares
+			r.CPU.Shares = &sh
+		}
+		if l.CPUs > 0 {
+			period := uint64(100000)
+			quota := int64(l.CPUs*float64(period) + 0.5)
+			r.CPU.Period, r.CPU.Quota = &period, &quota
+		}
+	}
+	if l.Pids > 0 {
+		p := l.Pids
+		r.Pids = &specs.LinuxPids{Limit: &p}
+	}
+	return r
+}
+
+func namespaces(netns string, h hostInfo) []specs.LinuxNamespace {
+	ns := []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: netns},
+	}
+	if h.cgroupNS {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.CgroupNamespace})
+	}
+	return ns
+}
+
+func mounts(extra []Mount, h hostInfo) []specs.Mount {
+	ms := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}
+	if h.cgroupV2 {
+		ms = append(ms, specs.Mount{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"}})
+	}
+	for _, m := range extra {
+		switch m.Type {
+		case "tmpfs":
+			opts := []string{"nosuid", "nodev"}
+			if m.SizeBytes > 0 {
+				opts = append(opts, "size="+strconv.FormatInt(m.SizeBytes, 10))
+			}
+			if m.ReadOnly {
+				opts = append(opts, "ro")
+			}
+			ms = append(ms, specs.Mount{Destination: m.Destination, Type: "tmpfs", Source: "tmpfs",
+				Options: append(opts, m.Options...)})
+		default:
+			opts := []string{"rbind"}
+			if m.ReadOnly {
+				opts = append(opts, "ro")
+			}
+			ms = append(ms, specs.Mount{Destination: m.Destination, Type: "bind", Source: m.Source,
+				Options: append(opts, m.Options...)})
+		}
+	}
+	return ms
+}
