@@ -3,6 +3,8 @@ package store
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // Key layout. Every key shoal writes lives under a versioned root, so a later
@@ -84,7 +86,7 @@ func ParseSeq(key string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(key[i:], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("key %q: no number at the end: %w", key, err)
+		return 0, fmt.Errorf("key %q: no number at the end: %w", key, errdefs.ErrInvalid)
 	}
 	return n, nil
 }

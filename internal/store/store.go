@@ -66,12 +66,18 @@ func WithLease(id LeaseID) PutOption { return func(o *PutOptions) { o.Lease = id
 
 // Store is the state store. Implementations are safe for concurrent use.
 //
-// Get returns errdefs.ErrNotFound (wrapped) for a missing key.
+// Get and Delete return errdefs.ErrNotFound (wrapped) for a missing key.
 // CompareAndSwap writes value only if the key's ModRev equals rev (rev 0 means
 // "the key must not exist") and returns errdefs.ErrConflict otherwise.
 // Watch streams every change under prefix that happens after the call returns,
-// in revision order, until ctx ends; the channel is then closed.
+// in revision order, until ctx ends; the channel is then closed. The channel
+// may also close early (the store closed, a watcher fell too far behind, an
+// etcd watch was compacted or lost its leader): the caller then Lists the
+// prefix again and starts a new Watch.
 // A lease expires ttl after its last KeepAlive; its keys are then deleted.
+// Put with, KeepAlive of and Revoke of an unknown or expired lease return
+// errdefs.ErrNotFound. An empty key is errdefs.ErrInvalid; a store that cannot
+// serve a request returns errdefs.ErrUnavailable.
 type Store interface {
 	Get(ctx context.Context, key string) (KV, error)
 	Put(ctx context.Context, key string, value []byte, opts ...PutOption) (int64, error)
