@@ -247,10 +247,16 @@ func (m *Manager) Lookup(containerID string) (*Attachment, bool) {
 // so an Attachment rebuilt from a stored path after a restart works too.
 // Releasing a namespace that is already gone is not an error.
 //
-// A None namespace is destroyed rather than returned to the pool: making
-// one costs well under a millisecond in the background, and a fresh one
-// cannot carry anything over from the previous container (a process that
-// escaped the kill, sockets in TIME_WAIT, a changed sysctl).
+// A None namespace is destroyed rather than returned to the pool. Making
+// one takes under a millisecond (about 0.7 ms on a small VM, against
+// 12 µs to take one from the pool) and happens in the background, while
+// a fresh one cannot carry anything over from the previous container: a
+// process that escaped the kill, sockets in TIME_WAIT, a changed sysctl.
+// Proving a used namespace clean would cost more than making a new one.
+//
+// A Bridge release takes tens of milliseconds, nearly all of it in the
+// plugin's iptables calls; callers on a latency-sensitive path may run it
+// in a goroutine.
 func (m *Manager) Release(ctx context.Context, a *Attachment) error {
 	if a == nil {
 		return errdefs.Invalid("attachment", "nil attachment")

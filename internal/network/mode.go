@@ -7,6 +7,8 @@
 // pair to the bridge (default "shoal0") with an address from host-local IPAM in
 // the subnet (default 10.77.0.0/16), the gateway at .1 and outbound traffic
 // masqueraded. The configuration is bundled: New writes the conflist itself.
+// As gateway the bridge plugin turns IPv4 forwarding on
+// (net.ipv4.ip_forward), which outbound traffic needs; it stays on.
 //
 // Creating a namespace, and above all running the CNI plugins, costs far more
 // than a container start should wait for, so the Manager keeps a small pool of
