@@ -1,0 +1,459 @@
+package image
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Import reads the images in path: an OCI image layout (folder or tar), a
+// docker-archive (the `docker save` format; its RepoTags name the images) or
+// a plain rootfs tar (tag required); tars may be gzip-compressed. tag, when
+// set, names the one image the file holds. OCI layout entries are named by
+// their org.opencontainers.image.ref.name annotation: a full "name:tag", or a
+// bare tag combined with the file's base name ("app.tar" with ref "1.0"
+// becomes "app:1.0"). Either every image is imported or none.
+func (s *Store) Import(ctx context.Context, p string, tag string) ([]Image, error) {
+	if tag != "" {
+		ref, err := normalizeRef(tag)
+		if err != nil {
+			return nil, err
+		}
+		tag = ref
+	}
+	imgs, err := s.importPath(ctx, p, tag)
+	if err != nil {
+		return nil, fmt.Errorf("import %q: %w", p, err)
+	}
+	return imgs, nil
+}
+
+func (s *Store) importPath(ctx context.Context, p, tag string) ([]Image, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	in, err := s.newIngest()
+	if err != nil {
+		return nil, err
+	}
+	defer in.close()
+	name := baseName(p)
+	if fi.IsDir() {
+		if err := in.importDir(ctx, p, name, tag); err != nil {
+			return nil, err
+		}
+		return in.commit()
+	}
+	kind, err := sniffTar(p)
+	if err != nil {
+		return nil, err
+	}
+	if kind == "" {
+		if tag == "" {
+			return nil, errdefs.Invalid("tag", "a plain rootfs tar needs a tag")
+		}
+		if err := in.importRootfs(ctx, p, tag); err != nil {
+			return nil, err
+		}
+		return in.commit()
+	}
+	dir := filepath.Join(in.dir, "archive")
+	if err := extractArchive(ctx, p, dir, 8*s.limits.MaxLayerBytes); err != nil {
+		return nil, err
+	}
+	if err := in.importDir(ctx, dir, name, tag); err != nil {
+		return nil, err
+	}
+	return in.commit()
+}
+
+// importDir imports an OCI layout or docker-archive folder.
+func (in *ingest) importDir(ctx context.Context, dir, name, tag string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if _, err := root.Stat("manifest.json"); err == nil {
+		err = in.importDockerArchive(ctx, root, tag)
+	} else if _, err = root.Stat(ocispec.ImageLayoutFile); err == nil {
+		err = in.importLayout(ctx, root, name, tag)
+	} else {
+		return errdefs.Invalid("path", "neither an OCI image layout (no oci-layout file) nor a docker-archive (no manifest.json)")
+	}
+	if err != nil {
+		return err
+	}
+	if len(in.images) == 0 {
+		return errdefs.Invalid("path", "holds no image")
+	}
+	if tag != "" && len(in.images) > 1 {
+		return errdefs.Invalid("tag", "the archive holds %d images; a tag names exactly one", len(in.images))
+	}
+	return nil
+}
+
+func readRootMeta(root *os.Root, name string) ([]byte, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := readAllMax(f, maxMetaBytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// copyLayoutBlob stages blob d from an OCI layout unless the store has it.
+func (in *ingest) copyLayoutBlob(root *os.Root, d ocispec.Descriptor) error {
+	if err := checkDigest(string(d.Digest)); err != nil {
+		return err
+	}
+	if in.hasBlob(string(d.Digest)) {
+		return nil
+	}
+	f, err := root.Open(path.Join("blobs", "sha256", d.Digest.Encoded()))
+	if err != nil {
+		return fmt.Errorf("blob %s: %w", d.Digest, err)
+	}
+	defer f.Close()
+	_, _, err = in.putBlob(f, string(d.Digest), d.Size, in.s.limits.MaxLayerBytes)
+	return err
+}
+
+func (in *ingest) importLayout(ctx context.Context, root *os.Root, name, tag string) error {
+	b, err := readRootMeta(root, ocispec.ImageIndexFile)
+	if err != nil {
+		return err
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return errdefs.Invalid("index.json", "%v", err)
+	}
+	for _, d := range idx.Manifests {
+		var refs []string
+		switch refName := d.Annotations[ocispec.AnnotationRefName]; {
+		case tag != "":
+			refs = []string{tag}
+		case refName == "":
+		case strings.ContainsAny(refName, ":/"):
+			ref, err := normalizeRef(refName)
+			if err != nil {
+				return fmt.Errorf("index.json: annotation %s: %w", ocispec.AnnotationRefName, err)
+			}
+			refs = []string{ref}
+		default:
+			ref, err := normalizeRef(name + ":" + refName)
+			if err != nil {
+				return fmt.Errorf("index.json: annotation %s: %w", ocispec.AnnotationRefName, err)
+			}
+			refs = []string{ref}
+		}
+		if d.MediaType == ocispec.MediaTypeImageIndex || d.MediaType == mediaTypeDockerList {
+			if d, err = in.pickPlatform(root, d); err != nil {
+				return err
+			}
+		}
+		if err := in.copyLayoutBlob(root, d); err != nil {
+			return err
+		}
+		mb, err := in.readMeta(string(d.Digest))
+		if err != nil {
+			return err
+		}
+		var m ocispec.Manifest
+		if err := json.Unmarshal(mb, &m); err != nil {
+			return fmt.Errorf("manifest %s: %w", d.Digest, errdefs.Invalid("manifest", "%v", err))
+		}
+		for _, bd := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+			if err := in.copyLayoutBlob(root, bd); err != nil {
+				return fmt.Errorf("manifest %s: %w", d.Digest, err)
+			}
+		}
+		if err := in.addImage(ctx, mb, d.MediaType, refs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pickPlatform chooses the manifest for this machine from an image index.
+func (in *ingest) pickPlatform(root *os.Root, d ocispec.Descriptor) (ocispec.Descriptor, error) {
+	if err := in.copyLayoutBlob(root, d); err != nil {
+		return d, err
+	}
+	b, err := in.readMeta(string(d.Digest))
+	if err != nil {
+		return d, err
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(b, &idx); err != nil {
+		return d, fmt.Errorf("index %s: %w", d.Digest, errdefs.Invalid("index", "%v", err))
+	}
+	for _, m := range idx.Manifests {
+		if m.Platform != nil && m.Platform.OS == "linux" && m.Platform.Architecture == runtime.GOARCH {
+			return m, nil
+		}
+	}
+	if len(idx.Manifests) == 1 {
+		return idx.Manifests[0], nil
+	}
+	return d, fmt.Errorf("index %s: no manifest for linux/%s: %w", d.Digest, runtime.GOARCH, errdefs.ErrNotFound)
+}
+
+type dockerManifest struct {
+	Config   string
+	RepoTags []string
+	Layers   []string
+}
+
+func (in *ingest) importDockerArchive(ctx context.Context, root *os.Root, tag string) error {
+	b, err := readRootMeta(root, "manifest.json")
+	if err != nil {
+		return err
+	}
+	var entries []dockerManifest
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return errdefs.Invalid("manifest.json", "%v", err)
+	}
+	for i, e := range entries {
+		if err := in.importDockerEntry(ctx, root, e, tag); err != nil {
+			return fmt.Errorf("manifest.json entry %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (in *ingest) importDockerEntry(ctx context.Context, root *os.Root, e dockerManifest, tag string) error {
+	var refs []string
+	if tag != "" {
+		refs = []string{tag}
+	} else {
+		for _, t := range e.RepoTags {
+			ref, err := normalizeRef(t)
+			if err != nil {
+				return fmt.Errorf("RepoTags: %w", err)
+			}
+			refs = append(refs, ref)
+		}
+	}
+	cb, err := readRootMeta(root, e.Config)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	cd, cs, err := in.putBlob(bytes.NewReader(cb), "", -1, maxMetaBytes)
+	if err != nil {
+		return err
+	}
+	m := ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.Digest(cd), Size: cs},
+	}
+	for _, l := range e.Layers {
+		desc, err := in.putLayerFile(root, l)
+		if err != nil {
+			return fmt.Errorf("layer %q: %w", l, err)
+		}
+		m.Layers = append(m.Layers, desc)
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return in.addImage(ctx, mb, ocispec.MediaTypeImageManifest, refs)
+}
+
+// putLayerFile stages a layer file as is, typed by its compression.
+func (in *ingest) putLayerFile(root *os.Root, name string) (ocispec.Descriptor, error) {
+	f, err := root.Open(name)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	mt := ocispec.MediaTypeImageLayer
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		mt = ocispec.MediaTypeImageLayerGzip
+	}
+	dgst, size, err := in.putBlob(br, "", -1, in.s.limits.MaxLayerBytes)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	return ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(dgst), Size: size}, nil
+}
+
+// importRootfs makes a one-layer image of a plain (maybe gzipped) rootfs tar.
+func (in *ingest) importRootfs(ctx context.Context, p, tag string) error {
+	r, closeFn, err := openMaybeGzip(p)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	layer, diffID, err := in.putTarLayer(r)
+	if err != nil {
+		return err
+	}
+	c := ocispec.ImageConfig{Env: []string{DefaultPath}}
+	return in.addNewImage(ctx, c, []ocispec.Descriptor{layer}, []string{diffID}, []string{tag}, "shoal image import")
+}
+
+func openMaybeGzip(p string) (io.Reader, func(), error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(f, 64<<10)
+	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("gzip: %w", err)
+		}
+		return zr, func() { zr.Close(); f.Close() }, nil
+	}
+	return br, func() { f.Close() }, nil
+}
+
+// sniffTar reads the tar's names: "oci" for an OCI layout, "docker" for a
+// docker-archive, "" for anything else (a rootfs).
+func sniffTar(p string) (string, error) {
+	r, closeFn, err := openMaybeGzip(p)
+	if err != nil {
+		return "", err
+	}
+	defer closeFn()
+	tr := tar.NewReader(r)
+	seen := map[string]bool{}
+	n := 0
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", errdefs.Invalid("path", "not a readable tar (after %d entries): %v", n, err)
+		}
+		n++
+		seen[strings.TrimPrefix(path.Clean(hdr.Name), "./")] = true
+	}
+	if n == 0 {
+		return "", errdefs.Invalid("path", "empty tar")
+	}
+	switch {
+	case seen["manifest.json"]:
+		return "docker", nil
+	case seen[ocispec.ImageLayoutFile] && seen[ocispec.ImageIndexFile]:
+		return "oci", nil
+	}
+	return "", nil
+}
+
+// extractArchive unpacks an OCI layout or docker-archive tar into dst: only
+// directories, regular files and symlinks, never outside dst.
+func extractArchive(ctx context.Context, p, dst string, max int64) error {
+	r, closeFn, err := openMaybeGzip(p)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	var total int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return errdefs.Invalid("path", "reading tar: %v", err)
+		}
+		name, err := cleanName(hdr.Name)
+		if err != nil {
+			return entryErr(hdr.Name, "%v", err)
+		}
+		if name == "." {
+			continue
+		}
+		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+			return entryErr(hdr.Name, "%v", err)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			err = root.MkdirAll(name, 0o755)
+		case tar.TypeSymlink:
+			err = root.Symlink(hdr.Linkname, name)
+		case tar.TypeReg, tar.TypeRegA:
+			total += hdr.Size
+			if total > max {
+				return entryErr(hdr.Name, "archive exceeds %d bytes", max)
+			}
+			err = extractFile(root, name, tr, hdr.Size)
+		}
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return entryErr(hdr.Name, "%v", err)
+		}
+	}
+}
+
+func extractFile(root *os.Root, name string, r io.Reader, size int64) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n != size {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+var nameCleanRE = regexp.MustCompile(`[^a-z0-9._-]+`)
+
+// baseName derives an image name from a file or folder name.
+func baseName(p string) string {
+	b := strings.ToLower(filepath.Base(filepath.Clean(p)))
+	for _, ext := range []string{".tar.gz", ".tgz", ".tar", ".oci"} {
+		b = strings.TrimSuffix(b, ext)
+	}
+	b = strings.Trim(nameCleanRE.ReplaceAllString(b, "-"), "._-")
+	if !componentRE.MatchString(b) {
+		return "imported"
+	}
+	return b
+}

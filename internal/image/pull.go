@@ -1,0 +1,148 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// PullOptions tune Pull.
+type PullOptions struct {
+	Insecure bool   // allow plain http (loopback registries use it anyway)
+	Platform string // "os/arch[/variant]"; default linux and this machine's arch
+}
+
+// Pull fetches ref ("registry/name:tag" or "registry/name@sha256:...") from
+// an OCI registry, picking the platform's manifest from an index, and stores
+// it under its "name:tag" (no reference for a digest pull). Every blob is
+// checked against its digest; blobs the store holds are not fetched again.
+func (s *Store) Pull(ctx context.Context, ref string, o PullOptions) (Image, error) {
+	img, err := s.pull(ctx, ref, o)
+	if err != nil {
+		return Image{}, fmt.Errorf("pull %q: %w", ref, err)
+	}
+	return img, nil
+}
+
+func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, error) {
+	var refs []string
+	if !strings.Contains(ref, "@") {
+		full, err := normalizeRef(ref)
+		if err != nil {
+			return Image{}, err
+		}
+		refs = []string{full}
+	}
+	var nopts []name.Option
+	if o.Insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	r, err := name.ParseReference(ref, nopts...)
+	if err != nil {
+		return Image{}, errdefs.Invalid("reference", "%q: %v", ref, err)
+	}
+	platform := o.Platform
+	if platform == "" {
+		platform = "linux/" + runtime.GOARCH
+	}
+	plat, err := v1.ParsePlatform(platform)
+	if err != nil {
+		return Image{}, errdefs.Invalid("platform", "%q: %v", platform, err)
+	}
+	desc, err := remote.Get(r, remote.WithContext(ctx), remote.WithPlatform(*plat))
+	if err != nil {
+		return Image{}, registryErr(err)
+	}
+	img, err := desc.Image()
+	if err != nil {
+		return Image{}, registryErr(err)
+	}
+	in, err := s.newIngest()
+	if err != nil {
+		return Image{}, err
+	}
+	defer in.close()
+
+	mb, err := img.RawManifest()
+	if err != nil {
+		return Image{}, registryErr(err)
+	}
+	md, err := img.Digest()
+	if err != nil {
+		return Image{}, err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return Image{}, err
+	}
+	if _, _, err := in.putBlob(bytes.NewReader(mb), md.String(), -1, maxMetaBytes); err != nil {
+		return Image{}, fmt.Errorf("manifest: %w", err)
+	}
+	cn, err := img.ConfigName()
+	if err != nil {
+		return Image{}, registryErr(err)
+	}
+	if !in.hasBlob(cn.String()) {
+		cb, err := img.RawConfigFile()
+		if err != nil {
+			return Image{}, registryErr(err)
+		}
+		if _, _, err := in.putBlob(bytes.NewReader(cb), cn.String(), -1, maxMetaBytes); err != nil {
+			return Image{}, fmt.Errorf("config: %w", err)
+		}
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return Image{}, registryErr(err)
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return Image{}, err
+		}
+		if in.hasBlob(d.String()) {
+			continue
+		}
+		size, err := l.Size()
+		if err != nil {
+			return Image{}, registryErr(err)
+		}
+		rc, err := l.Compressed()
+		if err != nil {
+			return Image{}, fmt.Errorf("layer %s: %w", d, registryErr(err))
+		}
+		_, _, err = in.putBlob(rc, d.String(), size, s.limits.MaxLayerBytes)
+		rc.Close()
+		if err != nil {
+			return Image{}, fmt.Errorf("layer %s: %w", d, registryErr(err))
+		}
+	}
+	if err := in.addImage(ctx, mb, string(mt), refs); err != nil {
+		return Image{}, err
+	}
+	imgs, err := in.commit()
+	if err != nil {
+		return Image{}, err
+	}
+	return imgs[0], nil
+}
+
+// registryErr marks a registry's 404 as errdefs.ErrNotFound.
+func registryErr(err error) error {
+	var te *transport.Error
+	if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	}
+	return err
+}
