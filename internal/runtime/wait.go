@@ -28,7 +28,7 @@ func BecomeSubreaper() error {
 type ctr struct {
 	rec Record
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	pidfd    *os.File
 	started  bool
 	watching bool // a watch goroutine owns pidfd and will close done
