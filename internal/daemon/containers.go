@@ -41,6 +41,7 @@ type containerService struct {
 
 	mu       sync.Mutex
 	attached map[string]*network.Attachment // container id → its namespace
+	pending  sync.WaitGroup                 // background releases
 
 	started  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -185,7 +186,10 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 	exit := s.wait(ctx, id, p.timeout)
 	copies.Wait()
 	s.duration.WithLabelValues("run").Observe(time.Since(t1).Seconds())
-	s.releaseNetOf(id)
+	// Tearing down a bridge attachment takes tens of milliseconds of CNI and
+	// iptables work; the caller does not wait for it.
+	s.pending.Add(1)
+	go func() { defer s.pending.Done(); s.releaseNetOf(id) }()
 	if p.remove {
 		t2 := time.Now()
 		if err := s.rt.Delete(context.Background(), id); err != nil {
@@ -241,6 +245,9 @@ func (s *containerService) wait(ctx context.Context, id string, timeout time.Dur
 		}
 	}
 }
+
+// drain waits for background network releases.
+func (s *containerService) drain() { s.pending.Wait() }
 
 func (s *containerService) trackNet(id string, a *network.Attachment) {
 	s.mu.Lock()

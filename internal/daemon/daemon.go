@@ -39,6 +39,8 @@ type Config struct {
 	TokenFile string // bearer token for the TCP API; made when missing
 	Store     string // "bolt" or "etcd://host:port,..."
 	Runtime   string // auto, runc or crun
+	Bridge    string // CNI bridge name (default shoal0)
+	Subnet    string // CNI subnet (default 10.77.0.0/16)
 	Version   string
 	Logger    *slog.Logger
 	// Ready, if set, is called once the API is being served.
@@ -127,6 +129,8 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.net, err = network.New(ctx, network.Options{
 		StateDir:   filepath.Join(cfg.RunDir, "netns"),
 		CNIConfDir: filepath.Join(cfg.DataDir, "cni"),
+		Bridge:     cfg.Bridge,
+		Subnet:     cfg.Subnet,
 		Logger:     d.log,
 	})
 	if err != nil {
@@ -232,6 +236,9 @@ func (d *Daemon) start(l net.Listener, h http.Handler) {
 }
 
 func (d *Daemon) close() {
+	if d.ctrs != nil {
+		d.ctrs.drain()
+	}
 	if d.net != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		d.net.Close(ctx)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,8 @@ type daemon struct {
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
 	extra   []string
+	bridge  string
+	subnet  string
 }
 
 // startDaemon starts a daemon on fresh directories and waits until it answers.
@@ -61,6 +64,10 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	base := t.TempDir()
 	d := &daemon{t: t, dataDir: filepath.Join(base, "data"), runDir: filepath.Join(base, "run"), extra: extra}
 	d.sock = filepath.Join(d.runDir, "shoal.sock")
+	// Each daemon gets its own bridge and subnet so that tests running at the
+	// same time never share address reservations.
+	n := rand.IntN(200) + 20
+	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.79.%d.0/24", n)
 	d.start()
 	t.Cleanup(func() {
 		d.stop(syscall.SIGTERM)
@@ -76,7 +83,8 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 func (d *daemon) start() {
 	t := d.t
 	t.Helper()
-	args := append([]string{"daemon", "--data-dir", d.dataDir, "--run-dir", d.runDir, "--log-level", "debug"}, d.extra...)
+	args := append([]string{"daemon", "--data-dir", d.dataDir, "--run-dir", d.runDir, "--log-level", "debug",
+		"--bridge", d.bridge, "--subnet", d.subnet}, d.extra...)
 	d.cmd = exec.Command(shoalBin, args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
