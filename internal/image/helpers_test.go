@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 func newStore(t *testing.T, opts ...Option) *Store {
 	t.Helper()
+	opts = append([]Option{WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	s, err := Open(filepath.Join(t.TempDir(), "images"), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -62,9 +64,13 @@ type entry struct {
 	mode             int64
 }
 
-func reg(name, body string) entry      { return entry{name: name, body: body, typ: tar.TypeReg, mode: 0o644} }
-func dir(name string) entry            { return entry{name: name, typ: tar.TypeDir, mode: 0o755} }
-func symlink(name, target string) entry { return entry{name: name, link: target, typ: tar.TypeSymlink, mode: 0o777} }
+func reg(name, body string) entry {
+	return entry{name: name, body: body, typ: tar.TypeReg, mode: 0o644}
+}
+func dir(name string) entry { return entry{name: name, typ: tar.TypeDir, mode: 0o755} }
+func symlink(name, target string) entry {
+	return entry{name: name, link: target, typ: tar.TypeSymlink, mode: 0o777}
+}
 func hardlink(name, target string) entry {
 	return entry{name: name, link: target, typ: tar.TypeLink, mode: 0o644}
 }

@@ -1,0 +1,166 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+func buildDir(t *testing.T) string {
+	t.Helper()
+	d := t.TempDir()
+	writeFile(t, filepath.Join(d, "app", "run.sh"), []byte("#!/bin/sh\necho hi\n"))
+	os.Chmod(filepath.Join(d, "app", "run.sh"), 0o755)
+	writeFile(t, filepath.Join(d, "etc", "motd"), []byte("hello\n"))
+	os.Link(filepath.Join(d, "etc", "motd"), filepath.Join(d, "etc", "motd.hard"))
+	os.Symlink("../app/run.sh", filepath.Join(d, "etc", "run"))
+	return d
+}
+
+func TestBuildGetListRemove(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	img, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "web:1", Entrypoint: []string{"/app/run.sh"},
+		Cmd: []string{"x"}, Env: []string{"A=b"}, Workdir: "/app", Ports: []int{8080}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Ref != "web:1" || len(img.Layers) != 1 || !strings.HasPrefix(img.Digest, "sha256:") {
+		t.Fatalf("image %+v", img)
+	}
+	if _, ok := img.Config.ExposedPorts["8080/tcp"]; !ok || img.Config.WorkingDir != "/app" ||
+		!slices.Contains(img.Config.Env, "A=b") || !slices.Contains(img.Config.Env, DefaultPath) {
+		t.Fatalf("config %+v", img.Config)
+	}
+	b, err := os.ReadFile(filepath.Join(img.Layers[0], "etc", "motd.hard"))
+	if err != nil || string(b) != "hello\n" {
+		t.Fatalf("snapshot content %q %v", b, err)
+	}
+	if l, _ := os.Readlink(filepath.Join(img.Layers[0], "etc", "run")); l != "../app/run.sh" {
+		t.Fatalf("symlink %q", l)
+	}
+
+	for _, ref := range []string{"web:1", img.Digest, img.ID, strings.TrimPrefix(img.Digest, "sha256:")[:12], img.ID[7:20]} {
+		got, err := s.Get(ctx, ref)
+		if err != nil || got.Digest != img.Digest {
+			t.Fatalf("Get(%q) = %v, %v", ref, got.Digest, err)
+		}
+	}
+	if _, err := s.Get(ctx, "web"); !errdefs.IsNotFound(err) {
+		t.Fatalf("Get(web) = %v, want not found", err)
+	}
+	if _, err := s.Get(ctx, "Bad Ref"); !errdefs.IsInvalid(err) {
+		t.Fatalf("Get(bad) = %v, want invalid", err)
+	}
+
+	// A second tag of the same content shares blobs and snapshot.
+	img2, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img2.Layers[0] != img.Layers[0] {
+		t.Logf("layers differ (mtimes): %s %s", img2.Layers[0], img.Layers[0])
+	}
+	list, _ := s.List(ctx)
+	if len(list) != 2 || list[0].Ref != "web:1" || list[1].Ref != "web:latest" {
+		t.Fatalf("list %+v", list)
+	}
+
+	// Reopen: the index comes back from disk.
+	s.Close()
+	s2, err := Open(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got, err := s2.Get(ctx, "web:1"); err != nil || got.Digest != img.Digest || got.Layers[0] != img.Layers[0] {
+		t.Fatalf("after reopen: %+v %v", got, err)
+	}
+	if err := s2.Remove(ctx, "web:1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Remove(ctx, "web:latest"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Remove(ctx, "web:latest"); !errdefs.IsNotFound(err) {
+		t.Fatalf("second remove: %v", err)
+	}
+	st := diskState(t, s2)
+	if len(st.blobs) != 0 || len(st.snaps) != 0 {
+		t.Fatalf("left after removing every image: %+v", st)
+	}
+}
+
+func TestOpenLocked(t *testing.T) {
+	s := newStore(t)
+	if _, err := Open(s.Root()); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("second Open: %v", err)
+	}
+}
+
+func TestRemoveKeepsShared(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	d := buildDir(t)
+	a, err := s.Build(ctx, d, BuildOptions{Tag: "a:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same folder, other config: same layer, other image.
+	b, err := s.Build(ctx, d, BuildOptions{Tag: "b:1", Cmd: []string{"sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Layers[0] != b.Layers[0] || a.Digest == b.Digest {
+		t.Fatalf("layers %v %v digests %s %s", a.Layers, b.Layers, a.Digest, b.Digest)
+	}
+	if err := s.Remove(ctx, a.Digest); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(b.Layers[0]); err != nil {
+		t.Fatalf("shared snapshot removed: %v", err)
+	}
+	if _, err := os.Stat(s.blobPath(a.ID)); !os.IsNotExist(err) {
+		t.Fatalf("config of removed image kept: %v", err)
+	}
+}
+
+// TestBuildReadByOtherTools proves skopeo and umoci accept the store layout.
+func TestBuildReadByOtherTools(t *testing.T) {
+	for _, tool := range []string{"skopeo", "umoci"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed: %v", tool, err)
+		}
+	}
+	ctx := context.Background()
+	s := newStore(t)
+	img, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "tools:1", Cmd: []string{"/app/run.sh"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("skopeo", "inspect", "oci:"+s.Root()+":tools:1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("skopeo inspect: %v\n%s", err, out)
+	}
+	var info struct{ Digest string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Digest != img.Digest {
+		t.Fatalf("skopeo digest %q (%v), want %s\n%s", info.Digest, err, img.Digest, out)
+	}
+	bundle := filepath.Join(t.TempDir(), "bundle")
+	s.Close() // umoci takes its own lock on the layout
+	if out, err := exec.Command("umoci", "unpack", "--image", s.Root()+":tools:1", bundle).CombinedOutput(); err != nil {
+		t.Fatalf("umoci unpack: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(bundle, "rootfs", "etc", "motd"))
+	if err != nil || string(b) != "hello\n" {
+		t.Fatalf("umoci rootfs: %q %v", b, err)
+	}
+}
