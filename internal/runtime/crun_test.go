@@ -22,7 +22,7 @@ func TestCrunDetection(t *testing.T) {
 			t.Fatal("crun accepted on a hybrid cgroup host")
 		}
 		msg := err.Error()
-		for _, want := range []string{"crun", "hybrid", "use runc"} {
+		for _, want := range []string{"crun", "hybrid", "use runc", "crun said", "not supported"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("error %q does not mention %q", msg, want)
 			}

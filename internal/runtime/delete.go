@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -36,7 +37,29 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 	t0 := time.Now()
 	found := c != nil
 	var errs []error
-	if _, err := os.Stat(r.stateDir(id)); err == nil {
+	paths := r.cgroupPaths(id)
+	if c != nil && c.isWatching() {
+		// Fast path, no runtime process: kill init through its pidfd (the
+		// kernel then kills the whole pid namespace), wait for the watcher to
+		// reap it, then remove the runtime's state ourselves, as `runc
+		// delete` does for a stopped container without hooks.
+		if !c.exited() {
+			if err := c.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errExited) {
+				errs = append(errs, err)
+			}
+			if frozen, _ := paths.Frozen(); frozen {
+				_ = paths.Thaw() // frozen tasks die only once thawed
+			}
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			errs = append(errs, fmt.Errorf("wait for exit: %w", ctx.Err()))
+		}
+		if err := os.RemoveAll(r.stateDir(id)); err != nil {
+			errs = append(errs, err)
+		}
+	} else if _, err := os.Stat(r.stateDir(id)); err == nil {
 		found = true
 		if _, err := r.runQuiet(ctx, "delete", "--force", id); err != nil {
 			// The runtime could not do it (broken state): kill what is left
@@ -48,19 +71,13 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 		}
 	}
 	tRuntime := time.Now()
-	paths := r.cgroupPaths(id)
 	if paths.Exists() {
 		found = true
+		if frozen, _ := paths.Frozen(); frozen {
+			_ = paths.Thaw()
+		}
 		if err := paths.Remove(); err != nil {
 			errs = append(errs, err)
-		}
-	}
-	if c != nil && c.isWatching() {
-		// The processes are dead; wait for the watcher to reap init.
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("wait for exit: %w", ctx.Err()))
 		}
 	}
 	bundle := r.bundle(id)

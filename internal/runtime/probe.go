@@ -56,6 +56,7 @@ func probeCrun(ctx context.Context) error {
 		Version: "1.0.2",
 		Process: &specs.Process{Args: []string{probeCmd}, Cwd: "/", Env: []string{defaultPath}},
 		Root:    &specs.Root{Path: "rootfs"},
+		Mounts:  []specs.Mount{{Destination: "/proc", Type: "proc", Source: "proc"}},
 		Linux: &specs.Linux{
 			CgroupsPath: cgroupsPath(id),
 			Namespaces:  []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.MountNamespace}},
