@@ -94,12 +94,13 @@ func (in *ingest) importDir(ctx context.Context, dir, name, tag string) error {
 		return err
 	}
 	defer root.Close()
-	if _, err := root.Stat("manifest.json"); err == nil {
+	switch {
+	case exists(root, "manifest.json"):
 		err = in.importDockerArchive(ctx, root, tag)
-	} else if _, err = root.Stat(ocispec.ImageLayoutFile); err == nil {
+	case exists(root, ocispec.ImageLayoutFile):
 		err = in.importLayout(ctx, root, name, tag)
-	} else {
-		return errdefs.Invalid("path", "neither an OCI image layout (no oci-layout file) nor a docker-archive (no manifest.json)")
+	default:
+		err = errdefs.Invalid("path", "neither an OCI image layout (no oci-layout file) nor a docker-archive (no manifest.json)")
 	}
 	if err != nil {
 		return err
@@ -111,6 +112,11 @@ func (in *ingest) importDir(ctx context.Context, dir, name, tag string) error {
 		return errdefs.Invalid("tag", "the archive holds %d images; a tag names exactly one", len(in.images))
 	}
 	return nil
+}
+
+func exists(root *os.Root, name string) bool {
+	_, err := root.Stat(name)
+	return err == nil
 }
 
 func readRootMeta(root *os.Root, name string) ([]byte, error) {

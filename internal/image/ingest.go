@@ -45,6 +45,8 @@ type ingest struct {
 	dir    string
 	staged map[string]bool   // blob digest -> staged under dir/blobs
 	snaps  map[string]string // diff ID -> staged snapshot directory
+	// verified maps layer blob digests to the diff ID their content has.
+	verified map[string]string
 	pinned []string
 	images []*pending
 }
@@ -63,7 +65,7 @@ func (s *Store) newIngest() (*ingest, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &ingest{s: s, dir: dir, staged: map[string]bool{}, snaps: map[string]string{}}, nil
+	return &ingest{s: s, dir: dir, staged: map[string]bool{}, snaps: map[string]string{}, verified: map[string]string{}}, nil
 }
 
 func (in *ingest) close() {
@@ -203,7 +205,21 @@ func (in *ingest) addLayer(ctx context.Context, l ocispec.Descriptor, diffID str
 	if !in.hasBlob(string(l.Digest)) {
 		return fmt.Errorf("blob: %w", errdefs.ErrNotFound)
 	}
-	if _, ok := in.snaps[diffID]; ok || in.pinIfStored(diffID, in.s.snapPath(diffID)) {
+	known := in.verified[string(l.Digest)]
+	if known == "" {
+		known = in.s.knownDiffID(string(l.Digest))
+	}
+	if known != "" && known != diffID {
+		return fmt.Errorf("diff ID mismatch: content is %s, config says %s", known, diffID)
+	}
+	_, staged := in.snaps[diffID]
+	if staged || in.pinIfStored(diffID, in.s.snapPath(diffID)) {
+		if known == "" {
+			// The snapshot exists but this blob was never checked against it.
+			if err := in.checkDiffID(string(l.Digest), diffID); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	f, err := os.Open(in.blobPath(string(l.Digest)))
@@ -223,8 +239,49 @@ func (in *ingest) addLayer(ctx context.Context, l ocispec.Descriptor, diffID str
 		return fmt.Errorf("diff ID mismatch: content is %s, config says %s", res.DiffID, diffID)
 	}
 	in.snaps[diffID] = dst
+	in.verified[string(l.Digest)] = diffID
 	in.s.log.Debug("image store: layer unpacked", "digest", l.Digest, "diffID", diffID, "bytes", res.Size, "entries", res.Entries)
 	return nil
+}
+
+// checkDiffID hashes the uncompressed content of a layer blob.
+func (in *ingest) checkDiffID(layer, diffID string) error {
+	f, err := os.Open(in.blobPath(layer))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r, err := decompressed(f)
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	cnt := &limitCounter{r: r, h: h, max: in.s.limits.MaxLayerBytes}
+	if _, err := io.Copy(io.Discard, cnt); err != nil {
+		if cnt.over {
+			return fmt.Errorf("layer exceeds the limit of %d uncompressed bytes", in.s.limits.MaxLayerBytes)
+		}
+		return err
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
+		return fmt.Errorf("diff ID mismatch: content is %s, config says %s", got, diffID)
+	}
+	in.verified[layer] = diffID
+	return nil
+}
+
+// knownDiffID returns the diff ID a stored image pairs with a layer blob.
+func (s *Store) knownDiffID(layer string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, r := range s.byDigest {
+		for i, b := range r.blobs[2:] {
+			if b == layer {
+				return r.diffIDs[i]
+			}
+		}
+	}
+	return ""
 }
 
 // commit moves the staged blobs and snapshots into the store and records the

@@ -66,19 +66,9 @@ func unpackLayer(ctx context.Context, r io.Reader, dst string, lim Limits) (unpa
 	}
 	defer root.Close()
 
-	br := bufio.NewReaderSize(r, 64<<10)
-	magic, _ := br.Peek(4)
-	var stream io.Reader = br
-	switch {
-	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return unpackResult{}, fmt.Errorf("gzip: %w", err)
-		}
-		defer zr.Close()
-		stream = zr
-	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		return unpackResult{}, errdefs.Invalid("layer", "zstd compression is not supported")
+	stream, err := decompressed(r)
+	if err != nil {
+		return unpackResult{}, err
 	}
 	cnt := &limitCounter{r: stream, h: sha256.New(), max: lim.MaxLayerBytes}
 	u := &unpacker{root: root, lim: lim, chown: os.Geteuid() == 0, okDirs: map[string]bool{".": true}}
@@ -119,6 +109,24 @@ func unpackLayer(ctx context.Context, r io.Reader, dst string, lim Limits) (unpa
 		Size:    cnt.n,
 		Entries: u.entries,
 	}, nil
+}
+
+// decompressed returns the tar stream of a layer, gunzipping it when the
+// content starts with the gzip magic.
+func decompressed(r io.Reader) (io.Reader, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, _ := br.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("gzip: %w", err)
+		}
+		return zr, nil
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return nil, errdefs.Invalid("layer", "zstd compression is not supported")
+	}
+	return br, nil
 }
 
 // limitCounter hashes and counts the uncompressed stream and fails once it
