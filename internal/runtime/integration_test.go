@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -211,12 +214,31 @@ func TestSeccompAndReadOnlyRootfs(t *testing.T) {
 	if !strings.Contains(errOut, "Operation not permitted") {
 		t.Fatalf("stderr %q: want EPERM", errOut)
 	}
+	// With CAP_SYS_ADMIN granted, the filter alone still refuses unshare and
+	// mount; an allow-all filter lets the same commands through.
+	admin := baseSpec(t, "sh", "-c", `unshare -m true && echo unshare-ok; mount -t tmpfs x /tmp && echo mount-ok; echo done`)
+	admin.Capabilities = append(append([]string(nil), defaultCaps...), "CAP_SYS_ADMIN")
+	_, out, errOut = capture(t, r, admin)
+	if strings.Contains(out, "-ok") || !strings.Contains(errOut, "Operation not permitted") {
+		t.Fatalf("default seccomp with SYS_ADMIN: out %q, stderr %q", out, errOut)
+	}
+	admin.ID = testID(t)
+	admin.Seccomp = &specs.LinuxSeccomp{DefaultAction: specs.ActAllow}
+	_, out, errOut = capture(t, r, admin)
+	if !strings.Contains(out, "unshare-ok") || !strings.Contains(out, "mount-ok") {
+		t.Fatalf("allow-all seccomp with SYS_ADMIN: out %q, stderr %q", out, errOut)
+	}
 	// Capability sets are the default minimal ones: CapEff has no SYS_ADMIN.
-	_, out, _ = capture(t, r, baseSpec(t, "sh", "-c", `grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status`))
+	_, out, _ = capture(t, r, baseSpec(t, "sh", "-c", `grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; echo "nofile $(ulimit -n)"`))
 	// CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID SETPCAP
 	// NET_BIND_SERVICE SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP; no NET_RAW.
 	if !strings.Contains(out, "CapEff:\t00000000a80405fb") {
 		t.Fatalf("capabilities: %q", out)
+	}
+	var hostNofile syscall.Rlimit
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &hostNofile)
+	if want := fmt.Sprintf("nofile %d", min(hostNofile.Max, 1048576)); !strings.Contains(out, want) {
+		t.Fatalf("%q: want %q", out, want)
 	}
 	if !strings.Contains(out, "NoNewPrivs:\t1") {
 		t.Fatalf("no_new_privs not set: %q", out)
