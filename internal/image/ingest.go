@@ -47,8 +47,8 @@ type ingest struct {
 	snaps  map[string]string // diff ID -> staged snapshot directory
 	// verified maps layer blob digests to the diff ID their content has.
 	verified map[string]string
-	pinned []string
-	images []*pending
+	pinned   []string
+	images   []*pending
 }
 
 type pending struct {
