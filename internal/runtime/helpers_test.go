@@ -23,6 +23,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(daemonHelper())
+	}
 	var err error
 	testTmp, err = os.MkdirTemp("", "shoal-runtime-test-")
 	if err != nil {
