@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -30,7 +33,9 @@ func BenchmarkLifecycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	dir := b.TempDir()
-	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc")})
+	phases := &phaseLog{m: map[string][]time.Duration{}}
+	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"),
+		Logger: slog.New(phases)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,6 +93,36 @@ func BenchmarkLifecycle(b *testing.B) {
 	b.ReportMetric(ms(median(delT)), "delete-ms")
 	b.ReportMetric(ms(median(totalT)), "total-ms")
 	b.ReportMetric(float64(median(totalT))/float64(median(bareT)), "ratio")
+	for _, k := range []string{"bundle", "runtime"} {
+		if d := phases.m["created."+k]; len(d) > 0 {
+			b.ReportMetric(ms(median(d)), "run."+k+"-ms")
+		}
+	}
+	if d := phases.m["deleted.total"]; len(d) > 0 {
+		b.ReportMetric(ms(median(d)), "delete.inner-ms")
+	}
+}
+
+// phaseLog collects the phase durations the Runtime logs at debug level.
+type phaseLog struct {
+	mu sync.Mutex
+	m  map[string][]time.Duration
+}
+
+func (p *phaseLog) Enabled(context.Context, slog.Level) bool { return true }
+func (p *phaseLog) WithAttrs([]slog.Attr) slog.Handler       { return p }
+func (p *phaseLog) WithGroup(string) slog.Handler            { return p }
+func (p *phaseLog) Handle(_ context.Context, rec slog.Record) error {
+	prefix := strings.TrimPrefix(rec.Message, "container ")
+	rec.Attrs(func(a slog.Attr) bool {
+		if d, err := time.ParseDuration(a.Value.String()); err == nil {
+			p.mu.Lock()
+			p.m[prefix+"."+a.Key] = append(p.m[prefix+"."+a.Key], d)
+			p.mu.Unlock()
+		}
+		return true
+	})
+	return nil
 }
 
 func benchLayer() (string, error) {
