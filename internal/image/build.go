@@ -41,6 +41,8 @@ type BuildOptions struct {
 // Build makes a one-layer image from the folder dir: every file, directory,
 // symlink and hardlink in it, owned by root (uid and gid 0), with modes and
 // modification times kept. Device nodes are refused; sockets are skipped.
+// A tag already in use moves to the new image; the image it named stays,
+// known by digest, until removed (containers may still run from it).
 func (s *Store) Build(ctx context.Context, dir string, o BuildOptions) (Image, error) {
 	var refs []string
 	if o.Tag != "" {

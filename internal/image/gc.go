@@ -29,20 +29,10 @@ func (s *Store) gcLocked(gone []*record) error {
 			snaps = append(snaps, r.diffIDs...)
 		}
 	} else {
-		idx, err := s.readIndex()
-		if err != nil {
-			return err
-		}
-		// Blobs of entries this store does not understand are not swept.
-		foreign := false
-		for _, d := range idx.Manifests {
-			if s.byDigest[string(d.Digest)] == nil {
-				foreign = true
-			}
-		}
-		if !foreign {
-			blobs, err = listDigests(s.blobDir())
-			if err != nil {
+		var err error
+		// Blobs of index entries this store does not understand are kept.
+		if !s.foreign {
+			if blobs, err = listDigests(s.blobDir()); err != nil {
 				return err
 			}
 		}

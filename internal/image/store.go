@@ -88,6 +88,10 @@ type Store struct {
 	limits Limits
 	log    *slog.Logger
 	lock   *os.File
+	// foreign is set when index.json lists entries of other types; their
+	// blobs are then never swept.
+	foreign      bool
+	foreignDescs []ocispec.Descriptor // written back to index.json as found
 
 	mu       sync.RWMutex
 	byDigest map[string]*record
@@ -183,21 +187,18 @@ func (s *Store) init() error {
 	for _, d := range idx.Manifests {
 		if d.MediaType != ocispec.MediaTypeImageManifest && d.MediaType != mediaTypeDockerManifest {
 			s.log.Warn("image store: skipping index entry of unknown type", "digest", d.Digest, "mediaType", d.MediaType)
+			s.foreign = true
+			s.foreignDescs = append(s.foreignDescs, d)
 			continue
 		}
 		rec := s.byDigest[string(d.Digest)]
 		if rec == nil {
-			mb, err := s.readBlob(string(d.Digest))
-			if err != nil {
-				return fmt.Errorf("manifest %s: %w", d.Digest, err)
-			}
-			cb, err := s.readBlob(configDigest(mb))
-			if err != nil {
-				return fmt.Errorf("manifest %s: config: %w", d.Digest, err)
-			}
-			rec, err = newRecord(d, mb, cb)
-			if err != nil {
-				return err
+			var err error
+			if rec, err = s.loadRecord(d); err != nil {
+				// A damaged entry must not keep the store from opening; it
+				// is dropped from index.json at the next write.
+				s.log.Error("image store: dropping unreadable image", "digest", d.Digest, "err", err)
+				continue
 			}
 			s.byDigest[rec.digest] = rec
 		}
@@ -210,6 +211,29 @@ func (s *Store) init() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.gcLocked(nil)
+}
+
+// loadRecord reads a manifest and its config from the store, and checks that
+// its snapshots exist.
+func (s *Store) loadRecord(d ocispec.Descriptor) (*record, error) {
+	mb, err := s.readBlob(string(d.Digest))
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", d.Digest, err)
+	}
+	cb, err := s.readBlob(configDigest(mb))
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: config: %w", d.Digest, err)
+	}
+	rec, err := newRecord(ocispec.Descriptor{MediaType: d.MediaType, Digest: d.Digest, Size: d.Size}, mb, cb)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range rec.diffIDs {
+		if _, err := os.Stat(s.snapPath(id)); err != nil {
+			return nil, fmt.Errorf("manifest %s: snapshot: %w", d.Digest, err)
+		}
+	}
+	return rec, nil
 }
 
 func (s *Store) readIndex() (ocispec.Index, error) {
@@ -231,6 +255,7 @@ func (s *Store) readIndex() (ocispec.Index, error) {
 func (s *Store) writeIndexLocked() error {
 	idx := ocispec.Index{MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{}}
 	idx.SchemaVersion = 2
+	idx.Manifests = append(idx.Manifests, s.foreignDescs...)
 	recs := s.recordsLocked()
 	for _, r := range recs {
 		if len(r.refs) == 0 {

@@ -164,3 +164,45 @@ func TestBuildReadByOtherTools(t *testing.T) {
 		t.Fatalf("umoci rootfs: %q %v", b, err)
 	}
 }
+
+// TestOpenRecovers: leftovers of an interrupted write are cleared at Open,
+// and a damaged image is dropped instead of blocking the store.
+func TestOpenRecovers(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	a, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "a:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Build(ctx, t.TempDir(), BuildOptions{Tag: "b:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	writeFile(t, filepath.Join(s.tmpDir(), "ingest-1", "blobs", "x"), []byte("partial"))
+	orphan := writeFile(t, s.blobPath(digestOf([]byte("orphan"))), []byte("orphan"))
+	if err := os.RemoveAll(b.Layers[0]); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	st := diskState(t, s2)
+	if len(st.tmp) != 0 {
+		t.Fatalf("tmp not cleared: %v", st.tmp)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphan blob kept: %v", err)
+	}
+	if _, err := s2.Get(ctx, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.Get(ctx, "b:1"); !errdefs.IsNotFound(err) {
+		t.Fatalf("damaged image: %v", err)
+	}
+	if _, err := os.Stat(a.Layers[0]); err != nil {
+		t.Fatal(err)
+	}
+}
