@@ -1,16 +1,11 @@
 package image
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -324,129 +319,6 @@ func (in *ingest) importRootfs(ctx context.Context, p, tag string) error {
 	}
 	c := ocispec.ImageConfig{Env: []string{DefaultPath}}
 	return in.addNewImage(ctx, c, []ocispec.Descriptor{layer}, []string{diffID}, []string{tag}, "shoal image import")
-}
-
-func openMaybeGzip(p string) (io.Reader, func(), error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, nil, err
-	}
-	br := bufio.NewReaderSize(f, 64<<10)
-	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			f.Close()
-			return nil, nil, fmt.Errorf("gzip: %w", err)
-		}
-		return zr, func() { zr.Close(); f.Close() }, nil
-	}
-	return br, func() { f.Close() }, nil
-}
-
-// sniffTar reads the tar's names: "oci" for an OCI layout, "docker" for a
-// docker-archive, "" for anything else (a rootfs).
-func sniffTar(p string) (string, error) {
-	r, closeFn, err := openMaybeGzip(p)
-	if err != nil {
-		return "", err
-	}
-	defer closeFn()
-	tr := tar.NewReader(r)
-	seen := map[string]bool{}
-	n := 0
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return "", errdefs.Invalid("path", "not a readable tar (after %d entries): %v", n, err)
-		}
-		n++
-		seen[strings.TrimPrefix(path.Clean(hdr.Name), "./")] = true
-	}
-	if n == 0 {
-		return "", errdefs.Invalid("path", "empty tar")
-	}
-	switch {
-	case seen["manifest.json"]:
-		return "docker", nil
-	case seen[ocispec.ImageLayoutFile] && seen[ocispec.ImageIndexFile]:
-		return "oci", nil
-	}
-	return "", nil
-}
-
-// extractArchive unpacks an OCI layout or docker-archive tar into dst: only
-// directories, regular files and symlinks, never outside dst.
-func extractArchive(ctx context.Context, p, dst string, max int64) error {
-	r, closeFn, err := openMaybeGzip(p)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(dst)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	var total int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return errdefs.Invalid("path", "reading tar: %v", err)
-		}
-		name, err := cleanName(hdr.Name)
-		if err != nil {
-			return entryErr(hdr.Name, "%v", err)
-		}
-		if name == "." {
-			continue
-		}
-		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-			return entryErr(hdr.Name, "%v", err)
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			err = root.MkdirAll(name, 0o755)
-		case tar.TypeSymlink:
-			err = root.Symlink(hdr.Linkname, name)
-		case tar.TypeReg, tar.TypeRegA:
-			total += hdr.Size
-			if total > max {
-				return entryErr(hdr.Name, "archive exceeds %d bytes", max)
-			}
-			err = extractFile(root, name, tr, hdr.Size)
-		}
-		if err != nil && !errors.Is(err, fs.ErrExist) {
-			return entryErr(hdr.Name, "%v", err)
-		}
-	}
-}
-
-func extractFile(root *os.Root, name string, r io.Reader, size int64) error {
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	n, err := io.Copy(f, r)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && n != size {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 var nameCleanRE = regexp.MustCompile(`[^a-z0-9._-]+`)
