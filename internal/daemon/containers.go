@@ -28,6 +28,7 @@ const (
 	labelKind    = "shoal.kind"
 	labelImage   = "shoal.image"
 	labelCommand = "shoal.command"
+	labelDigest  = "shoal.image.digest"
 )
 
 const defaultPids = 1024
@@ -130,7 +131,7 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (*runPl
 			MemoryBytes: p.spec.Limits.MemoryBytes,
 			Pids:        orDefaultInt(req.Pids, defaultPids),
 		},
-		Labels: map[string]string{labelKind: "run", labelImage: orDefault(img.Ref, img.Digest), labelCommand: string(cmdJSON)},
+		Labels: map[string]string{labelKind: "run", labelImage: orDefault(img.Ref, img.Digest), labelDigest: img.Digest, labelCommand: string(cmdJSON)},
 	}
 	return p, nil
 }
@@ -302,6 +303,21 @@ func (s *containerService) List(ctx context.Context) ([]api.Container, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
 	return out, nil
+}
+
+// imageUsers maps each image digest in use to one container using it.
+func (s *containerService) imageUsers(ctx context.Context) (map[string]string, error) {
+	cs, err := s.rt.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, c := range cs {
+		if d := c.Labels[labelDigest]; d != "" {
+			m[d] = c.ID
+		}
+	}
+	return m, nil
 }
 
 func (s *containerService) Remove(ctx context.Context, id string) error {

@@ -197,7 +197,7 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 
 func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
-		Images:     &imageService{s: d.images},
+		Images:     &imageService{s: d.images, users: d.ctrs.imageUsers},
 		Containers: d.ctrs,
 		Health:     d.health,
 		Registry:   d.reg,

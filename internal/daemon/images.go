@@ -11,7 +11,12 @@ import (
 )
 
 // imageService adapts the image store to the API.
-type imageService struct{ s *image.Store }
+type imageService struct {
+	s *image.Store
+	// users lists the image digests containers still use; their layers
+	// are mounted, so those images cannot be removed.
+	users func(ctx context.Context) (map[string]string, error)
+}
 
 func toAPIImage(i image.Image) api.Image {
 	a := api.Image{
@@ -89,5 +94,18 @@ func (s *imageService) Pull(ctx context.Context, req api.PullRequest) (api.Image
 }
 
 func (s *imageService) Remove(ctx context.Context, ref string) error {
+	img, err := s.s.Get(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if s.users != nil {
+		used, err := s.users(ctx)
+		if err != nil {
+			return err
+		}
+		if id, ok := used[img.Digest]; ok {
+			return fmt.Errorf("image %q is used by container %s (remove it first with `shoal rm %s`): %w", ref, id, id, errdefs.ErrConflict)
+		}
+	}
 	return s.s.Remove(ctx, ref)
 }

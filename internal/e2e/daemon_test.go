@@ -140,6 +140,14 @@ func TestImagesThroughCLI(t *testing.T) {
 	if out := d.must("run", "--rm", imgs[0].Digest, "echo", "by digest"); out != "by digest\n" {
 		t.Fatalf("run by digest printed %q", out)
 	}
+	d.must("run", "busybox:1", "true")
+	r := d.shoal("image", "rm", "busybox:1")
+	if r.code == 0 || !strings.Contains(r.stderr, "used by container") {
+		t.Fatalf("removing an image a container uses: code %d stderr %q", r.code, r.stderr)
+	}
+	for _, c := range d.ps() {
+		d.must("rm", c.ID)
+	}
 	d.must("image", "rm", "busybox:1")
 	if out := d.must("image", "ls", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Fatalf("after rm, image ls = %s", out)
