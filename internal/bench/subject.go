@@ -52,7 +52,9 @@ func (r *Result) OK() bool { return r != nil && r.Err == "" && len(r.Samples[pha
 // runs interleaved (subject A, B, C, A, B, C, ...) so that drift on the host
 // touches every subject alike. A subject that fails stops being run; its
 // error is kept in its Result.
-func measure(ctx context.Context, suite string, subjects []subject, warmup, runs int, progress io.Writer) ([]*Result, error) {
+// afterWarmup, if not nil, is called between the warm-up and the recorded
+// runs.
+func measure(ctx context.Context, suite string, subjects []subject, warmup, runs int, progress io.Writer, afterWarmup func()) ([]*Result, error) {
 	results := make([]*Result, len(subjects))
 	for i, s := range subjects {
 		results[i] = &Result{Key: s.key, Name: s.name, Command: s.command, Phases: s.phases, Samples: map[string][]time.Duration{}}
@@ -72,6 +74,9 @@ func measure(ctx context.Context, suite string, subjects []subject, warmup, runs
 				results[j].Err = err.Error()
 			}
 		}
+	}
+	if afterWarmup != nil {
+		afterWarmup()
 	}
 	for i := 0; i < runs; i++ {
 		for j, s := range subjects {

@@ -1,0 +1,62 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// profileMarkdown explains where `shoal run --rm` spends its time, step by
+// step, from the CLI subjects, the daemon's runtime log and the in-process
+// subjects of the same run.
+func (r *Report) profileMarkdown(b *strings.Builder) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	total := r.Result(keyShoalRunNone)
+	if !total.OK() {
+		return
+	}
+	med := func(key string) time.Duration {
+		if res := r.Result(key); res.OK() {
+			return res.Summary(phaseTotal).Median
+		}
+		return 0
+	}
+	inner := func(key, name string) time.Duration { return medianOf(r.Inner[key][name]) }
+	tRun := med(keyShoalRunNone)
+	tVersion := med(keyShoalVersion)
+	tAPI := med(keyShoalPs) - tVersion
+	tBundle := inner(keyShoalRunNone, "created.bundle")
+	tRunc := inner(keyShoalRunNone, "created.runtime")
+	tDelete := inner(keyShoalRunNone, "deleted.total")
+	tRuncDelete := inner(keyShoalRunNone, "deleted.runtime")
+	rest := tRun - tVersion - tAPI - tBundle - tRunc - tDelete
+
+	p("### Where `shoal run --rm` spends its time\n\n")
+	p("Command: `%s`. Medians in ms, network none. The CLI steps come from the `shoal version` and "+
+		"`shoal ps` subjects; the daemon steps from the runtime's own debug timings in the daemon's log "+
+		"(both network modes); *rest* is what remains of the end-to-end median: waiting for `/bin/true` "+
+		"to end, streaming its output, the network namespace from the pool, and request handling. "+
+		"Medians do not add up exactly.\n\n", r.Command)
+	p("| step | measured by | median |\n|---|---|---:|\n")
+	p("| CLI process start-up and exit | `shoal version` | %s |\n", FormatMS(tVersion))
+	p("| one API round trip over the unix socket | `shoal ps` − `shoal version` | %s |\n", FormatMS(tAPI))
+	p("| daemon: bundle (overlay mount, config.json) | runtime log: created.bundle | %s |\n", FormatMS(tBundle))
+	p("| daemon: `runc run --detach` | runtime log: created.runtime | %s |\n", FormatMS(tRunc))
+	p("| daemon: delete (`runc delete` %s, unmount, cgroups, bundle) | runtime log: deleted.total | %s |\n", FormatMS(tRuncDelete), FormatMS(tDelete))
+	p("| rest | end to end − the above | %s |\n", FormatMS(rest))
+	p("| **total** | `shoal run --rm` | **%s** |\n", FormatMS(tRun))
+	p("| for comparison: bare `runc run` | `runc run` | %s |\n", FormatMS(med(keyRuncRun)))
+	p("| for comparison: the daemon's calls in-process | runtime API, Run | %s |\n\n", FormatMS(med(keyAPIRun)))
+
+	p("Inside the runtime API's calls (in-process subjects), medians in ms:\n\n")
+	p("| subject | bundle (overlay, config) | OCI runtime create or run | runtime delete | delete total |\n|---|---:|---:|---:|---:|\n")
+	for _, k := range []string{keyAPISplitNone, keyAPISplitBridge, keyAPIRun} {
+		res := r.Result(k)
+		if !res.OK() {
+			continue
+		}
+		p("| %s | %s | %s | %s | %s |\n", res.Name, FormatMS(inner(k, "created.bundle")), FormatMS(inner(k, "created.runtime")),
+			FormatMS(inner(k, "deleted.runtime")), FormatMS(inner(k, "deleted.total")))
+	}
+	p("\n")
+}

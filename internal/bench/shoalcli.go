@@ -1,0 +1,256 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// benchImage is the tag of the busybox image every shoal subject runs.
+const benchImage = "shoal-bench/busybox:1"
+
+// cliEnv is a shoal daemon started from the real binary for the benchmark,
+// with its own data and run folders, socket, bridge and subnet.
+type cliEnv struct {
+	bin     string
+	dataDir string
+	runDir  string
+	host    string // SHOAL_HOST
+	sock    string
+	logPath string
+	daemon  *exec.Cmd
+	exited  chan struct{}
+	http    *http.Client
+}
+
+// startDaemon starts `shoal daemon` and waits until /v1/health answers.
+func startDaemon(ctx context.Context, bin, dir string) (_ *cliEnv, retErr error) {
+	e := &cliEnv{
+		bin:     bin,
+		dataDir: filepath.Join(dir, "data"),
+		runDir:  filepath.Join(dir, "run"),
+		sock:    filepath.Join(dir, "shoal.sock"),
+		logPath: filepath.Join(dir, "daemon.log"),
+		exited:  make(chan struct{}),
+	}
+	e.host = "unix://" + e.sock
+	e.http = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", e.sock)
+		},
+	}}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("shoal daemon: %w", err)
+	}
+	logFile, err := os.Create(e.logPath)
+	if err != nil {
+		return nil, fmt.Errorf("shoal daemon log: %w", err)
+	}
+	defer logFile.Close()
+	args := []string{"daemon", "--data-dir", e.dataDir, "--run-dir", e.runDir, "--api", e.host,
+		"--runtime", "runc", "--bridge", daemonBenchBridge, "--subnet", daemonBenchSubnet,
+		"--log-level", "debug", "--log-format", "json"}
+	if help, _ := exec.CommandContext(ctx, bin, "daemon", "--help").CombinedOutput(); bytes.Contains(help, []byte("--proxy")) {
+		args = append(args, "--proxy", "127.0.0.1:0")
+	}
+	e.daemon = exec.Command(bin, args...)
+	e.daemon.Stdout, e.daemon.Stderr = logFile, logFile
+	if err := e.daemon.Start(); err != nil {
+		return nil, fmt.Errorf("start %s daemon: %w", bin, err)
+	}
+	go func() { e.daemon.Wait(); close(e.exited) }()
+	defer func() {
+		if retErr != nil {
+			e.close(context.WithoutCancel(ctx))
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-e.exited:
+			return nil, fmt.Errorf("shoal daemon exited at start: %s", tail(e.logPath, 10))
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		default:
+		}
+		if resp, err := e.get(ctx, "/v1/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("shoal daemon not healthy after 30s: %s", tail(e.logPath, 10))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return e, nil
+}
+
+func (e *cliEnv) get(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://shoal"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.http.Do(req)
+}
+
+// cli runs the shoal binary against the daemon and returns how long it took.
+func (e *cliEnv) cli(ctx context.Context, args ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, e.bin, args...)
+	cmd.Env = append(os.Environ(), "SHOAL_HOST="+e.host)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	t0 := time.Now()
+	err := cmd.Run()
+	d := time.Since(t0)
+	if err != nil {
+		return 0, fmt.Errorf("shoal %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return d, nil
+}
+
+// cliSubject returns a run function that times one CLI invocation.
+func (e *cliEnv) cliSubject(args ...string) func(context.Context, int) (map[string]time.Duration, error) {
+	return func(ctx context.Context, _ int) (map[string]time.Duration, error) {
+		d, err := e.cli(ctx, args...)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]time.Duration{phaseTotal: d}, nil
+	}
+}
+
+// daemonPhases reads the runtime's debug lines from the daemon log:
+// "container created" (bundle, runtime, total) and "container deleted"
+// (runtime, total), keyed like phaseLog ("created.bundle", ...). Only lines
+// after skip lines of each message are kept, to leave out warm-up runs.
+func (e *cliEnv) daemonPhases(skip map[string]int) map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	f, err := os.Open(e.logPath)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	seen := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line map[string]any
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		msg, _ := line["msg"].(string)
+		if !strings.HasPrefix(msg, "container created") && !strings.HasPrefix(msg, "container deleted") {
+			continue
+		}
+		msg = strings.TrimPrefix(msg, "container ")
+		seen[msg]++
+		if seen[msg] <= skip[msg] {
+			continue
+		}
+		for k, v := range line {
+			s, ok := v.(string)
+			if !ok {
+				continue
+			}
+			if d, err := time.ParseDuration(s); err == nil {
+				out[msg+"."+k] = append(out[msg+"."+k], d)
+			}
+		}
+	}
+	return out
+}
+
+// countLines counts the daemon's "container created" and "container deleted"
+// lines so far.
+func (e *cliEnv) countLines() map[string]int {
+	n := map[string]int{}
+	for k, v := range e.daemonPhases(nil) {
+		if strings.HasSuffix(k, ".total") {
+			n[strings.TrimSuffix(k, ".total")] = len(v)
+		}
+	}
+	return n
+}
+
+// close removes every container the daemon still holds, stops the daemon,
+// and then removes whatever it left on the host: runtime state, overlay
+// mounts, cgroups and network namespaces, through shoal's own recovery.
+func (e *cliEnv) close(ctx context.Context) error {
+	var errs []string
+	if e.daemon != nil && e.daemon.Process != nil {
+		select {
+		case <-e.exited:
+		default:
+			e.daemon.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-e.exited:
+			case <-time.After(15 * time.Second):
+				e.daemon.Process.Kill()
+				<-e.exited
+			}
+		}
+	}
+	rt, err := runtime.New(ctx, runtime.Options{
+		Root:        filepath.Join(e.dataDir, "containers"),
+		RuntimeRoot: filepath.Join(e.runDir, "runc"),
+		Runtime:     "runc",
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err == nil {
+		if _, _, err := rt.Recover(ctx); err != nil {
+			errs = append(errs, fmt.Sprintf("remove daemon containers: %v", err))
+		}
+	} else if !os.IsNotExist(err) {
+		errs = append(errs, fmt.Sprintf("open daemon runtime: %v", err))
+	}
+	nm, err := network.New(ctx, network.Options{
+		StateDir: filepath.Join(e.runDir, "netns"), CNIConfDir: filepath.Join(e.dataDir, "cni"),
+		Bridge: daemonBenchBridge, Subnet: daemonBenchSubnet, PoolSize: -1, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err == nil {
+		if err := nm.Restore(ctx, nil); err != nil {
+			errs = append(errs, fmt.Sprintf("remove daemon namespaces: %v", err))
+		}
+		if err := nm.Close(ctx); err != nil {
+			errs = append(errs, fmt.Sprintf("close daemon network: %v", err))
+		}
+	} else {
+		errs = append(errs, fmt.Sprintf("open daemon network: %v", err))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("shoal daemon cleanup: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// tail returns the last n lines of a file, for error messages.
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
