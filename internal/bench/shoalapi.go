@@ -194,8 +194,8 @@ type phaseLog struct {
 }
 
 func (p *phaseLog) Enabled(_ context.Context, l slog.Level) bool { return true }
-func (p *phaseLog) WithAttrs([]slog.Attr) slog.Handler        { return p }
-func (p *phaseLog) WithGroup(string) slog.Handler             { return p }
+func (p *phaseLog) WithAttrs([]slog.Attr) slog.Handler           { return p }
+func (p *phaseLog) WithGroup(string) slog.Handler                { return p }
 func (p *phaseLog) Handle(_ context.Context, rec slog.Record) error {
 	msg := strings.TrimPrefix(rec.Message, "container ")
 	rec.Attrs(func(a slog.Attr) bool {
