@@ -147,7 +147,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)
 	}
-	adopted, removed, err := d.rt.Recover(ctx)
+	adopted, _, err := d.rt.Recover(ctx)
 	if err != nil {
 		return fmt.Errorf("recover containers: %w", err)
 	}
@@ -160,7 +160,6 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.net.Restore(ctx, inUse); err != nil {
 		return fmt.Errorf("restore network namespaces: %w", err)
 	}
-	d.log.Info("containers recovered", "adopted", len(adopted), "orphans_removed", len(removed))
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)

@@ -67,7 +67,7 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	// Each daemon gets its own bridge and subnet so that tests running at the
 	// same time never share address reservations.
 	n := rand.IntN(200) + 20
-	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.79.%d.0/24", n)
+	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.181.%d.0/24", n)
 	d.start()
 	t.Cleanup(func() {
 		d.stop(syscall.SIGTERM)

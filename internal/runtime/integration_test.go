@@ -442,10 +442,26 @@ func TestRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(adopted) != 1 || adopted[0].ID != keep.ID || adopted[0].Pid != c.Pid || adopted[0].Status != StatusRunning {
-		t.Fatalf("adopted %+v, want %s with pid %d", adopted, keep.ID, c.Pid)
+	byID := map[string]*Container{}
+	for _, a := range adopted {
+		byID[a.ID] = a
 	}
-	for _, id := range []string{orphan.ID, dead.ID, stray} {
+	if a := byID[keep.ID]; len(adopted) != 2 || a == nil || a.Pid != c.Pid || a.Status != StatusRunning {
+		t.Fatalf("adopted %d containers, want %s running with pid %d and %s stopped", len(adopted), keep.ID, c.Pid, dead.ID)
+	}
+	// A recorded container that exited while no daemon watched stays listed
+	// as stopped, with its exit status unknown, until it is deleted.
+	if a := byID[dead.ID]; a == nil || a.Status != StatusStopped {
+		t.Fatalf("dead container %s not kept as stopped: %+v", dead.ID, a)
+	}
+	if st, err := r2.Wait(context.Background(), dead.ID); err != nil || st.Known {
+		t.Fatalf("wait on a recovered stopped container: %+v, %v; want an unknown status", st, err)
+	}
+	if err := r2.Delete(context.Background(), dead.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r2, dead.ID)
+	for _, id := range []string{orphan.ID, stray} {
 		found := false
 		for _, x := range removed {
 			found = found || x == id

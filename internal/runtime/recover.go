@@ -52,6 +52,12 @@ func (r *Runtime) Recover(ctx context.Context) (adopted []*Container, removed []
 				continue
 			}
 			r.log.Warn("cannot adopt container; removing it", "container", rec.ID, "err", err)
+		} else if rec.Pid != 0 && (!ok || st.Status == StatusStopped) {
+			// It ran and exited (perhaps while no daemon was running): it
+			// stays listed as stopped until it is deleted, as it would have
+			// without the restart. Its exit status is not known.
+			adopted = append(adopted, r.describe(r.adoptStopped(rec)))
+			continue
 		}
 		if err := r.destroy(ctx, rec.ID, nil); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, err)
@@ -114,6 +120,16 @@ func (r *Runtime) adopt(rec Record, st runtimeState) (*ctr, error) {
 	r.mu.Unlock()
 	go r.watch(c)
 	return c, nil
+}
+
+// adoptStopped registers a container whose init has already exited.
+func (r *Runtime) adoptStopped(rec Record) *ctr {
+	c := &ctr{rec: rec, started: true, done: make(chan struct{})}
+	close(c.done)
+	r.mu.Lock()
+	r.ctrs[rec.ID] = c
+	r.mu.Unlock()
+	return c
 }
 
 // cgroupOrphans lists container cgroups under /shoal in any hierarchy that
