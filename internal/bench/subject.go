@@ -17,6 +17,14 @@ const (
 	phaseTotal  = "total"  // the whole life, end to end
 )
 
+// Before each recorded run the host must have been this idle over a window,
+// or settleMax must have passed.
+const (
+	settleIdle   = 0.9
+	settleWindow = 20 * time.Millisecond
+	settleMax    = 200 * time.Millisecond
+)
+
 // subject is one thing measured: a way to run /bin/true in a container.
 type subject struct {
 	key     string   // stable identifier, e.g. "runc-run"
@@ -84,6 +92,7 @@ func measure(ctx context.Context, suite string, subjects []subject, warmup, runs
 				continue
 			}
 			seq++
+			settle(ctx, settleIdle, settleWindow, settleMax)
 			fmt.Fprintf(progress, "%s: %s: %d/%d\n", suite, s.name, i+1, runs)
 			times, err := s.run(ctx, seq)
 			if err != nil {
