@@ -65,6 +65,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer token for --api-tcp (default $SHOAL_TOKEN, or <data-dir>/api-token, made if missing)")
 	f.StringVar(&cfg.Store, "store", "bolt", "state store: bolt (embedded, one host) or etcd://host:port[,host:port...]")
 	f.StringVar(&cfg.Runtime, "runtime", "auto", "OCI runtime: auto, runc or crun")
+	f.StringVar(&cfg.Cgroup, "cgroup-parent", "/shoal", "cgroup under which containers are made; cgroups under it that the daemon has no record of are removed at start")
 	f.StringVar(&cfg.Bridge, "bridge", "shoal0", "name of the bridge for --network bridge containers")
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")

@@ -40,6 +40,7 @@ type Config struct {
 	Store     string // "bolt" or "etcd://host:port,..."
 	Runtime   string // auto, runc or crun
 	Bridge    string // CNI bridge name (default shoal0)
+	Cgroup    string // cgroup parent of every container (default /shoal)
 	Subnet    string // CNI subnet (default 10.77.0.0/16)
 	Version   string
 	Logger    *slog.Logger
@@ -137,12 +138,13 @@ func (d *Daemon) open(ctx context.Context) error {
 		return fmt.Errorf("network: %w", err)
 	}
 	d.rt, err = runtime.New(ctx, runtime.Options{
-		Root:        filepath.Join(cfg.DataDir, "containers"),
-		RuntimeRoot: filepath.Join(cfg.RunDir, "runc"),
-		Runtime:     cfg.Runtime,
-		Records:     runtime.StoreRecords{S: st},
-		Clock:       clock.Real{},
-		Logger:      d.log,
+		Root:         filepath.Join(cfg.DataDir, "containers"),
+		RuntimeRoot:  filepath.Join(cfg.RunDir, "runc"),
+		Runtime:      cfg.Runtime,
+		CgroupParent: cfg.Cgroup,
+		Records:      runtime.StoreRecords{S: st},
+		Clock:        clock.Real{},
+		Logger:       d.log,
 	})
 	if err != nil {
 		return fmt.Errorf("runtime: %w", err)

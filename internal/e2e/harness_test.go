@@ -56,6 +56,7 @@ type daemon struct {
 	extra   []string
 	bridge  string
 	subnet  string
+	cgroup  string
 }
 
 // startDaemon starts a daemon on fresh directories and waits until it answers.
@@ -68,6 +69,7 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	// same time never share address reservations.
 	n := rand.IntN(200) + 20
 	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.181.%d.0/24", n)
+	d.cgroup = fmt.Sprintf("/shoal-e2e-%d-%d", os.Getpid(), n)
 	d.start()
 	t.Cleanup(func() {
 		d.stop(syscall.SIGTERM)
@@ -76,6 +78,10 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 		// The namespace directory is a bind mount that outlives a daemon
 		// killed with SIGKILL (containers may still use it).
 		syscall.Unmount(filepath.Join(d.runDir, "netns"), syscall.MNT_DETACH)
+		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, r := range append(roots, "/sys/fs/cgroup") {
+			os.Remove(filepath.Join(r, d.cgroup))
+		}
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
 		}
@@ -87,7 +93,7 @@ func (d *daemon) start() {
 	t := d.t
 	t.Helper()
 	args := append([]string{"daemon", "--data-dir", d.dataDir, "--run-dir", d.runDir, "--log-level", "debug",
-		"--bridge", d.bridge, "--subnet", d.subnet}, d.extra...)
+		"--bridge", d.bridge, "--subnet", d.subnet, "--cgroup-parent", d.cgroup}, d.extra...)
 	d.cmd = exec.Command(shoalBin, args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log

@@ -34,7 +34,7 @@ func BenchmarkLifecycle(b *testing.B) {
 	}
 	dir := b.TempDir()
 	phases := &phaseLog{m: map[string][]time.Duration{}}
-	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"),
+	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"), CgroupParent: testCgroupParent,
 		Logger: slog.New(phases)})
 	if err != nil {
 		b.Fatal(err)

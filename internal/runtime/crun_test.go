@@ -15,7 +15,7 @@ import (
 func TestCrunDetection(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
-	opts := Options{Root: filepath.Join(dir, "c"), RuntimeRoot: filepath.Join(dir, "crun"), Runtime: "crun"}
+	opts := Options{Root: filepath.Join(dir, "c"), RuntimeRoot: filepath.Join(dir, "crun"), Runtime: "crun", CgroupParent: testCgroupParent}
 	r, err := New(context.Background(), opts)
 	if CgroupMode() == "hybrid" {
 		if err == nil {

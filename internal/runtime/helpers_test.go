@@ -20,9 +20,20 @@ var (
 	busyboxDir  string
 	busyboxErr  error
 	testTmp     string
+	// testCgroupParent keeps this test binary's cgroups apart from any other
+	// shoal runtime on the host (Recover removes unknown cgroups under its
+	// parent). Helper processes inherit it through the environment.
+	testCgroupParent string
 )
 
+const cgroupParentEnv = "SHOAL_TEST_CGROUP_PARENT"
+
 func TestMain(m *testing.M) {
+	testCgroupParent = os.Getenv(cgroupParentEnv)
+	if testCgroupParent == "" {
+		testCgroupParent = fmt.Sprintf("/shoal-test-%d", os.Getpid())
+		os.Setenv(cgroupParentEnv, testCgroupParent)
+	}
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(daemonHelper())
 	}
@@ -41,6 +52,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(testTmp)
+	removeCgroupParent(testCgroupParent)
 	os.Exit(code)
 }
 
@@ -120,6 +132,7 @@ func newTestRuntime(t *testing.T, records RecordStore) *Runtime {
 	dir := t.TempDir()
 	r, err := New(context.Background(), Options{
 		Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"), Records: records,
+		CgroupParent: testCgroupParent,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -207,4 +220,14 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s: condition not reached", what)
+}
+
+// removeCgroupParent removes the (by now empty) parent cgroup in every
+// hierarchy.
+func removeCgroupParent(parent string) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, r := range roots {
+		os.Remove(filepath.Join(r, parent))
+	}
 }

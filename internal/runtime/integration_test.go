@@ -394,7 +394,7 @@ func TestRecover(t *testing.T) {
 	needRoot(t)
 	records := &MemRecords{}
 	dir := t.TempDir()
-	opts := Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"), Records: records}
+	opts := Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"), Records: records, CgroupParent: testCgroupParent}
 	r1, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	}
 	rec := Record{
 		ID: s.ID, Bundle: bundle, Pid: pid, Created: r.clock.Now(), Labels: s.Labels,
-		NetNSPath: s.NetNSPath, Runtime: r.name, CgroupsPath: cgroupsPath(s.ID), CPUs: s.Limits.CPUs,
+		NetNSPath: s.NetNSPath, Runtime: r.name, CgroupsPath: r.host.cgroupsPath(s.ID), CPUs: s.Limits.CPUs,
 	}
 	r.mu.Lock()
 	c.rec = rec

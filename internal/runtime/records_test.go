@@ -34,7 +34,7 @@ func daemonHelper() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	r, err := New(context.Background(), Options{Root: root, RuntimeRoot: rtRoot, Records: StoreRecords{S: st}})
+	r, err := New(context.Background(), Options{Root: root, RuntimeRoot: rtRoot, Records: StoreRecords{S: st}, CgroupParent: testCgroupParent})
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -115,7 +115,7 @@ func TestRecoverAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	r, err := New(context.Background(), Options{Root: root, RuntimeRoot: rtRoot, Records: StoreRecords{S: st}})
+	r, err := New(context.Background(), Options{Root: root, RuntimeRoot: rtRoot, Records: StoreRecords{S: st}, CgroupParent: testCgroupParent})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,7 +135,7 @@ func (r *Runtime) adoptStopped(rec Record) *ctr {
 // cgroupOrphans lists container cgroups under /shoal in any hierarchy that
 // no record names.
 func (r *Runtime) cgroupOrphans(known map[string]bool) []string {
-	parent := r.layout.Paths("/shoal")
+	parent := r.layout.Paths(r.host.cgroupParent)
 	var out []string
 	for _, d := range parent.Dirs() {
 		entries, err := os.ReadDir(d)

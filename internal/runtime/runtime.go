@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -55,8 +56,13 @@ type Options struct {
 	Runtime string
 	// Records keep container records (default: in memory only).
 	Records RecordStore
-	Clock   clock.Clock
-	Logger  *slog.Logger
+	// CgroupParent is the cgroup every container's cgroup is made under
+	// (default DefaultCgroupParent). Recover treats every cgroup under it
+	// that no record names as an orphan, so two Runtimes on one host must
+	// not share it.
+	CgroupParent string
+	Clock        clock.Clock
+	Logger       *slog.Logger
 }
 
 // Runtime creates and manages containers. It is safe for concurrent use.
@@ -159,7 +165,14 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.host = hostInfo{rlimitHard: hostRlimits(), cgroupV2: layout.V2Only()}
+	r.host = hostInfo{rlimitHard: hostRlimits(), cgroupV2: layout.V2Only(), cgroupParent: DefaultCgroupParent}
+	if o.CgroupParent != "" {
+		p := "/" + strings.Trim(o.CgroupParent, "/")
+		if p == "/" || strings.Contains(p, "..") {
+			return nil, errdefs.Invalid("cgroup_parent", "%q is not a cgroup path such as /shoal", o.CgroupParent)
+		}
+		r.host.cgroupParent = p
+	}
 	if _, err := os.Stat("/proc/self/ns/cgroup"); err == nil {
 		r.host.cgroupNS = true
 	}
@@ -199,7 +212,10 @@ func CgroupMode() string {
 }
 
 // cgroupPaths are the directories of container id's cgroup.
-func (r *Runtime) cgroupPaths(id string) cgroups.Paths { return r.layout.Paths(cgroupsPath(id)) }
+func (r *Runtime) cgroupPaths(id string) cgroups.Paths { return r.layout.Paths(r.host.cgroupsPath(id)) }
+
+// DefaultCgroupParent is the cgroup containers are made under by default.
+const DefaultCgroupParent = "/shoal"
 
 func (r *Runtime) bundle(id string) string { return filepath.Join(r.root, id) }
 

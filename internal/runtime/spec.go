@@ -85,6 +85,9 @@ type hostInfo struct {
 	rlimitHard map[string]uint64
 	cgroupNS   bool
 	cgroupV2   bool
+	// cgroupParent is the cgroup under which every container's cgroup is
+	// made ("/shoal" unless Options.CgroupParent says otherwise).
+	cgroupParent string
 }
 
 // user is a resolved process identity.
@@ -133,7 +136,15 @@ var readonlyPaths = []string{
 }
 
 // cgroupsPath is where shoal puts a container in every hierarchy.
-func cgroupsPath(id string) string { return "/shoal/" + id }
+func cgroupsPath(id string) string { return DefaultCgroupParent + "/" + id }
+
+// cgroupsPath is the cgroup of container id under this host's parent.
+func (h hostInfo) cgroupsPath(id string) string {
+	if h.cgroupParent == "" {
+		return cgroupsPath(id)
+	}
+	return h.cgroupParent + "/" + id
+}
 
 // validate checks the parts of a Spec that need no filesystem access.
 func (s *Spec) validate() error {
@@ -283,7 +294,7 @@ func generate(s *Spec, u user, h hostInfo) (*specs.Spec, error) {
 		Mounts:   mounts(s.Mounts, h),
 		Linux: &specs.Linux{
 			Resources:     resources(s.Limits),
-			CgroupsPath:   cgroupsPath(s.ID),
+			CgroupsPath:   h.cgroupsPath(s.ID),
 			Namespaces:    namespaces(s.NetNSPath, h),
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,

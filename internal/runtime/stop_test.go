@@ -18,7 +18,7 @@ func TestStopGraceFakeClock(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
 	fake := clock.NewFake(time.Unix(1700000000, 0))
-	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "c"), RuntimeRoot: filepath.Join(dir, "runc"), Clock: fake})
+	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "c"), RuntimeRoot: filepath.Join(dir, "runc"), Clock: fake, CgroupParent: testCgroupParent})
 	if err != nil {
 		t.Fatal(err)
 	}
