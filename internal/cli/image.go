@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -188,7 +189,18 @@ func newImageInspectCmd(g *globals) *cobra.Command {
 			if err := c.Do(cmd.Context(), "GET", "/v1/images/"+url.PathEscape(args[0]), nil, &img); err != nil {
 				return err
 			}
-			return printJSON(cmd.OutOrStdout(), img)
+			if out == "json" {
+				return printJSON(cmd.OutOrStdout(), img)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "ref:         %s\ndigest:     %s\nid:          %s\nsize:        %s\nlayers:      %d\ncreated:     %s\n",
+				orDash(img.Ref), img.Digest, img.ID, fmtSize(img.Size), img.Layers, img.Created.Format(time.RFC3339))
+			fmt.Fprintf(w, "entrypoint:  %s\ncmd:         %s\nworkdir:     %s\nports:       %s\n",
+				strings.Join(img.Entrypoint, " "), strings.Join(img.Cmd, " "), orDash(img.WorkingDir), strings.Join(img.Ports, " "))
+			for _, e := range img.Env {
+				fmt.Fprintf(w, "env:         %s\n", e)
+			}
+			return nil
 		},
 	}
 	outputFlag(cmd, &out)

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -57,6 +58,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	var ae *APIError
 	switch {
 	case errors.As(err, &ue):
+		return 2
+	case strings.HasPrefix(err.Error(), "unknown command ") || strings.HasPrefix(err.Error(), "unknown flag"):
 		return 2
 	case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
 		return 2

@@ -22,6 +22,7 @@ func TestBadInput(t *testing.T) {
 		{"negative cpus", []string{"run", "--cpus", "-1", "busybox:1", "true"}, 2, "--cpus"},
 		{"bad network", []string{"run", "--network", "wifi", "busybox:1", "true"}, 2, "--network"},
 		{"bad timeout", []string{"run", "--timeout", "soon", "busybox:1", "true"}, 2, "--timeout"},
+		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
 		{"unknown flag", []string{"run", "--frobnicate", "busybox:1"}, 2, "frobnicate"},
 		{"missing image arg", []string{"run"}, 2, "argument"},
 		{"unreadable import", []string{"image", "import", "/nonexistent/image.tar"}, 2, "/nonexistent/image.tar"},

@@ -134,7 +134,7 @@ func TestImagesThroughCLI(t *testing.T) {
 		t.Fatalf("image ls = %+v", imgs)
 	}
 	out := d.must("image", "inspect", "busybox:1")
-	if !strings.Contains(out, imgs[0].Digest) {
+	if !strings.Contains(out, imgs[0].Digest) || !strings.Contains(out, "cmd:         /bin/sh") {
 		t.Fatalf("inspect does not show the digest: %s", out)
 	}
 	if out := d.must("run", "--rm", imgs[0].Digest, "echo", "by digest"); out != "by digest\n" {
