@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 	"time"
 )
@@ -89,7 +88,11 @@ func (r *Report) Markdown() string {
 		p("| %s | `%s` | %s | %s | %s | %s | %s | %s | %s |\n", res.Name, res.Command,
 			FormatMS(s.Median), FormatMS(s.P90), FormatMS(s.P99), FormatMS(s.Min), FormatMS(s.Max), FormatMS(s.Stddev), FormatRatio(ratio))
 	}
-	p("\n")
+	p("\npodman runs the container with runc and these flags because on a host with cgroup v1+v2 hybrid " +
+		"mounts crun refuses to start (see the podman (crun) row), podman's default open-files limit " +
+		"(1048576) can exceed the host's hard limit, and without systemd cgroups are managed through " +
+		"cgroupfs. It gets the same read-only root file system as the others, from its own copy of the " +
+		"folder because podman writes /etc/hosts and friends into it.\n\n")
 
 	vsRunc, vsPodman := r.Ratios()
 	p("### Targets\n\nCommand: `%s`. Ratios of medians, `shoal run --rm` with network none.\n\n", r.Command)
@@ -199,13 +202,3 @@ func oneLine(s string) string {
 
 // medianOf returns the median of samples, 0 for none.
 func medianOf(d []time.Duration) time.Duration { return Summarize(d).Median }
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
