@@ -40,22 +40,23 @@ func newPodmanBaseline(rootfs, ociRuntime string) (*podmanBaseline, error) {
 	}, nil
 }
 
-func (p *podmanBaseline) args(name string) []string {
+func (p *podmanBaseline) args(name, rootfs string) []string {
 	a := []string{"--runtime", p.runtime, "run", "--rm"}
 	if name != "" {
 		a = append(a, "--name", name)
 	}
 	a = append(a, podmanFlags...)
-	return append(a, "--rootfs", p.rootfs, "/bin/true")
+	return append(a, "--rootfs", rootfs, "/bin/true")
 }
 
-// command returns the exact command line shown in the report.
+// command returns the command line shown in the report, with DIR for the
+// root file system folder and without the container name.
 func (p *podmanBaseline) command() string {
-	return "podman " + strings.Join(p.args(""), " ")
+	return "podman " + strings.Join(p.args("", "DIR"), " ")
 }
 
 func (p *podmanBaseline) run(ctx context.Context, i int) (map[string]time.Duration, error) {
-	cmd := exec.CommandContext(ctx, p.bin, p.args(p.prefix+strconv.Itoa(i))...)
+	cmd := exec.CommandContext(ctx, p.bin, p.args(p.prefix+strconv.Itoa(i), p.rootfs)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	t0 := time.Now()

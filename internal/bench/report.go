@@ -62,7 +62,9 @@ func (r *Report) Markdown() string {
 	p("Produced by `%s` on %s, %d recorded runs of each subject after %d warm-up run(s), "+
 		"interleaved (A, B, C, A, B, C, ...) so that drift on the host touches every subject alike; "+
 		"the suite took %s. Every subject runs `/bin/true` in the same busybox root file system "+
-		"(a static busybox and applet links), read-only.\n\n",
+		"(a static busybox and applet links), read-only. In commands, DIR is that folder, B a bundle "+
+		"made by `runc spec` (no terminal, args `/bin/true`, read-only root, root path DIR) and ID a "+
+		"fresh container ID.\n\n",
 		r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Runs, r.Warmup, r.Elapsed.Round(time.Second))
 	p("%s\n", r.Machine.Markdown())
 
