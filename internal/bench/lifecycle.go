@@ -24,8 +24,8 @@ type LifecycleOptions struct {
 	// ShoalBin is the shoal binary whose CLI and daemon are measured
 	// (default: this executable when it is named shoal).
 	ShoalBin string
-	// DataDir holds everything the suite creates; it is removed afterwards
-	// (default: a new folder under /var/tmp).
+	// DataDir is where the suite makes its scratch folder, removed
+	// afterwards (default /var/tmp).
 	DataDir string
 	// Out receives progress lines (default: discarded).
 	Out io.Writer
@@ -103,16 +103,18 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 	}
 	rep := &Report{Suite: "lifecycle", Command: o.Command, Runs: o.Runs, Warmup: warmup, Quick: o.Quick,
 		Machine: CollectMachine(ctx), Started: time.Now()}
-	dir := o.DataDir
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("/var/tmp", "shoal-bench-"); err != nil {
-			return nil, fmt.Errorf("lifecycle: %w", err)
-		}
-		defer os.RemoveAll(dir)
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+	parent := o.DataDir
+	if parent == "" {
+		parent = "/var/tmp"
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("lifecycle: data dir: %w", err)
 	}
+	dir, err := os.MkdirTemp(parent, "shoal-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle: data dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
 	// Clean-up runs on a context of its own so that an interrupted suite
 	// still removes what it made.
 	var cleanups []func(context.Context) error

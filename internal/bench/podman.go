@@ -1,13 +1,17 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // podmanFlags are the flags podman needs on a host with cgroup v1+v2 hybrid
@@ -62,6 +66,7 @@ func (p *podmanBaseline) run(ctx context.Context, i int) (map[string]time.Durati
 	t0 := time.Now()
 	err := cmd.Run()
 	d := time.Since(t0)
+	reapExited("conmon")
 	if err != nil {
 		return nil, fmt.Errorf("podman run (runtime %s): %w: %s", p.runtime, err, strings.TrimSpace(stderr.String()))
 	}
@@ -70,6 +75,7 @@ func (p *podmanBaseline) run(ctx context.Context, i int) (map[string]time.Durati
 
 // cleanup removes every container this baseline may have left behind.
 func (p *podmanBaseline) cleanup(ctx context.Context) error {
+	defer reapExited("conmon")
 	out, err := exec.CommandContext(ctx, p.bin, "ps", "-a", "-q", "--filter", "name=^"+p.prefix).Output()
 	if err != nil {
 		return fmt.Errorf("podman ps: %w", err)
@@ -83,4 +89,30 @@ func (p *podmanBaseline) cleanup(ctx context.Context) error {
 		return fmt.Errorf("podman rm %v: %w: %s", ids, err, out)
 	}
 	return nil
+}
+
+// reapExited reaps children of this process named comm that have exited.
+// podman's container monitor (conmon) daemonizes; when this process is a
+// child subreaper it inherits the monitor, and nothing else would wait for
+// it.
+func reapExited(comm string) {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	for _, t := range tasks {
+		raw, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(raw)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil || !bytes.Contains(stat, []byte("("+comm+") Z")) {
+				continue
+			}
+			var ws unix.WaitStatus
+			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		}
+	}
 }
