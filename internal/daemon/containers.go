@@ -42,14 +42,15 @@ type containerService struct {
 
 	mu       sync.Mutex
 	attached map[string]*network.Attachment // container id → its namespace
-	pending  sync.WaitGroup                 // background releases
+	removing map[string]bool                // --rm containers being removed
+	pending  sync.WaitGroup                 // background releases and removals
 
 	started  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
 
 func newContainerService(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *containerService {
-	s := &containerService{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}}
+	s := &containerService{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}}
 	s.started = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_containers_started_total", Help: "Containers started, by network mode.",
 	}, []string{"network"})
@@ -146,6 +147,9 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 	}
 	id := newID(12)
 	p.spec.ID, p.spec.Hostname = id, id
+	// A --rm container's client is gone when the daemon is, so it is not
+	// recorded: a restarted daemon removes it rather than adopting it.
+	p.spec.Ephemeral = p.remove
 	att, err := s.net.Acquire(ctx, id, p.mode)
 	if err != nil {
 		return api.Exit{}, fmt.Errorf("container %s: network %s: %w", id, p.mode, err)
@@ -192,11 +196,25 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 	s.pending.Add(1)
 	go func() { defer s.pending.Done(); s.releaseNetOf(id) }()
 	if p.remove {
-		t2 := time.Now()
-		if err := s.rt.Delete(context.Background(), id); err != nil {
-			s.log.Error("remove container", "id", id, "err", err)
-		}
-		s.duration.WithLabelValues("delete").Observe(time.Since(t2).Seconds())
+		// The container has exited and is no longer listed; its mount,
+		// cgroups and bundle are removed after the answer is sent. A daemon
+		// that dies before that finishes removes them at its next start
+		// (the container was never recorded, so it is an orphan).
+		s.mu.Lock()
+		s.removing[id] = true
+		s.mu.Unlock()
+		s.pending.Add(1)
+		go func() {
+			defer s.pending.Done()
+			t2 := time.Now()
+			if err := s.rt.Delete(context.Background(), id); err != nil {
+				s.log.Error("remove container", "id", id, "err", err)
+			}
+			s.duration.WithLabelValues("delete").Observe(time.Since(t2).Seconds())
+			s.mu.Lock()
+			delete(s.removing, id)
+			s.mu.Unlock()
+		}()
 	}
 	return exit, nil
 }
@@ -296,7 +314,16 @@ func (s *containerService) List(ctx context.Context) ([]api.Container, error) {
 		return nil, err
 	}
 	out := make([]api.Container, 0, len(cs))
+	s.mu.Lock()
+	removing := make(map[string]bool, len(s.removing))
+	for id := range s.removing {
+		removing[id] = true
+	}
+	s.mu.Unlock()
 	for _, c := range cs {
+		if removing[c.ID] {
+			continue
+		}
 		a := api.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labelImage]}
 		json.Unmarshal([]byte(c.Labels[labelCommand]), &a.Command)
 		out = append(out, a)

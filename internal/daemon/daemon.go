@@ -41,6 +41,7 @@ type Config struct {
 	Runtime   string // auto, runc or crun
 	Bridge    string // CNI bridge name (default shoal0)
 	Cgroup    string // cgroup parent of every container (default /shoal)
+	NetnsPool int    // ready network namespaces per mode (0: default, <0: none)
 	Subnet    string // CNI subnet (default 10.77.0.0/16)
 	Version   string
 	Logger    *slog.Logger
@@ -131,6 +132,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		StateDir:   filepath.Join(cfg.RunDir, "netns"),
 		CNIConfDir: filepath.Join(cfg.DataDir, "cni"),
 		Bridge:     cfg.Bridge,
+		PoolSize:   cfg.NetnsPool,
 		Subnet:     cfg.Subnet,
 		Logger:     d.log,
 	})

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestRun(t *testing.T) {
@@ -62,6 +63,25 @@ func TestRun(t *testing.T) {
 		d.must("run", "--rm", "busybox:1", "sh", "-c", "echo x > /bin/marker")
 		if r := d.shoal("run", "--rm", "busybox:1", "cat", "/bin/marker"); r.code == 0 {
 			t.Fatalf("a file written by one container is visible in the next: %q", r.stdout)
+		}
+	})
+	t.Run("--rm leaves nothing behind", func(t *testing.T) {
+		d.must("run", "--rm", "busybox:1", "true")
+		if out := d.must("ps", "-a", "-o", "json"); strings.TrimSpace(out) != "[]" {
+			t.Fatalf("ps -a after run --rm = %s", out)
+		}
+		// Removal finishes right after the answer; wait for it.
+		dir := filepath.Join(d.dataDir, "containers")
+		for i := 0; ; i++ {
+			entries, _ := os.ReadDir(dir)
+			mounts, _ := os.ReadFile("/proc/self/mountinfo")
+			if len(entries) == 0 && !strings.Contains(string(mounts), dir) {
+				break
+			}
+			if i == 500 {
+				t.Fatalf("after run --rm, %d bundles left in %s", len(entries), dir)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 	t.Run("without --rm the container is listed until rm", func(t *testing.T) {

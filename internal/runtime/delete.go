@@ -92,11 +92,13 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 			errs = append(errs, err)
 		}
 	}
-	if _, err := r.records.Get(ctx, id); err == nil {
-		found = true
-	}
-	if err := r.records.Delete(ctx, id); err != nil {
-		errs = append(errs, err)
+	if c == nil || !c.rec.Ephemeral {
+		if _, err := r.records.Get(ctx, id); err == nil {
+			found = true
+		}
+		if err := r.records.Delete(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("container %q: delete: %w", id, err)

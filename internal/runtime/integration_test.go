@@ -512,3 +512,38 @@ func TestBadSpecs(t *testing.T) {
 		t.Fatalf("delete missing: %v", err)
 	}
 }
+
+// TestEphemeralNotRecorded checks that an ephemeral container is never
+// written to the records and that a new Runtime removes it as an orphan.
+func TestEphemeralNotRecorded(t *testing.T) {
+	records := &MemRecords{}
+	dir := t.TempDir()
+	opts := Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "runc"), Records: records, CgroupParent: testCgroupParent}
+	r1, err := New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := baseSpec(t, "sleep", "300")
+	s.Ephemeral = true
+	if _, err := r1.Run(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if recs, _ := records.List(context.Background()); len(recs) != 0 {
+		t.Fatalf("ephemeral container recorded: %+v", recs)
+	}
+	if cs, _ := r1.List(context.Background()); len(cs) != 1 || cs[0].ID != s.ID {
+		t.Fatalf("ephemeral container not listed by its runtime: %+v", cs)
+	}
+	r2, err := New(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopted, removed, err := r2.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(adopted) != 0 || len(removed) != 1 || removed[0] != s.ID {
+		t.Fatalf("recover: adopted %d, removed %v; want the ephemeral container removed", len(adopted), removed)
+	}
+	assertGone(t, r2, s.ID)
+}

@@ -109,6 +109,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	rec := Record{
 		ID: s.ID, Bundle: bundle, Pid: pid, Created: r.clock.Now(), Labels: s.Labels,
 		NetNSPath: s.NetNSPath, Runtime: r.name, CgroupsPath: r.host.cgroupsPath(s.ID), CPUs: s.Limits.CPUs,
+		Ephemeral: s.Ephemeral,
 	}
 	r.mu.Lock()
 	c.rec = rec
@@ -120,8 +121,10 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	c.watching = true
 	c.mu.Unlock()
 	go r.watch(c)
-	if err := r.records.Put(ctx, rec); err != nil {
-		return nil, fmt.Errorf("container %q: %w", s.ID, err)
+	if !rec.Ephemeral {
+		if err := r.records.Put(ctx, rec); err != nil {
+			return nil, fmt.Errorf("container %q: %w", s.ID, err)
+		}
 	}
 	r.log.Debug("container created", "container", s.ID, "pid", pid, "started", start,
 		"bundle", tBundle.Sub(t0).String(), "runtime", tRuntime.Sub(tBundle).String(), "total", since(t0))

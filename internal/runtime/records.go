@@ -24,6 +24,8 @@ type Record struct {
 	Runtime     string            `json:"runtime"`
 	CgroupsPath string            `json:"cgroups_path"`
 	CPUs        float64           `json:"cpus,omitempty"`
+	// Ephemeral records stay in memory only (Spec.Ephemeral).
+	Ephemeral bool `json:"-"`
 }
 
 // RecordStore keeps container records. Get returns an error matching

@@ -43,6 +43,11 @@ type Spec struct {
 	Stdout *os.File
 	Stderr *os.File
 	Labels map[string]string
+	// Ephemeral containers are never written to the record store: they cost
+	// no store writes on the start and delete paths, and a restarted daemon
+	// removes them as orphans instead of adopting them. For one-off runs
+	// whose client is gone when the daemon is.
+	Ephemeral bool
 	// Rlimits replace the default limit of the same type. A hard limit above
 	// the host's own is refused.
 	Rlimits []specs.POSIXRlimit
