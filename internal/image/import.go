@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 
@@ -321,7 +320,7 @@ func (in *ingest) importRootfs(ctx context.Context, p, tag string) error {
 	return in.addNewImage(ctx, c, []ocispec.Descriptor{layer}, []string{diffID}, []string{tag}, "shoal image import")
 }
 
-var nameCleanRE = regexp.MustCompile(`[^a-z0-9._-]+`)
+var nameCleanRE = lazyRegexp(`[^a-z0-9._-]+`)
 
 // baseName derives an image name from a file or folder name.
 func baseName(p string) string {
@@ -329,8 +328,8 @@ func baseName(p string) string {
 	for _, ext := range []string{".tar.gz", ".tgz", ".tar", ".oci"} {
 		b = strings.TrimSuffix(b, ext)
 	}
-	b = strings.Trim(nameCleanRE.ReplaceAllString(b, "-"), "._-")
-	if !componentRE.MatchString(b) {
+	b = strings.Trim(nameCleanRE().ReplaceAllString(b, "-"), "._-")
+	if !componentRE().MatchString(b) {
 		return "imported"
 	}
 	return b

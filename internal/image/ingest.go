@@ -435,7 +435,7 @@ func digestOf(b []byte) string {
 // also keeps digests safe to use as file names.
 func checkDigest(d string) error {
 	h, ok := strings.CutPrefix(d, "sha256:")
-	if !ok || len(h) != 64 || !hexRE.MatchString(h) {
+	if !ok || len(h) != 64 || !hexRE().MatchString(h) {
 		return errdefs.Invalid("digest", "%q is not a sha256 digest", d)
 	}
 	return nil

@@ -3,15 +3,22 @@ package image
 import (
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
+// lazyRegexp compiles expr on first use, so that starting the shoal binary
+// (every CLI command) does not pay for patterns only the daemon needs.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
+
 var (
-	domainRE    = regexp.MustCompile(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?$`)
-	componentRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
-	tagRE       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
-	hexRE       = regexp.MustCompile(`^[a-f0-9]+$`)
+	domainRE    = lazyRegexp(`^(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?$`)
+	componentRE = lazyRegexp(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	tagRE       = lazyRegexp(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	hexRE       = lazyRegexp(`^[a-f0-9]+$`)
 )
 
 // DefaultTag is the tag a reference without one gets.
@@ -34,7 +41,7 @@ func ParseReference(s string) (name, tag string, err error) {
 	name, tag = s, DefaultTag
 	if i := strings.LastIndexByte(s, ':'); i > strings.LastIndexByte(s, '/') {
 		name, tag = s[:i], s[i+1:]
-		if !tagRE.MatchString(tag) {
+		if !tagRE().MatchString(tag) {
 			return bad("malformed tag " + quote(tag))
 		}
 	}
@@ -43,13 +50,13 @@ func ParseReference(s string) (name, tag string, err error) {
 	}
 	parts := strings.Split(name, "/")
 	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost") {
-		if !domainRE.MatchString(parts[0]) {
+		if !domainRE().MatchString(parts[0]) {
 			return bad("malformed registry " + quote(parts[0]))
 		}
 		parts = parts[1:]
 	}
 	for _, p := range parts {
-		if !componentRE.MatchString(p) {
+		if !componentRE().MatchString(p) {
 			return bad("malformed name component " + quote(p) + " (lower-case letters, digits and . _ - only)")
 		}
 	}

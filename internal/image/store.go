@@ -373,9 +373,9 @@ func (s *Store) Get(ctx context.Context, ref string) (Image, error) {
 
 // lookupLocked resolves ref; name is the full reference when ref was a name.
 func (s *Store) lookupLocked(ref string) (*record, string, error) {
-	if strings.HasPrefix(ref, "sha256:") || (len(ref) >= 12 && len(ref) <= 64 && hexRE.MatchString(ref)) {
+	if strings.HasPrefix(ref, "sha256:") || (len(ref) >= 12 && len(ref) <= 64 && hexRE().MatchString(ref)) {
 		prefix := strings.TrimPrefix(ref, "sha256:")
-		if !hexRE.MatchString(prefix) || (len(prefix) < 12 && len(prefix) != 64) {
+		if !hexRE().MatchString(prefix) || (len(prefix) < 12 && len(prefix) != 64) {
 			return nil, "", errdefs.Invalid("reference", "%q: a digest needs at least 12 hex digits", ref)
 		}
 		var found *record

@@ -159,7 +159,7 @@ func (o *Options) defaults() error {
 	if o.Bridge == "" {
 		o.Bridge = "shoal0"
 	}
-	if !bridgeName.MatchString(o.Bridge) {
+	if !bridgeName().MatchString(o.Bridge) {
 		return errdefs.Invalid("bridge", "%q is not an interface name (1-15 of a-z A-Z 0-9 _ . -)", o.Bridge)
 	}
 	if o.Logger == nil {
@@ -169,8 +169,8 @@ func (o *Options) defaults() error {
 }
 
 var (
-	bridgeName = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,14}$`)
-	nsName     = regexp.MustCompile(`^(none|bridge)-[0-9a-f]{16}$`)
+	bridgeName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,14}$`) })
+	nsName     = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(none|bridge)-[0-9a-f]{16}$`) })
 )
 
 // poolTarget is how many ready namespaces of mode the pool keeps.
@@ -284,7 +284,7 @@ func (m *Manager) Release(ctx context.Context, a *Attachment) error {
 func (m *Manager) parsePath(path string) (string, Mode, error) {
 	clean := filepath.Clean(path)
 	name := filepath.Base(clean)
-	if filepath.Dir(clean) != m.o.StateDir || !nsName.MatchString(name) {
+	if filepath.Dir(clean) != m.o.StateDir || !nsName().MatchString(name) {
 		return "", "", errdefs.Invalid("netns path", "%q is not a namespace of %s", path, m.o.StateDir)
 	}
 	mode := None

@@ -42,7 +42,7 @@ func (m *Manager) Restore(ctx context.Context, inUse map[string]string) error {
 		if de.IsDir() || m.isOwned(name) {
 			continue
 		}
-		if id, ok := keep[name]; ok && nsName.MatchString(name) {
+		if id, ok := keep[name]; ok && nsName().MatchString(name) {
 			errs = append(errs, m.adopt(name, id))
 			continue
 		}
