@@ -118,6 +118,7 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 	// Clean-up runs on a context of its own so that an interrupted suite
 	// still removes what it made.
 	var cleanups []func(context.Context) error
+	cleanups = append(cleanups, removeCgroupParents)
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
@@ -232,4 +233,17 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 	}
 	rep.Elapsed = time.Since(rep.Started)
 	return rep, nil
+}
+
+// removeCgroupParents removes the suite's (by now empty) parent cgroups in
+// every hierarchy.
+func removeCgroupParents(context.Context) error {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	roots = append(roots, "/sys/fs/cgroup")
+	for _, r := range roots {
+		for _, p := range []string{benchCgroupParent, daemonBenchCgroupParent} {
+			os.Remove(filepath.Join(r, p))
+		}
+	}
+	return nil
 }

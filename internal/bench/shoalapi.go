@@ -29,9 +29,13 @@ type apiEnv struct {
 // default shoal0 and 10.77.0.0/16.
 const (
 	benchBridge       = "shoalbn0"
-	benchSubnet       = "10.78.0.0/16"
+	benchSubnet       = "10.182.0.0/16"
 	daemonBenchBridge = "shoalbd0"
-	daemonBenchSubnet = "10.79.0.0/16"
+	daemonBenchSubnet = "10.183.0.0/16"
+	// The suite's cgroup parents, apart from any daemon on the host (a
+	// daemon removes unknown cgroups under its own parent).
+	benchCgroupParent       = "/shoal-bench"
+	daemonBenchCgroupParent = "/shoal-bench-daemon"
 )
 
 // newAPIEnv builds the benchmark image from rootfs into a fresh image store
@@ -75,10 +79,11 @@ func (e *apiEnv) subject(ctx context.Context, key, ociRuntime string, mode netwo
 	}
 	log := &phaseLog{m: map[string][]time.Duration{}}
 	rt, err := runtime.New(ctx, runtime.Options{
-		Root:        filepath.Join(e.dir, key, "containers"),
-		RuntimeRoot: filepath.Join(e.dir, key, "state"),
-		Runtime:     ociRuntime,
-		Logger:      slog.New(log),
+		Root:         filepath.Join(e.dir, key, "containers"),
+		RuntimeRoot:  filepath.Join(e.dir, key, "state"),
+		Runtime:      ociRuntime,
+		CgroupParent: benchCgroupParent,
+		Logger:       slog.New(log),
 	})
 	if err != nil {
 		return nil, err

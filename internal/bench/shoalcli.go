@@ -63,7 +63,7 @@ func startDaemon(ctx context.Context, bin, dir string) (_ *cliEnv, retErr error)
 	}
 	defer logFile.Close()
 	args := []string{"daemon", "--data-dir", e.dataDir, "--run-dir", e.runDir, "--api", e.host,
-		"--runtime", "runc", "--bridge", daemonBenchBridge, "--subnet", daemonBenchSubnet,
+		"--runtime", "runc", "--bridge", daemonBenchBridge, "--subnet", daemonBenchSubnet, "--cgroup-parent", daemonBenchCgroupParent,
 		"--log-level", "debug", "--log-format", "json"}
 	if help, _ := exec.CommandContext(ctx, bin, "daemon", "--help").CombinedOutput(); bytes.Contains(help, []byte("--proxy")) {
 		args = append(args, "--proxy", "127.0.0.1:0")

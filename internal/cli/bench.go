@@ -52,6 +52,9 @@ BENCH_QUICK=1 (or --quick) runs every suite small.`,
 			}
 			o.Out = cmd.ErrOrStderr()
 			o.Command = "shoal bench " + strings.Join(args, " ")
+			if o.Runs > 0 {
+				o.Command += fmt.Sprintf(" --runs %d", o.Runs)
+			}
 			if o.Quick {
 				o.Command = "BENCH_QUICK=1 " + o.Command
 			}
