@@ -52,7 +52,7 @@ adopts them and removes any orphans it has no record of.`,
 			slog.SetDefault(cfg.Logger)
 			cfg.Version = Version
 			cfg.Ready = func(d *daemon.Daemon) {
-				cfg.Logger.Info("shoal daemon ready", "api", cfg.API, "data_dir", cfg.DataDir, "store", cfg.Store)
+				cfg.Logger.Info("shoal daemon ready", "api", d.API(), "data_dir", d.DataDir(), "store", cfg.Store)
 			}
 			return daemon.Run(cmd.Context(), cfg)
 		},

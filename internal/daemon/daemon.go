@@ -228,6 +228,12 @@ func (d *Daemon) serve(ctx context.Context) error {
 	return nil
 }
 
+// API returns the unix socket address the daemon serves.
+func (d *Daemon) API() string { return d.cfg.API }
+
+// DataDir returns the daemon's data directory.
+func (d *Daemon) DataDir() string { return d.cfg.DataDir }
+
 func (d *Daemon) start(l net.Listener, h http.Handler) {
 	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	d.servers = append(d.servers, s)

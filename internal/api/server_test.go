@@ -1,0 +1,76 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// fakeImages is an in-process Images for testing the HTTP mapping only.
+type fakeImages struct{ Images }
+
+func (fakeImages) Get(_ context.Context, ref string) (Image, error) {
+	if ref == "a/b:1" {
+		return Image{Ref: ref}, nil
+	}
+	return Image{}, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+}
+
+func (fakeImages) Build(_ context.Context, req BuildRequest) (Image, error) {
+	return Image{}, errdefs.Invalid("tag", "%q is not NAME:TAG", req.Tag)
+}
+
+func TestServerErrorMapping(t *testing.T) {
+	s := &Server{Images: fakeImages{}, Health: func(context.Context) Health { return Health{Status: "ok"} }}
+	ts := httptest.NewServer(s.Handler("sekret"))
+	defer ts.Close()
+	do := func(method, path, body string, auth bool) (int, Error) {
+		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
+		if auth {
+			req.Header.Set("Authorization", "Bearer sekret")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e Error
+		b, _ := io.ReadAll(resp.Body)
+		json.Unmarshal(b, &e)
+		return resp.StatusCode, e
+	}
+	cases := []struct {
+		name, method, path, body string
+		auth                     bool
+		code                     int
+		field                    string
+	}{
+		{"health needs no token", "GET", "/v1/health", "", false, 200, ""},
+		{"others need the token", "GET", "/v1/images/a/b:1", "", false, 401, ""},
+		{"ref with a slash", "GET", "/v1/images/a/b:1", "", true, 200, ""},
+		{"not found", "GET", "/v1/images/nosuch:1", "", true, 404, ""},
+		{"invalid names the field", "POST", "/v1/images/build", `{"dir":"/x","tag":"BAD"}`, true, 400, "tag"},
+		{"unknown JSON field", "POST", "/v1/images/build", `{"dri":"/x"}`, true, 400, "dri"},
+		{"wrong JSON type", "POST", "/v1/images/build", `{"dir":5}`, true, 400, "dir"},
+		{"malformed JSON", "POST", "/v1/images/build", `{`, true, 400, "body"},
+		{"unknown endpoint", "GET", "/v1/nothing", "", true, 404, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, e := do(c.method, c.path, c.body, c.auth)
+			if code != c.code || e.Field != c.field {
+				t.Fatalf("%s %s: status %d field %q (%s); want %d field %q", c.method, c.path, code, e.Field, e.Error, c.code, c.field)
+			}
+			if code >= 400 && e.Error == "" {
+				t.Fatalf("%s %s: error body has no message", c.method, c.path)
+			}
+		})
+	}
+}
