@@ -38,8 +38,20 @@ type RecordStore interface {
 	List(ctx context.Context) ([]Record, error)
 }
 
-// StoreRecords keeps records in a store.Store under store.ContainerKey(id).
-type StoreRecords struct{ S store.Store }
+// StoreRecords keeps records in a store.Store under
+// store.ContainerKey(Node, id), so that runtimes of several nodes sharing one
+// store (etcd) never see each other's containers.
+type StoreRecords struct {
+	S    store.Store
+	Node string // default "local"
+}
+
+func (s StoreRecords) node() string {
+	if s.Node == "" {
+		return "local"
+	}
+	return s.Node
+}
 
 // Put writes r.
 func (s StoreRecords) Put(ctx context.Context, r Record) error {
@@ -47,7 +59,7 @@ func (s StoreRecords) Put(ctx context.Context, r Record) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.S.Put(ctx, store.ContainerKey(r.ID), b); err != nil {
+	if _, err := s.S.Put(ctx, store.ContainerKey(s.node(), r.ID), b); err != nil {
 		return fmt.Errorf("container %q: record: %w", r.ID, err)
 	}
 	return nil
@@ -55,7 +67,7 @@ func (s StoreRecords) Put(ctx context.Context, r Record) error {
 
 // Get reads the record of id.
 func (s StoreRecords) Get(ctx context.Context, id string) (Record, error) {
-	kv, err := s.S.Get(ctx, store.ContainerKey(id))
+	kv, err := s.S.Get(ctx, store.ContainerKey(s.node(), id))
 	if err != nil {
 		return Record{}, fmt.Errorf("container %q: record: %w", id, err)
 	}
@@ -68,7 +80,7 @@ func (s StoreRecords) Get(ctx context.Context, id string) (Record, error) {
 
 // Delete removes the record of id.
 func (s StoreRecords) Delete(ctx context.Context, id string) error {
-	err := s.S.Delete(ctx, store.ContainerKey(id))
+	err := s.S.Delete(ctx, store.ContainerKey(s.node(), id))
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("container %q: record: %w", id, err)
 	}
@@ -78,7 +90,7 @@ func (s StoreRecords) Delete(ctx context.Context, id string) error {
 // List returns every record. A record that does not parse is skipped with
 // its key in the error, after the rest are read.
 func (s StoreRecords) List(ctx context.Context) ([]Record, error) {
-	kvs, err := s.S.List(ctx, store.ContainersPrefix)
+	kvs, err := s.S.List(ctx, store.NodeContainersPrefix(s.node()))
 	if err != nil {
 		return nil, fmt.Errorf("container records: %w", err)
 	}

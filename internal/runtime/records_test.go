@@ -65,7 +65,7 @@ func TestStoreRecords(t *testing.T) {
 	if err != nil || got.Pid != 42 || got.Labels["k"] != "v" || !got.Created.Equal(rec.Created) {
 		t.Fatalf("get: %+v %v", got, err)
 	}
-	if kv, err := st.Get(ctx, store.ContainerKey("a")); err != nil || !strings.Contains(string(kv.Value), `"pid":42`) {
+	if kv, err := st.Get(ctx, store.ContainerKey("local", "a")); err != nil || !strings.Contains(string(kv.Value), `"pid":42`) {
 		t.Fatalf("raw: %v %v", kv, err)
 	}
 	list, err := rs.List(ctx)

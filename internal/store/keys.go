@@ -14,7 +14,7 @@ import (
 //	├── meta/
 //	│   └── schema                      "1" (SchemaVersion, decimal text)
 //	└── v1/
-//	    ├── containers/<id>             one-off and app containers on a node
+//	    ├── containers/<node>/<id>      containers a node's runtime manages
 //	    ├── apps/<name>                 an app's desired state
 //	    ├── revisions/<app>/<n>         immutable revisions, n zero-padded
 //	    ├── replicas/<app>/<id>         replicas of an app and their state
@@ -51,8 +51,12 @@ const (
 	EventsPrefix     = Root + "events/"
 )
 
-// ContainerKey is the key of the container with the given id.
-func ContainerKey(id string) string { return ContainersPrefix + id }
+// NodeContainersPrefix is the prefix of the containers of one node: each
+// node's runtime lists, adopts and cleans only its own.
+func NodeContainersPrefix(node string) string { return ContainersPrefix + node + "/" }
+
+// ContainerKey is the key of container id on node.
+func ContainerKey(node, id string) string { return NodeContainersPrefix(node) + id }
 
 // AppKey is the key of an app's desired state.
 func AppKey(name string) string { return AppsPrefix + name }

@@ -24,7 +24,8 @@ func TestKeysSortNumerically(t *testing.T) {
 
 func TestKeysStayUnderTheirPrefix(t *testing.T) {
 	cases := []struct{ key, prefix string }{
-		{store.ContainerKey("c1"), store.ContainersPrefix},
+		{store.ContainerKey("n1", "c1"), store.NodeContainersPrefix("n1")},
+		{store.NodeContainersPrefix("n1"), store.ContainersPrefix},
 		{store.AppKey("web"), store.AppsPrefix},
 		{store.RevisionKey("web", 3), store.RevisionsPrefix("web")},
 		{store.ReplicaKey("web", "r1"), store.ReplicasPrefix("web")},
