@@ -54,8 +54,18 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/images", s.listImages)
 	mux.HandleFunc("GET /v1/images/{ref...}", s.getImage)
 	mux.HandleFunc("DELETE /v1/images/{ref...}", s.removeImage)
-	mux.HandleFunc("POST /v1/images/build", s.buildImage)
-	mux.HandleFunc("POST /v1/images/import", s.importImage)
+	if token == "" {
+		mux.HandleFunc("POST /v1/images/build", s.buildImage)
+		mux.HandleFunc("POST /v1/images/import", s.importImage)
+	} else {
+		// Build and import read a path on the daemon's host as root: only
+		// local clients on the unix socket (root, 0600) may name one.
+		localOnly := func(w http.ResponseWriter, r *http.Request) {
+			WriteError(w, http.StatusForbidden, errors.New("image build and import read paths on the daemon's host; use the unix socket on that host"), "")
+		}
+		mux.HandleFunc("POST /v1/images/build", localOnly)
+		mux.HandleFunc("POST /v1/images/import", localOnly)
+	}
 	mux.HandleFunc("POST /v1/images/pull", s.pullImage)
 	mux.HandleFunc("POST /v1/containers/run", s.runContainer)
 	mux.HandleFunc("GET /v1/containers", s.listContainers)
@@ -64,6 +74,19 @@ func (s *Server) Handler(token string) http.Handler {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{"GET", "POST", "DELETE"} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			WriteError(w, http.StatusMethodNotAllowed, errors.New("method "+r.Method+" not allowed on "+r.URL.Path+"; use "+strings.Join(allow, " or ")), "")
+			return
+		}
 		WriteError(w, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path), "")
 	})
 	if token == "" {

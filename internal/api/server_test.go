@@ -27,6 +27,33 @@ func (fakeImages) Build(_ context.Context, req BuildRequest) (Image, error) {
 	return Image{}, errdefs.Invalid("tag", "%q is not NAME:TAG", req.Tag)
 }
 
+func TestLocalErrorMapping(t *testing.T) {
+	s := &Server{Images: fakeImages{}}
+	ts := httptest.NewServer(s.Handler(""))
+	defer ts.Close()
+	for _, c := range []struct {
+		body  string
+		code  int
+		field string
+	}{
+		{`{"dir":"/x","tag":"BAD"}`, 400, "tag"},
+		{`{"dri":"/x"}`, 400, "dri"},
+		{`{"dir":5}`, 400, "dir"},
+		{`{`, 400, "body"},
+	} {
+		resp, err := http.Post(ts.URL+"/v1/images/build", "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e Error
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || e.Field != c.field || e.Error == "" {
+			t.Errorf("build %s: status %d field %q (%s); want %d field %q", c.body, resp.StatusCode, e.Field, e.Error, c.code, c.field)
+		}
+	}
+}
+
 func TestServerErrorMapping(t *testing.T) {
 	s := &Server{Images: fakeImages{}, Health: func(context.Context) Health { return Health{Status: "ok"} }}
 	ts := httptest.NewServer(s.Handler("sekret"))
@@ -56,10 +83,9 @@ func TestServerErrorMapping(t *testing.T) {
 		{"others need the token", "GET", "/v1/images/a/b:1", "", false, 401, ""},
 		{"ref with a slash", "GET", "/v1/images/a/b:1", "", true, 200, ""},
 		{"not found", "GET", "/v1/images/nosuch:1", "", true, 404, ""},
-		{"invalid names the field", "POST", "/v1/images/build", `{"dir":"/x","tag":"BAD"}`, true, 400, "tag"},
-		{"unknown JSON field", "POST", "/v1/images/build", `{"dri":"/x"}`, true, 400, "dri"},
-		{"wrong JSON type", "POST", "/v1/images/build", `{"dir":5}`, true, 400, "dir"},
-		{"malformed JSON", "POST", "/v1/images/build", `{`, true, 400, "body"},
+		{"build is local only", "POST", "/v1/images/build", `{"dir":"/etc","tag":"x:1"}`, true, 403, ""},
+		{"import is local only", "POST", "/v1/images/import", `{"path":"/etc/shadow"}`, true, 403, ""},
+		{"wrong method", "POST", "/v1/images", "", true, 405, ""},
 		{"unknown endpoint", "GET", "/v1/nothing", "", true, 404, ""},
 	}
 	for _, c := range cases {

@@ -67,6 +67,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Runtime, "runtime", "auto", "OCI runtime: auto, runc or crun")
 	f.StringVar(&cfg.Cgroup, "cgroup-parent", "/shoal", "cgroup under which containers are made; cgroups under it that the daemon has no record of are removed at start")
 	f.IntVar(&cfg.NetnsPool, "netns-pool", 0, "network namespaces kept ready per network mode (0: default of 4 none and 2 bridge; -1: none, create on each start)")
+	f.StringVar(&cfg.Node, "node-name", "", "this node's name in the store (default: the hostname)")
 	f.StringVar(&cfg.Bridge, "bridge", "shoal0", "name of the bridge for --network bridge containers")
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")

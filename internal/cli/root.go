@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // Version is the build version, set by the linker.
@@ -62,6 +64,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case strings.HasPrefix(err.Error(), "unknown command ") || strings.HasPrefix(err.Error(), "unknown flag"):
 		return 2
 	case errors.As(err, &ae) && ae.Status == http.StatusBadRequest:
+		return 2
+	case errdefs.IsInvalid(err):
 		return 2
 	}
 	return 1

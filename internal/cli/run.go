@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"math"
+	"net/url"
 
 	"strconv"
 	"time"
@@ -32,8 +34,8 @@ Without --rm the stopped container stays listed by "shoal ps -a" until
 					return usageErrorf("--memory: %v", err)
 				}
 			}
-			if req.CPUs < 0 {
-				return usageErrorf("--cpus %v: must not be negative", req.CPUs)
+			if req.CPUs < 0 || math.IsNaN(req.CPUs) || math.IsInf(req.CPUs, 0) || req.CPUs > 1024 {
+				return usageErrorf("--cpus %v: must be a number of cores from 0 to 1024", req.CPUs)
 			}
 			if req.Pids < 0 {
 				return usageErrorf("--pids %d: must not be negative", req.Pids)
@@ -69,7 +71,7 @@ Without --rm the stopped container stays listed by "shoal ps -a" until
 			switch {
 			case exit.Error != "":
 				fmt.Fprintf(stderr, "shoal: container %s: %s\n", exit.ID, exit.Error)
-			case exit.OOMKilled:
+			case exit.OOMKilled && exit.Code != 0:
 				fmt.Fprintf(stderr, "shoal: container %s was killed: out of memory (limit %s)\n", exit.ID, req.Memory)
 			case exit.TimedOut:
 				fmt.Fprintf(stderr, "shoal: container %s was killed: timeout after %s\n", exit.ID, req.Timeout)
@@ -152,7 +154,7 @@ func newRmCmd(g *globals) *cobra.Command {
 				return err
 			}
 			for _, id := range args {
-				if err := c.Do(cmd.Context(), "DELETE", "/v1/containers/"+id, nil, nil); err != nil {
+				if err := c.Do(cmd.Context(), "DELETE", "/v1/containers/"+url.PathEscape(id), nil, nil); err != nil {
 					return err
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), "removed", id)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +45,11 @@ type containerService struct {
 	attached map[string]*network.Attachment // container id → its namespace
 	removing map[string]bool                // --rm containers being removed
 	pending  sync.WaitGroup                 // background releases and removals
+
+	// stopping is set when the daemon shuts down: a run whose client
+	// connection closes then leaves its container running (the next daemon
+	// adopts it) instead of killing it.
+	stopping atomic.Bool
 
 	started  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -92,8 +98,8 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (*runPl
 			return nil, errdefs.Invalid("memory", "%v", err)
 		}
 	}
-	if req.CPUs < 0 {
-		return nil, errdefs.Invalid("cpus", "%v must not be negative", req.CPUs)
+	if req.CPUs < 0 || req.CPUs > 1024 {
+		return nil, errdefs.Invalid("cpus", "%v must be a number of cores from 0 to 1024", req.CPUs)
 	}
 	if req.Pids < 0 {
 		return nil, errdefs.Invalid("pids", "%d must not be negative", req.Pids)
@@ -119,7 +125,8 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (*runPl
 			return nil, errdefs.Invalid("env", "%q must be KEY=VALUE", e)
 		}
 	}
-	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, img.Config.Env...)
+	// The runtime adds a default PATH when the image sets none.
+	env := append([]string{}, img.Config.Env...)
 	cmdJSON, _ := json.Marshal(args)
 	p.spec = runtime.Spec{
 		Layers: img.Layers,
@@ -259,6 +266,9 @@ func (s *containerService) wait(ctx context.Context, id string, timeout time.Dur
 			timer = nil
 			s.rt.Signal(id, syscall.SIGKILL)
 		case <-ctx.Done():
+			if s.stopping.Load() {
+				return api.Exit{ID: id, Code: 125, Error: "the daemon is stopping; the container keeps running"}
+			}
 			s.rt.Signal(id, syscall.SIGKILL)
 			ctx = context.Background()
 		}
@@ -348,12 +358,21 @@ func (s *containerService) imageUsers(ctx context.Context) (map[string]string, e
 }
 
 func (s *containerService) Remove(ctx context.Context, id string) error {
-	err := s.rt.Delete(ctx, id)
-	s.releaseNetOf(id)
-	if errors.Is(err, errdefs.ErrNotFound) {
+	s.mu.Lock()
+	removing := s.removing[id]
+	s.mu.Unlock()
+	if removing {
 		return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
 	}
-	return err
+	if err := s.rt.Delete(ctx, id); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+		}
+		// The container may still run: keep its namespace.
+		return err
+	}
+	s.releaseNetOf(id)
+	return nil
 }
 
 func orDefault(s, d string) string {

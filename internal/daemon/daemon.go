@@ -42,6 +42,7 @@ type Config struct {
 	Bridge    string // CNI bridge name (default shoal0)
 	Cgroup    string // cgroup parent of every container (default /shoal)
 	NetnsPool int    // ready network namespaces per mode (0: default, <0: none)
+	Node      string // this node's name in the store (default: the hostname)
 	Subnet    string // CNI subnet (default 10.77.0.0/16)
 	Version   string
 	Logger    *slog.Logger
@@ -62,33 +63,15 @@ type Daemon struct {
 	servers []*http.Server
 	token   string
 	notes   []string
-}
-
-func (c *Config) defaults() {
-	if c.DataDir == "" {
-		c.DataDir = "/var/lib/shoal"
-	}
-	if c.RunDir == "" {
-		c.RunDir = "/run/shoal"
-	}
-	if c.API == "" {
-		c.API = "unix://" + filepath.Join(c.RunDir, "shoal.sock")
-	}
-	if c.Store == "" {
-		c.Store = "bolt"
-	}
-	if c.Runtime == "" {
-		c.Runtime = "auto"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	locks   []*os.File
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running
 // when it stops; the next daemon adopts them.
 func Run(ctx context.Context, cfg Config) error {
-	cfg.defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	d := &Daemon{cfg: cfg, log: cfg.Logger}
 	defer d.close()
 	if err := d.open(ctx); err != nil {
@@ -102,6 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	<-ctx.Done()
 	d.log.Info("shoal daemon stopping; containers keep running and will be adopted on restart")
+	d.ctrs.stopping.Store(true)
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, s := range d.servers {
@@ -112,10 +96,18 @@ func Run(ctx context.Context, cfg Config) error {
 
 func (d *Daemon) open(ctx context.Context) error {
 	cfg := d.cfg
+	// Only root may enter: images hold setuid files from untrusted sources,
+	// and the run dir holds the API socket.
 	for _, dir := range []string{cfg.DataDir, cfg.RunDir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return fmt.Errorf("data dir %s: %w", dir, err)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
 		}
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+	}
+	if err := d.takeLocks(ctx); err != nil {
+		return err
 	}
 	if err := runtime.BecomeSubreaper(); err != nil {
 		return fmt.Errorf("become child subreaper: %w", err)
@@ -144,7 +136,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		RuntimeRoot:  filepath.Join(cfg.RunDir, "runc"),
 		Runtime:      cfg.Runtime,
 		CgroupParent: cfg.Cgroup,
-		Records:      runtime.StoreRecords{S: st},
+		Records:      runtime.StoreRecords{S: st, Node: cfg.Node},
 		Clock:        clock.Real{},
 		Logger:       d.log,
 	})
@@ -155,10 +147,16 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover containers: %w", err)
 	}
+	// Namespaces of containers still running are kept; those of stopped
+	// ones (and any orphan) are released now.
 	inUse := map[string]string{}
+	var running []*runtime.Container
 	for _, c := range adopted {
-		if c.NetNSPath != "" {
-			inUse[c.ID] = c.NetNSPath
+		if c.Status != runtime.StatusStopped {
+			running = append(running, c)
+			if c.NetNSPath != "" {
+				inUse[c.ID] = c.NetNSPath
+			}
 		}
 	}
 	if err := d.net.Restore(ctx, inUse); err != nil {
@@ -167,7 +165,14 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)
-	d.ctrs.watchAdopted(adopted)
+	d.ctrs.watchAdopted(running)
+	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
+		if err := runtime.CrunUsable(ctx); err != nil {
+			note := fmt.Sprintf("runtime runc: crun is not usable here: %v", err)
+			d.notes = append(d.notes, note)
+			d.log.Warn("using runc", "reason", err)
+		}
+	}
 	return nil
 }
 
@@ -245,9 +250,20 @@ func (d *Daemon) start(l net.Listener, h http.Handler) {
 }
 
 func (d *Daemon) close() {
+	for _, s := range d.servers {
+		s.Close()
+	}
 	if d.ctrs != nil {
 		d.ctrs.drain()
 	}
+	if d.images != nil {
+		d.images.Close()
+	}
+	defer func() {
+		for _, f := range d.locks {
+			f.Close()
+		}
+	}()
 	if d.net != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		d.net.Close(ctx)

@@ -19,6 +19,10 @@
 //	  tmp/                       staging for work in progress, emptied at Open
 //	  .lock                      flock held while a Store is open
 //
+// The root, blobs/, snapshots/ and tmp/ are mode 0700 (narrowed at Open if
+// found wider): snapshots keep the modes their images give, setuid binaries
+// included, so only root may walk into them.
+//
 // An image's overlay lowerdir is its Layers, top first (Layers itself is
 // bottom first). Snapshots and blobs shared by images stay until no image
 // uses them.

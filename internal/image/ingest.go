@@ -228,6 +228,8 @@ func (in *ingest) addLayer(ctx context.Context, l ocispec.Descriptor, diffID str
 	}
 	defer f.Close()
 	dst := filepath.Join(in.dir, "snap-"+strings.TrimPrefix(diffID, "sha256:"))
+	// The snapshot's own top keeps a container root's usual mode (a layer's
+	// "." entry may change it); snapshots/ above it is what shuts others out.
 	if err := os.Mkdir(dst, 0o755); err != nil {
 		return err
 	}

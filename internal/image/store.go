@@ -117,10 +117,8 @@ func Open(root string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
-	for _, d := range []string{s.blobDir(), s.snapDir(), s.tmpDir()} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("image store %q: %w", abs, err)
-		}
+	if err := s.makeDirs(); err != nil {
+		return nil, fmt.Errorf("image store %q: %w", abs, err)
 	}
 	lock, err := os.OpenFile(filepath.Join(abs, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -136,6 +134,31 @@ func Open(root string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("image store %q: %w", abs, err)
 	}
 	return s, nil
+}
+
+// makeDirs creates the root and its blobs/, snapshots/ and tmp/ as 0700, and
+// narrows them to 0700 where an older store left them open. Snapshots hold
+// untrusted images with their own modes, setuid binaries among them; only
+// the closed parents keep other users of the machine from reaching them.
+func (s *Store) makeDirs() error {
+	for _, d := range []string{s.root, filepath.Join(s.root, "blobs"), s.blobDir(), s.snapDir(), s.tmpDir()} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", d)
+		}
+		if fi.Mode().Perm() != 0o700 {
+			if err := os.Chmod(d, 0o700); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Close releases the store's lock on its root.

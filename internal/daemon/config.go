@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+func (c *Config) defaults() {
+	if c.DataDir == "" {
+		c.DataDir = "/var/lib/shoal"
+	}
+	if c.RunDir == "" {
+		c.RunDir = "/run/shoal"
+	}
+	if c.API == "" {
+		c.API = "unix://" + filepath.Join(c.RunDir, "shoal.sock")
+	}
+	if c.Store == "" {
+		c.Store = "bolt"
+	}
+	if c.Runtime == "" {
+		c.Runtime = "auto"
+	}
+	if c.Cgroup == "" {
+		c.Cgroup = runtime.DefaultCgroupParent
+	}
+	if c.Node == "" {
+		c.Node, _ = os.Hostname()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// Validate checks the configuration before anything is created, naming the
+// flag of a bad value (errors match errdefs.ErrInvalid).
+func (c *Config) Validate() error {
+	c.defaults()
+	for _, d := range []struct {
+		flag string
+		dir  *string
+	}{{"data-dir", &c.DataDir}, {"run-dir", &c.RunDir}} {
+		abs, err := filepath.Abs(*d.dir)
+		if err != nil {
+			return errdefs.Invalid("--"+d.flag, "%q: %v", *d.dir, err)
+		}
+		*d.dir = abs
+	}
+	if c.Subnet != "" {
+		if _, _, err := net.ParseCIDR(c.Subnet); err != nil {
+			return errdefs.Invalid("--subnet", "%q is not a CIDR subnet such as 10.77.0.0/16", c.Subnet)
+		}
+	}
+	if c.Bridge != "" && (len(c.Bridge) > 15 || !nameRE.MatchString(c.Bridge)) {
+		return errdefs.Invalid("--bridge", "%q is not an interface name (letters, digits, _.-, at most 15)", c.Bridge)
+	}
+	parent := "/" + strings.Trim(c.Cgroup, "/")
+	for _, part := range strings.Split(strings.Trim(parent, "/"), "/") {
+		if !nameRE.MatchString(part) {
+			return errdefs.Invalid("--cgroup-parent", "%q is not a cgroup path such as /shoal", c.Cgroup)
+		}
+	}
+	c.Cgroup = parent
+	if !nameRE.MatchString(c.Node) {
+		return errdefs.Invalid("--node-name", "%q is not a node name (letters, digits, _.-)", c.Node)
+	}
+	if c.APITCP != "" {
+		host, _, err := net.SplitHostPort(c.APITCP)
+		if err != nil {
+			return errdefs.Invalid("--api-tcp", "%q is not host:port", c.APITCP)
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			c.Logger.Warn("the TCP API is not on loopback: its bearer token travels in clear text; put it behind TLS", "addr", c.APITCP)
+		}
+	}
+	return nil
+}
+
+// lockFile takes an exclusive lock on path, or says who holds it.
+func lockFile(path, what string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s is in use by another shoal daemon (lock %s): %w", what, path, errdefs.ErrConflict)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return f, nil
+}
+
+// takeLocks makes sure no other daemon uses this run dir, data dir or
+// cgroup parent, before this one adopts or removes anything.
+func (d *Daemon) takeLocks(_ context.Context) error {
+	cfg := d.cfg
+	cg := "cgroup" + strings.ReplaceAll(cfg.Cgroup, "/", "-")
+	for _, l := range []struct{ path, what string }{
+		{filepath.Join(cfg.RunDir, "daemon.lock"), "run dir " + cfg.RunDir},
+		{filepath.Join(cfg.DataDir, "daemon.lock"), "data dir " + cfg.DataDir},
+		{filepath.Join("/run/lock/shoal", cg+".lock"), "cgroup parent " + cfg.Cgroup},
+	} {
+		f, err := lockFile(l.path, l.what)
+		if err != nil {
+			return err
+		}
+		d.locks = append(d.locks, f)
+	}
+	return nil
+}
