@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/shoal-run/shoal/internal/cli.Version=$(VERSION)
 DATA_DIR ?= /var/lib/shoal
 
-.PHONY: all build deps deps-test deps-bench test test-unit run bench bench-quick fmt vet clean
+.PHONY: all build deps deps-test deps-bench test run bench bench-quick fmt vet clean
 
 all: build
 
@@ -27,9 +27,6 @@ test: deps-test build
 	gofmt -l . | tee /dev/stderr | (! read -r _)
 	$(GO) vet ./...
 	SHOAL_BIN=$(CURDIR)/bin/shoal $(GO) test -count=1 -timeout 40m ./...
-
-test-unit:
-	$(GO) test -count=1 -short ./...
 
 run: deps build
 	scripts/run.sh $(DATA_DIR)

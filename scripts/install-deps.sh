@@ -34,15 +34,35 @@ if [ -n "$missing" ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	# Services in these packages (nginx, lighttpd, docker-registry) must not
 	# start on install: the tests and benchmarks start their own copies.
-	printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-	chmod +x /usr/sbin/policy-rc.d
-	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-if ! command -v go >/dev/null 2>&1; then
-	echo "install-deps: Go is not installed (need Go >= 1.24 on PATH)" >&2
-	exit 1
+# Go: the version go.mod names, from the Go module proxy's toolchain module
+# when the machine has no Go or one too old to fetch toolchains itself.
+need_go=$(sed -n 's/^go \([0-9.]*\).*/\1/p' go.mod)
+have_go=$(go env GOVERSION 2>/dev/null | sed 's/^go//') || have_go=""
+if [ -z "$have_go" ] || [ "$(printf '%s\n%s\n' 1.21 "$have_go" | sort -V | head -1)" != 1.21 ]; then
+	echo "install-deps: installing Go $need_go from the Go module proxy"
+	for p in curl unzip ca-certificates; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			{ DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$p" >/dev/null; }
+	done
+	mod="v0.0.1-go$need_go.linux-$(dpkg --print-architecture)"
+	tmp=$(mktemp -d)
+	curl -fsSL -o "$tmp/go.zip" "https://proxy.golang.org/golang.org/toolchain/@v/$mod.zip"
+	rm -rf /usr/local/lib/shoal-go
+	mkdir -p /usr/local/lib/shoal-go
+	unzip -q "$tmp/go.zip" -d "$tmp"
+	mv "$tmp/golang.org/toolchain@$mod"/* /usr/local/lib/shoal-go/
+	chmod +x /usr/local/lib/shoal-go/bin/* /usr/local/lib/shoal-go/pkg/tool/*/* 2>/dev/null || true
+	ln -sf /usr/local/lib/shoal-go/bin/go /usr/local/lib/shoal-go/bin/gofmt /usr/local/bin/
+	rm -rf "$tmp"
 fi
-go mod download
+# A Go of 1.21 or later fetches the exact toolchain go.mod names by itself.
+GOTOOLCHAIN="${GOTOOLCHAIN:-auto}" go mod download

@@ -9,7 +9,10 @@ sock=/run/shoal/shoal.sock
 
 "$bin" daemon --data-dir "$data" &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM
+# Stop the daemon however this script ends (containers keep running and are
+# adopted by the next daemon).
+trap 'kill -TERM $pid 2>/dev/null; wait $pid' EXIT
+trap 'exit 130' INT TERM
 i=0
 until "$bin" info >/dev/null 2>&1; do
 	i=$((i + 1))
