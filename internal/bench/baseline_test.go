@@ -27,7 +27,7 @@ func TestRuncBaseline(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
-	if err := MakeBusyboxRootfs(rootfs, ""); err != nil {
+	if err := MakeBusyboxRootfs(rootfs); err != nil {
 		t.Fatal(err)
 	}
 	b, err := newRuncBaseline(ctx, dir, rootfs)
@@ -71,7 +71,7 @@ func TestPodmanBaseline(t *testing.T) {
 	needRoot(t, "podman", "runc")
 	ctx := context.Background()
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
-	if err := MakeBusyboxRootfs(rootfs, ""); err != nil {
+	if err := MakeBusyboxRootfs(rootfs); err != nil {
 		t.Fatal(err)
 	}
 	p, err := newPodmanBaseline(rootfs, "runc")

@@ -136,11 +136,11 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 	}
 	fmt.Fprintf(o.Out, "lifecycle: preparing in %s\n", dir)
 	rootfs := filepath.Join(dir, "rootfs")
-	if err := MakeBusyboxRootfs(rootfs, ""); err != nil {
+	if err := MakeBusyboxRootfs(rootfs); err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	podmanRootfs := filepath.Join(dir, "rootfs-podman")
-	if err := MakeBusyboxRootfs(podmanRootfs, ""); err != nil {
+	if err := MakeBusyboxRootfs(podmanRootfs); err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 

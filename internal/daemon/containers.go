@@ -44,6 +44,7 @@ type containerService struct {
 	mu       sync.Mutex
 	attached map[string]*network.Attachment // container id → its namespace
 	removing map[string]bool                // --rm containers being removed
+	starting map[string]int                 // image digest → containers being started from it
 	pending  sync.WaitGroup                 // background releases and removals
 
 	// stopping is set when the daemon shuts down: a run whose client
@@ -56,7 +57,7 @@ type containerService struct {
 }
 
 func newContainerService(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *containerService {
-	s := &containerService{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}}
+	s := &containerService{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}, starting: map[string]int{}}
 	s.started = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_containers_started_total", Help: "Containers started, by network mode.",
 	}, []string{"network"})
@@ -82,9 +83,10 @@ type runPlan struct {
 	timeout time.Duration
 	remove  bool
 	memory  string
+	digest  string // image pinned while the container starts
 }
 
-func (s *containerService) plan(ctx context.Context, req api.RunRequest) (*runPlan, error) {
+func (s *containerService) plan(ctx context.Context, req api.RunRequest) (_ *runPlan, retErr error) {
 	if req.Image == "" {
 		return nil, errdefs.Invalid("image", "is required")
 	}
@@ -113,6 +115,17 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (*runPl
 	if err != nil {
 		return nil, fmt.Errorf("image %q: %w", req.Image, err)
 	}
+	// Pin the image until the container is registered, so that an image
+	// removal in between cannot take its layers away.
+	p.digest = img.Digest
+	s.mu.Lock()
+	s.starting[p.digest]++
+	s.mu.Unlock()
+	defer func() {
+		if retErr != nil {
+			s.unpin(p.digest)
+		}
+	}()
 	args := append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
 	if len(req.Args) > 0 {
 		args = append(append([]string{}, img.Config.Entrypoint...), req.Args...)
@@ -152,6 +165,12 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 	if err != nil {
 		return api.Exit{}, err
 	}
+	started := false
+	defer func() {
+		if !started {
+			s.unpin(p.digest)
+		}
+	}()
 	id := newID(12)
 	p.spec.ID, p.spec.Hostname = id, id
 	// A --rm container's client is gone when the daemon is, so it is not
@@ -186,6 +205,8 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 		return api.Exit{}, fmt.Errorf("container %s: start: %w", id, err)
 	}
 	s.trackNet(id, att)
+	s.unpin(p.digest) // the runtime now lists the container
+	started = true
 	s.started.WithLabelValues(string(p.mode)).Inc()
 	s.duration.WithLabelValues("start").Observe(time.Since(t0).Seconds())
 	t1 := time.Now()
@@ -342,13 +363,30 @@ func (s *containerService) List(ctx context.Context) ([]api.Container, error) {
 	return out, nil
 }
 
-// imageUsers maps each image digest in use to one container using it.
+func (s *containerService) unpin(digest string) {
+	if digest == "" {
+		return
+	}
+	s.mu.Lock()
+	if s.starting[digest]--; s.starting[digest] <= 0 {
+		delete(s.starting, digest)
+	}
+	s.mu.Unlock()
+}
+
+// imageUsers maps each image digest in use to one container using it
+// ("starting" for a container not yet created).
 func (s *containerService) imageUsers(ctx context.Context) (map[string]string, error) {
 	cs, err := s.rt.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	m := map[string]string{}
+	s.mu.Lock()
+	for d := range s.starting {
+		m[d] = "starting"
+	}
+	s.mu.Unlock()
 	for _, c := range cs {
 		if d := c.Labels[labelDigest]; d != "" {
 			m[d] = c.ID

@@ -86,7 +86,9 @@ func Run(ctx context.Context, cfg Config) error {
 	<-ctx.Done()
 	d.log.Info("shoal daemon stopping; containers keep running and will be adopted on restart")
 	d.ctrs.stopping.Store(true)
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Short requests get a moment to finish; streams of attached runs are
+	// then cut (their containers keep running).
+	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	for _, s := range d.servers {
 		s.Shutdown(sctx)

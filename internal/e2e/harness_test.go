@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/image/imagetest"
 	"time"
 )
 
@@ -125,7 +127,7 @@ func (d *daemon) stop(sig syscall.Signal) {
 		return
 	}
 	d.cmd.Process.Signal(sig)
-	for i := 0; i < 500; i++ {
+	for i := 0; i < 3000; i++ {
 		if err := d.cmd.Process.Signal(syscall.Signal(0)); err != nil {
 			break
 		}
@@ -191,28 +193,9 @@ func (d *daemon) must(args ...string) string {
 // busybox builds a busybox image tagged tag in this daemon.
 func (d *daemon) busybox(tag string) {
 	d.t.Helper()
-	dir := d.t.TempDir()
-	for _, sub := range []string{"bin", "etc", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			d.t.Fatal(err)
-		}
-	}
-	data, err := os.ReadFile("/bin/busybox")
-	if err != nil {
+	dir := filepath.Join(d.t.TempDir(), "rootfs")
+	if err := imagetest.BusyboxDir(dir); err != nil {
 		d.t.Fatalf("busybox-static is needed: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bin/busybox"), data, 0o755); err != nil {
-		d.t.Fatal(err)
-	}
-	out, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	for _, a := range strings.Fields(string(out)) {
-		if a != "busybox" {
-			os.Symlink("busybox", filepath.Join(dir, "bin", a))
-		}
-	}
-	os.WriteFile(filepath.Join(dir, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"), 0o644)
 	d.must("image", "build", dir, "--tag", tag, "--cmd", "/bin/sh")
 }
