@@ -22,7 +22,7 @@ import (
 // openMaybeGzip opens a file, gunzipping it when it starts with the gzip
 // magic.
 func openMaybeGzip(p string) (io.Reader, func(), error) {
-	f, err := os.Open(p)
+	f, err := openRegular("path", p)
 	if err != nil {
 		return nil, nil, err
 	}

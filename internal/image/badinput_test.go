@@ -107,15 +107,8 @@ func TestDigestMismatch(t *testing.T) {
 	ctx := context.Background()
 	layout := umociLayout(t)
 	s, before := seeded(t)
-	// Flip a byte in the biggest blob (a layer).
-	blobs, _ := filepath.Glob(filepath.Join(layout, "blobs/sha256/*"))
-	var biggest string
-	var size int64
-	for _, b := range blobs {
-		if fi, _ := os.Stat(b); fi.Size() > size {
-			biggest, size = b, fi.Size()
-		}
-	}
+	// Flip a byte in a layer.
+	biggest := biggestBlob(t, layout)
 	data, _ := os.ReadFile(biggest)
 	data[len(data)/2] ^= 0xff
 	os.WriteFile(biggest, data, 0o644)
@@ -133,6 +126,23 @@ func TestDigestMismatch(t *testing.T) {
 		t.Fatalf("import with wrong diff IDs: %v", err)
 	}
 	assertUnchanged(t, s, before)
+}
+
+// biggestBlob is the largest blob of an OCI layout: a layer its image uses.
+func biggestBlob(t *testing.T, layout string) string {
+	t.Helper()
+	blobs, _ := filepath.Glob(filepath.Join(layout, "blobs/sha256/*"))
+	var biggest string
+	var size int64
+	for _, b := range blobs {
+		if fi, _ := os.Stat(b); fi.Size() > size {
+			biggest, size = b, fi.Size()
+		}
+	}
+	if biggest == "" {
+		t.Fatalf("no blobs in %s", layout)
+	}
+	return biggest
 }
 
 func TestLimitsOnImport(t *testing.T) {

@@ -56,12 +56,12 @@ func (s *Store) Build(ctx context.Context, dir string, o BuildOptions) (Image, e
 	if err != nil {
 		return Image{}, err
 	}
-	fi, err := os.Stat(dir)
+	fi, err := statInput("dir", dir)
 	if err != nil {
 		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return Image{}, errdefs.Invalid("dir", "%q is not a directory", dir)
+		return Image{}, errdefs.Invalid("dir", "%q is a %s, not a directory", dir, fileKind(fi.Mode()))
 	}
 	in, err := s.newIngest()
 	if err != nil {
@@ -178,7 +178,7 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 	links := map[[2]uint64]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return err
+			return inputErr("dir", err)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -190,19 +190,19 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 		rel = filepath.ToSlash(rel)
 		fi, err := d.Info()
 		if err != nil {
-			return err
+			return inputErr("dir", err)
 		}
 		mode := fi.Mode()
 		switch {
 		case mode&fs.ModeSocket != 0:
 			return nil
 		case mode&(fs.ModeDevice|fs.ModeCharDevice) != 0:
-			return fmt.Errorf("file %q: device nodes cannot go into an image", rel)
+			return errdefs.Invalid("dir", "file %q: device nodes cannot go into an image", rel)
 		}
 		target := ""
 		if mode&fs.ModeSymlink != 0 {
 			if target, err = os.Readlink(p); err != nil {
-				return err
+				return inputErr("dir", err)
 			}
 		}
 		hdr, err := tar.FileInfoHeader(fi, target)
@@ -230,7 +230,7 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 		if hdr.Typeflag != tar.TypeReg {
 			return nil
 		}
-		f, err := os.Open(p)
+		f, err := openRegular("dir", p)
 		if err != nil {
 			return err
 		}

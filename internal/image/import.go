@@ -42,9 +42,12 @@ func (s *Store) Import(ctx context.Context, p string, tag string) ([]Image, erro
 }
 
 func (s *Store) importPath(ctx context.Context, p, tag string) ([]Image, error) {
-	fi, err := os.Stat(p)
+	fi, err := statInput("path", p)
 	if err != nil {
 		return nil, err
+	}
+	if !fi.IsDir() && !fi.Mode().IsRegular() {
+		return nil, errdefs.Invalid("path", "a %s is neither an image file nor a folder", fileKind(fi.Mode()))
 	}
 	in, err := s.newIngest()
 	if err != nil {
@@ -54,7 +57,7 @@ func (s *Store) importPath(ctx context.Context, p, tag string) ([]Image, error) 
 	name := baseName(p)
 	if fi.IsDir() {
 		if err := in.importDir(ctx, p, name, tag); err != nil {
-			return nil, err
+			return nil, inputErr("path", err)
 		}
 		return in.commit()
 	}
@@ -114,7 +117,7 @@ func exists(root *os.Root, name string) bool {
 }
 
 func readRootMeta(root *os.Root, name string) ([]byte, error) {
-	f, err := root.Open(name)
+	f, err := openRegularIn("path", root, name)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +137,7 @@ func (in *ingest) copyLayoutBlob(root *os.Root, d ocispec.Descriptor) error {
 	if in.hasBlob(string(d.Digest)) {
 		return nil
 	}
-	f, err := root.Open(path.Join("blobs", "sha256", d.Digest.Encoded()))
+	f, err := openRegularIn("path", root, path.Join("blobs", "sha256", d.Digest.Encoded()))
 	if err != nil {
 		return fmt.Errorf("blob %s: %w", d.Digest, err)
 	}
@@ -288,7 +291,7 @@ func (in *ingest) importDockerEntry(ctx context.Context, root *os.Root, e docker
 
 // putLayerFile stages a layer file as is, typed by its compression.
 func (in *ingest) putLayerFile(root *os.Root, name string) (ocispec.Descriptor, error) {
-	f, err := root.Open(name)
+	f, err := openRegularIn("path", root, name)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
