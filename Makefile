@@ -9,8 +9,9 @@ DATA_DIR ?= /var/lib/shoal
 
 all: build
 
+# A static binary (no cgo) starts faster: every CLI command pays for it.
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shoal ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shoal ./cmd/shoal
 
 deps:
 	scripts/install-deps.sh run
