@@ -355,7 +355,7 @@ func (in *ingest) commit() ([]Image, error) {
 			s.byRef[ref] = rec
 		}
 	}
-	if err := s.writeIndexLocked(); err != nil {
+	if err := s.writeIndex(s.byDigest); err != nil {
 		for r, refs := range oldRefs {
 			r.refs = refs
 		}

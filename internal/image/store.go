@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -274,13 +275,18 @@ func (s *Store) readIndex() (ocispec.Index, error) {
 	return idx, nil
 }
 
-// writeIndexLocked replaces index.json with the in-memory index.
-func (s *Store) writeIndexLocked() error {
+// writeIndexFile replaces index.json with its new content. Tests swap it to
+// make that write fail.
+var writeIndexFile = writeFileAtomic
+
+// writeIndex replaces index.json with the images of recs (keyed by manifest
+// digest), which need not be the in-memory index yet: callers write first
+// and change memory only once the write succeeded.
+func (s *Store) writeIndex(recs map[string]*record) error {
 	idx := ocispec.Index{MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{}}
 	idx.SchemaVersion = 2
 	idx.Manifests = append(idx.Manifests, s.foreignDescs...)
-	recs := s.recordsLocked()
-	for _, r := range recs {
+	for _, r := range sortedRecords(recs) {
 		if len(r.refs) == 0 {
 			d := r.manifest
 			d.Annotations = nil
@@ -296,13 +302,13 @@ func (s *Store) writeIndexLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(s.root, ocispec.ImageIndexFile), b)
+	return writeIndexFile(filepath.Join(s.root, ocispec.ImageIndexFile), b)
 }
 
-// recordsLocked returns all records sorted by first reference, then digest.
-func (s *Store) recordsLocked() []*record {
-	recs := make([]*record, 0, len(s.byDigest))
-	for _, r := range s.byDigest {
+// sortedRecords returns records sorted by first reference, then digest.
+func sortedRecords(m map[string]*record) []*record {
+	recs := make([]*record, 0, len(m))
+	for _, r := range m {
 		recs = append(recs, r)
 	}
 	slices.SortFunc(recs, func(a, b *record) int {
@@ -435,7 +441,7 @@ func (s *Store) List(ctx context.Context) ([]Image, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []Image
-	for _, r := range s.recordsLocked() {
+	for _, r := range sortedRecords(s.byDigest) {
 		if len(r.refs) == 0 {
 			out = append(out, s.image(r, ""))
 		}
@@ -448,7 +454,8 @@ func (s *Store) List(ctx context.Context) ([]Image, error) {
 
 // Remove deletes ref. By name it removes that reference, and the image once
 // no reference is left; by digest or ID it removes the image with all its
-// references. Blobs and snapshots no other image uses are deleted.
+// references. Blobs and snapshots no other image uses are deleted. If
+// index.json cannot be written, nothing changes.
 func (s *Store) Remove(ctx context.Context, ref string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -456,22 +463,29 @@ func (s *Store) Remove(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
+	drop := r.refs
 	if name != "" {
-		r.refs = slices.DeleteFunc(r.refs, func(x string) bool { return x == name })
-		delete(s.byRef, name)
-	} else {
-		for _, x := range r.refs {
-			delete(s.byRef, x)
-		}
-		r.refs = nil
+		drop = []string{name}
 	}
+	kept := *r
+	kept.refs = slices.DeleteFunc(slices.Clone(r.refs), func(x string) bool { return slices.Contains(drop, x) })
+	next := maps.Clone(s.byDigest)
 	var gone []*record
-	if len(r.refs) == 0 {
-		delete(s.byDigest, r.digest)
+	if len(kept.refs) == 0 {
+		delete(next, r.digest)
 		gone = append(gone, r)
+	} else {
+		next[r.digest] = &kept
 	}
-	if err := s.writeIndexLocked(); err != nil {
-		return fmt.Errorf("image %q: %w", ref, err)
+	if err := s.writeIndex(next); err != nil {
+		return fmt.Errorf("image %q: writing index: %w", ref, err)
+	}
+	s.byDigest = next
+	for _, x := range drop {
+		delete(s.byRef, x)
+	}
+	for _, x := range kept.refs {
+		s.byRef[x] = &kept
 	}
 	s.log.Info("image removed", "ref", ref, "digest", r.digest)
 	if err := s.gcLocked(gone); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -204,5 +205,79 @@ func TestOpenRecovers(t *testing.T) {
 	}
 	if _, err := os.Stat(a.Layers[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// failIndexWrites makes every index.json write fail until the test ends.
+func failIndexWrites(t *testing.T) {
+	t.Helper()
+	orig := writeIndexFile
+	writeIndexFile = func(string, []byte) error { return errors.New("disk full") }
+	t.Cleanup(func() { writeIndexFile = orig })
+}
+
+// TestIndexWriteFailureChangesNothing: Remove and Build that cannot write
+// index.json leave memory and disk as they were.
+func TestIndexWriteFailureChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	l1, l2 := whiteoutLayers(t)
+	p := writeFile(t, filepath.Join(t.TempDir(), "save.tar"), dockerArchive(t, []string{"dock:1", "dock:latest"}, l1, l2))
+	imgs, err := s.Import(ctx, p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "other:1"}); err != nil {
+		t.Fatal(err)
+	}
+	listBefore, _ := s.List(ctx)
+	before := diskState(t, s)
+
+	failIndexWrites(t)
+	for _, ref := range []string{"dock:1", imgs[0].Digest, "other:1"} {
+		if err := s.Remove(ctx, ref); err == nil || !strings.Contains(err.Error(), "disk full") {
+			t.Fatalf("Remove(%s) with a failing index write: %v", ref, err)
+		}
+		list, _ := s.List(ctx)
+		if !reflect.DeepEqual(list, listBefore) {
+			t.Fatalf("Remove(%s) changed the list:\n%+v\nwant %+v", ref, list, listBefore)
+		}
+		for _, r := range []string{"dock:1", "dock:latest", "other:1"} {
+			if _, err := s.Get(ctx, r); err != nil {
+				t.Fatalf("after failed Remove(%s): Get(%s): %v", ref, r, err)
+			}
+		}
+		assertUnchanged(t, s, before)
+	}
+	if _, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "dock:1", Cmd: []string{"new"}}); err == nil {
+		t.Fatal("Build with a failing index write succeeded")
+	}
+	if list, _ := s.List(ctx); !reflect.DeepEqual(list, listBefore) {
+		t.Fatalf("failed Build changed the list: %+v", list)
+	}
+	assertUnchanged(t, s, before)
+
+	// Writes work again: the same removals go through.
+	writeIndexFile = writeFileAtomic
+	if err := s.Remove(ctx, "dock:1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "dock:latest"); err != nil || got.Digest != imgs[0].Digest {
+		t.Fatalf("dock:latest after removing dock:1: %+v %v", got, err)
+	}
+	if err := s.Remove(ctx, imgs[0].Digest); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := s.List(ctx); len(list) != 1 || list[0].Ref != "other:1" {
+		t.Fatalf("list %+v", list)
+	}
+	s.Close()
+	s2, err := Open(s.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if list, _ := s2.List(ctx); len(list) != 1 || list[0].Ref != "other:1" {
+		t.Fatalf("after reopen: %+v", list)
 	}
 }
