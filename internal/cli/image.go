@@ -145,15 +145,8 @@ func newImageLsCmd(g *globals) *cobra.Command {
 		Short:   "List images",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var imgs []api.Image
-			if err := c.Do(cmd.Context(), "GET", "/v1/images", nil, &imgs); err != nil {
+			if err := g.get(cmd, out, "/v1/images", &imgs); err != nil {
 				return err
 			}
 			if out == "json" {
@@ -178,15 +171,8 @@ func newImageInspectCmd(g *globals) *cobra.Command {
 		Short: "Show an image's digest, config and layers",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var img api.Image
-			if err := c.Do(cmd.Context(), "GET", "/v1/images/"+url.PathEscape(args[0]), nil, &img); err != nil {
+			if err := g.get(cmd, out, "/v1/images/"+url.PathEscape(args[0]), &img); err != nil {
 				return err
 			}
 			if out == "json" {

@@ -63,3 +63,16 @@ func short(id string, n int) string {
 	}
 	return id
 }
+
+// get checks --output and fetches path into v: the first half of every read
+// command.
+func (g *globals) get(cmd *cobra.Command, out, path string, v any) error {
+	if err := checkOutput(out); err != nil {
+		return err
+	}
+	c, err := g.client()
+	if err != nil {
+		return err
+	}
+	return c.Do(cmd.Context(), "GET", path, nil, v)
+}

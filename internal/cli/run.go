@@ -103,15 +103,8 @@ func newPsCmd(g *globals) *cobra.Command {
 		Short: "List containers",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var cs []api.Container
-			if err := c.Do(cmd.Context(), "GET", "/v1/containers", nil, &cs); err != nil {
+			if err := g.get(cmd, out, "/v1/containers", &cs); err != nil {
 				return err
 			}
 			if !all {
@@ -171,15 +164,8 @@ func newInfoCmd(g *globals) *cobra.Command {
 		Short: "Show the daemon's health, runtime, store and data directory",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var h api.Health
-			if err := c.Do(cmd.Context(), "GET", "/v1/health", nil, &h); err != nil {
+			if err := g.get(cmd, out, "/v1/health", &h); err != nil {
 				return err
 			}
 			if out == "json" {

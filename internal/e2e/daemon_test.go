@@ -37,25 +37,7 @@ func TestDaemonRestartAdopts(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
 
-	// A long-running container, attached from a CLI process we leave behind.
-	run := exec.Command(shoalBin, "run", "busybox:1", "sleep", "600")
-	run.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer run.Process.Kill()
-	var before psRow
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if rows := d.ps(); len(rows) == 1 && rows[0].Status == "running" && rows[0].Pid > 0 {
-			before = rows[0]
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if before.ID == "" {
-		t.Fatalf("container never showed as running: %+v", d.ps())
-	}
+	before := d.runAttached("sleep", "600")
 
 	d.stop(syscall.SIGKILL)
 	if err := syscall.Kill(before.Pid, 0); err != nil {
@@ -171,4 +153,26 @@ func gone(pid int) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return false
+}
+
+// runAttached starts `shoal run busybox:1 ARGS...` from a CLI process that
+// stays attached, waits until the container shows as running, and returns
+// its row. The CLI process is killed when the test ends.
+func (d *daemon) runAttached(args ...string) psRow {
+	d.t.Helper()
+	run := exec.Command(shoalBin, append([]string{"run", "busybox:1"}, args...)...)
+	run.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
+	if err := run.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { run.Process.Kill(); run.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if rows := d.ps(); len(rows) == 1 && rows[0].Status == "running" && rows[0].Pid > 0 {
+			return rows[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.t.Fatalf("container never showed as running: %+v", d.ps())
+	return psRow{}
 }

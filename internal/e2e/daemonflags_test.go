@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestDaemonBadFlags checks that bad daemon flags are usage errors naming
@@ -49,22 +48,7 @@ func TestDaemonBadFlags(t *testing.T) {
 func TestSecondDaemonRefused(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
-	run := exec.Command(shoalBin, "run", "busybox:1", "sleep", "600")
-	run.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
-	if err := run.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer run.Process.Kill()
-	var before psRow
-	for i := 0; i < 1500 && before.Pid == 0; i++ {
-		if rows := d.ps(); len(rows) == 1 && rows[0].Status == "running" {
-			before = rows[0]
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if before.Pid == 0 {
-		t.Fatal("container never ran")
-	}
+	before := d.runAttached("sleep", "600")
 	var stderr bytes.Buffer
 	second := exec.Command(shoalBin, "daemon", "--data-dir", filepath.Join(t.TempDir(), "other"),
 		"--run-dir", d.runDir, "--cgroup-parent", d.cgroup+"-other", "--bridge", d.bridge+"x", "--subnet", "10.184.0.0/24")
