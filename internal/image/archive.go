@@ -73,8 +73,10 @@ func sniffTar(p string) (string, error) {
 }
 
 // extractArchive unpacks an OCI layout or docker-archive tar into dst: only
-// directories, regular files and symlinks, never outside dst.
-func extractArchive(ctx context.Context, p, dst string, max int64) error {
+// directories, regular files and symlinks, never outside dst, at most
+// maxBytes of file content and maxEntries files, links and directories
+// (the parents an entry needs count too: each costs an inode).
+func extractArchive(ctx context.Context, p, dst string, maxBytes int64, maxEntries int) error {
 	r, closeFn, err := openMaybeGzip(p)
 	if err != nil {
 		return err
@@ -90,6 +92,14 @@ func extractArchive(ctx context.Context, p, dst string, max int64) error {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	var total int64
+	entries := 0
+	made := map[string]bool{".": true} // directories counted
+	count := func(entry string) error {
+		if entries++; entries > maxEntries {
+			return errdefs.Invalid("path", "archive %q has more than %d entries (at entry %q)", p, maxEntries, entry)
+		}
+		return nil
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -108,6 +118,21 @@ func extractArchive(ctx context.Context, p, dst string, max int64) error {
 		if name == "." {
 			continue
 		}
+		for d := path.Dir(name); !made[d]; d = path.Dir(d) {
+			if err := count(hdr.Name); err != nil {
+				return err
+			}
+			made[d] = true
+		}
+		if hdr.Typeflag == tar.TypeDir && made[name] {
+			continue
+		}
+		if err := count(hdr.Name); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			made[name] = true
+		}
 		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 			return entryErr(hdr.Name, "%v", err)
 		}
@@ -118,8 +143,8 @@ func extractArchive(ctx context.Context, p, dst string, max int64) error {
 			err = root.Symlink(hdr.Linkname, name)
 		case tar.TypeReg, tar.TypeRegA:
 			total += hdr.Size
-			if total > max {
-				return entryErr(hdr.Name, "archive exceeds %d bytes", max)
+			if total > maxBytes {
+				return entryErr(hdr.Name, "archive exceeds %d bytes", maxBytes)
 			}
 			err = extractFile(root, name, tr, hdr.Size)
 		}

@@ -75,7 +75,7 @@ func (s *Store) importPath(ctx context.Context, p, tag string) ([]Image, error) 
 		return in.commit()
 	}
 	dir := filepath.Join(in.dir, "archive")
-	if err := extractArchive(ctx, p, dir, 8*s.limits.MaxLayerBytes); err != nil {
+	if err := extractArchive(ctx, p, dir, 8*s.limits.MaxLayerBytes, s.limits.MaxEntries); err != nil {
 		return nil, err
 	}
 	if err := in.importDir(ctx, dir, name, tag); err != nil {

@@ -262,7 +262,8 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 
 // ensureDir makes dir (and its missing parents) a real directory inside the
 // root. A symlink or non-directory on the way is refused: following it is how
-// a layer writes outside its root.
+// a layer writes outside its root. Each directory it creates counts as an
+// entry, so one deep name cannot spend more inodes than the limit allows.
 func (u *unpacker) ensureDir(entry, dir string) error {
 	if u.okDirs[dir] {
 		return nil
@@ -273,6 +274,9 @@ func (u *unpacker) ensureDir(entry, dir string) error {
 	fi, err := u.root.Lstat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
+		if u.entries++; u.entries > u.lim.MaxEntries {
+			return entryErr(entry, "layer has more than %d entries (counting the parent directories it creates)", u.lim.MaxEntries)
+		}
 		if err := u.root.Mkdir(dir, 0o755); err != nil {
 			return entryErr(entry, "creating parent %q: %v", dir, err)
 		}
