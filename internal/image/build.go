@@ -42,7 +42,9 @@ type BuildOptions struct {
 // symlink and hardlink in it, owned by root (uid and gid 0), with modes and
 // modification times kept. Device nodes are refused; sockets are skipped.
 // A tag already in use moves to the new image; the image it named stays,
-// known by digest, until removed (containers may still run from it).
+// known by digest, until removed (containers may still run from it). A dir
+// that is missing, unreachable or not a directory, and a file in it that
+// cannot be read, are an errdefs.Invalid("dir", ...).
 func (s *Store) Build(ctx context.Context, dir string, o BuildOptions) (Image, error) {
 	var refs []string
 	if o.Tag != "" {

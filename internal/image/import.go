@@ -20,12 +20,15 @@ import (
 )
 
 // Import reads the images in path: an OCI image layout (folder or tar), a
-// docker-archive (the `docker save` format; its RepoTags name the images) or
-// a plain rootfs tar (tag required); tars may be gzip-compressed. tag, when
-// set, names the one image the file holds. OCI layout entries are named by
-// their org.opencontainers.image.ref.name annotation: a full "name:tag", or a
-// bare tag combined with the file's base name ("app.tar" with ref "1.0"
-// becomes "app:1.0"). Either every image is imported or none.
+// docker-archive (the `docker save` format; its RepoTags name the images,
+// Docker Hub names in docker's short form: "docker.io/library/app:1" is
+// "app:1") or a plain rootfs tar (tag required); tars may be
+// gzip-compressed. tag, when set, names the one image the file holds. OCI
+// layout entries are named by their org.opencontainers.image.ref.name
+// annotation: a full "name:tag", or a bare tag combined with the file's base
+// name ("app.tar" with ref "1.0" becomes "app:1.0"). Either every image is
+// imported or none. A path that is missing, unreachable, or neither a
+// regular file nor a folder is an errdefs.Invalid("path", ...).
 func (s *Store) Import(ctx context.Context, p string, tag string) ([]Image, error) {
 	if tag != "" {
 		ref, err := normalizeRef(tag)
@@ -255,7 +258,7 @@ func (in *ingest) importDockerEntry(ctx context.Context, root *os.Root, e docker
 		refs = []string{tag}
 	} else {
 		for _, t := range e.RepoTags {
-			ref, err := normalizeRef(t)
+			ref, err := normalizeRef(dockerFamiliar(t))
 			if err != nil {
 				return fmt.Errorf("RepoTags: %w", err)
 			}
@@ -287,6 +290,18 @@ func (in *ingest) importDockerEntry(ctx context.Context, root *os.Root, e docker
 		return err
 	}
 	return in.addImage(ctx, mb, ocispec.MediaTypeImageManifest, refs)
+}
+
+// dockerFamiliar writes a Docker Hub name the short way docker itself shows
+// it ("docker.io/library/app:1" is "app:1"): skopeo's docker-archives spell
+// RepoTags in full, docker save's in short.
+func dockerFamiliar(t string) string {
+	for _, hub := range []string{"docker.io/", "index.docker.io/"} {
+		if rest, ok := strings.CutPrefix(t, hub); ok {
+			return strings.TrimPrefix(rest, "library/")
+		}
+	}
+	return t
 }
 
 // putLayerFile stages a layer file as is, typed by its compression.
