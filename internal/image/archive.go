@@ -2,12 +2,8 @@ package image
 
 import (
 	"archive/tar"
-	"bufio"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -26,16 +22,12 @@ func openMaybeGzip(p string) (io.Reader, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	br := bufio.NewReaderSize(f, 64<<10)
-	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			f.Close()
-			return nil, nil, fmt.Errorf("gzip: %w", err)
-		}
-		return zr, func() { zr.Close(); f.Close() }, nil
+	r, err := decompressed(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
 	}
-	return br, func() { f.Close() }, nil
+	return r, func() { f.Close() }, nil
 }
 
 // sniffTar reads the tar's names: "oci" for an OCI layout, "docker" for a

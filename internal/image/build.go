@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -157,9 +158,15 @@ func (in *ingest) addNewImage(ctx context.Context, c ocispec.ImageConfig, layers
 	if err != nil {
 		return err
 	}
-	cd, cs, err := in.putBlob(strings.NewReader(string(cb)), "", -1, maxMetaBytes)
+	return in.addConfigured(ctx, cb, layers, refs)
+}
+
+// addConfigured stages the config cb, writes an OCI manifest for it and the
+// staged layers, and queues the image.
+func (in *ingest) addConfigured(ctx context.Context, cb []byte, layers []ocispec.Descriptor, refs []string) error {
+	cd, cs, err := in.putBlob(bytes.NewReader(cb), "", -1, maxMetaBytes)
 	if err != nil {
-		return err
+		return fmt.Errorf("config: %w", err)
 	}
 	m := ocispec.Manifest{
 		Versioned: specs.Versioned{SchemaVersion: 2},

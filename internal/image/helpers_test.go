@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -120,4 +121,30 @@ func writeFile(t testing.TB, p string, b []byte) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// importLayered imports a docker-archive of the two whiteoutLayers, named
+// by tags.
+func importLayered(t *testing.T, s *Store, tags ...string) []Image {
+	t.Helper()
+	l1, l2 := whiteoutLayers(t)
+	p := writeFile(t, filepath.Join(t.TempDir(), "save.tar"), dockerArchive(t, tags, l1, l2))
+	imgs, err := s.Import(context.Background(), p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imgs
+}
+
+// reopen closes s and opens its root again; the new store is closed when
+// the test ends.
+func reopen(t *testing.T, s *Store) *Store {
+	t.Helper()
+	s.Close()
+	s2, err := Open(s.Root(), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	return s2
 }

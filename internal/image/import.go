@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	digest "github.com/opencontainers/go-digest"
-	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -269,27 +268,15 @@ func (in *ingest) importDockerEntry(ctx context.Context, root *os.Root, e docker
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	cd, cs, err := in.putBlob(bytes.NewReader(cb), "", -1, maxMetaBytes)
-	if err != nil {
-		return err
-	}
-	m := ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.Digest(cd), Size: cs},
-	}
+	var layers []ocispec.Descriptor
 	for _, l := range e.Layers {
 		desc, err := in.putLayerFile(root, l)
 		if err != nil {
 			return fmt.Errorf("layer %q: %w", l, err)
 		}
-		m.Layers = append(m.Layers, desc)
+		layers = append(layers, desc)
 	}
-	mb, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return in.addImage(ctx, mb, ocispec.MediaTypeImageManifest, refs)
+	return in.addConfigured(ctx, cb, layers, refs)
 }
 
 // dockerFamiliar writes a Docker Hub name the short way docker itself shows

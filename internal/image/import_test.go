@@ -103,12 +103,7 @@ func checkOverlayView(t *testing.T, img Image) {
 func TestImportDockerArchive(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	l1, l2 := whiteoutLayers(t)
-	p := writeFile(t, filepath.Join(t.TempDir(), "save.tar"), dockerArchive(t, []string{"dock:1", "dock:latest"}, l1, l2))
-	imgs, err := s.Import(ctx, p, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	imgs := importLayered(t, s, "dock:1", "dock:latest")
 	if len(imgs) != 2 || imgs[0].Ref != "dock:1" || imgs[1].Ref != "dock:latest" || imgs[0].Digest != imgs[1].Digest {
 		t.Fatalf("imported %+v", imgs)
 	}
@@ -118,8 +113,9 @@ func TestImportDockerArchive(t *testing.T) {
 	checkOverlayView(t, imgs[0])
 
 	// Gzipped, with a tag overriding RepoTags.
+	l1, _ := whiteoutLayers(t)
 	p2 := writeFile(t, filepath.Join(t.TempDir(), "save.tar.gz"), gz(t, dockerArchive(t, []string{"x:1"}, l1)))
-	imgs, err = s.Import(ctx, p2, "over:2")
+	imgs, err := s.Import(ctx, p2, "over:2")
 	if err != nil || len(imgs) != 1 || imgs[0].Ref != "over:2" {
 		t.Fatalf("gz import %+v %v", imgs, err)
 	}

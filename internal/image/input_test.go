@@ -44,33 +44,28 @@ func awkwardPaths(t *testing.T) map[string]string {
 	}
 }
 
-func TestBuildAwkwardDir(t *testing.T) {
+// TestAwkwardInputPaths: Build and Import refuse each awkward path as
+// invalid input naming it, and leave the store as it was.
+func TestAwkwardInputPaths(t *testing.T) {
 	ctx := context.Background()
 	s, before := seeded(t)
-	for p, want := range awkwardPaths(t) {
-		_, err := s.Build(ctx, p, BuildOptions{Tag: "a:1"})
-		if !errdefs.IsInvalid(err) || errdefs.Field(err) != "dir" {
-			t.Errorf("Build(%s) = %v, want invalid dir", p, err)
-			continue
-		}
-		if !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), want) {
-			t.Errorf("Build(%s): error %q does not name the path and say %q", p, err, want)
-		}
+	ops := []struct {
+		name, field string
+		run         func(p string) error
+	}{
+		{"Build", "dir", func(p string) error { _, err := s.Build(ctx, p, BuildOptions{Tag: "a:1"}); return err }},
+		{"Import", "path", func(p string) error { _, err := s.Import(ctx, p, "a:1"); return err }},
 	}
-	assertUnchanged(t, s, before)
-}
-
-func TestImportAwkwardPath(t *testing.T) {
-	ctx := context.Background()
-	s, before := seeded(t)
 	for p, want := range awkwardPaths(t) {
-		_, err := s.Import(ctx, p, "a:1")
-		if !errdefs.IsInvalid(err) || errdefs.Field(err) != "path" {
-			t.Errorf("Import(%s) = %v, want invalid path", p, err)
-			continue
-		}
-		if !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), want) {
-			t.Errorf("Import(%s): error %q does not name the path and say %q", p, err, want)
+		for _, op := range ops {
+			err := op.run(p)
+			if !errdefs.IsInvalid(err) || errdefs.Field(err) != op.field {
+				t.Errorf("%s(%s) = %v, want invalid %s", op.name, p, err, op.field)
+				continue
+			}
+			if !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s(%s): error %q does not name the path and say %q", op.name, p, err, want)
+			}
 		}
 	}
 	assertUnchanged(t, s, before)

@@ -113,11 +113,7 @@ func TestOpenNarrowsModes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s2, err := Open(s.Root(), WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	reopen(t, s)
 	for _, d := range dirs {
 		checkMode(t, d, 0o700)
 	}

@@ -51,13 +51,7 @@ func TestImportSkopeoArchives(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l1, l2 := whiteoutLayers(t)
-	p := writeFile(t, filepath.Join(t.TempDir(), "save.tar"), dockerArchive(t, []string{"dock:1"}, l1, l2))
-	imgs, err := src.Import(ctx, p, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	layered := imgs[0]
+	layered := importLayered(t, src, "dock:1")[0]
 
 	for _, want := range []Image{built, layered} {
 		t.Run(want.Ref, func(t *testing.T) {

@@ -76,12 +76,7 @@ func TestBuildGetListRemove(t *testing.T) {
 	}
 
 	// Reopen: the index comes back from disk.
-	s.Close()
-	s2, err := Open(s.Root())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t, s)
 	if got, err := s2.Get(ctx, "web:1"); err != nil || got.Digest != img.Digest || got.Layers[0] != img.Layers[0] {
 		t.Fatalf("after reopen: %+v %v", got, err)
 	}
@@ -185,11 +180,7 @@ func TestOpenRecovers(t *testing.T) {
 	if err := os.RemoveAll(b.Layers[0]); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := Open(s.Root())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t, s)
 	st := diskState(t, s2)
 	if len(st.tmp) != 0 {
 		t.Fatalf("tmp not cleared: %v", st.tmp)
@@ -221,12 +212,7 @@ func failIndexWrites(t *testing.T) {
 func TestIndexWriteFailureChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
-	l1, l2 := whiteoutLayers(t)
-	p := writeFile(t, filepath.Join(t.TempDir(), "save.tar"), dockerArchive(t, []string{"dock:1", "dock:latest"}, l1, l2))
-	imgs, err := s.Import(ctx, p, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	imgs := importLayered(t, s, "dock:1", "dock:latest")
 	if _, err := s.Build(ctx, buildDir(t), BuildOptions{Tag: "other:1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -271,13 +257,7 @@ func TestIndexWriteFailureChangesNothing(t *testing.T) {
 	if list, _ := s.List(ctx); len(list) != 1 || list[0].Ref != "other:1" {
 		t.Fatalf("list %+v", list)
 	}
-	s.Close()
-	s2, err := Open(s.Root())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	if list, _ := s2.List(ctx); len(list) != 1 || list[0].Ref != "other:1" {
+	if list, _ := reopen(t, s).List(ctx); len(list) != 1 || list[0].Ref != "other:1" {
 		t.Fatalf("after reopen: %+v", list)
 	}
 }
