@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // openParent returns a fresh directory every user may enter, so that only
@@ -72,6 +74,7 @@ func TestStoreClosedToOtherUsers(t *testing.T) {
 	if err := os.Chmod(suid, os.ModeSetuid|0o755); err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, filepath.Join(src, "hello"), []byte("hello\n"))
 	img, err := s.Build(ctx, src, BuildOptions{Tag: "suid:1"})
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +103,23 @@ func TestStoreClosedToOtherUsers(t *testing.T) {
 		if err == nil || !strings.Contains(out, "ermission denied") {
 			t.Errorf("nobody ran %v: %v\n%s", args, err, out)
 		}
+	}
+
+	// A container's processes see the image through its overlay mount,
+	// whatever their user: the closed store does not get in their way.
+	mnt, empty := filepath.Join(parent, "rootfs"), filepath.Join(parent, "empty")
+	for _, d := range []string{mnt, empty} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without an upper layer overlayfs wants two lower ones.
+	if err := unix.Mount("overlay", mnt, "overlay", unix.MS_RDONLY, "lowerdir="+img.Layers[0]+":"+empty); err != nil {
+		t.Fatalf("mount overlay (needs root): %v", err)
+	}
+	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	if out, err := asNobody(t, "cat", filepath.Join(mnt, "hello")); err != nil || out != "hello\n" {
+		t.Fatalf("nobody reading the image through overlay: %v\n%s", err, out)
 	}
 }
 
