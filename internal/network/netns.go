@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/mountinfo"
 )
 
 // threadNetNS is the nsfs file of the calling thread's network namespace.
@@ -155,45 +156,4 @@ func makeShared(dir string) (bound bool, err error) {
 
 // isMountPoint reports whether path is the mount point of an entry in
 // /proc/self/mountinfo.
-func isMountPoint(path string) (bool, error) {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// unescapeMountPath undoes the octal escapes (\040 for a space) of a path
-// in /proc/self/mountinfo.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+func isMountPoint(path string) (bool, error) { return mountinfo.IsMountPoint(path) }

@@ -36,14 +36,14 @@ func (r *Runtime) Thaw(id string) error {
 }
 
 // UpdateCPU changes the container's CPU quota to cpus cores (0: unlimited)
-// while it runs.
+// while it runs; it must be 0 or MinCPUs..MaxCPUs.
 func (r *Runtime) UpdateCPU(id string, cpus float64) error {
 	c, err := r.live(id)
 	if err != nil {
 		return err
 	}
-	if cpus < 0 || (cpus > 0 && cpus < 0.01) {
-		return fmt.Errorf("container %q: %w", id, errdefs.Invalid("cpus", "%g is neither 0 (unlimited) nor at least 0.01", cpus))
+	if err := validCPUs("cpus", cpus); err != nil {
+		return fmt.Errorf("container %q: %w", id, err)
 	}
 	if err := r.cgroupPaths(id).SetCPUs(cpus); err != nil {
 		return fmt.Errorf("container %q: update cpu: %w", id, err)

@@ -14,14 +14,21 @@ import (
 // Delete removes the container completely, whatever state it is in: the
 // runtime's state (killing the processes), the overlay mount, the cgroup in
 // every hierarchy, the bundle and the record. Deleting twice is fine; the
-// error matches errdefs.ErrNotFound only when nothing of the container existed.
+// error matches errdefs.ErrNotFound only when nothing of the container existed,
+// and errdefs.ErrConflict while a Create or Run of it has not returned.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return fmt.Errorf("container %q: %w", id, err)
 	}
 	r.mu.Lock()
 	c := r.ctrs[id]
+	creating := c != nil && c.rec.Pid == 0
 	r.mu.Unlock()
+	if creating {
+		// Create owns it until it returns, and removes everything itself if
+		// it fails.
+		return fmt.Errorf("container %q is being created: %w", id, errdefs.ErrConflict)
+	}
 	err := r.destroy(ctx, id, c)
 	r.mu.Lock()
 	if r.ctrs[id] == c {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -67,6 +68,9 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 		}
 		proc.User = specs.User{UID: u.UID, GID: u.GID, AdditionalGids: u.Groups}
 	}
+	if err := checkAccountFiles(filepath.Join(c.rec.Bundle, "rootfs")); err != nil {
+		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
+	}
 	pf, err := os.CreateTemp(c.rec.Bundle, "exec-*.json")
 	if err != nil {
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
@@ -77,7 +81,18 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
 	}
 	pf.Close()
-	cmd := r.command(ctx, "exec", "--process", pf.Name(), id)
+	pidFile := strings.TrimSuffix(pf.Name(), ".json") + ".pid"
+	defer os.Remove(pidFile)
+	cmd := r.command(ctx, "exec", "--pid-file", pidFile, "--process", pf.Name(), id)
+	// When ctx ends, the process is killed and the runtime, whose child it
+	// is, reaps it and exits on its own. Only a runtime still setting up is
+	// killed itself; what it leaves is reaped below.
+	cmd.Cancel = func() error {
+		if killExecProcess(pidFile, cmd.Process.Pid) {
+			return nil
+		}
+		return cmd.Process.Kill()
+	}
 	cmd.Stdin, cmd.Stdout = p.Stdin, p.Stdout
 	var errBuf strings.Builder
 	cmd.Stderr = p.Stderr
@@ -85,6 +100,10 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 		cmd.Stderr = &errBuf
 	}
 	err = cmd.Run()
+	if ctx.Err() != nil {
+		r.reapOrphans(id, c.rec.Pid)
+		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, ctx.Err())
+	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -120,4 +139,23 @@ func mergeEnv(base, extra []string) []string {
 		}
 	}
 	return out
+}
+
+// killExecProcess kills the process a `runc exec` started, named by its pid
+// file, if it is still that runtime's child (so the pid cannot have been
+// reused). It reports whether it sent the signal.
+func killExecProcess(pidFile string, runtimePid int) bool {
+	pid, err := readPid(pidFile)
+	if err != nil {
+		return false
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	if _, ppid, ok := procStat(pid); !ok || ppid != runtimePid {
+		return false
+	}
+	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
+// createTimeout bounds one `runc create` or `runc run --detach`.
+const createTimeout = 2 * time.Minute
+
 // Create writes the bundle, mounts the overlay and creates the container with
 // `runc create`; its process waits for Start.
 func (r *Runtime) Create(ctx context.Context, s Spec) (*Container, error) {
@@ -40,7 +43,19 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	bundle := r.bundle(s.ID)
 	defer func() {
 		if retErr != nil {
-			// Leave nothing half-done: remove every trace of the attempt.
+			// Leave nothing half-done: remove every trace of the attempt,
+			// including processes a failed runtime left to this subreaper.
+			skip := 0
+			if c.isWatching() {
+				skip = c.rec.Pid
+			}
+			r.reapOrphans(s.ID, skip)
+			c.mu.Lock()
+			if !c.watching && c.pidfd != nil {
+				c.pidfd.Close()
+				c.pidfd = nil
+			}
+			c.mu.Unlock()
 			if err := r.destroy(context.WithoutCancel(ctx), s.ID, c); err != nil && !errdefs.IsNotFound(err) {
 				r.log.Warn("clean-up after failed create", "container", s.ID, "err", err)
 			}
@@ -63,6 +78,9 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	}
 	u, err := resolveUser(filepath.Join(bundle, "rootfs"), s.User)
 	if err != nil {
+		return nil, fmt.Errorf("container %q: %w", s.ID, err)
+	}
+	if err := checkAccountFiles(filepath.Join(bundle, "rootfs")); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
 	spec, err := generate(&s, u, r.host)
@@ -90,9 +108,20 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	}
 	args := append([]string{"--log", logFile, "--log-format", "json"}, verb...)
 	args = append(args, "--bundle", bundle, "--pid-file", pidFile, s.ID)
-	cmd := r.command(ctx, args...)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("container %q: %w", s.ID, err)
+	}
+	// Once started, the runtime runs to the end even if the caller goes
+	// away: killed half-way it would leave a container init behind that no
+	// state names. Only a runtime stuck for createTimeout is killed.
+	runCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	cmd := r.command(runCtx, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = sio.in, sio.out, sio.err
 	if err := cmd.Run(); err != nil {
+		if runCtx.Err() != nil {
+			return nil, fmt.Errorf("container %q: %s %s did not finish in %v: %w", s.ID, r.name, verb[0], createTimeout, runCtx.Err())
+		}
 		if msg := logError(logFile); msg != "" {
 			return nil, fmt.Errorf("container %q: %s %s: %s", s.ID, r.name, verb[0], msg)
 		}
@@ -111,21 +140,21 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 		NetNSPath: s.NetNSPath, Runtime: r.name, CgroupsPath: r.host.cgroupsPath(s.ID), CPUs: s.Limits.CPUs,
 		Ephemeral: s.Ephemeral,
 	}
-	r.mu.Lock()
-	c.rec = rec
-	r.mu.Unlock()
-	if sio.copyIn != nil {
-		go sio.copyIn()
-	}
-	c.mu.Lock()
-	c.watching = true
-	c.mu.Unlock()
-	go r.watch(c)
+	// The record is written before the container is published (Pid set),
+	// so a Delete cannot come between and leave a record behind.
 	if !rec.Ephemeral {
 		if err := r.records.Put(ctx, rec); err != nil {
 			return nil, fmt.Errorf("container %q: %w", s.ID, err)
 		}
 	}
+	r.mu.Lock()
+	c.rec = rec
+	r.mu.Unlock()
+	sio.startCopy()
+	c.mu.Lock()
+	c.watching = true
+	c.mu.Unlock()
+	go r.watch(c)
 	r.log.Debug("container created", "container", s.ID, "pid", pid, "started", start,
 		"bundle", tBundle.Sub(t0).String(), "runtime", tRuntime.Sub(tBundle).String(), "total", since(t0))
 	return r.describe(c), nil

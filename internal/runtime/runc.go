@@ -59,7 +59,19 @@ func logError(file string) string {
 type stdio struct {
 	in, out, err *os.File
 	closers      []io.Closer
-	copyIn       func()
+	// copyIn copies a reader to the pipe behind in; pw is that pipe's write
+	// end, closed by copyIn, or by close if copyIn never ran.
+	copyIn  func()
+	pw      *os.File
+	copying bool
+}
+
+// startCopy starts copying stdin into the container, if there is a copy.
+func (s *stdio) startCopy() {
+	if s.copyIn != nil && !s.copying {
+		s.copying = true
+		go s.copyIn()
+	}
 }
 
 func openStdio(in io.Reader, out, errw *os.File) (*stdio, error) {
@@ -87,7 +99,7 @@ func openStdio(in io.Reader, out, errw *os.File) (*stdio, error) {
 		if perr != nil {
 			return nil, perr
 		}
-		s.in = pr
+		s.in, s.pw = pr, pw
 		s.closers = append(s.closers, pr)
 		s.copyIn = func() {
 			_, _ = io.Copy(pw, v)
@@ -110,6 +122,9 @@ func openStdio(in io.Reader, out, errw *os.File) (*stdio, error) {
 func (s *stdio) close() {
 	for _, c := range s.closers {
 		c.Close()
+	}
+	if s.pw != nil && !s.copying {
+		s.pw.Close()
 	}
 }
 

@@ -107,8 +107,11 @@ type ExitStatus struct {
 	// Code is the exit code, or 128+signal when killed by a signal.
 	Code   int
 	Signal syscall.Signal
-	// OOMKilled reports that the kernel's OOM killer killed a process of the
-	// container.
+	// OOMKilled reports that the container ended because of the kernel's
+	// OOM killer: the OOM kill count of its cgroup rose during the run AND
+	// init was killed by SIGKILL or exited non-zero. A container whose init
+	// exited 0 is not OOMKilled even if one of its other processes was;
+	// Stats().OOMKills still counts every kill.
 	OOMKilled bool
 	// Known is false when the status could not be read: the container was
 	// adopted after a restart, so it is not this process's child.

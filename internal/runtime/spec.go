@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path"
 	"sort"
@@ -60,8 +61,11 @@ type Spec struct {
 
 // Limits are the container's cgroup limits; zero means unlimited.
 type Limits struct {
-	// CPUs is a quota in cores over a 100ms period.
-	CPUs      float64
+	// CPUs is a quota in cores over a 100ms period: 0 (none) or
+	// MinCPUs..MaxCPUs.
+	CPUs float64
+	// CPUShares is the relative CPU weight: 0 (default) or 2..262144, as
+	// cpu.shares on cgroup v1; the runtime converts it to cpu.weight on v2.
 	CPUShares uint64
 	// MemoryBytes limits memory; swap is limited to the same value, so the
 	// container cannot swap.
@@ -182,11 +186,17 @@ func (s *Spec) validate() error {
 		}
 	}
 	l := s.Limits
-	if l.CPUs < 0 || l.MemoryBytes < 0 || l.Pids < 0 {
-		return errdefs.Invalid("limits", "negative limit")
+	if err := validCPUs("limits.cpus", l.CPUs); err != nil {
+		return err
 	}
-	if l.CPUs > 0 && l.CPUs < 0.01 {
-		return errdefs.Invalid("limits.cpus", "%g is below the minimum of 0.01", l.CPUs)
+	if l.CPUShares != 0 && (l.CPUShares < minCPUShares || l.CPUShares > maxCPUShares) {
+		return errdefs.Invalid("limits.cpu_shares", "%d is neither 0 (default) nor within %d..%d", l.CPUShares, minCPUShares, maxCPUShares)
+	}
+	if l.MemoryBytes < 0 {
+		return errdefs.Invalid("limits.memory", "%d is negative", l.MemoryBytes)
+	}
+	if l.Pids < 0 {
+		return errdefs.Invalid("limits.pids", "%d is negative", l.Pids)
 	}
 	if l.MemoryBytes > 0 && l.MemoryBytes < 4<<20 {
 		return errdefs.Invalid("limits.memory", "%d bytes is below the minimum of 4MiB", l.MemoryBytes)
@@ -216,6 +226,32 @@ func (s *Spec) validate() error {
 		if !knownCaps[capName(c)] {
 			return errdefs.Invalid("capabilities", "unknown capability %q", c)
 		}
+	}
+	return nil
+}
+
+// CPU limits. A quota needs at least 1ms per 100ms period; MaxCPUs keeps
+// quotas far from overflowing and above any real machine's core count.
+const (
+	MinCPUs = 0.01
+	MaxCPUs = 1024
+	// cpu.shares bounds of the kernel (cgroup v1); runc maps them onto
+	// cpu.weight on v2.
+	minCPUShares = 2
+	maxCPUShares = 262144
+)
+
+// validCPUs checks a CPU quota in cores: 0 (no limit) or MinCPUs..MaxCPUs.
+func validCPUs(field string, cpus float64) error {
+	switch {
+	case math.IsNaN(cpus) || math.IsInf(cpus, 0):
+		return errdefs.Invalid(field, "%g is not a number of cores", cpus)
+	case cpus < 0:
+		return errdefs.Invalid(field, "%g is negative", cpus)
+	case cpus > 0 && cpus < MinCPUs:
+		return errdefs.Invalid(field, "%g is below the minimum of %g", cpus, MinCPUs)
+	case cpus > MaxCPUs:
+		return errdefs.Invalid(field, "%g is above the maximum of %d", cpus, MaxCPUs)
 	}
 	return nil
 }

@@ -3,7 +3,9 @@ package runtime
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -35,8 +37,14 @@ func hostRlimits() map[string]uint64 {
 	return out
 }
 
-// resolveUser turns Spec.User into ids, reading /etc/passwd and /etc/group
-// inside rootfs (without following links out of it) when names are used.
+// resolveUser turns Spec.User into ids. Root ("" or uid 0) needs no lookup:
+// it gets gid 0 (unless given), HOME=/root and no supplementary groups.
+// Other numeric users read the image's /etc/passwd and /etc/group when they
+// can, for the primary group, home directory and supplementary groups, and
+// fall back to the given ids when those files are missing or unreadable.
+// Names must be found there. The files are read inside rootfs (without
+// following links out of it), only if they are regular files, and only up to
+// maxAccountFile bytes.
 func resolveUser(rootfs, spec string) (user, error) {
 	u := user{}
 	if spec == "" {
@@ -46,7 +54,14 @@ func resolveUser(rootfs, spec string) (user, error) {
 	if name == "" || (hasGroup && group == "") {
 		return u, errdefs.Invalid("user", "%q is not uid[:gid] or name[:group]", spec)
 	}
-	if uid, err := strconv.ParseUint(name, 10, 32); err == nil {
+	uid, uidErr := strconv.ParseUint(name, 10, 32)
+	gid, gidErr := strconv.ParseUint(group, 10, 32)
+	if uidErr == nil && uid == 0 && (!hasGroup || gidErr == nil) {
+		u.GID = uint32(gid)
+		u.Home = "/root"
+		return u, nil
+	}
+	if uidErr == nil {
 		u.UID = uint32(uid)
 		if pw, err := readRootfsFile(rootfs, "/etc/passwd"); err == nil {
 			if e, ok := findEntry(pw, 2, name); ok {
@@ -58,7 +73,7 @@ func resolveUser(rootfs, spec string) (user, error) {
 	} else {
 		pw, err := readRootfsFile(rootfs, "/etc/passwd")
 		if err != nil {
-			return u, errdefs.Invalid("user", "user %q: cannot read /etc/passwd in the image: %v", name, err)
+			return u, errdefs.Invalid("user", "user %q: cannot read the image's /etc/passwd: %v", name, err)
 		}
 		e, ok := findEntry(pw, 0, name)
 		if !ok {
@@ -66,11 +81,14 @@ func resolveUser(rootfs, spec string) (user, error) {
 		}
 		u.UID, u.GID, u.Home = parseID(e[2]), parseID(e[3]), e[5]
 	}
-	grp, _ := readRootfsFile(rootfs, "/etc/group")
+	grp, grpErr := readRootfsFile(rootfs, "/etc/group")
 	if hasGroup {
-		if gid, err := strconv.ParseUint(group, 10, 32); err == nil {
+		if gidErr == nil {
 			u.GID = uint32(gid)
 		} else {
+			if grpErr != nil {
+				return u, errdefs.Invalid("user", "group %q: cannot read the image's /etc/group: %v", group, grpErr)
+			}
 			e, ok := findEntry(grp, 0, group)
 			if !ok {
 				return u, errdefs.Invalid("user", "group %q is not in the image's /etc/group", group)
@@ -120,23 +138,116 @@ func parseID(s string) uint32 {
 	return uint32(v)
 }
 
+// maxAccountFile bounds what is read of an image's /etc/passwd or
+// /etc/group.
+const maxAccountFile = 1 << 20
+
 // readRootfsFile reads name as if rootfs were /, so that symbolic links in the
-// image cannot point the daemon at host files.
+// image cannot point the daemon at host files. Only a regular file of at most
+// maxAccountFile bytes is read: the file is first opened with O_PATH, which
+// cannot block on a FIFO or act on a device, and reopened for reading only
+// once fstat says it is a regular file.
 func readRootfsFile(rootfs, name string) ([]byte, error) {
 	dir, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", rootfs, err)
 	}
 	defer unix.Close(dir)
-	fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
+	pfd, err := unix.Openat2(dir, name, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open %s in %s: %w", name, rootfs, err)
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", name, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is not a regular file (%s)", name, fileType(st.Mode))
+	}
+	if st.Size > maxAccountFile {
+		return nil, fmt.Errorf("%s is %d bytes, above the limit of %d", name, st.Size, maxAccountFile)
+	}
+	// Reopen the very inode found above through this process's fd table.
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
-	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(f); err != nil {
-		return nil, err
+	b, err := io.ReadAll(io.LimitReader(f, maxAccountFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
-	return buf.Bytes(), nil
+	if len(b) > maxAccountFile {
+		return nil, fmt.Errorf("%s is above the limit of %d bytes", name, maxAccountFile)
+	}
+	return b, nil
+}
+
+// accountFiles are what the OCI runtime itself opens inside the container
+// for every process it starts, whatever the user.
+var accountFiles = []string{"/etc/passwd", "/etc/group"}
+
+// checkAccountFiles refuses an image whose /etc/passwd or /etc/group exists
+// but is not a regular file (a FIFO, device, socket or directory), or is a
+// link to nothing in the image (it would resolve to the container's /dev or
+// /proc instead): the runtime's init reads these files with a plain open(2)
+// before starting the process, and would block on a FIFO for ever.
+func checkAccountFiles(rootfs string) error {
+	dir, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", rootfs, err)
+	}
+	defer unix.Close(dir)
+	for _, name := range accountFiles {
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if errors.Is(err, unix.ENOENT) {
+			// Missing is fine, unless a link is there.
+			lfd, lerr := unix.Openat2(dir, name, &unix.OpenHow{
+				Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+			})
+			if lerr == nil {
+				unix.Close(lfd)
+				return fmt.Errorf("image file %s is a link to nothing in the image: %w", name, errdefs.ErrInvalid)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("image file %s: %w: %w", name, err, errdefs.ErrInvalid)
+		}
+		var st unix.Stat_t
+		err = unix.Fstat(fd, &st)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("image file %s: %w", name, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("image file %s is not a regular file (%s): %w", name, fileType(st.Mode), errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func fileType(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFDIR:
+		return "a directory"
+	}
+	return fmt.Sprintf("mode %#o", mode&unix.S_IFMT)
 }

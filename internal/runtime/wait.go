@@ -145,7 +145,7 @@ func (r *Runtime) watch(c *ctr) {
 	p := r.cgroupPaths(c.rec.ID)
 	if s, err := p.Stats(); err == nil {
 		c.final = s
-		st.OOMKilled = s.OOMKills > 0
+		st.OOMKilled = oomKilled(st, s.OOMKills)
 	}
 	c.mu.Lock()
 	c.exit = st
@@ -154,6 +154,19 @@ func (r *Runtime) watch(c *ctr) {
 	c.mu.Unlock()
 	close(c.done)
 	r.log.Debug("container exited", "container", c.rec.ID, "code", st.Code, "known", st.Known, "oom", st.OOMKilled)
+}
+
+// oomKilled applies the rule documented on ExitStatus.OOMKilled: the
+// container's cgroup is new at create, so any OOM kill counted in it happened
+// during this run; it explains the exit only when init died of SIGKILL (the
+// OOM killer's signal) or exited non-zero (a shell reporting its killed
+// child). An init that exited 0 was not stopped by the OOM killer, whatever
+// happened to its other processes.
+func oomKilled(st ExitStatus, oomKills uint64) bool {
+	if !st.Known || oomKills == 0 {
+		return false
+	}
+	return st.Signal == syscall.SIGKILL || st.Code != 0
 }
 
 // signal sends sig to c's init through its pidfd, which cannot hit a

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/shoal-run/shoal/internal/mountinfo"
 )
 
 // Mode values returned by Layout.Mode.
@@ -56,24 +58,14 @@ func ReadLayout() (*Layout, error) {
 
 // ParseMountinfo builds a Layout from mountinfo text.
 func ParseMountinfo(r io.Reader) (*Layout, error) {
+	ms, err := mountinfo.Parse(r)
+	if err != nil {
+		return nil, err
+	}
 	l := &Layout{V1: map[string]Mount{}}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, f := range fields {
-			if f == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 5 || len(fields) < sep+3 {
-			continue
-		}
-		fstype := fields[sep+1]
-		m := Mount{Root: unescape(fields[3]), Point: unescape(fields[4])}
-		switch fstype {
+	for _, mi := range ms {
+		m := Mount{Root: mi.Root, Point: mi.Point}
+		switch mi.FSType {
 		case "cgroup2":
 			m.V2 = true
 			if l.Unified == nil {
@@ -81,7 +73,7 @@ func ParseMountinfo(r io.Reader) (*Layout, error) {
 				l.Unified = &mm
 			}
 		case "cgroup":
-			for _, opt := range strings.Split(fields[sep+3], ",") {
+			for _, opt := range strings.Split(mi.SuperOptions, ",") {
 				if isController(opt) {
 					m.Controllers = append(m.Controllers, opt)
 				}
@@ -92,9 +84,6 @@ func ParseMountinfo(r io.Reader) (*Layout, error) {
 				}
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("mountinfo: %w", err)
 	}
 	if len(l.V1) == 0 && l.Unified == nil {
 		return nil, errors.New("mountinfo: no cgroup hierarchy mounted")
@@ -111,33 +100,6 @@ func isController(opt string) bool {
 		return true
 	}
 	return !strings.Contains(opt, "=")
-}
-
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Mode tells whether the host is cgroup v1, v2 (unified only) or hybrid (v1
