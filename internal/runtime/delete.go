@@ -22,16 +22,26 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	}
 	r.mu.Lock()
 	c := r.ctrs[id]
-	creating := c != nil && c.rec.Pid == 0
-	r.mu.Unlock()
-	if creating {
+	entry := c
+	switch {
+	case c != nil && c.deleting:
+		r.mu.Unlock()
+		return fmt.Errorf("container %q is being deleted: %w", id, errdefs.ErrConflict)
+	case c != nil && c.rec.Pid == 0:
 		// Create owns it until it returns, and removes everything itself if
 		// it fails.
+		r.mu.Unlock()
 		return fmt.Errorf("container %q is being created: %w", id, errdefs.ErrConflict)
+	case c == nil:
+		// Not managed (an orphan, or nothing): hold the id so that a Create
+		// cannot start on it while its remains are removed.
+		entry = &ctr{deleting: true}
+		r.ctrs[id] = entry
 	}
+	r.mu.Unlock()
 	err := r.destroy(ctx, id, c)
 	r.mu.Lock()
-	if r.ctrs[id] == c {
+	if r.ctrs[id] == entry {
 		delete(r.ctrs, id)
 	}
 	r.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -83,25 +84,36 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 	pf.Close()
 	pidFile := strings.TrimSuffix(pf.Name(), ".json") + ".pid"
 	defer os.Remove(pidFile)
-	cmd := r.command(ctx, "exec", "--pid-file", pidFile, "--process", pf.Name(), id)
-	// When ctx ends, the process is killed and the runtime, whose child it
-	// is, reaps it and exits on its own. Only a runtime still setting up is
-	// killed itself; what it leaves is reaped below.
-	cmd.Cancel = func() error {
-		if killExecProcess(pidFile, cmd.Process.Pid) {
-			return nil
-		}
-		return cmd.Process.Kill()
-	}
+	// The runtime runs to the end even if ctx ends: killed while it sets
+	// the process up, it would leave its init stages to this subreaper.
+	// Cancelling kills the process instead, once the runtime has named it in
+	// the pid file; the runtime then reaps it and exits on its own.
+	cmd := r.command(context.WithoutCancel(ctx), "exec", "--pid-file", pidFile, "--process", pf.Name(), id)
 	cmd.Stdin, cmd.Stdout = p.Stdin, p.Stdout
 	var errBuf strings.Builder
 	cmd.Stderr = p.Stderr
 	if p.Stderr == nil {
 		cmd.Stderr = &errBuf
 	}
-	err = cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
+	}
+	exited := make(chan struct{})
+	killedRuntime := make(chan bool, 1)
+	go func() {
+		select {
+		case <-exited:
+			killedRuntime <- false
+		case <-ctx.Done():
+			killedRuntime <- r.cancelExec(cmd.Process, pidFile, exited)
+		}
+	}()
+	err = cmd.Wait()
+	close(exited)
+	if <-killedRuntime {
+		r.reapOrphans(id)
+	}
 	if ctx.Err() != nil {
-		r.reapOrphans(id, c.rec.Pid)
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, ctx.Err())
 	}
 	var ee *exec.ExitError
@@ -139,6 +151,31 @@ func mergeEnv(base, extra []string) []string {
 		}
 	}
 	return out
+}
+
+// execSetupTimeout bounds how long a cancelled Exec waits for the runtime to
+// name the process before it kills the runtime itself.
+const execSetupTimeout = time.Minute
+
+// cancelExec ends a `runc exec` whose caller has gone: it kills the process
+// as soon as the pid file names it, or, if the runtime is stuck setting it
+// up for execSetupTimeout, the runtime itself. It reports whether it killed
+// the runtime, whose orphans then need reaping.
+func (r *Runtime) cancelExec(runtime *os.Process, pidFile string, exited <-chan struct{}) bool {
+	deadline := time.Now().Add(execSetupTimeout)
+	for time.Now().Before(deadline) {
+		if killExecProcess(pidFile, runtime.Pid) {
+			return false
+		}
+		select {
+		case <-exited:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	r.log.Warn("exec set-up did not finish; killing the runtime", "pid", runtime.Pid)
+	_ = runtime.Kill()
+	return true
 }
 
 // killExecProcess kills the process a `runc exec` started, named by its pid

@@ -34,8 +34,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	t0 := time.Now()
 	c := &ctr{done: make(chan struct{}), started: start}
 	r.mu.Lock()
-	if _, ok := r.ctrs[s.ID]; ok {
+	if old, ok := r.ctrs[s.ID]; ok {
 		r.mu.Unlock()
+		if old.deleting {
+			return nil, fmt.Errorf("container %q is being deleted: %w", s.ID, errdefs.ErrConflict)
+		}
 		return nil, fmt.Errorf("container %q: %w", s.ID, errdefs.ErrConflict)
 	}
 	r.ctrs[s.ID] = c
@@ -45,11 +48,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 		if retErr != nil {
 			// Leave nothing half-done: remove every trace of the attempt,
 			// including processes a failed runtime left to this subreaper.
-			skip := 0
-			if c.isWatching() {
-				skip = c.rec.Pid
-			}
-			r.reapOrphans(s.ID, skip)
+			r.reapOrphans(s.ID)
 			c.mu.Lock()
 			if !c.watching && c.pidfd != nil {
 				c.pidfd.Close()

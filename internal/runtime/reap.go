@@ -7,20 +7,22 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 // A runtime process that dies before it is done (killed, or crashed) leaves
 // its own children to the nearest subreaper, this process: a half-set-up
-// container init from `runc create`, or the process of a `runc exec`. They
-// sit in the container's cgroup, so they are found there and reaped, as
-// nothing else would ever wait for them.
+// container init from `runc create`, or the process of a `runc exec`. Nothing
+// else would ever wait for them. While they run they sit in the container's
+// cgroup; once exited, a zombie shows no cgroup on v1, so runc's own init
+// processes (named "runc:[N:...]" until they exec) are recognised by name.
 
 // orphans lists the children of this process, running or exited but not yet
-// reaped, that are in cgroup cgroupsPath in some hierarchy; skip (a pid some
-// watcher owns) is left out.
-func orphans(cgroupsPath string, skip int) []int {
+// reaped, that are in cgroup cgroupsPath in some hierarchy, or that are
+// exited runc init processes; pids in skip (owned by a watcher) are left out.
+func orphans(cgroupsPath string, skip map[int]bool) []int {
 	self := os.Getpid()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -29,17 +31,25 @@ func orphans(cgroupsPath string, skip int) []int {
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == skip || pid == self {
+		if err != nil || skip[pid] || pid == self {
 			continue
 		}
-		if _, ppid, ok := procStat(pid); !ok || ppid != self {
+		state, ppid, ok := procStat(pid)
+		if !ok || ppid != self {
 			continue
 		}
-		if inCgroup(pid, cgroupsPath) {
+		if inCgroup(pid, cgroupsPath) || (state == 'Z' && isRuncInit(pid)) {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// isRuncInit reports whether pid is one of runc's init stages, which have
+// not yet exec'd the container's program.
+func isRuncInit(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	return err == nil && bytes.HasPrefix(b, []byte("runc:["))
 }
 
 // procStat reads the state letter and parent pid of pid.
@@ -87,25 +97,53 @@ func inCgroup(pid int, path string) bool {
 	return false
 }
 
-// reapOrphans kills and reaps the orphans of container id (see orphans) and
-// returns how many there were.
-func (r *Runtime) reapOrphans(id string, skip int) int {
-	pids := orphans(r.host.cgroupsPath(id), skip)
+// reapOrphans kills and reaps the orphans of container id (see orphans)
+// and returns how many there were. Container inits that a watcher waits for
+// are left alone.
+func (r *Runtime) reapOrphans(id string) int {
+	pids := orphans(r.host.cgroupsPath(id), r.watchedPids())
 	for _, pid := range pids {
 		// The pid cannot be reused before it is reaped, and only this
 		// function waits for it.
 		_ = unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		for {
-			_, err := unix.Wait4(pid, &ws, 0, nil)
-			if !errors.Is(err, unix.EINTR) {
-				if err != nil {
-					r.log.Warn("reap orphaned runtime child", "container", id, "pid", pid, "err", err)
-				}
-				break
+		reaped := false
+		for i := 0; i < 500 && !reaped; i++ {
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			switch {
+			case errors.Is(err, unix.EINTR):
+			case err != nil:
+				r.log.Warn("reap orphaned runtime child", "container", id, "pid", pid, "err", err)
+				reaped = true
+			case got == pid:
+				reaped = true
+			default:
+				time.Sleep(time.Millisecond * time.Duration(1+i/50))
 			}
+		}
+		if !reaped {
+			r.log.Warn("orphaned runtime child does not exit", "container", id, "pid", pid)
 		}
 		r.log.Debug("reaped orphaned runtime child", "container", id, "pid", pid)
 	}
 	return len(pids)
+}
+
+// watchedPids are the container inits whose exit a watcher waits for.
+func (r *Runtime) watchedPids() map[int]bool {
+	r.mu.Lock()
+	cs := make([]*ctr, 0, len(r.ctrs))
+	for _, c := range r.ctrs {
+		cs = append(cs, c)
+	}
+	r.mu.Unlock()
+	out := map[int]bool{}
+	for _, c := range cs {
+		c.mu.Lock()
+		if c.watching && c.pidfd != nil {
+			out[c.rec.Pid] = true
+		}
+		c.mu.Unlock()
+	}
+	return out
 }

@@ -32,6 +32,9 @@ type ctr struct {
 	pidfd    *os.File
 	started  bool
 	watching bool // a watch goroutine owns pidfd and will close done
+	// deleting marks a placeholder that holds the id of an unmanaged
+	// container while Delete removes it.
+	deleting bool
 
 	done  chan struct{} // closed once the init process has exited
 	exit  ExitStatus

@@ -1,0 +1,242 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+func TestEchoAndExitCodes(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	st, out, _ := capture(t, r, baseSpec(t, "echo", "hi"))
+	if out != "hi\n" || st.Code != 0 || !st.Known {
+		t.Fatalf("echo hi: status %+v, stdout %q", st, out)
+	}
+	st, _, _ = capture(t, r, baseSpec(t, "sh", "-c", "exit 3"))
+	if st.Code != 3 || st.Signal != 0 || !st.Known {
+		t.Fatalf("exit 3: status %+v", st)
+	}
+	// The init of a pid namespace ignores signals it has no handler for,
+	// except SIGKILL from outside.
+	s := baseSpec(t, "sleep", "300")
+	run(t, r, s)
+	if err := r.Signal(s.ID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if st := wait(t, r, s.ID); st.Code != 137 || st.Signal != syscall.SIGKILL || st.OOMKilled {
+		t.Fatalf("SIGKILL: status %+v", st)
+	}
+	if err := r.Signal(s.ID, syscall.SIGTERM); err == nil {
+		t.Fatal("signal to an exited container succeeded")
+	}
+}
+
+func TestCreateStart(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	s := baseSpec(t, "sh", "-c", "exit 5")
+	if _, err := r.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Delete(context.Background(), s.ID) })
+	if err := r.Start(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st := wait(t, r, s.ID); st.Code != 5 {
+		t.Fatalf("status %+v", st)
+	}
+	if _, err := r.Run(context.Background(), Spec{ID: s.ID, Layers: s.Layers, Args: s.Args}); !errdefs.IsConflict(err) {
+		t.Fatalf("duplicate id: %v", err)
+	}
+	cs, err := r.List(context.Background())
+	if err != nil || len(cs) != 1 || cs[0].ID != s.ID || cs[0].Status != StatusStopped {
+		t.Fatalf("list: %v %+v", err, cs)
+	}
+}
+
+func TestStopGraceThenKill(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	ready := filepath.Join(t.TempDir(), "ready")
+	s := baseSpec(t, "sh", "-c", `trap "echo ignored" TERM; touch /out/ready; while true; do sleep 1; done`)
+	s.Mounts = []Mount{{Source: filepath.Dir(ready), Destination: "/out"}}
+	run(t, r, s)
+	eventually(t, "trap installed", func() bool { _, err := os.Stat(ready); return err == nil })
+	st, err := r.Stop(context.Background(), s.ID, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Signal != syscall.SIGKILL || st.Code != 137 {
+		t.Fatalf("status %+v, want SIGKILL", st)
+	}
+	// A process that honours TERM stops on it.
+	ready2 := filepath.Join(t.TempDir(), "ready")
+	s2 := baseSpec(t, "sh", "-c", `trap "exit 7" TERM; touch /out/ready; while true; do sleep 1; done`)
+	s2.Mounts = []Mount{{Source: filepath.Dir(ready2), Destination: "/out"}}
+	run(t, r, s2)
+	eventually(t, "trap installed", func() bool { _, err := os.Stat(ready2); return err == nil })
+	st, err = r.Stop(context.Background(), s2.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Code != 7 || st.Signal != 0 {
+		t.Fatalf("status %+v, want exit 7 from the TERM trap", st)
+	}
+}
+
+func TestExec(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	s := baseSpec(t, "sleep", "300")
+	s.Env = []string{"A=1"}
+	run(t, r, s)
+	var out strings.Builder
+	st, err := r.Exec(context.Background(), s.ID, ExecSpec{
+		Args: []string{"sh", "-c", `echo "$A $B $(id -u) $(pwd)"; exit 4`}, Env: []string{"B=2"},
+		User: "app", Cwd: "/tmp", Stdout: &out,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Code != 4 || out.String() != "1 2 1000 /tmp\n" {
+		t.Fatalf("exec: status %+v, out %q", st, out.String())
+	}
+	// The exec joined the container's pid namespace: sleep is pid 1.
+	out.Reset()
+	if _, err := r.Exec(context.Background(), s.ID, ExecSpec{Args: []string{"cat", "/proc/1/cmdline"}, Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out.String(), "sleep") {
+		t.Fatalf("pid 1 is %q", out.String())
+	}
+}
+
+// assertGone checks that nothing of container id is left anywhere.
+func assertGone(t *testing.T, r *Runtime, id string) {
+	t.Helper()
+	bundle := r.bundle(id)
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), bundle) {
+			t.Errorf("mount left: %s", sc.Text())
+		}
+	}
+	for _, d := range r.cgroupPaths(id).Dirs() {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("cgroup left: %s", d)
+		}
+	}
+	if _, err := os.Stat(r.stateDir(id)); err == nil {
+		t.Errorf("runtime state left: %s", r.stateDir(id))
+	}
+	if _, err := os.Stat(bundle); err == nil {
+		t.Errorf("bundle left: %s", bundle)
+	}
+	if _, err := r.records.Get(context.Background(), id); !errdefs.IsNotFound(err) {
+		t.Errorf("record left: %v", err)
+	}
+}
+
+func TestDeleteLeavesNothing(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	// Running, with limits in every controller.
+	s := baseSpec(t, "sleep", "300")
+	s.Limits = Limits{CPUs: 1, MemoryBytes: 64 << 20, Pids: 32, CPUShares: 512}
+	run(t, r, s)
+	if err := r.Delete(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, s.ID)
+	if err := r.Delete(context.Background(), s.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("second delete: %v, want not found", err)
+	}
+	// Exited.
+	e := baseSpec(t, "true")
+	run(t, r, e)
+	wait(t, r, e.ID)
+	if err := r.Delete(context.Background(), e.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, e.ID)
+	// Created, never started.
+	cs := baseSpec(t, "echo", "never")
+	c, err := r.Create(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != StatusCreated {
+		t.Fatalf("status %q", c.Status)
+	}
+	if err := r.Delete(context.Background(), cs.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, cs.ID)
+	// Frozen.
+	fz := baseSpec(t, "sleep", "300")
+	run(t, r, fz)
+	if err := r.Freeze(fz.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(context.Background(), fz.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, r, fz.ID)
+	// A failed create (bad command) leaves nothing either.
+	bad := baseSpec(t, "/no/such/binary")
+	if _, err := r.Run(context.Background(), bad); err == nil {
+		t.Fatal("run of a missing binary succeeded")
+	} else if !strings.Contains(err.Error(), "/no/such/binary") || !strings.Contains(err.Error(), bad.ID) {
+		t.Fatalf("failed create: %v, want an error naming the container and /no/such/binary", err)
+	}
+	assertGone(t, r, bad.ID)
+}
+
+func TestBadSpecs(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	layer := busyboxLayer(t)
+	tests := []struct {
+		field string
+		spec  Spec
+	}{
+		{"id", Spec{ID: "../x", Layers: []string{layer}, Args: []string{"true"}}},
+		{"layers", Spec{ID: "a", Args: []string{"true"}}},
+		{"layers[0]", Spec{ID: "a", Layers: []string{"/nonexistent"}, Args: []string{"true"}}},
+		{"args", Spec{ID: "a", Layers: []string{layer}}},
+		{"mounts[0].type", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Mounts: []Mount{{Destination: "/x", Type: "nfs"}}}},
+		{"capabilities", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Capabilities: []string{"CAP_FLY"}}},
+		{"limits.memory", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Limits: Limits{MemoryBytes: 1024}}},
+		{"limits.memory", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Limits: Limits{MemoryBytes: -1}}},
+		{"limits.pids", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Limits: Limits{Pids: -1}}},
+		{"limits.cpu_shares", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Limits: Limits{CPUShares: 1}}},
+		{"limits.cpu_shares", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Limits: Limits{CPUShares: 1 << 20}}},
+	}
+	for _, cpus := range []float64{-0.5, 0.001, math.NaN(), math.Inf(1), math.Inf(-1), MaxCPUs + 0.5, 1e300} {
+		tests = append(tests, struct {
+			field string
+			spec  Spec
+		}{"limits.cpus", Spec{ID: "a", Layers: []string{layer}, Args: []string{"true"}, Limits: Limits{CPUs: cpus}}})
+	}
+	for _, tc := range tests {
+		_, err := r.Run(context.Background(), tc.spec)
+		if !errdefs.IsInvalid(err) || errdefs.Field(err) != tc.field {
+			t.Errorf("%s: got %v (field %q)", tc.field, err, errdefs.Field(err))
+		}
+	}
+	if _, err := r.Wait(context.Background(), "missing"); !errdefs.IsNotFound(err) {
+		t.Fatalf("wait missing: %v", err)
+	}
+	if err := r.Delete(context.Background(), "missing"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("delete missing: %v", err)
+	}
+}
