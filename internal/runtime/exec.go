@@ -36,7 +36,8 @@ type ExecSpec struct {
 }
 
 // Exec runs p in the container and waits for it. The exit status is the
-// process's; a signal death shows as 128+signal.
+// process's; a signal death shows as 128+signal. If ctx ends first, the
+// process is killed and the error wraps ctx's.
 func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, error) {
 	c, err := r.live(id)
 	if err != nil {

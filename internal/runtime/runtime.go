@@ -8,9 +8,11 @@
 // --detach`) with the caller's stdio handed straight to the container. The
 // daemon is a child subreaper (BecomeSubreaper), so the container's init
 // becomes its child and its exit is seen through a pidfd in the Go netpoller,
-// without a thread per container. Freeze, thaw, CPU updates and stats write
-// and read cgroup files directly (package cgroups), on cgroup v1, v2 and
-// hybrid hosts.
+// without a thread per container. A runtime process, once started, runs to
+// the end even if the caller goes away, and whatever a runtime that died
+// half-way leaves to the subreaper is killed and reaped. Freeze, thaw, CPU
+// updates and stats write and read cgroup files directly (package cgroups),
+// on cgroup v1, v2 and hybrid hosts.
 //
 // Every container is recorded in a RecordStore, so a restarted daemon adopts
 // running containers with Recover and removes whatever is left of the rest:
