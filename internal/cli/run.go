@@ -172,8 +172,11 @@ func newInfoCmd(g *globals) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), h)
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "status:      %s\nversion:     %s\nruntime:     %s\ncgroups:     %s\nstore:       %s\ndata dir:    %s\nproxy:       %s\ncontainers:  %d\nimages:      %d\n",
-				h.Status, h.Version, h.Runtime, h.CgroupMode, h.Store, h.DataDir, orDash(h.Proxy), h.Containers, h.Images)
+			fmt.Fprintf(w, "status:      %s\nversion:     %s\nruntime:     %s\ncgroups:     %s\nstore:       %s\ndata dir:    %s\ncontainers:  %d\nimages:      %d\n",
+				h.Status, h.Version, h.Runtime, h.CgroupMode, h.Store, h.DataDir, h.Containers, h.Images)
+			if h.Proxy != "" {
+				fmt.Fprintf(w, "proxy:       %s\n", h.Proxy)
+			}
 			for _, n := range h.Notes {
 				fmt.Fprintf(w, "note:        %s\n", n)
 			}

@@ -170,7 +170,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.ctrs.watchAdopted(running)
 	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
 		if err := runtime.CrunUsable(ctx); err != nil {
-			note := fmt.Sprintf("runtime runc: crun is not usable here: %v", err)
+			note := fmt.Sprintf("using runc because crun is not usable here (%v)", err)
 			d.notes = append(d.notes, note)
 			d.log.Warn("using runc", "reason", err)
 		}
@@ -279,7 +279,7 @@ func (d *Daemon) close() {
 func (d *Daemon) health(ctx context.Context) api.Health {
 	h := api.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
 		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Notes: d.notes}
-	if cs, err := d.rt.List(ctx); err == nil {
+	if cs, err := d.ctrs.List(ctx); err == nil {
 		h.Containers = len(cs)
 	}
 	if imgs, err := d.images.List(ctx); err == nil {
