@@ -72,11 +72,12 @@ type RunRequest struct {
 	Args    []string `json:"args,omitempty"`
 	Env     []string `json:"env,omitempty"`
 	Workdir string   `json:"workdir,omitempty"`
-	Memory  string   `json:"memory,omitempty"`  // "64Mi", "1G", bytes
-	CPUs    float64  `json:"cpus,omitempty"`    // fractional cores
-	Pids    int64    `json:"pids,omitempty"`    // 0: default
-	Network string   `json:"network,omitempty"` // none (default) | bridge
-	Timeout string   `json:"timeout,omitempty"` // Go duration; "" or "0" none
+	Memory  string   `json:"memory,omitempty"`     // "64Mi", "1G", bytes
+	CPUs    float64  `json:"cpus,omitempty"`       // fractional cores
+	Shares  uint64   `json:"cpu_shares,omitempty"` // relative CPU weight (cgroup v1 shares, 2-262144)
+	Pids    int64    `json:"pids,omitempty"`       // 0: default
+	Network string   `json:"network,omitempty"`    // none (default) | bridge
+	Timeout string   `json:"timeout,omitempty"`    // Go duration; "" or "0" none
 	Remove  bool     `json:"rm,omitempty"`
 }
 

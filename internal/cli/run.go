@@ -40,6 +40,9 @@ Without --rm the stopped container stays listed by "shoal ps -a" until
 			if req.Pids < 0 {
 				return usageErrorf("--pids %d: must not be negative", req.Pids)
 			}
+			if req.Shares == 1 || req.Shares > 262144 {
+				return usageErrorf("--cpu-shares %d: must be from 2 to 262144", req.Shares)
+			}
 			if req.Network != "none" && req.Network != "bridge" {
 				return usageErrorf("--network %q: use none or bridge", req.Network)
 			}
@@ -87,6 +90,7 @@ Without --rm the stopped container stays listed by "shoal ps -a" until
 	f.BoolVar(&req.Remove, "rm", false, "remove the container when it exits")
 	f.StringVarP(&req.Memory, "memory", "m", "", "memory limit, e.g. 64Mi or 1G (swap is limited to the same)")
 	f.Float64Var(&req.CPUs, "cpus", 0, "CPU limit in cores, e.g. 0.5")
+	f.Uint64Var(&req.Shares, "cpu-shares", 0, "relative CPU weight against other containers, 2-262144 (default 1024)")
 	f.Int64Var(&req.Pids, "pids", 0, "maximum number of processes (default 1024)")
 	f.StringVar(&req.Network, "network", "none", "network: none or bridge")
 	f.DurationVar(&timeout, "timeout", 0, "kill the container after this long, e.g. 10s")

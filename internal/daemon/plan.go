@@ -40,6 +40,9 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (_ *run
 	if req.CPUs < 0 || req.CPUs > 1024 {
 		return nil, errdefs.Invalid("cpus", "%v must be a number of cores from 0 to 1024", req.CPUs)
 	}
+	if req.Shares == 1 || req.Shares > 262144 {
+		return nil, errdefs.Invalid("cpu_shares", "%d must be from 2 to 262144", req.Shares)
+	}
 	if req.Pids < 0 {
 		return nil, errdefs.Invalid("pids", "%d must not be negative", req.Pids)
 	}
@@ -86,6 +89,7 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (_ *run
 		User:   img.Config.User,
 		Limits: runtime.Limits{
 			CPUs:        req.CPUs,
+			CPUShares:   req.Shares,
 			MemoryBytes: p.spec.Limits.MemoryBytes,
 			Pids:        orDefaultInt(req.Pids, defaultPids),
 		},

@@ -37,7 +37,7 @@ func TestDaemonRestartAdopts(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
 
-	before := d.runAttached("sleep", "600")
+	before := d.runAttached("busybox:1", "sleep", "600")
 
 	d.stop(syscall.SIGKILL)
 	if err := syscall.Kill(before.Pid, 0); err != nil {
@@ -155,12 +155,12 @@ func gone(pid int) bool {
 	return false
 }
 
-// runAttached starts `shoal run busybox:1 ARGS...` from a CLI process that
+// runAttached starts `shoal run ARGS...` from a CLI process that
 // stays attached, waits until the container shows as running, and returns
 // its row. The CLI process is killed when the test ends.
 func (d *daemon) runAttached(args ...string) psRow {
 	d.t.Helper()
-	run := exec.Command(shoalBin, append([]string{"run", "busybox:1"}, args...)...)
+	run := exec.Command(shoalBin, append([]string{"run"}, args...)...)
 	run.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
 	if err := run.Start(); err != nil {
 		d.t.Fatal(err)

@@ -48,7 +48,7 @@ func TestDaemonBadFlags(t *testing.T) {
 func TestSecondDaemonRefused(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
-	before := d.runAttached("sleep", "600")
+	before := d.runAttached("busybox:1", "sleep", "600")
 	var stderr bytes.Buffer
 	second := exec.Command(shoalBin, "daemon", "--data-dir", filepath.Join(t.TempDir(), "other"),
 		"--run-dir", d.runDir, "--cgroup-parent", d.cgroup+"-other", "--bridge", d.bridge+"x", "--subnet", "10.184.0.0/24")
