@@ -30,7 +30,7 @@ func TestRuncBaseline(t *testing.T) {
 	if err := MakeBusyboxRootfs(rootfs); err != nil {
 		t.Fatal(err)
 	}
-	b, err := newRuncBaseline(ctx, dir, rootfs)
+	b, err := newRuncBaseline(ctx, dir, rootfs, "runc", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

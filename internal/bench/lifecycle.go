@@ -39,6 +39,7 @@ const (
 	keyShoalRunNone   = "shoal-run-none"
 	keyShoalRunBridge = "shoal-run-bridge"
 	keyRuncRun        = "runc-run"
+	keyRuncRunSeccomp = "runc-run-seccomp"
 	keyPodmanRun      = "podman-run"
 	keyPodmanCrun     = "podman-run-crun"
 	keyAPIRun         = "api-run-none"
@@ -144,11 +145,18 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 
-	bare, err := newRuncBaseline(ctx, dir, rootfs)
+	bare, err := newRuncBaseline(ctx, dir, rootfs, "runc", nil)
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	cleanups = append(cleanups, bare.cleanup)
+	// The same bundle with shoal's default seccomp allowlist: runc doing the
+	// security work shoal asks of it, without shoal.
+	bareSeccomp, err := newRuncBaseline(ctx, dir, rootfs, "runc-seccomp", runtime.DefaultSeccomp())
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle: %w", err)
+	}
+	cleanups = append(cleanups, bareSeccomp.cleanup)
 	podman, err := newPodmanBaseline(podmanRootfs, "runc")
 	if err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
@@ -191,6 +199,8 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 		{key: keyShoalRunBridge, name: "shoal run (network bridge)", command: "shoal run --rm --network bridge " + strings.Join(runArgs, " "),
 			phases: []string{phaseTotal}, run: cli.cliSubject(append([]string{"run", "--rm", "--network", "bridge"}, runArgs...)...)},
 		{key: keyRuncRun, name: "bare runc run", command: bare.command("run"), phases: []string{phaseTotal}, run: bare.run},
+		{key: keyRuncRunSeccomp, name: "bare runc run, shoal's seccomp allowlist", command: bare.command("run") + " (B with shoal's seccomp profile)",
+			phases: []string{phaseTotal}, run: bareSeccomp.run},
 		{key: keyPodmanRun, name: "podman run (runc)", command: podman.command(), phases: []string{phaseTotal}, run: podman.run},
 		{key: keyPodmanCrun, name: "podman run (crun)", command: podmanCrun.command(), phases: []string{phaseTotal}, run: podmanCrun.run},
 		{key: keyAPIRun, name: "shoal runtime API, Run (runc, none)", command: "Acquire(none) + Run + Wait + Delete + Release",

@@ -43,7 +43,7 @@ func TestQuickLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{keyShoalRunNone, keyShoalRunBridge, keyRuncRun, keyPodmanRun, keyAPIRun,
+	for _, key := range []string{keyShoalRunNone, keyShoalRunBridge, keyRuncRun, keyRuncRunSeccomp, keyPodmanRun, keyAPIRun,
 		keyAPISplitNone, keyAPISplitBridge, keyRuncSplit, keyShoalVersion, keyShoalPs} {
 		res := rep.Result(key)
 		if !res.OK() {

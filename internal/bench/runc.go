@@ -29,22 +29,23 @@ type runcBaseline struct {
 }
 
 // newRuncBaseline writes a bundle under dir from `runc spec`, adjusted to run
-// /bin/true without a terminal on a read-only root.
-func newRuncBaseline(ctx context.Context, dir, rootfs string) (*runcBaseline, error) {
+// /bin/true without a terminal on a read-only root. With a non-nil seccomp
+// profile the bundle (named name) also filters syscalls with it.
+func newRuncBaseline(ctx context.Context, dir, rootfs, name string, seccomp *specs.LinuxSeccomp) (*runcBaseline, error) {
 	bin, err := exec.LookPath("runc")
 	if err != nil {
 		return nil, fmt.Errorf("runc baseline: %w", err)
 	}
 	b := &runcBaseline{
 		bin:    bin,
-		root:   filepath.Join(dir, "runc-state"),
-		bundle: filepath.Join(dir, "runc-bundle"),
-		prefix: fmt.Sprintf("shoal-bench-runc-%d-", os.Getpid()),
+		root:   filepath.Join(dir, name+"-state"),
+		bundle: filepath.Join(dir, name+"-bundle"),
+		prefix: fmt.Sprintf("shoal-bench-%s-%d-", name, os.Getpid()),
 	}
 	if err := os.MkdirAll(b.bundle, 0o755); err != nil {
 		return nil, fmt.Errorf("runc bundle %q: %w", b.bundle, err)
 	}
-	if b.errLog, err = os.Create(filepath.Join(dir, "runc-stderr.log")); err != nil {
+	if b.errLog, err = os.Create(filepath.Join(dir, name+"-stderr.log")); err != nil {
 		return nil, fmt.Errorf("runc baseline: %w", err)
 	}
 	cmd := exec.CommandContext(ctx, bin, "spec")
@@ -65,6 +66,9 @@ func newRuncBaseline(ctx context.Context, dir, rootfs string) (*runcBaseline, er
 	spec.Process.Args = []string{"/bin/true"}
 	spec.Root.Path = rootfs
 	spec.Root.Readonly = true
+	if seccomp != nil {
+		spec.Linux.Seccomp = seccomp
+	}
 	raw, err = json.MarshalIndent(&spec, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("runc bundle %q: %w", b.bundle, err)
