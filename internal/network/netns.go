@@ -26,36 +26,21 @@ func createNetNS(path string) error {
 	}
 	f.Close()
 
-	errc := make(chan error, 1)
-	go func() {
-		// The thread changes namespace; it goes back to the pool of threads
-		// only once it is back in its original one, otherwise it dies with
-		// this goroutine.
-		runtime.LockOSThread()
-		orig, err := unix.Open(threadNetNS(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
-			return
-		}
-		defer unix.Close(orig)
+	err = onThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare netns: %w", err)
-			return
+			return fmt.Errorf("unshare netns: %w", err)
 		}
-		err = unix.Mount(threadNetNS(), path, "none", unix.MS_BIND, "")
-		if err != nil {
-			err = fmt.Errorf("bind mount netns: %w", err)
-		} else if err = setLinkUp("lo"); err != nil {
-			err = fmt.Errorf("loopback up: %w", err)
+		return nil
+	}, func() error {
+		if err := unix.Mount(threadNetNS(), path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount netns: %w", err)
 		}
-		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
+		if err := setLinkUp("lo"); err != nil {
+			return fmt.Errorf("loopback up: %w", err)
 		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return nil
+	})
+	if err != nil {
 		_ = destroyNetNS(path)
 		return fmt.Errorf("netns %s: %w", path, err)
 	}
@@ -85,6 +70,19 @@ func withNetNS(path string, fn func() error) error {
 	}
 	defer unix.Close(target)
 
+	return onThread(func() error {
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("netns %s: setns: %w", path, err)
+		}
+		return nil
+	}, fn)
+}
+
+// onThread runs enter and then fn on a locked OS thread whose network
+// namespace enter changes. The thread goes back to the pool of threads only
+// once it is back in its original namespace; otherwise it dies with the
+// goroutine.
+func onThread(enter, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -95,9 +93,9 @@ func withNetNS(path string, fn func() error) error {
 			return
 		}
 		defer unix.Close(orig)
-		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		if err := enter(); err != nil {
 			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("netns %s: setns: %w", path, err)
+			errc <- err
 			return
 		}
 		err = fn()
