@@ -134,7 +134,14 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 	go func() { defer copies.Done(); io.Copy(stdout, outR); outR.Close() }()
 	go func() { defer copies.Done(); io.Copy(stderr, errR); errR.Close() }()
 
-	exit := s.wait(ctx, id, p.timeout)
+	exit, left := s.wait(ctx, id, p.timeout)
+	if left {
+		// The daemon is stopping: the container keeps running for the next
+		// daemon, its output has nowhere to go.
+		outR.Close()
+		errR.Close()
+		return exit, nil
+	}
 	copies.Wait()
 	s.duration.WithLabelValues("run").Observe(time.Since(t1).Seconds())
 	// Tearing down a bridge attachment takes tens of milliseconds of CNI and
@@ -166,8 +173,9 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 }
 
 // wait waits for the container to exit, killing it when the timeout passes
-// or the client goes away.
-func (s *containerService) wait(ctx context.Context, id string, timeout time.Duration) api.Exit {
+// or the client goes away. left is true when the daemon is stopping and the
+// container was left running.
+func (s *containerService) wait(ctx context.Context, id string, timeout time.Duration) (exit api.Exit, left bool) {
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
@@ -199,14 +207,14 @@ func (s *containerService) wait(ctx context.Context, id string, timeout time.Dur
 					e.Code = 125
 				}
 			}
-			return e
+			return e, false
 		case <-timer:
 			timedOut = true
 			timer = nil
 			s.rt.Signal(id, syscall.SIGKILL)
 		case <-ctx.Done():
 			if s.stopping.Load() {
-				return api.Exit{ID: id, Code: 125, Error: "the daemon is stopping; the container keeps running"}
+				return api.Exit{ID: id, Code: 125, Error: "the daemon is stopping; the container keeps running"}, true
 			}
 			s.rt.Signal(id, syscall.SIGKILL)
 			ctx = context.Background()

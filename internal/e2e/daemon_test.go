@@ -30,16 +30,22 @@ func (d *daemon) ps() []psRow {
 	return rows
 }
 
-// TestDaemonRestartAdopts kills the daemon with SIGKILL while a container
-// runs, starts a new one, and checks the container was adopted (same PID,
-// still running), then that a container nobody recorded is removed.
+// TestDaemonRestartAdopts stops the daemon (SIGKILL, then SIGTERM) while an
+// attached container runs, starts a new one, and checks the container was
+// adopted (same PID, still running) and is fully removed by rm.
 func TestDaemonRestartAdopts(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) { testRestartAdopts(t, sig) })
+	}
+}
+
+func testRestartAdopts(t *testing.T, sig syscall.Signal) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
 
 	before := d.runAttached("busybox:1", "sleep", "600")
 
-	d.stop(syscall.SIGKILL)
+	d.stop(sig)
 	if err := syscall.Kill(before.Pid, 0); err != nil {
 		t.Fatalf("container pid %d died with the daemon: %v", before.Pid, err)
 	}
