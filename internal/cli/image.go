@@ -56,12 +56,8 @@ of DIR. DIR is read by the daemon, so it must be on the daemon's host.`,
 				}
 			}
 			req.Dir = dir
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var img api.Image
-			if err := c.Do(cmd.Context(), "POST", "/v1/images/build", req, &img); err != nil {
+			if err := g.call(cmd, "POST", "/v1/images/build", req, &img); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
@@ -94,12 +90,8 @@ of the input is refused.`,
 			if err != nil {
 				return err
 			}
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			var imgs []api.Image
-			if err := c.Do(cmd.Context(), "POST", "/v1/images/import", api.ImportRequest{Path: p, Tag: tag}, &imgs); err != nil {
+			if err := g.call(cmd, "POST", "/v1/images/import", api.ImportRequest{Path: p, Tag: tag}, &imgs); err != nil {
 				return err
 			}
 			for _, img := range imgs {
@@ -120,13 +112,9 @@ func newImagePullCmd(g *globals) *cobra.Command {
 		Example: `  shoal image pull 127.0.0.1:5000/hello:1 --insecure`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.client()
-			if err != nil {
-				return err
-			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
 			var img api.Image
-			if err := c.Do(cmd.Context(), "POST", "/v1/images/pull", api.PullRequest{Ref: args[0], Insecure: insecure}, &img); err != nil {
+			if err := g.call(cmd, "POST", "/v1/images/pull", api.PullRequest{Ref: args[0], Insecure: insecure}, &img); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)

@@ -70,9 +70,15 @@ func (g *globals) get(cmd *cobra.Command, out, path string, v any) error {
 	if err := checkOutput(out); err != nil {
 		return err
 	}
+	return g.call(cmd, "GET", path, nil, v)
+}
+
+// call sends one API request with an optional JSON body and decodes the
+// answer into out (if not nil).
+func (g *globals) call(cmd *cobra.Command, method, path string, body, out any) error {
 	c, err := g.client()
 	if err != nil {
 		return err
 	}
-	return c.Do(cmd.Context(), "GET", path, nil, v)
+	return c.Do(cmd.Context(), method, path, body, out)
 }
