@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/image/imagetest"
 )
 
 type psRow struct {
@@ -181,4 +183,36 @@ func (d *daemon) runAttached(args ...string) psRow {
 	}
 	d.t.Fatalf("container never showed as running: %+v", d.ps())
 	return psRow{}
+}
+
+// TestBuildOptionsReachTheContainer builds an image with an entrypoint,
+// command, environment, working directory and port, and checks a container
+// of it sees them (and that run arguments replace the command only).
+func TestBuildOptionsReachTheContainer(t *testing.T) {
+	d := startDaemon(t)
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	if err := imagetest.BusyboxDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "srv/app"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d.must("image", "build", dir, "--tag", "opts:1", "--entrypoint", "/bin/sh", "--entrypoint", "-c",
+		"--cmd", `echo "$GREETING from $(pwd)"`, "--env", "GREETING=hi", "--workdir", "/srv/app", "--port", "8080")
+	if out := d.must("run", "--rm", "opts:1"); out != "hi from /srv/app\n" {
+		t.Fatalf("default command printed %q", out)
+	}
+	if out := d.must("run", "--rm", "-e", "GREETING=hello", "opts:1", `echo "$GREETING"`); out != "hello\n" {
+		t.Fatalf("run arguments with -e printed %q", out)
+	}
+	var img struct {
+		Ports      []string `json:"ports"`
+		Entrypoint []string `json:"entrypoint"`
+	}
+	if err := json.Unmarshal([]byte(d.must("image", "inspect", "opts:1", "-o", "json")), &img); err != nil {
+		t.Fatal(err)
+	}
+	if len(img.Ports) != 1 || img.Ports[0] != "8080/tcp" || len(img.Entrypoint) != 2 {
+		t.Fatalf("inspect: %+v", img)
+	}
 }
