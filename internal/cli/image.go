@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/units"
 )
 
 func newImageCmd(g *globals) *cobra.Command {
@@ -142,7 +143,7 @@ func newImageLsCmd(g *globals) *cobra.Command {
 			}
 			var rows [][]string
 			for _, i := range imgs {
-				rows = append(rows, []string{orDash(i.Ref), short(i.ID, 12), fmtSize(i.Size), strconv.Itoa(i.Layers), ago(i.Created)})
+				rows = append(rows, []string{orDash(i.Ref), short(i.ID, 12), units.FormatBytes(i.Size), strconv.Itoa(i.Layers), ago(i.Created)})
 			}
 			table(cmd.OutOrStdout(), []string{"REF", "ID", "SIZE", "LAYERS", "CREATED"}, rows)
 			return nil
@@ -168,7 +169,7 @@ func newImageInspectCmd(g *globals) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "ref:         %s\ndigest:     %s\nid:          %s\nsize:        %s\nlayers:      %d\ncreated:     %s\n",
-				orDash(img.Ref), img.Digest, img.ID, fmtSize(img.Size), img.Layers, img.Created.Format(time.RFC3339))
+				orDash(img.Ref), img.Digest, img.ID, units.FormatBytes(img.Size), img.Layers, img.Created.Format(time.RFC3339))
 			fmt.Fprintf(w, "entrypoint:  %s\ncmd:         %s\nworkdir:     %s\nports:       %s\n",
 				strings.Join(img.Entrypoint, " "), strings.Join(img.Cmd, " "), orDash(img.WorkingDir), strings.Join(img.Ports, " "))
 			for _, e := range img.Env {
@@ -239,16 +240,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func fmtSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1fGB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1fMB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1fkB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%dB", n)
 }

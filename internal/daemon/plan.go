@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
@@ -19,7 +20,6 @@ type runPlan struct {
 	mode    network.Mode
 	timeout time.Duration
 	remove  bool
-	memory  string
 	digest  string // image pinned while the container starts
 }
 
@@ -27,7 +27,7 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (_ *run
 	if req.Image == "" {
 		return nil, errdefs.Invalid("image", "is required")
 	}
-	p := &runPlan{remove: req.Remove, memory: req.Memory}
+	p := &runPlan{remove: req.Remove}
 	var err error
 	if p.mode, err = network.ParseMode(orDefault(req.Network, "none")); err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func (s *containerService) plan(ctx context.Context, req api.RunRequest) (_ *run
 		return nil, errdefs.Invalid("args", "image %q has no entrypoint or command; give one after the image", req.Image)
 	}
 	for _, e := range req.Env {
-		if len(e) == 0 || e[0] == '=' || !containsByte(e, '=') {
+		if len(e) == 0 || e[0] == '=' || !strings.Contains(e, "=") {
 			return nil, errdefs.Invalid("env", "%q must be KEY=VALUE", e)
 		}
 	}
@@ -110,13 +110,4 @@ func orDefaultInt(v, d int64) int64 {
 		return d
 	}
 	return v
-}
-
-func containsByte(s string, b byte) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == b {
-			return true
-		}
-	}
-	return false
 }
