@@ -5,13 +5,21 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/shoal-run/shoal/internal/cli.Version=$(VERSION)
 DATA_DIR ?= /var/lib/shoal
 
-.PHONY: all build deps deps-test deps-bench test run bench bench-quick fmt vet clean
+.PHONY: all build examples deps deps-test deps-bench test run bench bench-quick fmt vet clean
 
-all: build
+all: build examples
 
 # A static binary (no cgo) starts faster: every CLI command pays for it.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shoal ./cmd/shoal
+
+# Example apps: one static binary per folder, ready for
+# `shoal image build bin/examples/NAME --tag NAME:1 --entrypoint /NAME --port 8080`.
+EXAMPLES := hello slowboot cpuburn
+examples:
+	@for e in $(EXAMPLES); do \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/examples/$$e/$$e ./examples/$$e || exit 1; \
+	done
 
 deps:
 	scripts/install-deps.sh run
@@ -23,19 +31,19 @@ deps-bench:
 	scripts/install-deps.sh bench
 
 # Every test: unit and integration (real runc, CNI, etcd, registry); needs root.
-test: deps-test build
+test: deps-test build examples
 	@test "$$(id -u)" = 0 || { echo "make test: run as root (integration tests start real containers)"; exit 1; }
 	gofmt -l . | tee /dev/stderr | (! read -r _)
 	$(GO) vet ./...
-	SHOAL_BIN=$(CURDIR)/bin/shoal $(GO) test -count=1 -timeout 40m ./...
+	SHOAL_BIN=$(CURDIR)/bin/shoal SHOAL_EXAMPLES=$(CURDIR)/bin/examples $(GO) test -count=1 -timeout 40m ./...
 
-run: deps build
+run: deps build examples
 	scripts/run.sh $(DATA_DIR)
 
-bench: deps-bench build
+bench: deps-bench build examples
 	bin/shoal bench all --out docs
 
-bench-quick: deps-bench build
+bench-quick: deps-bench build examples
 	BENCH_QUICK=1 bin/shoal bench all --out docs
 
 fmt:

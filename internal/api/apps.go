@@ -1,0 +1,90 @@
+package api
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// DeployRequest is the body of POST /v1/apps: an app's shoal.toml, as text.
+// File names the manifest in error messages (default "shoal.toml").
+type DeployRequest struct {
+	Manifest string `json:"manifest"`
+	File     string `json:"file,omitempty"`
+}
+
+// ScaleRequest is the body of POST /v1/apps/{name}/scale; a nil bound is
+// left as it is.
+type ScaleRequest struct {
+	Min *int `json:"min,omitempty"`
+	Max *int `json:"max,omitempty"`
+}
+
+// App is an app and its replicas, the body of GET /v1/apps/{name} and of
+// each row of GET /v1/apps.
+type App struct {
+	Name     string `json:"name"`
+	Image    string `json:"image"`
+	Revision int    `json:"revision"`
+	Min      int    `json:"min"`
+	Max      int    `json:"max"`
+	// State is "idle" (no replica running), "running", "failing" (its
+	// replicas crash or fail their health check; see Error and Log) or
+	// "deleting".
+	State     string    `json:"state"`
+	URL       string    `json:"url,omitempty"`
+	Ready     int       `json:"ready"`
+	Replicas  []Replica `json:"replicas"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Error and Log explain a failing app: the last failure and the last
+	// lines its replica wrote.
+	Error string   `json:"error,omitempty"`
+	Log   []string `json:"log,omitempty"`
+}
+
+// Replica is one replica of an app.
+type Replica struct {
+	ID       string `json:"id"`
+	Revision int    `json:"revision"`
+	// State is pending, starting, ready, frozen, draining, stopped or failed.
+	State     string     `json:"state"`
+	Pid       int        `json:"pid,omitempty"`
+	Addr      string     `json:"addr,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	ReadyAt   *time.Time `json:"ready_at,omitempty"`
+	CPU       float64    `json:"cpu,omitempty"` // current quota in cores
+	InFlight  int        `json:"in_flight"`
+	Reason    string     `json:"reason,omitempty"`
+}
+
+// Event is one entry of the event log (GET /v1/events): a scaling decision
+// or a replica's change of state, with the reason and the inputs behind it.
+type Event struct {
+	Seq     int64              `json:"seq"`
+	Time    time.Time          `json:"time"`
+	Kind    string             `json:"kind"`
+	App     string             `json:"app,omitempty"`
+	Replica string             `json:"replica,omitempty"`
+	Reason  string             `json:"reason"`
+	Inputs  map[string]float64 `json:"inputs,omitempty"`
+}
+
+// Apps is what the API needs of the serving service.
+type Apps interface {
+	Deploy(ctx context.Context, req DeployRequest) (App, error)
+	List(ctx context.Context) ([]App, error)
+	Get(ctx context.Context, name string) (App, error)
+	Scale(ctx context.Context, name string, req ScaleRequest) (App, error)
+	// Logs writes the last tail lines (0: all kept) of the app's replicas.
+	Logs(ctx context.Context, name string, tail int, w io.Writer) error
+	Remove(ctx context.Context, name string) error
+}
+
+// Events is what the API needs of the event log. List returns the events
+// after seq (0: from the oldest kept), for one app or all ("" app); Watch
+// streams those and every later one until ctx ends.
+type Events interface {
+	List(ctx context.Context, after int64, app string) ([]Event, error)
+	Watch(ctx context.Context, after int64, app string) (<-chan Event, error)
+}
