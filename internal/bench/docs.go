@@ -8,10 +8,6 @@ import (
 	"strings"
 )
 
-// suiteOrder is the order of known suites in docs/benchmarks.md; other
-// suites follow in name order.
-var suiteOrder = []string{"lifecycle", "serving", "jobs", "storage", "host-vs-container"}
-
 const docsHeader = `# Benchmarks
 
 This file is generated: ` + "`make bench`" + ` (or ` + "`shoal bench <suite>`" + `) regenerates it
@@ -26,19 +22,25 @@ alone. Do not edit it by hand.
 - Each suite measures shoal beside a named baseline (bare runc, podman, ...)
   in the same run, interleaving the subjects so that noise on the host touches
   all of them alike. Compare the ratios more than the absolute numbers.
-- Times are wall-clock milliseconds. The median is the typical case; p90 and
-  p99 show the tail (with 50 runs, p99 is close to the slowest run); stddev
-  shows the spread. A ratio is shoal's median over the baseline's median.
+- Times are wall-clock milliseconds unless a table names another unit
+  (MB/s, requests/s: higher is better). The median is the typical case; p99
+  shows the tail (with few runs, p99 is close to the slowest run); spread is
+  the lowest to the highest run and stddev the standard deviation. A ratio is
+  shoal's median over the named baseline's median, both from the same run.
+- A row that says "not run:" could not be measured on this machine; the
+  reason is the error the harness met.
 - ` + "`BENCH_QUICK=1`" + ` runs few samples: good to check that the harness works,
   not to quote.
-- Each suite section lists the machine it ran on.
+- Each suite section lists the machine it ran on (CPU model, cores, memory,
+  kernel, cgroup version, tool versions) and the exact command that produced
+  it; every table repeats its command.
 `
 
 // WriteDocs writes a suite's section to docsDir/bench/<suite>.md and its
 // charts next to benchmarks.md, then regenerates docsDir/benchmarks.md from
 // every section file.
 func WriteDocs(docsDir, suite, markdown string, charts map[string][]byte) error {
-	if suite == "" || strings.ContainsAny(suite, "/\\") || strings.HasPrefix(suite, ".") {
+	if !plainName(suite) {
 		return fmt.Errorf("docs: suite name %q is not a plain name", suite)
 	}
 	secDir := filepath.Join(docsDir, "bench")
@@ -66,29 +68,13 @@ func RegenerateDocs(docsDir string) error {
 	if err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("docs: %w", err)
 	}
-	rank := map[string]int{}
-	for i, s := range suiteOrder {
-		rank[s] = i + 1
-	}
 	var suites []string
 	for _, e := range entries {
 		if name, ok := strings.CutSuffix(e.Name(), ".md"); ok && !e.IsDir() {
 			suites = append(suites, name)
 		}
 	}
-	sort.Slice(suites, func(i, j int) bool {
-		ri, rj := rank[suites[i]], rank[suites[j]]
-		if ri == 0 {
-			ri = len(suiteOrder) + 1
-		}
-		if rj == 0 {
-			rj = len(suiteOrder) + 1
-		}
-		if ri != rj {
-			return ri < rj
-		}
-		return suites[i] < suites[j]
-	})
+	sort.Slice(suites, func(i, j int) bool { return lessSuite(suites[i], suites[j]) })
 	var b strings.Builder
 	b.WriteString(docsHeader)
 	for _, s := range suites {
@@ -100,12 +86,6 @@ func RegenerateDocs(docsDir string) error {
 		b.Write(sec)
 	}
 	return writeAtomic(filepath.Join(docsDir, "benchmarks.md"), []byte(b.String()))
-}
-
-// WriteDocs writes the report's section and charts under docsDir and
-// regenerates docsDir/benchmarks.md.
-func (r *Report) WriteDocs(docsDir string) error {
-	return WriteDocs(docsDir, r.Suite, r.Markdown(), r.Charts())
 }
 
 func writeAtomic(path string, data []byte) error {

@@ -70,7 +70,8 @@ func TestMarkdownFromSyntheticResults(t *testing.T) {
 			res(keyShoalPs, "shoal CLI + one API call", 6*time.Millisecond),
 			{Key: keyAPISplitCrun, Name: "shoal runtime API, split (crun, none)", Command: "c", Err: "crun said | no"},
 		}}
-	md := rep.Markdown()
+	rep.renderLifecycle()
+	md := rep.Section()
 	for _, want := range []string{
 		"| shoal run / bare runc run | ≤ 1.30× | 1.24× | met |",
 		"| shoal run / podman run | < 0.33× | 0.26× | met |",

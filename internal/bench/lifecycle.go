@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,24 +13,8 @@ import (
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
-// LifecycleOptions configure the lifecycle suite.
-type LifecycleOptions struct {
-	// Runs is the number of recorded runs per subject (default 50; 5 in
-	// Quick mode).
-	Runs int
-	// Quick makes a short run (BENCH_QUICK=1): few runs, one warm-up.
-	Quick bool
-	// ShoalBin is the shoal binary whose CLI and daemon are measured
-	// (default: this executable when it is named shoal).
-	ShoalBin string
-	// DataDir is where the suite makes its scratch folder, removed
-	// afterwards (default /var/tmp).
-	DataDir string
-	// Out receives progress lines (default: discarded).
-	Out io.Writer
-	// Command is how the suite was invoked, shown above every table
-	// (default "shoal bench lifecycle" with the options that differ).
-	Command string
+func init() {
+	Register(Suite{Name: "lifecycle", Title: "Lifecycle: one container from creation to removal", Run: Lifecycle})
 }
 
 // Subject keys of the lifecycle suite.
@@ -51,39 +34,19 @@ const (
 	keyShoalPs        = "shoal-ps"
 )
 
-func (o *LifecycleOptions) defaults() error {
-	if o.Runs < 0 {
-		return errdefs.Invalid("runs", "%d must not be negative", o.Runs)
+func lifecycleDefaults(o Options) (Options, error) {
+	o, err := o.withDefaults("lifecycle")
+	if err != nil {
+		return o, err
 	}
-	if o.Runs == 0 {
-		o.Runs = 50
-		if o.Quick {
-			o.Runs = 5
-		}
-	}
-	if o.Out == nil {
-		o.Out = io.Discard
-	}
+	o.Runs = o.RunsOr(50, 5)
 	if o.ShoalBin == "" {
-		exe, err := os.Executable()
-		if err != nil || filepath.Base(exe) != "shoal" {
-			return errdefs.Invalid("ShoalBin", "the shoal binary to measure is required")
-		}
-		o.ShoalBin = exe
+		return o, errdefs.Invalid("ShoalBin", "the shoal binary to measure is required")
 	}
 	if _, err := os.Stat(o.ShoalBin); err != nil {
-		return errdefs.Invalid("ShoalBin", "%v", err)
+		return o, errdefs.Invalid("ShoalBin", "%v", err)
 	}
-	if o.Command == "" {
-		o.Command = "shoal bench lifecycle"
-		if o.Quick {
-			o.Command = "BENCH_QUICK=1 " + o.Command
-		}
-		if (o.Quick && o.Runs != 5) || (!o.Quick && o.Runs != 50) {
-			o.Command += fmt.Sprintf(" --runs %d", o.Runs)
-		}
-	}
-	return nil
+	return o, nil
 }
 
 // Lifecycle runs the lifecycle suite: /bin/true in a busybox container, from
@@ -91,8 +54,9 @@ func (o *LifecycleOptions) defaults() error {
 // runtime API phase by phase (runc and crun, network none and bridge), with
 // bare runc, and with podman, all in the same run and interleaved. It removes
 // every container, mount, namespace and folder it made, also on error.
-func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error) {
-	if err := o.defaults(); err != nil {
+func Lifecycle(ctx context.Context, o Options) (_ *Report, retErr error) {
+	o, err := lifecycleDefaults(o)
+	if err != nil {
 		return nil, fmt.Errorf("lifecycle: %w", err)
 	}
 	if os.Geteuid() != 0 {
@@ -102,18 +66,11 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 	if o.Quick {
 		warmup = 1
 	}
-	rep := &Report{Suite: "lifecycle", Command: o.Command, Runs: o.Runs, Warmup: warmup, Quick: o.Quick,
-		Machine: CollectMachine(ctx), Started: time.Now()}
-	parent := o.DataDir
-	if parent == "" {
-		parent = "/var/tmp"
-	}
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("lifecycle: data dir: %w", err)
-	}
-	dir, err := os.MkdirTemp(parent, "shoal-bench-")
+	rep := NewReport(ctx, "lifecycle", "Lifecycle: one container from creation to removal", o)
+	rep.Runs, rep.Warmup = o.Runs, warmup
+	dir, err := o.ScratchDir("lifecycle")
 	if err != nil {
-		return nil, fmt.Errorf("lifecycle: data dir: %w", err)
+		return nil, err
 	}
 	defer os.RemoveAll(dir)
 	// Clean-up runs on a context of its own so that an interrupted suite
@@ -241,7 +198,7 @@ func Lifecycle(ctx context.Context, o LifecycleOptions) (_ *Report, retErr error
 		keyAPISplitNone:   splitNone.log.snapshot(),
 		keyAPISplitBridge: splitBridge.log.snapshot(),
 	}
-	rep.Elapsed = time.Since(rep.Started)
+	rep.renderLifecycle()
 	return rep, nil
 }
 

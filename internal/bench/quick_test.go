@@ -30,19 +30,67 @@ func buildShoal(t *testing.T) string {
 	return bin
 }
 
-// TestQuickLifecycle runs the whole lifecycle suite for real in quick mode and
-// checks that the report has numbers in every row that must have them. It
-// keeps the harness from rotting; it asserts no speed.
-func TestQuickLifecycle(t *testing.T) {
+// quickChecks holds extra checks of a suite's quick report, by suite name.
+// A suite's own test file adds its entry from an init function.
+var quickChecks = map[string]func(t *testing.T, rep *Report, docs string){
+	"lifecycle": checkQuickLifecycle,
+}
+
+// TestQuickSuites runs every registered suite for real in quick mode
+// (BENCH_QUICK=1), writes the docs, and checks that every table row has
+// numbers or says why not, that every chart is well-formed, and that nothing
+// is left behind. It keeps the harness from rotting; it asserts no speed.
+func TestQuickSuites(t *testing.T) {
 	needRoot(t, "runc", "podman", "go")
 	bin := buildShoal(t)
-	dataDir := t.TempDir()
-	rep, err := Lifecycle(context.Background(), LifecycleOptions{
-		Quick: true, ShoalBin: bin, DataDir: dataDir, Out: testWriter{t},
-	})
-	if err != nil {
-		t.Fatal(err)
+	docs := os.Getenv("BENCH_TEST_DOCS")
+	if docs == "" {
+		docs = t.TempDir()
 	}
+	for _, s := range Suites() {
+		t.Run(s.Name, func(t *testing.T) {
+			dataDir := t.TempDir()
+			rep, err := RunSuite(context.Background(), s, Options{
+				Quick: true, ShoalBin: bin, DataDir: dataDir, Out: testWriter{t},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rep.WriteDocs(docs); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(filepath.Join(docs, "bench", s.Name+".md"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			text := string(raw)
+			if !strings.HasPrefix(text, "## ") || !strings.Contains(text, "| kernel |") || !strings.Contains(text, "`BENCH_QUICK=1 shoal bench "+s.Name+"`") {
+				t.Errorf("section lacks its heading, machine or command:\n%s", text)
+			}
+			for _, tab := range rep.Tables() {
+				for _, w := range tab.Rows {
+					if !w.OK() && strings.TrimSpace(w.Err) == "" {
+						t.Errorf("table %q row %q has neither numbers nor a reason", tab.Title, w.Name)
+					}
+				}
+			}
+			for name, svg := range rep.Charts() {
+				wellFormed(t, svg)
+				if !strings.Contains(text, "("+name+")") {
+					t.Errorf("section does not link chart %s", name)
+				}
+			}
+			if check := quickChecks[s.Name]; check != nil {
+				check(t, rep, docs)
+			}
+			assertNoLeftovers(t, dataDir)
+		})
+	}
+}
+
+// checkQuickLifecycle checks that the lifecycle report has numbers in every
+// row that must have them.
+func checkQuickLifecycle(t *testing.T, rep *Report, docs string) {
 	for _, key := range []string{keyShoalRunNone, keyShoalRunBridge, keyRuncRun, keyRuncRunSeccomp, keyPodmanRun, keyAPIRun,
 		keyAPISplitNone, keyAPISplitBridge, keyRuncSplit, keyShoalVersion, keyShoalPs} {
 		res := rep.Result(key)
@@ -64,13 +112,6 @@ func TestQuickLifecycle(t *testing.T) {
 		}
 	}
 
-	docs := os.Getenv("BENCH_TEST_DOCS")
-	if docs == "" {
-		docs = t.TempDir()
-	}
-	if err := rep.WriteDocs(docs); err != nil {
-		t.Fatal(err)
-	}
 	md, err := os.ReadFile(filepath.Join(docs, "benchmarks.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -105,9 +146,6 @@ func TestQuickLifecycle(t *testing.T) {
 		}
 		wellFormed(t, raw)
 	}
-	// Nothing the suite made is left: no runc state, no folder in the data dir
-	// that holds mounts.
-	assertNoLeftovers(t, dataDir)
 }
 
 // assertNoLeftovers checks that no mount lies under dir and no container of

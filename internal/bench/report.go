@@ -1,210 +1,131 @@
 package bench
 
 import (
+	"context"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 )
 
-// Targets the lifecycle suite checks shoal against.
-const (
-	targetVsRunc   = 1.3  // shoal run / bare runc run, at most
-	targetVsPodman = 0.33 // shoal run / podman run, below
-)
-
-// Report is the outcome of one suite run.
+// Report is the outcome of one suite run: its section of
+// docs/benchmarks.md (a header written by the harness, then the tables,
+// plots and paragraphs the suite added in order) and its charts.
 type Report struct {
 	Suite   string
+	Title   string
 	Command string
-	Runs    int
-	Warmup  int
 	Quick   bool
 	Machine Machine
 	Started time.Time
 	Elapsed time.Duration
+
+	// Runs and Warmup are the lifecycle suite's run counts.
+	Runs   int
+	Warmup int
+	// Results are the lifecycle suite's subjects.
 	Results []*Result
 	// Inner holds durations measured inside shoal for some subjects (the
 	// runtime's own debug timings), keyed by subject and then by
 	// "created.bundle", "created.runtime", "deleted.runtime", ...
 	Inner map[string]map[string][]time.Duration
+
+	body   strings.Builder
+	tables []Table
+	charts map[string][]byte
+	order  []string // chart names in the order added
 }
 
-// Result returns the result of the subject with key, or nil.
-func (r *Report) Result(key string) *Result {
-	for _, res := range r.Results {
-		if res.Key == key {
-			return res
-		}
+// NewReport starts the report of suite (title is its section heading) with
+// the machine's description and o's command.
+func NewReport(ctx context.Context, suite, title string, o Options) *Report {
+	return &Report{Suite: suite, Title: title, Command: o.Command, Quick: o.Quick,
+		Machine: CollectMachine(ctx), Started: time.Now()}
+}
+
+// finish records the elapsed time once.
+func (r *Report) finish() {
+	if r.Elapsed == 0 && !r.Started.IsZero() {
+		r.Elapsed = time.Since(r.Started)
 	}
-	return nil
 }
 
-func (r *Report) ratio(a, b string) float64 {
-	ra, rb := r.Result(a), r.Result(b)
-	if !ra.OK() || !rb.OK() {
-		return math.NaN()
+// Heading adds a "### title" subsection heading.
+func (r *Report) Heading(title string) {
+	fmt.Fprintf(&r.body, "### %s\n\n", title)
+}
+
+// Para adds a paragraph. Paragraphs that interpret numbers should compute
+// their text from the measured figures (see Table.Median and Ratio).
+func (r *Report) Para(format string, a ...any) {
+	fmt.Fprintf(&r.body, strings.TrimSpace(format)+"\n\n", a...)
+}
+
+// Markdown adds raw Markdown.
+func (r *Report) Markdown(md string) {
+	r.body.WriteString(md)
+}
+
+// Plot adds a chart: name is its file name (a plain NAME.svg, written next
+// to benchmarks.md; prefix it with the suite's name), alt its alt text.
+func (r *Report) Plot(name, alt string, svg []byte) {
+	if r.charts == nil {
+		r.charts = map[string][]byte{}
 	}
-	return Ratio(ra.Summary(phaseTotal), rb.Summary(phaseTotal))
+	if _, seen := r.charts[name]; !seen {
+		r.order = append(r.order, name)
+	}
+	r.charts[name] = svg
+	fmt.Fprintf(&r.body, "![%s](%s)\n\n", alt, name)
 }
 
-// Ratios returns the two headline ratios of medians: shoal run (network
-// none) over bare runc run, and over podman run.
-func (r *Report) Ratios() (vsRunc, vsPodman float64) {
-	return r.ratio(keyShoalRunNone, keyRuncRun), r.ratio(keyShoalRunNone, keyPodmanRun)
+// Table adds a table of rows summarised as median, p99 and spread, with
+// a ratio column when t.Baseline names one of its rows.
+func (r *Report) Table(t Table) {
+	if t.Command == "" {
+		t.Command = r.Command
+	}
+	r.tables = append(r.tables, t)
+	r.body.WriteString(t.markdown())
 }
 
-// Markdown renders the report as a section of docs/benchmarks.md.
-func (r *Report) Markdown() string {
+// Tables returns the tables added so far.
+func (r *Report) Tables() []Table { return r.tables }
+
+// Charts returns the suite's plots by file name.
+func (r *Report) Charts() map[string][]byte { return r.charts }
+
+// Section renders the whole section: heading, how and where it was
+// produced, the machine, then the body.
+func (r *Report) Section() string {
 	var b strings.Builder
-	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	p("## Lifecycle: one container from creation to removal\n\n")
-	p("Produced by `%s` on %s, %d recorded runs of each subject after %d warm-up run(s), "+
-		"interleaved (A, B, C, A, B, C, ...) so that drift on the host touches every subject alike; "+
-		"the suite took %s. Every subject runs `/bin/true` in the same busybox root file system "+
-		"(a static busybox and applet links), read-only. In commands, DIR is that folder, B a bundle "+
-		"made by `runc spec` (no terminal, args `/bin/true`, read-only root, root path DIR) and ID a "+
-		"fresh container ID.\n\n",
-		r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Runs, r.Warmup, r.Elapsed.Round(time.Second))
-	p("%s\n", r.Machine.Markdown())
-
-	p("### End to end\n\n")
-	p("Command: `%s`. Times in ms; the last column is the ratio of medians to bare `runc run`.\n\n", r.Command)
-	p("| subject | exact command | median | p90 | p99 | min | max | stddev | vs runc run |\n")
-	p("|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
-	base := r.Result(keyRuncRun)
-	for _, k := range []string{keyShoalRunNone, keyShoalRunBridge, keyRuncRun, keyRuncRunSeccomp, keyPodmanRun, keyPodmanCrun, keyAPIRun, keyShoalVersion, keyShoalPs} {
-		res := r.Result(k)
-		if res == nil {
-			continue
-		}
-		if !res.OK() {
-			p("| %s | `%s` | not run: %s ||||||| \n", res.Name, res.Command, oneLine(res.Err))
-			continue
-		}
-		s := res.Summary(phaseTotal)
-		ratio := math.NaN()
-		if base.OK() {
-			ratio = Ratio(s, base.Summary(phaseTotal))
-		}
-		p("| %s | `%s` | %s | %s | %s | %s | %s | %s | %s |\n", res.Name, res.Command,
-			FormatMS(s.Median), FormatMS(s.P90), FormatMS(s.P99), FormatMS(s.Min), FormatMS(s.Max), FormatMS(s.Stddev), FormatRatio(ratio))
+	title := r.Title
+	if title == "" {
+		title = r.Suite
 	}
-	p("\npodman runs the container with runc and these flags because on a host with cgroup v1+v2 hybrid " +
-		"mounts crun refuses to start (see the podman (crun) row), podman's default open-files limit " +
-		"(1048576) can exceed the host's hard limit, and without systemd cgroups are managed through " +
-		"cgroupfs. It gets the same read-only root file system as the others, from its own copy of the " +
-		"folder because podman writes /etc/hosts and friends into it.\n\n")
-
-	vsRunc, vsPodman := r.Ratios()
-	p("### Targets\n\nCommand: `%s`. Ratios of medians, `shoal run --rm` with network none.\n\n", r.Command)
-	p("| ratio | target | measured | verdict |\n|---|---|---:|---|\n")
-	p("| shoal run / bare runc run | ≤ %.2f× | %s | %s |\n", targetVsRunc, FormatRatio(vsRunc), verdict(vsRunc, func(v float64) bool { return v <= targetVsRunc }))
-	p("| shoal run / podman run | < %.2f× | %s | %s |\n", targetVsPodman, FormatRatio(vsPodman), verdict(vsPodman, func(v float64) bool { return v < targetVsPodman }))
-	p("| shoal run --network bridge / bare runc run | (none) | %s | |\n", FormatRatio(r.ratio(keyShoalRunBridge, keyRuncRun)))
-	p("| shoal run / bare runc run with shoal's seccomp allowlist | (none) | %s | |\n\n", FormatRatio(r.ratio(keyShoalRunNone, keyRuncRunSeccomp)))
-	p("The target compares with `runc spec`'s default bundle, which has no seccomp filter; shoal's " +
-		"containers carry a deny-by-default allowlist of about 360 syscalls, which runc compiles on " +
-		"every start. The last row compares with runc doing that same work.\n\n")
-
-	p("### Phase split\n\n")
-	p("Command: `%s`. Median (p99) in ms of each phase. *net*: a network namespace from shoal's pool; "+
-		"*create*: bundle, overlay mount and `runc create` (for Run: `runc run --detach`, which also starts); "+
-		"*start*: `runc start` until it returns; *exec*: from then until `/bin/true` has ended; "+
-		"*delete*: runtime state, mount, cgroups, bundle and namespace removed.\n\n", r.Command)
-	phases := []string{phaseNet, phaseCreate, phaseStart, phaseExec, phaseDelete, phaseTotal}
-	p("| subject | calls | %s |\n|---|---|%s\n", strings.Join(phases, " | "), strings.Repeat("---:|", len(phases)))
-	for _, k := range []string{keyAPISplitNone, keyAPISplitBridge, keyAPISplitCrun, keyAPIRun, keyRuncSplit} {
-		res := r.Result(k)
-		if res == nil {
-			continue
-		}
-		if !res.OK() {
-			p("| %s | %s | not run: %s |%s\n", res.Name, res.Command, oneLine(res.Err), strings.Repeat("|", len(phases)-1))
-			continue
-		}
-		cells := make([]string, len(phases))
-		for i, ph := range phases {
-			cells[i] = "–"
-			if s := res.Summary(ph); s.N > 0 {
-				cells[i] = fmt.Sprintf("%s (%s)", FormatMS(s.Median), FormatMS(s.P99))
-			}
-		}
-		p("| %s | %s | %s |\n", res.Name, res.Command, strings.Join(cells, " | "))
+	fmt.Fprintf(&b, "## %s\n\n", title)
+	fmt.Fprintf(&b, "Produced by `%s` on %s; the suite took %s.", r.Command,
+		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+	if r.Quick {
+		b.WriteString(" Quick mode: few samples, small inputs; do not quote these numbers.")
 	}
-	p("\n![lifecycle phases](lifecycle-phases.svg)\n\n![lifecycle samples](lifecycle-samples.svg)\n\n")
-	r.profileMarkdown(&b)
+	b.WriteString("\n\n")
+	b.WriteString(r.Machine.Markdown())
+	b.WriteString("\n")
+	b.WriteString(r.body.String())
 	return b.String()
 }
 
-// Charts returns the suite's plots by file name (written next to
-// benchmarks.md).
-func (r *Report) Charts() map[string][]byte {
-	groups := []string{"create", "start", "exec", "delete", "run --rm, end to end"}
-	series := []string{"shoal", "bare runc", "podman"}
-	med := func(key, phase string) float64 {
-		res := r.Result(key)
-		if !res.OK() {
-			return math.NaN()
-		}
-		s := res.Summary(phase)
-		if s.N == 0 {
-			return math.NaN()
-		}
-		return float64(s.Median) / float64(time.Millisecond)
-	}
-	values := make([][]float64, len(groups))
-	for g, ph := range []string{phaseCreate, phaseStart, phaseExec, phaseDelete} {
-		values[g] = []float64{med(keyAPISplitNone, ph), med(keyRuncSplit, ph), math.NaN()}
-	}
-	values[4] = []float64{med(keyShoalRunNone, phaseTotal), med(keyRuncRun, phaseTotal), med(keyPodmanRun, phaseTotal)}
-	bar := BarChart("Container lifecycle, median ms (shoal: runtime API split and shoal run)", groups, series, values)
-
-	keys := []string{keyShoalRunNone, keyShoalRunBridge, keyRuncRun, keyPodmanRun}
-	var names []string
-	var ys [][]float64
-	xs := make([]float64, r.Runs)
-	for i := range xs {
-		xs[i] = float64(i + 1)
-	}
-	for _, k := range keys {
-		res := r.Result(k)
-		if res == nil {
-			continue
-		}
-		row := make([]float64, r.Runs)
-		for i := range row {
-			row[i] = math.NaN()
-			if i < len(res.Samples[phaseTotal]) {
-				row[i] = float64(res.Samples[phaseTotal][i]) / float64(time.Millisecond)
-			}
-		}
-		names = append(names, res.Name)
-		ys = append(ys, row)
-	}
-	line := LineChart("End to end, every run (ms)", "run", "ms", names, xs, ys)
-	return map[string][]byte{"lifecycle-phases.svg": bar, "lifecycle-samples.svg": line}
+// WriteDocs writes the report's section and charts under docsDir and
+// regenerates docsDir/benchmarks.md.
+func (r *Report) WriteDocs(docsDir string) error {
+	r.finish()
+	return WriteDocs(docsDir, r.Suite, r.Section(), r.charts)
 }
 
-func verdict(v float64, ok func(float64) bool) string {
-	switch {
-	case math.IsNaN(v):
-		return "not measured"
-	case ok(v):
-		return "met"
-	default:
-		return "**missed**"
-	}
+// Failed renders a section for a suite that could not produce a report.
+func Failed(ctx context.Context, s Suite, o Options, err error) *Report {
+	o, _ = o.withDefaults(s.Name)
+	r := NewReport(ctx, s.Name, s.Title, o)
+	r.Para("The suite failed on this machine: %s", oneLine(err.Error()))
+	return r
 }
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	s = strings.ReplaceAll(s, "|", "\\|")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
-
-// medianOf returns the median of samples, 0 for none.
-func medianOf(d []time.Duration) time.Duration { return Summarize(d).Median }
