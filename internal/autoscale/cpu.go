@@ -1,0 +1,125 @@
+package autoscale
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// minPeriods is how many CFS periods with work a replica needs since its last
+// verdict before its throttling is judged: half a second of work at the
+// kernel's default 100 ms period.
+const minPeriods = 5
+
+// cpuState is one replica's counters at its last verdict.
+type cpuState struct {
+	periods, throttled uint64
+	at                 time.Time
+	// saturated: throttled at or above ThrottleHigh at its ceiling.
+	saturated bool
+}
+
+// decideCPU judges each replica's throttling, puts quota changes in dec.CPU,
+// forgets replicas that are gone, and returns notes for the reason and how
+// many replicas are saturated at their ceiling.
+func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []string, saturated int) {
+	p := d.p
+	seen := make(map[string]bool, len(cur.CPU))
+	throttled := 0
+	for _, r := range cur.CPU {
+		if r.ID == "" || seen[r.ID] {
+			continue
+		}
+		seen[r.ID] = true
+		quota := r.Quota
+		if quota <= 0 {
+			quota = p.CPU
+		}
+		if hi := max(p.MaxCPU, p.CPU); p.CPU > 0 && (quota < p.CPU || quota > hi) {
+			next := min(max(quota, p.CPU), hi)
+			d.setCPU(dec, r.ID, next, -1)
+			notes = append(notes, fmt.Sprintf("replica %s cpu %g is outside the policy's %g..%g: cpu %g→%g", r.ID, quota, p.CPU, hi, quota, next))
+			quota = next
+		}
+		st, ok := d.cpu[r.ID]
+		if !ok || r.Periods < st.periods || r.Throttled < st.throttled {
+			// First sight, or a new cgroup under the same id: only a baseline.
+			d.cpu[r.ID] = &cpuState{periods: r.Periods, throttled: r.Throttled, at: now}
+			continue
+		}
+		dp := r.Periods - st.periods
+		dt := min(r.Throttled-st.throttled, dp)
+		idle := dp < minPeriods
+		if idle && now.Sub(st.at) < p.StableWindow {
+			if st.saturated {
+				saturated++
+			}
+			continue // not enough work yet to judge
+		}
+		ratio := 0.0
+		if dp > 0 {
+			ratio = float64(dt) / float64(dp)
+		}
+		held := now.Sub(st.at)
+		*st = cpuState{periods: r.Periods, throttled: r.Throttled, at: now}
+		switch {
+		case !idle && ratio >= p.ThrottleHigh:
+			throttled++
+			if p.vertical() && quota < p.MaxCPU {
+				next := min(round2(quota*2), p.MaxCPU)
+				d.setCPU(dec, r.ID, next, ratio)
+				notes = append(notes, fmt.Sprintf("replica %s throttled in %.0f%% of %d periods: cpu %g→%g", r.ID, ratio*100, dp, quota, next))
+				break
+			}
+			if quota > 0 {
+				st.saturated = true
+				saturated++
+				dec.Inputs["throttled/"+r.ID] = ratio
+				notes = append(notes, fmt.Sprintf("replica %s throttled in %.0f%% of %d periods at its ceiling of %g cpu", r.ID, ratio*100, dp, quota))
+			}
+		case p.vertical() && quota > p.CPU && (idle || ratio < p.ThrottleLow):
+			next := p.CPU
+			why := fmt.Sprintf("idle (%d periods in %s)", dp, held.Round(time.Millisecond))
+			if !idle {
+				next = lower(quota, p.CPU)
+				why = fmt.Sprintf("throttled in %.0f%% of %d periods", ratio*100, dp)
+			}
+			d.setCPU(dec, r.ID, next, ratio)
+			notes = append(notes, fmt.Sprintf("replica %s %s: cpu %g→%g", r.ID, why, quota, next))
+		}
+	}
+	for id := range d.cpu {
+		if !seen[id] {
+			delete(d.cpu, id)
+		}
+	}
+	dec.Inputs["throttled_replicas"] = float64(throttled)
+	sort.Strings(notes)
+	return notes, saturated
+}
+
+// setCPU records a quota change and, when it was judged from throttling
+// (ratio >= 0), the throttled fraction as input "throttled/<id>".
+func (d *Decider) setCPU(dec *Decision, id string, quota, ratio float64) {
+	if dec.CPU == nil {
+		dec.CPU = map[string]float64{}
+	}
+	dec.CPU[id] = quota
+	if ratio >= 0 {
+		dec.Inputs["throttled/"+id] = ratio
+	}
+}
+
+// lower moves quota half way back to base, snapping to base when the rest is
+// under a tenth of base or a hundredth of a core.
+func lower(quota, base float64) float64 {
+	next := round2(base + (quota-base)/2)
+	if next-base < max(base/10, 0.01) {
+		return base
+	}
+	return next
+}
+
+// round2 rounds cores to hundredths, the grain of a 1 ms quota per 100 ms.
+func round2(c float64) float64 { return math.Round(c*100) / 100 }
