@@ -226,25 +226,23 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	dec.Inputs["panic_ratio"] = ratio
 	dec.Inputs["saturated_replicas"] = float64(saturated)
 
-	entered := false
 	if ratio >= p.PanicThreshold {
-		entered = !d.panicking
 		d.panicking, d.panicLast = true, now
 	} else if d.panicking && now.Sub(d.panicLast) >= p.StableWindow {
 		d.panicking, d.maxPanic = false, 0
 	}
 	if d.panicking {
-		want, _ := d.clampWhy(max(panicWant, stableWant, n, d.maxPanic), "")
+		want, bound := d.clampWhy(max(panicWant, stableWant, n, d.maxPanic), "")
 		d.maxPanic = want
 		d.lowSince = time.Time{}
 		d.record(now, want)
 		dec.Replicas, dec.Panic = want, true
-		what := "panic"
-		if entered {
-			what = "entering panic"
+		if ratio >= p.PanicThreshold {
+			return bounded(n, want, fmt.Sprintf("panic: %s concurrency %.1f is %.1fx what %d replica(s) serve at target %g%s, no scale-down until %s calm",
+				p.PanicWindow, w.panic, ratio, ready, p.TargetConcurrency, bound, p.StableWindow))
 		}
-		return fmt.Sprintf("%s: %s concurrency %.1f is %.1fx what %d replica(s) serve at target %g; %d→%d, no scale-down until %s calm",
-			what, p.PanicWindow, w.panic, ratio, ready, p.TargetConcurrency, n, want, p.StableWindow)
+		return bounded(n, want, fmt.Sprintf("panic: threshold last crossed %s ago, %s concurrency %.1f%s, no scale-down for %s more",
+			now.Sub(d.panicLast), p.PanicWindow, w.panic, bound, p.StableWindow-now.Sub(d.panicLast)))
 	}
 
 	want := stableWant
