@@ -224,6 +224,8 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	dec.Inputs["stable_samples"] = float64(w.stableN)
 	dec.Inputs["panic_samples"] = float64(w.panicN)
 	dec.Inputs["panic_ratio"] = ratio
+	dec.Inputs["stable_want"] = float64(stableWant)
+	dec.Inputs["panic_want"] = float64(panicWant)
 	dec.Inputs["saturated_replicas"] = float64(saturated)
 
 	if ratio >= p.PanicThreshold {
@@ -264,8 +266,6 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	}
 	want, why = d.clampWhy(want, why)
 	d.record(now, want)
-	dec.Inputs["stable_want"] = float64(stableWant)
-	dec.Inputs["panic_want"] = float64(panicWant)
 
 	switch {
 	case want >= n:

@@ -1,0 +1,193 @@
+package autoscale
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
+)
+
+// replica is a replica whose cumulative CFS counters a test moves on.
+type replica struct {
+	id                 string
+	quota              float64
+	periods, throttled uint64
+}
+
+// tick adds periods, throttled in the given fraction.
+func (r *replica) tick(periods uint64, frac float64) {
+	r.periods += periods
+	r.throttled += uint64(float64(periods)*frac + 0.5)
+}
+
+func (r *replica) cpu() ReplicaCPU {
+	return ReplicaCPU{ID: r.id, Quota: r.quota, Periods: r.periods, Throttled: r.throttled}
+}
+
+// decideCPU advances the clock by a second and decides for the replicas,
+// applying the quota changes it returns.
+func decideCPU(c *clock.Fake, d *Decider, n int, rs ...*replica) Decision {
+	c.Advance(time.Second)
+	cur := Current{Replicas: n}
+	for _, r := range rs {
+		cur.CPU = append(cur.CPU, r.cpu())
+	}
+	dec := d.Decide(cur)
+	for _, r := range rs {
+		if q, ok := dec.CPU[r.id]; ok {
+			r.quota = q
+		}
+	}
+	return dec
+}
+
+func TestThrottling(t *testing.T) {
+	vertical := Policy{CPU: 0.5, MaxCPU: 2}
+	cases := []struct {
+		name  string
+		p     Policy
+		quota float64
+		// each step: periods run in the second and the throttled fraction.
+		steps  [][2]float64
+		quotas []float64 // quota after each step (the first sets the baseline)
+	}{
+		{"throttled steps up to the ceiling", vertical, 0.5,
+			[][2]float64{{0, 0}, {10, 0.9}, {10, 0.8}, {10, 1}, {10, 0.95}},
+			[]float64{0.5, 1, 2, 2, 2}},
+		{"zero quota means the base", vertical, 0,
+			[][2]float64{{0, 0}, {10, 0.9}},
+			[]float64{0, 1}},
+		{"between the thresholds holds", vertical, 1,
+			[][2]float64{{0, 0}, {10, 0.5}, {10, 0.1}, {10, 0.7}},
+			[]float64{1, 1, 1, 1}},
+		{"under 10% goes half way back to the base", vertical, 2,
+			[][2]float64{{0, 0}, {10, 0}, {20, 0.05}, {10, 0}, {10, 0}, {10, 0}, {10, 0}},
+			[]float64{2, 1.25, 0.88, 0.69, 0.6, 0.55, 0.5}},
+		{"too few periods to judge", vertical, 0.5,
+			[][2]float64{{0, 0}, {2, 1}, {2, 1}, {2, 1}},
+			[]float64{0.5, 0.5, 0.5, 1}},
+		{"vertical off leaves quotas", Policy{CPU: 0.5}, 0.5,
+			[][2]float64{{0, 0}, {10, 1}, {10, 0}},
+			[]float64{0.5, 0.5, 0.5}},
+		{"quota above the ceiling is brought down", vertical, 3,
+			[][2]float64{{0, 0}},
+			[]float64{2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clock.NewFake(t0)
+			d, err := New(tc.p, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &replica{id: "r1", quota: tc.quota, periods: 1000, throttled: 100}
+			for i, s := range tc.steps {
+				r.tick(uint64(s[0]), s[1])
+				dec := decideCPU(c, d, 1, r)
+				if r.quota != tc.quotas[i] {
+					t.Fatalf("step %d: quota %g, want %g: %s", i, r.quota, tc.quotas[i], dec.Reason)
+				}
+				if _, changed := dec.CPU["r1"]; changed && !strings.Contains(dec.Reason, "replica r1") {
+					t.Fatalf("step %d: a quota change the reason does not name: %s", i, dec.Reason)
+				}
+			}
+		})
+	}
+}
+
+func TestIdleReplicaReturnsToBase(t *testing.T) {
+	c := clock.NewFake(t0)
+	d, err := New(Policy{CPU: 0.5, MaxCPU: 2}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{id: "r1", quota: 2, periods: 500, throttled: 400}
+	decideCPU(c, d, 1, r)
+	for i := 1; i < 10; i++ {
+		r.tick(0, 0)
+		if dec := decideCPU(c, d, 1, r); dec.CPU != nil {
+			t.Fatalf("after %ds idle, before a stable window: %v", i, dec.CPU)
+		}
+	}
+	dec := decideCPU(c, d, 1, r)
+	if r.quota != 0.5 || !strings.Contains(dec.Reason, "idle") {
+		t.Fatalf("after a stable window idle: quota %g: %s", r.quota, dec.Reason)
+	}
+}
+
+func TestCounterResetAndForgottenReplicas(t *testing.T) {
+	c := clock.NewFake(t0)
+	d, err := New(Policy{CPU: 0.5, MaxCPU: 2}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &replica{id: "a", quota: 0.5, periods: 5000, throttled: 4000}
+	b := &replica{id: "b", quota: 0.5, periods: 100, throttled: 0}
+	decideCPU(c, d, 2, a, b)
+
+	// a's cgroup was made anew: its counters went backwards. That is a new
+	// baseline, not a huge or negative delta.
+	a.periods, a.throttled = 10, 10
+	b.tick(10, 0.9)
+	dec := decideCPU(c, d, 2, a, b)
+	if _, ok := dec.CPU["a"]; ok || b.quota != 1 {
+		t.Fatalf("after a's reset: %v", dec.CPU)
+	}
+	a.tick(10, 0.9)
+	if decideCPU(c, d, 2, a, b); a.quota != 1 {
+		t.Fatalf("a throttled after its reset: quota %g", a.quota)
+	}
+
+	// b goes away and is forgotten; a new b with higher counters is new.
+	decideCPU(c, d, 1, a)
+	if _, ok := d.cpu["b"]; ok {
+		t.Fatal("b is still tracked after it left")
+	}
+	b.tick(1000, 1)
+	if dec := decideCPU(c, d, 2, a, b); dec.CPU["b"] != 0 {
+		t.Fatalf("b came back and was judged on old counters: %v", dec.CPU)
+	}
+}
+
+func TestSaturatedReplicasScaleOut(t *testing.T) {
+	cases := []struct {
+		name string
+		p    Policy
+		conc float64
+		want int
+	}{
+		// Two replicas at their ceiling with 15 requests in flight: target
+		// 10 wants 2, CPU wants one more.
+		{"at the ceiling adds one", Policy{CPU: 1, MaxCPU: 1}, 15, 3},
+		{"no vertical scaling: the base is the ceiling", Policy{CPU: 1}, 15, 3},
+		// One request per replica: more replicas would not help.
+		{"nothing to spread stays", Policy{CPU: 1}, 2, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clock.NewFake(t0)
+			d, err := New(tc.p, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &replica{id: "a", quota: 1}
+			b := &replica{id: "b", quota: 1}
+			d.Observe(Sample{Concurrency: tc.conc})
+			decideCPU(c, d, 2, a, b)
+			for i := 0; i < 10; i++ {
+				c.Advance(100 * time.Millisecond)
+				d.Observe(Sample{Concurrency: tc.conc})
+			}
+			a.tick(10, 0.9)
+			b.tick(10, 0.9)
+			dec := decideCPU(c, d, 2, a, b)
+			if dec.Replicas != tc.want || dec.CPU != nil {
+				t.Fatalf("%+v", dec)
+			}
+			if tc.want == 3 && (!strings.Contains(dec.Reason, "CPU ceiling") || dec.Inputs["saturated_replicas"] != 2) {
+				t.Fatalf("reason does not say why: %s %v", dec.Reason, dec.Inputs)
+			}
+		})
+	}
+}
