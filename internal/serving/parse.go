@@ -1,0 +1,404 @@
+package serving
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/units"
+)
+
+// Defaults of shoal.toml, applied by ParseConfig to the keys a file leaves out.
+const (
+	DefaultPort              = 8080
+	DefaultMax               = 10
+	DefaultTargetConcurrency = 10
+	DefaultIdleTimeout       = 30 * time.Second
+	DefaultFreezeTimeout     = 10 * time.Minute
+	DefaultQueue             = 100
+	DefaultQueueTimeout      = 30 * time.Second
+	DefaultDrainTimeout      = 30 * time.Second
+	DefaultCPU               = 0.5
+	DefaultMemory            = "256Mi"
+	DefaultPids              = 256
+	DefaultMaxBody           = "10Mi"
+	DefaultHealthInterval    = time.Second
+	DefaultHealthTimeout     = time.Second
+	DefaultHealthFailures    = 3
+	DefaultStartTimeout      = 60 * time.Second
+)
+
+// Bounds checked by Validate.
+const (
+	MaxNameLen  = 40
+	MaxReplicas = 1000
+	MaxCPU      = 1024
+	MinCPU      = 0.01
+)
+
+// ParseConfig decodes a shoal.toml strictly (a key the file format does not
+// know is an error naming it), fills in the defaults of the keys it leaves
+// out and validates the result. file names the manifest in error messages.
+// Errors are errdefs.FieldError values naming the key ("scale.max").
+func ParseConfig(data []byte, file string) (Config, error) {
+	if file == "" {
+		file = "shoal.toml"
+	}
+	var c Config
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, decodeError(err))
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return Config{}, fmt.Errorf("%s: %w", file, errdefs.Invalid(keys[0], "unknown field%s", others(keys[1:])))
+	}
+	c.applyDefaults(&md)
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return c, nil
+}
+
+func others(keys []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	return " (also unknown: " + strings.Join(keys, ", ") + ")"
+}
+
+// decodeError turns a TOML syntax or type error into a FieldError naming the
+// key it concerns, or the line when there is no key.
+func decodeError(err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		field := pe.LastKey
+		msg := pe.Message
+		if field == "" {
+			return errdefs.Invalid(fmt.Sprintf("line %d", pe.Position.Line), "%s", msg)
+		}
+		return errdefs.Invalid(field, "line %d: %s", pe.Position.Line, msg)
+	}
+	// Type mismatches ("port = \"x\"") and bad durations come without a
+	// position; the decoder's message names the key.
+	msg := err.Error()
+	if m := typeErr.FindStringSubmatch(msg); m != nil {
+		return errdefs.Invalid(m[2], "line %s: %s", m[1], m[3])
+	}
+	return errdefs.Invalid("manifest", "%s", strings.TrimPrefix(msg, "toml: "))
+}
+
+var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]+)"\): (.*)$`)
+
+// applyDefaults fills in what the file left out. md tells an explicit zero
+// ("min = 0", "cpu = 0") from a missing key.
+func (c *Config) applyDefaults(md *toml.MetaData) {
+	def := func(keys ...string) bool { return !md.IsDefined(keys...) }
+	if def("port") {
+		c.Port = DefaultPort
+	}
+	s := &c.Scale
+	if def("scale", "max") {
+		s.Max = max(DefaultMax, s.Min)
+	}
+	if def("scale", "target_concurrency") {
+		s.TargetConcurrency = DefaultTargetConcurrency
+	}
+	if def("scale", "idle_timeout") {
+		s.IdleTimeout.Duration = DefaultIdleTimeout
+	}
+	if def("scale", "freeze_timeout") {
+		s.FreezeTimeout.Duration = DefaultFreezeTimeout
+	}
+	if def("scale", "queue") {
+		s.Queue = DefaultQueue
+	}
+	if def("scale", "queue_timeout") {
+		s.QueueTimeout.Duration = DefaultQueueTimeout
+	}
+	if def("scale", "drain_timeout") {
+		s.DrainTimeout.Duration = DefaultDrainTimeout
+	}
+	r := &c.Resources
+	if def("resources", "cpu") {
+		r.CPU = DefaultCPU
+	}
+	if def("resources", "max_cpu") {
+		r.MaxCPU = r.CPU
+	}
+	if def("resources", "memory") {
+		r.Memory = DefaultMemory
+	}
+	if def("resources", "pids") {
+		r.Pids = DefaultPids
+	}
+	if def("resources", "max_body") {
+		r.MaxBody = DefaultMaxBody
+	}
+	h := &c.Health
+	if h.HTTP == "" && def("health", "tcp") {
+		h.TCP = true
+	}
+	if def("health", "interval") {
+		h.Interval.Duration = DefaultHealthInterval
+	}
+	if def("health", "timeout") {
+		h.Timeout.Duration = DefaultHealthTimeout
+	}
+	if def("health", "failures") {
+		h.Failures = DefaultHealthFailures
+	}
+	if def("health", "start_timeout") {
+		h.StartTimeout.Duration = DefaultStartTimeout
+	}
+	if len(c.Command) == 0 {
+		c.Command = nil
+	}
+	if len(c.Volumes) == 0 {
+		c.Volumes = nil
+	}
+	if len(c.Env) == 0 {
+		c.Env = nil
+	}
+}
+
+// MemoryBytes is the memory limit in bytes (0: none). Validate has checked
+// that Memory parses.
+func (r Resources) MemoryBytes() int64 { return bytesOf(r.Memory) }
+
+// MaxBodyBytes is the request body limit in bytes (0: none).
+func (r Resources) MaxBodyBytes() int64 { return bytesOf(r.MaxBody) }
+
+func bytesOf(s string) int64 {
+	if s == "" {
+		return 0
+	}
+	n, err := units.ParseBytes(s)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// Hash is a stable digest of the configuration (hex SHA-256 of its canonical
+// JSON form): two manifests that differ only in layout, key order or spelled
+// out defaults have the same hash. A new revision is made when it changes.
+func (c Config) Hash() string {
+	n := c
+	if len(n.Command) == 0 {
+		n.Command = nil
+	}
+	if len(n.Volumes) == 0 {
+		n.Volumes = nil
+	}
+	if len(n.Env) == 0 {
+		n.Env = nil
+	}
+	// Sizes are compared by value: "256Mi" and "268435456" are one limit.
+	n.Resources.Memory = fmt.Sprint(n.Resources.MemoryBytes())
+	n.Resources.MaxBody = fmt.Sprint(n.Resources.MaxBodyBytes())
+	b, err := json.Marshal(n) // map keys are sorted
+	if err != nil {
+		panic(fmt.Sprintf("serving: config hash: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// IsDNSLabel reports whether s is a valid app or volume name: lowercase
+// letters, digits and '-', starting with a letter, not ending with '-', at
+// most MaxNameLen characters.
+func IsDNSLabel(s string) bool { return len(s) <= MaxNameLen && dnsLabel.MatchString(s) }
+
+var (
+	dnsLabel = regexp.MustCompile(`^[a-z]([a-z0-9-]*[a-z0-9])?$`)
+	envKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// cleanAbs reports whether p is an absolute, clean path other than "/".
+func cleanAbs(p string) bool {
+	return strings.HasPrefix(p, "/") && path.Clean(p) == p && p != "/"
+}
+
+// underAny reports whether p is one of roots or below one.
+func underAny(p string, roots ...string) bool {
+	for _, r := range roots {
+		if p == r || strings.HasPrefix(p, r+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks every field of a Config that has its defaults applied and
+// returns the first problem as an errdefs.FieldError naming the key.
+func (c *Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errdefs.Invalid("name", "is required")
+	case !IsDNSLabel(c.Name):
+		return errdefs.Invalid("name", "%q must be a DNS label: lowercase letters, digits and '-', starting with a letter, at most %d characters", c.Name, MaxNameLen)
+	case strings.TrimSpace(c.Image) == "":
+		return errdefs.Invalid("image", "is required (an image reference such as hello:1)")
+	case strings.ContainsAny(c.Image, " \t\r\n"):
+		return errdefs.Invalid("image", "%q must not contain white space", c.Image)
+	case c.Port < 1 || c.Port > 65535:
+		return errdefs.Invalid("port", "%d must be a port number 1-65535", c.Port)
+	}
+	for i, a := range c.Command {
+		if strings.ContainsRune(a, 0) {
+			return errdefs.Invalid(fmt.Sprintf("command[%d]", i), "must not contain a NUL byte")
+		}
+	}
+	if err := c.Scale.validate(); err != nil {
+		return err
+	}
+	if err := c.Resources.validate(); err != nil {
+		return err
+	}
+	if err := c.Health.validate(); err != nil {
+		return err
+	}
+	if err := validateVolumes(c.Volumes); err != nil {
+		return err
+	}
+	return validateEnv(c.Env)
+}
+
+func (s *Scale) validate() error {
+	switch {
+	case s.Min < 0:
+		return errdefs.Invalid("scale.min", "%d must be 0 or more", s.Min)
+	case s.Max < 1:
+		return errdefs.Invalid("scale.max", "%d must be at least 1", s.Max)
+	case s.Max > MaxReplicas:
+		return errdefs.Invalid("scale.max", "%d must be at most %d", s.Max, MaxReplicas)
+	case s.Max < s.Min:
+		return errdefs.Invalid("scale.max", "%d must be at least scale.min (%d)", s.Max, s.Min)
+	case !(s.TargetConcurrency > 0) || s.TargetConcurrency > 1e6:
+		return errdefs.Invalid("scale.target_concurrency", "%v must be more than 0 (in-flight requests per replica)", s.TargetConcurrency)
+	case s.Queue < 0:
+		return errdefs.Invalid("scale.queue", "%d must be 0 or more", s.Queue)
+	}
+	for _, d := range []struct {
+		key string
+		d   Duration
+	}{
+		{"scale.idle_timeout", s.IdleTimeout}, {"scale.freeze_timeout", s.FreezeTimeout},
+		{"scale.max_lifetime", s.MaxLifetime}, {"scale.queue_timeout", s.QueueTimeout},
+		{"scale.drain_timeout", s.DrainTimeout},
+	} {
+		if d.d.Duration < 0 {
+			return errdefs.Invalid(d.key, "%s must not be negative", d.d.Duration)
+		}
+	}
+	return nil
+}
+
+func (r *Resources) validate() error {
+	switch {
+	case r.CPU != 0 && !(r.CPU >= MinCPU && r.CPU <= MaxCPU):
+		return errdefs.Invalid("resources.cpu", "%v must be 0 (no quota) or %v-%v cores", r.CPU, MinCPU, MaxCPU)
+	case r.MaxCPU != 0 && !(r.MaxCPU >= MinCPU && r.MaxCPU <= MaxCPU):
+		return errdefs.Invalid("resources.max_cpu", "%v must be 0 (no quota) or %v-%v cores", r.MaxCPU, MinCPU, MaxCPU)
+	case r.CPU == 0 && r.MaxCPU != 0:
+		return errdefs.Invalid("resources.max_cpu", "%v needs a starting quota in resources.cpu", r.MaxCPU)
+	case r.MaxCPU < r.CPU:
+		return errdefs.Invalid("resources.max_cpu", "%v must be at least resources.cpu (%v)", r.MaxCPU, r.CPU)
+	case r.Pids < 0:
+		return errdefs.Invalid("resources.pids", "%d must be 0 (no limit) or more", r.Pids)
+	}
+	for _, s := range []struct{ key, v string }{{"resources.memory", r.Memory}, {"resources.max_body", r.MaxBody}} {
+		if s.v == "" {
+			continue
+		}
+		n, err := units.ParseBytes(s.v)
+		if err != nil {
+			return errdefs.Invalid(s.key, "%v", err)
+		}
+		if s.key == "resources.memory" && n != 0 && n < 4<<20 {
+			return errdefs.Invalid(s.key, "%q is below the 4Mi a container needs to start", s.v)
+		}
+	}
+	return nil
+}
+
+func (h *Health) validate() error {
+	switch {
+	case h.HTTP != "" && h.TCP:
+		return errdefs.Invalid("health.tcp", "health.http and health.tcp exclude each other; set one")
+	case h.HTTP == "" && !h.TCP:
+		return errdefs.Invalid("health", "needs a check: set http = \"/path\" or tcp = true")
+	case h.HTTP != "" && !strings.HasPrefix(h.HTTP, "/"):
+		return errdefs.Invalid("health.http", "%q must be a path starting with /", h.HTTP)
+	case strings.ContainsAny(h.HTTP, " \t\r\n#"):
+		return errdefs.Invalid("health.http", "%q must not contain white space or '#'", h.HTTP)
+	case h.Interval.Duration <= 0:
+		return errdefs.Invalid("health.interval", "%s must be more than 0", h.Interval.Duration)
+	case h.Timeout.Duration <= 0:
+		return errdefs.Invalid("health.timeout", "%s must be more than 0", h.Timeout.Duration)
+	case h.Failures < 1:
+		return errdefs.Invalid("health.failures", "%d must be at least 1", h.Failures)
+	case h.StartTimeout.Duration <= 0:
+		return errdefs.Invalid("health.start_timeout", "%s must be more than 0", h.StartTimeout.Duration)
+	}
+	return nil
+}
+
+func validateVolumes(vols map[string]string) error {
+	seen := map[string]string{}
+	for _, name := range sortedKeys(vols) {
+		p := vols[name]
+		key := "volumes." + name
+		switch {
+		case !IsDNSLabel(name):
+			return errdefs.Invalid(key, "volume name %q must be a DNS label: lowercase letters, digits and '-', starting with a letter", name)
+		case !cleanAbs(p):
+			return errdefs.Invalid(key, "%q must be an absolute, clean path in the container, not /", p)
+		case underAny(p, "/proc", "/sys", "/dev"):
+			return errdefs.Invalid(key, "%q is under /proc, /sys or /dev", p)
+		case seen[p] != "":
+			return errdefs.Invalid(key, "%q is already the path of volume %q", p, seen[p])
+		}
+		seen[p] = name
+	}
+	return nil
+}
+
+func validateEnv(env map[string]string) error {
+	for _, k := range sortedKeys(env) {
+		key := "env." + k
+		switch {
+		case !envKey.MatchString(k):
+			return errdefs.Invalid(key, "%q must be an identifier: letters, digits and '_', not starting with a digit", k)
+		case k == "PORT" || strings.HasPrefix(k, "SHOAL_"):
+			return errdefs.Invalid(key, "%q is set by shoal; PORT comes from port", k)
+		case strings.ContainsRune(env[k], 0):
+			return errdefs.Invalid(key, "must not contain a NUL byte")
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

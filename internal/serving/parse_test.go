@@ -1,0 +1,244 @@
+package serving
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// designExample is the shoal.toml of DESIGN.md.
+const designExample = `
+name  = "hello"
+image = "hello:1"
+port  = 8080                    # the app listens here; also given as $PORT
+[scale]
+min = 0
+max = 10
+target_concurrency = 10        # in-flight requests per replica
+idle_timeout   = "30s"         # ready → frozen
+freeze_timeout = "10m"         # frozen → stopped
+max_lifetime   = "1h"
+[resources]
+cpu = 0.5                      # cores (cgroup quota); max_cpu for vertical scaling
+max_cpu = 2
+memory = "256Mi"
+pids = 256
+[health]
+http = "/healthz"
+[volumes]
+data = "/data"                 # shared by every replica of the app
+[env]
+GREETING = "hi"
+`
+
+func TestParseDesignExample(t *testing.T) {
+	c, err := ParseConfig([]byte(designExample), "shoal.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "hello" || c.Image != "hello:1" || c.Port != 8080 || c.Scale.Max != 10 ||
+		c.Scale.MaxLifetime.Duration != time.Hour || c.Resources.MaxCPU != 2 ||
+		c.Resources.MemoryBytes() != 256<<20 || c.Health.HTTP != "/healthz" || c.Health.TCP ||
+		c.Volumes["data"] != "/data" || c.Env["GREETING"] != "hi" {
+		t.Fatalf("parsed %+v", c)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	c, err := ParseConfig([]byte("name = \"web\"\nimage = \"web:1\"\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Name: "web", Image: "web:1", Port: 8080,
+		Scale: Scale{Min: 0, Max: 10, TargetConcurrency: 10,
+			IdleTimeout: Duration{30 * time.Second}, FreezeTimeout: Duration{10 * time.Minute},
+			Queue: 100, QueueTimeout: Duration{30 * time.Second}, DrainTimeout: Duration{30 * time.Second}},
+		Resources: Resources{CPU: 0.5, MaxCPU: 0.5, Memory: "256Mi", Pids: 256, MaxBody: "10Mi"},
+		Health: Health{TCP: true, Interval: Duration{time.Second}, Timeout: Duration{time.Second},
+			Failures: 3, StartTimeout: Duration{time.Minute}},
+	}
+	if c.Hash() != want.Hash() {
+		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
+	}
+	if c.Resources.MaxBodyBytes() != 10<<20 {
+		t.Fatalf("max body %d", c.Resources.MaxBodyBytes())
+	}
+	// Explicit zeros are kept, not replaced by defaults.
+	c, err = ParseConfig([]byte(`name = "web"
+image = "web:1"
+[scale]
+min = 3
+idle_timeout = "0s"
+queue = 0
+[resources]
+cpu = 0
+memory = "0"
+pids = 0
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Scale.Max != 10 || c.Scale.IdleTimeout.Duration != 0 || c.Scale.Queue != 0 || c.Resources.CPU != 0 ||
+		c.Resources.MaxCPU != 0 || c.Resources.MemoryBytes() != 0 || c.Resources.Pids != 0 {
+		t.Fatalf("explicit zeros: %+v", c)
+	}
+	// A min above the default max raises the default max.
+	c, err = ParseConfig([]byte("name = \"web\"\nimage = \"web:1\"\n[scale]\nmin = 20\n"), "")
+	if err != nil || c.Scale.Max != 20 {
+		t.Fatalf("min 20: max %d, %v", c.Scale.Max, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const base = "name = \"web\"\nimage = \"web:1\"\n"
+	long := "a" + strings.Repeat("b", 40)
+	cases := []struct {
+		name, toml, field, msg string
+	}{
+		{"unknown top key", base + "imgae = \"x\"\n", "imgae", "unknown field"},
+		{"unknown nested key", base + "[scale]\nmxa = 3\n", "scale.mxa", "shoal.toml: scale.mxa: unknown field"},
+		{"unknown table", base + "[sclae]\nmax = 3\n", "sclae", "unknown field"},
+		{"syntax", "name = \"web\n", "name", "line 1"},
+		{"wrong type", base + "port = \"80\"\n", "port", "line 3"},
+		{"bad duration", base + "[scale]\nidle_timeout = \"soon\"\n", "scale.idle_timeout", "invalid duration"},
+		{"duration without unit", base + "[scale]\nidle_timeout = 5\n", "scale.idle_timeout", "missing unit"},
+		{"no name", "image = \"web:1\"\n", "name", "required"},
+		{"name upper", "name = \"Web\"\nimage = \"x\"\n", "name", "DNS label"},
+		{"name digit first", "name = \"1web\"\nimage = \"x\"\n", "name", "DNS label"},
+		{"name dot", "name = \"a.b\"\nimage = \"x\"\n", "name", "DNS label"},
+		{"name trailing dash", "name = \"web-\"\nimage = \"x\"\n", "name", "DNS label"},
+		{"name too long", "name = \"" + long + "\"\nimage = \"x\"\n", "name", "40"},
+		{"no image", "name = \"web\"\n", "image", "required"},
+		{"blank image", "name = \"web\"\nimage = \" \"\n", "image", "required"},
+		{"image space", "name = \"web\"\nimage = \"a b\"\n", "image", "white space"},
+		{"port 0", base + "port = 0\n", "port", "1-65535"},
+		{"port high", base + "port = 65536\n", "port", "1-65535"},
+		{"command nul", base + "command = [\"a\", \"b\\u0000\"]\n", "command[1]", "NUL"},
+		{"min negative", base + "[scale]\nmin = -1\n", "scale.min", "0 or more"},
+		{"max 0", base + "[scale]\nmax = 0\n", "scale.max", "at least 1"},
+		{"max below min", base + "[scale]\nmin = 5\nmax = 4\n", "scale.max", "scale.min"},
+		{"max too high", base + "[scale]\nmax = 1001\n", "scale.max", "1000"},
+		{"concurrency 0", base + "[scale]\ntarget_concurrency = 0\n", "scale.target_concurrency", "more than 0"},
+		{"concurrency nan", base + "[scale]\ntarget_concurrency = nan\n", "scale.target_concurrency", "more than 0"},
+		{"queue negative", base + "[scale]\nqueue = -1\n", "scale.queue", "0 or more"},
+		{"idle negative", base + "[scale]\nidle_timeout = \"-1s\"\n", "scale.idle_timeout", "negative"},
+		{"freeze negative", base + "[scale]\nfreeze_timeout = \"-1s\"\n", "scale.freeze_timeout", "negative"},
+		{"lifetime negative", base + "[scale]\nmax_lifetime = \"-1h\"\n", "scale.max_lifetime", "negative"},
+		{"queue timeout negative", base + "[scale]\nqueue_timeout = \"-1s\"\n", "scale.queue_timeout", "negative"},
+		{"drain negative", base + "[scale]\ndrain_timeout = \"-1s\"\n", "scale.drain_timeout", "negative"},
+		{"cpu tiny", base + "[resources]\ncpu = 0.001\n", "resources.cpu", "0.01-1024"},
+		{"cpu huge", base + "[resources]\ncpu = 2000\n", "resources.cpu", "0.01-1024"},
+		{"cpu negative", base + "[resources]\ncpu = -1\n", "resources.cpu", "0.01-1024"},
+		{"max_cpu below cpu", base + "[resources]\ncpu = 2\nmax_cpu = 1\n", "resources.max_cpu", "at least resources.cpu"},
+		{"max_cpu without cpu", base + "[resources]\ncpu = 0\nmax_cpu = 1\n", "resources.max_cpu", "resources.cpu"},
+		{"max_cpu huge", base + "[resources]\nmax_cpu = 4096\n", "resources.max_cpu", "0.01-1024"},
+		{"memory bad", base + "[resources]\nmemory = \"lots\"\n", "resources.memory", "lots"},
+		{"memory negative", base + "[resources]\nmemory = \"-1Mi\"\n", "resources.memory", "negative"},
+		{"memory tiny", base + "[resources]\nmemory = \"1k\"\n", "resources.memory", "4Mi"},
+		{"pids negative", base + "[resources]\npids = -1\n", "resources.pids", "0 (no limit)"},
+		{"max_body bad", base + "[resources]\nmax_body = \"10 parsecs\"\n", "resources.max_body", "parsecs"},
+		{"http and tcp", base + "[health]\nhttp = \"/h\"\ntcp = true\n", "health.tcp", "exclude"},
+		{"no check", base + "[health]\ntcp = false\n", "health", "set http"},
+		{"http relative", base + "[health]\nhttp = \"healthz\"\n", "health.http", "starting with /"},
+		{"http space", base + "[health]\nhttp = \"/a b\"\n", "health.http", "white space"},
+		{"interval 0", base + "[health]\ninterval = \"0s\"\n", "health.interval", "more than 0"},
+		{"timeout 0", base + "[health]\ntimeout = \"0s\"\n", "health.timeout", "more than 0"},
+		{"failures 0", base + "[health]\nfailures = 0\n", "health.failures", "at least 1"},
+		{"start timeout 0", base + "[health]\nstart_timeout = \"0s\"\n", "health.start_timeout", "more than 0"},
+		{"volume name", base + "[volumes]\nData = \"/data\"\n", "volumes.Data", "DNS label"},
+		{"volume relative", base + "[volumes]\ndata = \"data\"\n", "volumes.data", "absolute"},
+		{"volume root", base + "[volumes]\ndata = \"/\"\n", "volumes.data", "not /"},
+		{"volume unclean", base + "[volumes]\ndata = \"/data/../etc\"\n", "volumes.data", "clean"},
+		{"volume proc", base + "[volumes]\ndata = \"/proc/x\"\n", "volumes.data", "/proc"},
+		{"volume twice", base + "[volumes]\na = \"/data\"\nb = \"/data\"\n", "volumes.b", "volume \"a\""},
+		{"env key", base + "[env]\n\"1A\" = \"x\"\n", "env.1A", "identifier"},
+		{"env dash", base + "[env]\n\"A-B\" = \"x\"\n", "env.A-B", "identifier"},
+		{"env PORT", base + "[env]\nPORT = \"1\"\n", "env.PORT", "set by shoal"},
+		{"env SHOAL_", base + "[env]\nSHOAL_APP = \"x\"\n", "env.SHOAL_APP", "set by shoal"},
+		{"env value type", base + "[env]\nA = 1\n", "env.A", "line 4"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(c.toml), "shoal.toml")
+			if err == nil {
+				t.Fatalf("no error for\n%s", c.toml)
+			}
+			if !errors.Is(err, errdefs.ErrInvalid) || errdefs.Field(err) != c.field {
+				t.Fatalf("error %q: field %q, invalid %v; want field %q", err, errdefs.Field(err), errdefs.IsInvalid(err), c.field)
+			}
+			if !strings.HasPrefix(err.Error(), "shoal.toml: ") || !strings.Contains(err.Error(), c.msg) {
+				t.Fatalf("error %q: want the file name and %q", err, c.msg)
+			}
+		})
+	}
+}
+
+func TestParseValid(t *testing.T) {
+	const base = "name = \"web\"\nimage = \"web:1\"\n"
+	for name, extra := range map[string]string{
+		"name of 40":      "", // below, the name is replaced
+		"min equals max":  "[scale]\nmin = 3\nmax = 3\n",
+		"max 1000":        "[scale]\nmax = 1000\n",
+		"never freeze":    "[scale]\nfreeze_timeout = \"0s\"\nmax_lifetime = \"0s\"\n",
+		"cpu bounds":      "[resources]\ncpu = 0.01\nmax_cpu = 1024\n",
+		"tcp check":       "[health]\ntcp = true\n",
+		"http with query": "[health]\nhttp = \"/healthz?deep=1\"\n",
+		"volumes":         "[volumes]\na = \"/data\"\nb-2 = \"/var/lib/b\"\n",
+		"env":             "[env]\n_X = \"\"\nGREETING = \"hi there\"\nPORTAL = \"x\"\n",
+		"command":         "command = [\"/hello\", \"--flag\"]\n",
+	} {
+		doc := base + extra
+		if name == "name of 40" {
+			doc = "name = \"a" + strings.Repeat("b", 38) + "c\"\nimage = \"web:1\"\n"
+		}
+		if _, err := ParseConfig([]byte(doc), "shoal.toml"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestHash(t *testing.T) {
+	parse := func(doc string) Config {
+		t.Helper()
+		c, err := ParseConfig([]byte(doc), "shoal.toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a := parse("name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n")
+	// Same meaning: other key order, defaults spelled out, memory in bytes.
+	b := parse(`image = "web:1"
+name = "web"
+port = 8080
+[env]
+B = "2"
+A = "1"
+[scale]
+max = 10
+idle_timeout = "30000ms"
+[resources]
+memory = "268435456"
+[health]
+tcp = true
+`)
+	if a.Hash() != b.Hash() {
+		t.Fatalf("equal configs hash differently:\n%+v\n%+v", a, b)
+	}
+	if len(a.Hash()) != 64 || a.Hash() != a.Hash() {
+		t.Fatalf("hash %q", a.Hash())
+	}
+	for _, doc := range []string{
+		"name = \"web\"\nimage = \"web:2\"\n[env]\nA = \"1\"\nB = \"2\"\n",
+		"name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"3\"\n",
+		"name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[scale]\nmax = 11\n",
+	} {
+		if parse(doc).Hash() == a.Hash() {
+			t.Errorf("different config, same hash:\n%s", doc)
+		}
+	}
+}
