@@ -41,6 +41,8 @@ type Containers interface {
 type Server struct {
 	Images     Images
 	Containers Containers
+	Apps       Apps   // nil: the app routes answer 503
+	Events     Events // nil: /v1/events answers 503
 	Health     func(ctx context.Context) Health
 	Registry   *prometheus.Registry
 	Logger     *slog.Logger
@@ -70,6 +72,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("POST /v1/containers/run", s.runContainer)
 	mux.HandleFunc("GET /v1/containers", s.listContainers)
 	mux.HandleFunc("DELETE /v1/containers/{id}", s.removeContainer)
+	s.routeApps(mux)
 	if s.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	}
