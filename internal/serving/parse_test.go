@@ -2,6 +2,7 @@ package serving
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -9,33 +10,22 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
-// designExample is the shoal.toml of DESIGN.md.
-const designExample = `
-name  = "hello"
-image = "hello:1"
-port  = 8080                    # the app listens here; also given as $PORT
-[scale]
-min = 0
-max = 10
-target_concurrency = 10        # in-flight requests per replica
-idle_timeout   = "30s"         # ready → frozen
-freeze_timeout = "10m"         # frozen → stopped
-max_lifetime   = "1h"
-[resources]
-cpu = 0.5                      # cores (cgroup quota); max_cpu for vertical scaling
-max_cpu = 2
-memory = "256Mi"
-pids = 256
-[health]
-http = "/healthz"
-[volumes]
-data = "/data"                 # shared by every replica of the app
-[env]
-GREETING = "hi"
-`
+// designExample is the shoal.toml of DESIGN.md, so the map stays true.
+func designExample(t *testing.T) string {
+	b, err := os.ReadFile("../../DESIGN.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```toml\n")
+	doc, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("DESIGN.md has no toml block")
+	}
+	return doc
+}
 
 func TestParseDesignExample(t *testing.T) {
-	c, err := ParseConfig([]byte(designExample), "shoal.toml")
+	c, err := ParseConfig([]byte(designExample(t)), "shoal.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,301 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+func init() { extraCommands = append(extraCommands, newAppCmd) }
+
+func newAppCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "app",
+		Short: "Deploy, list, inspect, scale and remove apps",
+		Long: `An app is an image plus a shoal.toml: shoal keeps it at the number of replicas
+its traffic needs (from scale.min, possibly 0, up to scale.max), freezes idle
+replicas and stops frozen ones, and routes http://<name>.localhost:<proxy port>
+to it.`,
+		Args: exactArgs(0),
+	}
+	cmd.AddCommand(newAppDeployCmd(g), newAppLsCmd(g), newAppStatusCmd(g),
+		newAppScaleCmd(g), newAppLogsCmd(g), newAppRmCmd(g))
+	return cmd
+}
+
+func appPath(name string, rest ...string) string {
+	return "/v1/apps/" + url.PathEscape(name) + strings.Join(rest, "")
+}
+
+func newAppDeployCmd(g *globals) *cobra.Command {
+	var file, out string
+	cmd := &cobra.Command{
+		Use:   "deploy [-f shoal.toml]",
+		Short: "Deploy an app from its shoal.toml (a new revision when it changed)",
+		Long: `Send a shoal.toml to the daemon. A new app is created; for an existing app a
+new revision is made when the file changed. The file is checked strictly:
+unknown keys and bad values are errors that name the key.`,
+		Example: `  shoal app deploy -f shoal.toml
+  shoal app deploy -f examples/hello/shoal.toml --output json
+  cat shoal.toml | shoal app deploy -f -`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutput(out); err != nil {
+				return err
+			}
+			manifest, err := readManifest(cmd, file)
+			if err != nil {
+				return err
+			}
+			var app api.App
+			if err := g.call(cmd, "POST", "/v1/apps", api.DeployRequest{Manifest: manifest, File: file}, &app); err != nil {
+				return err
+			}
+			if app.URL == "" {
+				app.URL = g.appURL(cmd, app.Name)
+			}
+			if out == "json" {
+				return printJSON(cmd.OutOrStdout(), app)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "deployed %s revision %d (image %s, scale %d-%d)\n", app.Name, app.Revision, app.Image, app.Min, app.Max)
+			if app.URL != "" {
+				fmt.Fprintf(w, "url: %s\n", app.URL)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&file, "file", "f", "shoal.toml", `the app's shoal.toml ("-": standard input)`)
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+// readManifest reads the shoal.toml named by -f; a missing or unreadable
+// file is a usage error naming it.
+func readManifest(cmd *cobra.Command, file string) (string, error) {
+	var b []byte
+	var err error
+	if file == "-" {
+		b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20+1))
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	switch {
+	case err != nil && os.IsNotExist(err):
+		return "", usageErrorf("-f %s: no such file (give the app's shoal.toml with -f)", file)
+	case err != nil:
+		return "", usageErrorf("-f %s: %v", file, err)
+	case len(b) > 1<<20:
+		return "", usageErrorf("-f %s: larger than 1 MiB; a shoal.toml is a few lines", file)
+	case strings.TrimSpace(string(b)) == "":
+		return "", usageErrorf("-f %s: empty file", file)
+	}
+	return string(b), nil
+}
+
+// appURL is where the daemon's proxy serves an app, or "" when the daemon
+// runs no proxy.
+func (g *globals) appURL(cmd *cobra.Command, name string) string {
+	var h api.Health
+	if err := g.call(cmd, "GET", "/v1/health", nil, &h); err != nil || h.Proxy == "" {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(h.Proxy)
+	if err != nil {
+		return ""
+	}
+	if port == "80" {
+		return "http://" + name + ".localhost"
+	}
+	return "http://" + name + ".localhost:" + port
+}
+
+func newAppLsCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List apps",
+		Example: `  shoal app ls
+  shoal app ls --output json`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var apps []api.App
+			if err := g.get(cmd, out, "/v1/apps", &apps); err != nil {
+				return err
+			}
+			if out == "json" {
+				return printJSON(cmd.OutOrStdout(), apps)
+			}
+			var rows [][]string
+			for _, a := range apps {
+				rows = append(rows, []string{a.Name, a.Image, strconv.Itoa(a.Revision), a.State,
+					fmt.Sprintf("%d/%d", a.Ready, len(a.Replicas)), fmt.Sprintf("%d-%d", a.Min, a.Max), orDash(a.URL), ago(a.CreatedAt)})
+			}
+			table(cmd.OutOrStdout(), []string{"NAME", "IMAGE", "REVISION", "STATE", "READY", "SCALE", "URL", "CREATED"}, rows)
+			return nil
+		},
+	}
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+func newAppStatusCmd(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "status NAME",
+		Short: "Show an app and its replicas",
+		Long: `Show an app, its revision and scale bounds, and a table of its replicas with
+their state on the ladder pending, starting, ready, frozen, draining, stopped or
+failed. A failing app also shows its last error and the last lines its replica
+wrote.`,
+		Example: `  shoal app status hello
+  shoal app status hello --output json | jq '.replicas[] | {id, state, pid}'`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var a api.App
+			if err := g.get(cmd, out, appPath(args[0]), &a); err != nil {
+				return err
+			}
+			if out == "json" {
+				return printJSON(cmd.OutOrStdout(), a)
+			}
+			printAppStatus(cmd.OutOrStdout(), a)
+			return nil
+		},
+	}
+	outputFlag(cmd, &out)
+	return cmd
+}
+
+func printAppStatus(w io.Writer, a api.App) {
+	fmt.Fprintf(w, "name:      %s\nimage:     %s\nrevision:  %d\nstate:     %s\nscale:     %d-%d (%d ready)\n",
+		a.Name, a.Image, a.Revision, a.State, a.Min, a.Max, a.Ready)
+	if a.URL != "" {
+		fmt.Fprintf(w, "url:       %s\n", a.URL)
+	}
+	if !a.UpdatedAt.IsZero() {
+		fmt.Fprintf(w, "updated:   %s (%s)\n", a.UpdatedAt.Local().Format(time.RFC3339), ago(a.UpdatedAt))
+	}
+	if a.Error != "" {
+		fmt.Fprintf(w, "error:     %s\n", a.Error)
+	}
+	for _, l := range a.Log {
+		fmt.Fprintf(w, "  | %s\n", l)
+	}
+	if len(a.Replicas) == 0 {
+		fmt.Fprintln(w, "replicas:  none")
+		return
+	}
+	fmt.Fprintln(w)
+	var rows [][]string
+	for _, r := range a.Replicas {
+		pid := "-"
+		if r.Pid > 0 {
+			pid = strconv.Itoa(r.Pid)
+		}
+		rows = append(rows, []string{r.ID, strconv.Itoa(r.Revision), r.State, pid, orDash(r.Addr),
+			ago(r.StartedAt), strconv.Itoa(r.InFlight), orDash(r.Reason)})
+	}
+	table(w, []string{"ID", "REVISION", "STATE", "PID", "ADDR", "STARTED", "IN-FLIGHT", "REASON"}, rows)
+}
+
+func newAppScaleCmd(g *globals) *cobra.Command {
+	var lo, hi int
+	cmd := &cobra.Command{
+		Use:   "scale NAME [--min N] [--max N]",
+		Short: "Change an app's replica bounds",
+		Long: `Set the least and the most replicas of an app; the autoscaler keeps it within
+them. --min 0 lets an idle app scale to zero. A bound not given is kept.`,
+		Example: `  shoal app scale hello --min 1 --max 20
+  shoal app scale hello --min 0`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var req api.ScaleRequest
+			if cmd.Flags().Changed("min") {
+				if lo < 0 {
+					return usageErrorf("--min %d: must be 0 or more", lo)
+				}
+				req.Min = &lo
+			}
+			if cmd.Flags().Changed("max") {
+				if hi < 1 {
+					return usageErrorf("--max %d: must be at least 1", hi)
+				}
+				req.Max = &hi
+			}
+			if req.Min == nil && req.Max == nil {
+				return usageErrorf("give --min, --max or both\nRun '%s --help' for usage", cmd.CommandPath())
+			}
+			if req.Min != nil && req.Max != nil && lo > hi {
+				return usageErrorf("--min %d is above --max %d", lo, hi)
+			}
+			var a api.App
+			if err := g.call(cmd, "POST", appPath(args[0], "/scale"), req, &a); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: scale %d-%d\n", a.Name, a.Min, a.Max)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&lo, "min", 0, "least replicas (0: scale to zero when idle)")
+	cmd.Flags().IntVar(&hi, "max", 0, "most replicas")
+	return cmd
+}
+
+func newAppLogsCmd(g *globals) *cobra.Command {
+	var tail int
+	cmd := &cobra.Command{
+		Use:   "logs NAME [--tail N]",
+		Short: "Print what an app's replicas wrote to stdout and stderr",
+		Example: `  shoal app logs hello
+  shoal app logs hello --tail 20`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tail < 0 {
+				return usageErrorf("--tail %d: must be 0 (all kept lines) or more", tail)
+			}
+			c, err := g.client()
+			if err != nil {
+				return err
+			}
+			resp, err := c.send(cmd.Context(), "GET", appPath(args[0], "/logs?tail=", strconv.Itoa(tail)), nil)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			_, err = io.Copy(cmd.OutOrStdout(), resp.Body)
+			return err
+		},
+	}
+	cmd.Flags().IntVarP(&tail, "tail", "n", 0, "only the last N lines (0: all kept)")
+	return cmd
+}
+
+func newAppRmCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm NAME...",
+		Aliases: []string{"remove", "delete"},
+		Short:   "Remove apps: their replicas drain and stop, their records go",
+		Example: `  shoal app rm hello`,
+		Args:    minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				if err := g.call(cmd, "DELETE", appPath(name), nil, nil); err != nil {
+					return err
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "removed", name)
+			}
+			return nil
+		},
+	}
+}

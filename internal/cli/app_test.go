@@ -1,0 +1,202 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// fakeApps and fakeEvents stand in for the serving service behind the real
+// API handler: these tests cover the commands' flags, requests and output.
+type fakeApps struct {
+	app      api.App
+	manifest string
+	scale    api.ScaleRequest
+}
+
+func (f *fakeApps) Deploy(_ context.Context, req api.DeployRequest) (api.App, error) {
+	if strings.Contains(req.Manifest, "mxa") {
+		return api.App{}, fmt.Errorf("%s: %w", req.File, errdefs.Invalid("scale.mxa", "unknown field"))
+	}
+	f.manifest = req.Manifest
+	return f.app, nil
+}
+func (f *fakeApps) List(context.Context) ([]api.App, error) { return []api.App{f.app}, nil }
+func (f *fakeApps) Get(_ context.Context, name string) (api.App, error) {
+	if name != f.app.Name {
+		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	return f.app, nil
+}
+func (f *fakeApps) Scale(_ context.Context, name string, req api.ScaleRequest) (api.App, error) {
+	f.scale = req
+	a := f.app
+	if req.Min != nil {
+		a.Min = *req.Min
+	}
+	if req.Max != nil {
+		a.Max = *req.Max
+	}
+	return a, nil
+}
+func (f *fakeApps) Logs(_ context.Context, name string, tail int, w io.Writer) error {
+	fmt.Fprintf(w, "line of %s, tail %d\n", name, tail)
+	return nil
+}
+func (f *fakeApps) Remove(context.Context, string) error { return nil }
+
+type fakeEvents struct{ evs []api.Event }
+
+func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]api.Event, error) {
+	var out []api.Event
+	for _, e := range f.evs {
+		if e.Seq > after && (app == "" || e.App == app) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// Watch sends the kept events and ends, which ends the stream.
+func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan api.Event, error) {
+	evs, _ := f.List(ctx, after, app)
+	ch := make(chan api.Event, len(evs))
+	for _, e := range evs {
+		ch <- e
+	}
+	close(ch)
+	return ch, nil
+}
+
+var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func appDaemon(t *testing.T) (string, *fakeApps) {
+	fa := &fakeApps{app: api.App{Name: "hello", Image: "hello:1", Revision: 2, Min: 0, Max: 10, State: "running", Ready: 1,
+		CreatedAt: t0, UpdatedAt: t0,
+		Replicas: []api.Replica{{ID: "hello-abc", Revision: 2, State: "ready", Pid: 4242, Addr: "10.77.0.5:8080", StartedAt: t0, InFlight: 3}}}}
+	fe := &fakeEvents{evs: []api.Event{
+		{Seq: 1, Time: t0, Kind: "scale", App: "hello", Reason: "cold start", Inputs: map[string]float64{"queued": 1}},
+		{Seq: 2, Time: t0, Kind: "state", App: "other", Replica: "other-x", Reason: "ready"},
+	}}
+	s := &api.Server{Apps: fa, Events: fe, Health: func(context.Context) api.Health { return api.Health{Status: "ok", Proxy: "127.0.0.1:18080"} }}
+	ts := httptest.NewServer(s.Handler(""))
+	t.Cleanup(ts.Close)
+	return ts.URL, fa
+}
+
+func shoal(t *testing.T, host string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Main(append([]string{"--host", host}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestAppDeploy(t *testing.T) {
+	host, fa := appDaemon(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "shoal.toml")
+	os.WriteFile(good, []byte("name = \"hello\"\nimage = \"hello:1\"\n"), 0o644)
+	bad := filepath.Join(dir, "bad.toml")
+	os.WriteFile(bad, []byte("name = \"hello\"\n[scale]\nmxa = 3\n"), 0o644)
+
+	code, out, errs := shoal(t, host, "app", "deploy", "-f", good)
+	if code != 0 || !strings.Contains(out, "deployed hello revision 2") || !strings.Contains(out, "url: http://hello.localhost:18080") {
+		t.Fatalf("deploy: %d %q %q", code, out, errs)
+	}
+	if !strings.Contains(fa.manifest, `image = "hello:1"`) {
+		t.Fatalf("manifest sent: %q", fa.manifest)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-f", filepath.Join(dir, "missing.toml")}, "missing.toml: no such file"},
+		{[]string{"-f", dir}, dir},
+		{[]string{"-f", bad}, "bad.toml: scale.mxa: unknown field"},
+	} {
+		code, _, errs := shoal(t, host, append([]string{"app", "deploy"}, c.args...)...)
+		if code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("deploy %v: exit %d %q; want 2 naming %q", c.args, code, errs, c.want)
+		}
+	}
+}
+
+func TestAppStatusAndLs(t *testing.T) {
+	host, _ := appDaemon(t)
+	code, out, errs := shoal(t, host, "app", "status", "hello")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+	for _, want := range []string{"ID", "REVISION", "STATE", "PID", "ADDR", "STARTED", "IN-FLIGHT", "REASON", "hello-abc", "ready", "4242", "10.77.0.5:8080"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = shoal(t, host, "app", "status", "hello", "--output", "json")
+	var a api.App
+	if code != 0 || json.Unmarshal([]byte(out), &a) != nil || a.Replicas[0].Pid != 4242 || !a.Replicas[0].StartedAt.Equal(t0) {
+		t.Fatalf("status json: %d %s", code, out)
+	}
+	if code, _, errs := shoal(t, host, "app", "status", "nope"); code != 1 || !strings.Contains(errs, `app "nope": not found`) {
+		t.Fatalf("status of a missing app: %d %q", code, errs)
+	}
+	code, out, _ = shoal(t, host, "app", "ls")
+	if code != 0 || !strings.Contains(out, "hello:1") || !strings.Contains(out, "1/1") || !strings.Contains(out, "0-10") {
+		t.Fatalf("ls: %d %s", code, out)
+	}
+}
+
+func TestAppScaleLogsRm(t *testing.T) {
+	host, fa := appDaemon(t)
+	code, out, errs := shoal(t, host, "app", "scale", "hello", "--min", "0")
+	if code != 0 || !strings.Contains(out, "hello: scale 0-10") || fa.scale.Min == nil || *fa.scale.Min != 0 || fa.scale.Max != nil {
+		t.Fatalf("scale --min 0: %d %q %q, sent %+v", code, out, errs, fa.scale)
+	}
+	for _, args := range [][]string{{}, {"--min", "-1"}, {"--max", "0"}, {"--min", "5", "--max", "2"}} {
+		if code, _, errs := shoal(t, host, append([]string{"app", "scale", "hello"}, args...)...); code != 2 {
+			t.Errorf("scale %v: exit %d %q; want 2", args, code, errs)
+		}
+	}
+	code, out, _ = shoal(t, host, "app", "logs", "hello", "--tail", "7")
+	if code != 0 || out != "line of hello, tail 7\n" {
+		t.Fatalf("logs: %d %q", code, out)
+	}
+	code, out, _ = shoal(t, host, "app", "rm", "hello")
+	if code != 0 || out != "removed hello\n" {
+		t.Fatalf("rm: %d %q", code, out)
+	}
+}
+
+func TestEventsCmd(t *testing.T) {
+	host, _ := appDaemon(t)
+	code, out, errs := shoal(t, host, "events")
+	if code != 0 || !strings.Contains(out, "cold start") || !strings.Contains(out, "queued=1") || !strings.Contains(out, "other-x") {
+		t.Fatalf("events: %d %q %q", code, out, errs)
+	}
+	code, out, _ = shoal(t, host, "events", "--app", "hello", "--output", "json")
+	var evs []api.Event
+	if code != 0 || json.Unmarshal([]byte(out), &evs) != nil || len(evs) != 1 || evs[0].Seq != 1 {
+		t.Fatalf("events --app json: %d %s", code, out)
+	}
+	code, out, errs = shoal(t, host, "events", "--follow", "--output", "json", "--after", "1")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var e api.Event
+	if code != 0 || len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.Seq != 2 {
+		t.Fatalf("events --follow: %d %q %q", code, out, errs)
+	}
+	code, out, _ = shoal(t, host, "events", "-f")
+	if code != 0 || !strings.Contains(out, "cold start (queued=1)") {
+		t.Fatalf("events -f: %d %q", code, out)
+	}
+}
