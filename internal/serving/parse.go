@@ -67,6 +67,13 @@ func ParseConfig(data []byte, file string) (Config, error) {
 		}
 		return Config{}, fmt.Errorf("%s: %w", file, errdefs.Invalid(keys[0], "unknown field%s", others(keys[1:])))
 	}
+	// The decoder leaves a map alone when the file gives a plain value
+	// ("env = 1"); say so instead of dropping it.
+	for _, key := range []string{"volumes", "env"} {
+		if md.IsDefined(key) && md.Type(key) != "Hash" {
+			return Config{}, fmt.Errorf("%s: %w", file, errdefs.Invalid(key, "must be a table ([%s] followed by name = \"value\" lines); found a value of type %s", key, strings.ToLower(md.Type(key))))
+		}
+	}
 	c.applyDefaults(&md)
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", file, err)
@@ -88,6 +95,9 @@ func decodeError(err error) error {
 	if errors.As(err, &pe) {
 		field := pe.LastKey
 		msg := pe.Message
+		if m := dupKey.FindStringSubmatch(msg); field == "" && m != nil {
+			field = m[1]
+		}
 		if field == "" {
 			return errdefs.Invalid(fmt.Sprintf("line %d", pe.Position.Line), "%s", msg)
 		}
@@ -101,6 +111,8 @@ func decodeError(err error) error {
 	}
 	return errdefs.Invalid("manifest", "%s", strings.TrimPrefix(msg, "toml: "))
 }
+
+var dupKey = regexp.MustCompile(`^Key '([^']+)' has already been defined`)
 
 var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]+)"\): (.*)$`)
 
