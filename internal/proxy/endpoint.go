@@ -1,0 +1,179 @@
+package proxy
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// endpoint is one replica and its counters. One endpoint object lives as
+// long as its ID is known, across route changes.
+type endpoint struct {
+	id   string
+	addr string
+
+	inFlight atomic.Int64
+	requests atomic.Uint64
+	last     atomic.Int64 // unix nanoseconds
+	closed   atomic.Bool
+
+	closedAt int64 // unix nanoseconds; guarded by Proxy.mu
+
+	idleWaiters atomic.Int32
+	mu          sync.Mutex
+	idle        chan struct{} // closed when inFlight reaches zero; guarded by mu
+}
+
+func newEndpoint(id, addr string) *endpoint {
+	return &endpoint{id: id, addr: addr}
+}
+
+func (e *endpoint) open() { e.closed.Store(false) }
+
+func (e *endpoint) close(now time.Time) {
+	e.closed.Store(true)
+	e.closedAt = now.UnixNano()
+}
+
+func (e *endpoint) prunable(now time.Time) bool {
+	return e.closed.Load() && e.inFlight.Load() <= 0 &&
+		now.UnixNano()-e.closedAt > int64(pruneAfter)
+}
+
+// acquire counts a request on e unless e is closed. The increment comes
+// before the check: a change that closes e either is seen here, or comes
+// after the increment and so is waited for by WaitIdle.
+func (e *endpoint) acquire() bool {
+	e.inFlight.Add(1)
+	if e.closed.Load() {
+		e.done()
+		return false
+	}
+	e.requests.Add(1)
+	return true
+}
+
+// release ends a request on e at now.
+func (e *endpoint) release(now time.Time) {
+	e.last.Store(now.UnixNano())
+	e.done()
+}
+
+func (e *endpoint) done() {
+	if e.inFlight.Add(-1) == 0 && e.idleWaiters.Load() > 0 {
+		e.mu.Lock()
+		if e.idle != nil {
+			close(e.idle)
+			e.idle = nil
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *endpoint) stats() EndpointStats {
+	return EndpointStats{
+		InFlight:    max(e.inFlight.Load(), 0),
+		Requests:    e.requests.Load(),
+		LastRequest: unixTime(e.last.Load()),
+	}
+}
+
+// waitIdle returns when e has no request in flight.
+func (e *endpoint) waitIdle(ctx context.Context) error {
+	e.idleWaiters.Add(1)
+	defer e.idleWaiters.Add(-1)
+	for {
+		e.mu.Lock()
+		if e.idle == nil {
+			e.idle = make(chan struct{})
+		}
+		ch := e.idle
+		e.mu.Unlock()
+		// idleWaiters was raised before this load, so a request that ends
+		// after it sees the waiter and closes ch.
+		if e.inFlight.Load() <= 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitIdle returns once the endpoint has no request in flight, or with the
+// context's error. An unknown endpoint is idle. Called after the endpoint
+// left its app's route, it tells when the replica may be frozen or stopped.
+func (p *Proxy) WaitIdle(ctx context.Context, endpointID string) error {
+	p.mu.Lock()
+	e := p.endpoints[endpointID]
+	p.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	return e.waitIdle(ctx)
+}
+
+// maxPickTries bounds how often a request picks again after it drew an
+// endpoint that was closed under it.
+const maxPickTries = 4
+
+// pick chooses an open endpoint of a's current route by least outstanding
+// requests between two random choices, skipping those in tried, and counts
+// the request on it. It returns nil when there is none.
+func (a *app) pick(tried []*endpoint) *endpoint {
+	for range maxPickTries {
+		rt := a.route.Load()
+		if rt == nil {
+			return nil
+		}
+		e := choose(rt.endpoints, tried)
+		if e == nil {
+			return nil
+		}
+		if e.acquire() {
+			return e
+		}
+	}
+	return nil
+}
+
+func choose(eps []*endpoint, tried []*endpoint) *endpoint {
+	if len(tried) > 0 {
+		eps = untried(eps, tried)
+	}
+	switch n := len(eps); n {
+	case 0:
+		return nil
+	case 1:
+		return eps[0]
+	default:
+		i := rand.IntN(n)
+		j := rand.IntN(n - 1)
+		if j >= i {
+			j++
+		}
+		a, b := eps[i], eps[j]
+		if b.inFlight.Load() < a.inFlight.Load() {
+			return b
+		}
+		return a
+	}
+}
+
+func untried(eps, tried []*endpoint) []*endpoint {
+	out := make([]*endpoint, 0, len(eps))
+outer:
+	for _, e := range eps {
+		for _, t := range tried {
+			if e == t {
+				continue outer
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}

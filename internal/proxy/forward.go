@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+// DialTimeout bounds a connect to a replica; a replica that does not accept
+// in this time is tried as failed and the request goes to another one.
+const DialTimeout = time.Second
+
+// NewTransport returns the transport the proxy shares for all replicas:
+// HTTP/1.1 only, keep-alive with a large idle pool per replica, no
+// compression, no environment proxy, and a short connect timeout whose
+// failures are marked so that they are retried on another replica.
+func NewTransport() *http.Transport {
+	d := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, &dialError{err: err}
+			}
+			return c, nil
+		},
+		MaxIdleConns:          0, // no total limit
+		MaxIdleConnsPerHost:   1024,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ForceAttemptHTTP2:     false,
+		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
+		ExpectContinueTimeout: time.Second,
+		ReadBufferSize:        16 << 10,
+		WriteBufferSize:       16 << 10,
+	}
+}
+
+// dialError marks a failed connect: nothing was sent to the replica.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return "connect: " + e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+func isDialError(err error) bool {
+	var de *dialError
+	return errors.As(err, &de)
+}
+
+// errNoReplica is the error of a request whose every connect failed.
+var errNoReplica = errors.New("no replica accepted the connection")
+
+// director points the outbound request at the endpoint the request holds
+// and sets X-Forwarded-Host and -Proto (the reverse proxy appends the
+// client to X-Forwarded-For).
+func director(out *http.Request) {
+	st := stateOf(out)
+	out.URL.Scheme = "http"
+	out.URL.Host = st.ep.addr
+	h := out.Header
+	h["X-Forwarded-Host"] = []string{out.Host}
+	if out.TLS != nil {
+		h["X-Forwarded-Proto"] = protoHTTPS
+	} else {
+		h["X-Forwarded-Proto"] = protoHTTP
+	}
+	if out.Body != nil {
+		st.body = &retryBody{rc: out.Body}
+		out.Body = st.body
+	}
+}
+
+// Header values shared by every request; they are only read.
+var (
+	protoHTTP  = []string{"http"}
+	protoHTTPS = []string{"https"}
+)
+
+// retryTransport sends a request to the endpoint it holds and, when the
+// connect fails before anything was sent, to another endpoint of the app,
+// until one accepts or all were tried.
+type retryTransport struct {
+	base http.RoundTripper
+}
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	st := stateOf(req)
+	if st == nil {
+		return t.base.RoundTrip(req)
+	}
+	for {
+		resp, err := t.base.RoundTrip(req)
+		if err == nil || !isDialError(err) || (st.body != nil && st.body.read) {
+			return resp, err
+		}
+		failed := st.ep
+		st.tried = append(st.tried, failed)
+		next := st.app.pick(st.tried)
+		if next == nil {
+			return nil, fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)
+		}
+		st.app.m.retries.Inc()
+		failed.done()
+		st.ep = next
+		r2 := new(http.Request)
+		*r2 = *req
+		u := *req.URL
+		u.Host = next.addr
+		r2.URL = &u
+		req = r2
+	}
+}
+
+// retryBody lets a request body survive a failed connect: the transport
+// closes the body it was given on any error, and a retry needs it unread.
+// The server closes the real body when the handler returns.
+type retryBody struct {
+	rc   io.ReadCloser
+	read bool
+}
+
+func (b *retryBody) Read(p []byte) (int, error) {
+	b.read = true
+	return b.rc.Read(p)
+}
+
+func (b *retryBody) Close() error { return nil }
+
+// modifyResponse records the status of the replica's answer.
+func modifyResponse(resp *http.Response) error {
+	if st := stateOf(resp.Request); st != nil {
+		st.code = resp.StatusCode
+	}
+	return nil
+}
+
+// errorHandler answers a request that could not be forwarded.
+func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	st := stateOf(r)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		st.code = http.StatusRequestEntityTooLarge
+		api.WriteError(w, st.code, fmt.Errorf("request body is over the limit of %d bytes", mbe.Limit), "body")
+	case r.Context().Err() != nil:
+		st.code = statusClientGone
+	case errors.Is(err, errNoReplica):
+		p.log.Warn("proxy: no replica accepted the connection", "app", st.app.name, "tried", len(st.tried), "err", err)
+		st.code = http.StatusBadGateway
+		api.WriteError(w, st.code, fmt.Errorf("app %q: %w", st.app.name, errNoReplica), "")
+	default:
+		p.log.Warn("proxy: replica failed", "app", st.app.name, "endpoint", st.ep.id, "err", err)
+		st.code = http.StatusBadGateway
+		api.WriteError(w, st.code, fmt.Errorf("app %q: the replica failed to answer", st.app.name), "")
+	}
+}
+
+// bufferPool lends the reverse proxy its copy buffers.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }

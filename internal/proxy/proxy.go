@@ -1,0 +1,280 @@
+// Package proxy is the HTTP data path of shoal's serving: it routes a request
+// by its Host header (<app>.localhost or <app>.<domain>) to one ready replica
+// of the app, chosen by least outstanding requests between two random
+// choices, and holds requests for an app that has no ready replica while an
+// Activator wakes it.
+//
+// The routing table is replaced with one atomic pointer swap per change and
+// is read without locks. An endpoint that leaves an app's route is closed: no
+// request picks it after the change returns, requests already sent to it
+// finish, and WaitIdle reports when the last of them is done, so that the
+// replica can be frozen or stopped without dropping a request.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/clock"
+)
+
+// Defaults for the zero values of a Route.
+const (
+	DefaultMaxBodyBytes = 10 << 20
+	DefaultQueueLimit   = 100
+	DefaultQueueTimeout = 30 * time.Second
+)
+
+// retryAfter is the Retry-After value, in seconds, of a 503 sent while an app
+// is cold.
+const retryAfter = "1"
+
+// Endpoint is one ready replica. IDs are unique across apps.
+type Endpoint struct {
+	ID   string
+	Addr string // host:port
+}
+
+// Route is one app's routing entry.
+type Route struct {
+	App       string
+	Endpoints []Endpoint // ready replicas only
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes and a
+	// negative value means no limit.
+	MaxBodyBytes int64
+	// QueueLimit is how many requests are held while the app has no
+	// endpoint; 0 means DefaultQueueLimit.
+	QueueLimit int
+	// QueueTimeout is how long a request is held; 0 means
+	// DefaultQueueTimeout. Then it is answered 503 with Retry-After.
+	QueueTimeout time.Duration
+	// Unavailable, when not empty, answers every request 503 with this
+	// reason (e.g. "app is being deleted").
+	Unavailable string
+}
+
+// Activator wakes an app that has no ready endpoint (thaws a frozen replica
+// or starts one). Activate must not block long; it is called for every
+// request that has to wait, so many times for one wake-up. The proxy then
+// waits for an endpoint to appear through SetRoute or Update.
+type Activator interface {
+	Activate(app string)
+}
+
+// Options configure a Proxy.
+type Options struct {
+	Activator  Activator             // may be nil: requests then only wait for a route
+	Domain     string                // also route <app>.<Domain>
+	Registerer prometheus.Registerer // may be nil
+	Logger     *slog.Logger
+	Clock      clock.Clock // for LastRequest and queue timing; default clock.Real
+	// Transport overrides the shared transport to replicas (tests).
+	Transport http.RoundTripper
+}
+
+// Proxy is an http.Handler that forwards requests to app replicas.
+type Proxy struct {
+	activator Activator
+	domain    string // ".<domain>", lower case, or ""
+	log       *slog.Logger
+	clock     clock.Clock
+	metrics   *metrics
+	rp        *httputil.ReverseProxy
+
+	table atomic.Pointer[map[string]*app] // app name → app; read without locks
+
+	mu        sync.Mutex           // serializes table changes
+	endpoints map[string]*endpoint // by ID; guarded by mu
+}
+
+// New returns a Proxy with an empty table.
+func New(o Options) *Proxy {
+	p := &Proxy{
+		activator: o.Activator,
+		log:       o.Logger,
+		clock:     o.Clock,
+		endpoints: map[string]*endpoint{},
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.clock == nil {
+		p.clock = clock.Real{}
+	}
+	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
+		p.domain = "." + d
+	}
+	p.metrics = newMetrics(p, o.Registerer)
+	base := o.Transport
+	if base == nil {
+		base = NewTransport()
+	}
+	p.rp = &httputil.ReverseProxy{
+		Director:       director,
+		Transport:      &retryTransport{base: base},
+		BufferPool:     bufferPool{},
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   p.errorHandler,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	empty := map[string]*app{}
+	p.table.Store(&empty)
+	return p
+}
+
+// ServeHTTP routes r to a replica of the app its Host names.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := p.appName(r.Host)
+	a := (*p.table.Load())[name]
+	if a == nil {
+		api.WriteError(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
+		return
+	}
+	rt := a.route.Load()
+	if rt == nil {
+		api.WriteError(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
+		return
+	}
+	start := p.clock.Now()
+	a.requests.Add(1)
+	a.inFlight.Add(1)
+	a.last.Store(start.UnixNano())
+	st := &reqState{Context: r.Context(), app: a, code: 0}
+	defer p.finish(st, start)
+
+	if rt.unavailable != "" {
+		st.code = http.StatusServiceUnavailable
+		api.WriteError(w, st.code, fmt.Errorf("app %q: %s", a.name, rt.unavailable), "")
+		return
+	}
+	if r.Body != nil && r.Body != http.NoBody && rt.maxBody >= 0 {
+		if r.ContentLength > rt.maxBody {
+			st.code = http.StatusRequestEntityTooLarge
+			api.WriteError(w, st.code, fmt.Errorf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, rt.maxBody), "body")
+			return
+		}
+		if r.ContentLength < 0 {
+			r.Body = http.MaxBytesReader(w, r.Body, rt.maxBody)
+		}
+	}
+
+	ep := a.pick(nil)
+	if ep == nil {
+		var err error
+		ep, err = p.wait(r.Context(), a)
+		if err != nil {
+			var ue *unavailableError
+			switch {
+			case errors.As(err, &ue):
+				st.code = http.StatusServiceUnavailable
+				if ue.retry {
+					w.Header().Set("Retry-After", retryAfter)
+				}
+				api.WriteError(w, st.code, err, "")
+			case errors.Is(err, errRemoved):
+				st.code = http.StatusNotFound
+				api.WriteError(w, st.code, fmt.Errorf("no app serves host %q", r.Host), "host")
+			default: // the client went away
+				st.code = statusClientGone
+			}
+			return
+		}
+	}
+	st.ep = ep
+	st.maxBody = rt.maxBody
+	p.rp.ServeHTTP(w, r.WithContext(st))
+}
+
+// statusClientGone is recorded for a request whose client went away before
+// an answer (nginx's 499).
+const statusClientGone = 499
+
+// finish releases what a request holds and records it.
+func (p *Proxy) finish(st *reqState, start time.Time) {
+	now := p.clock.Now()
+	a := st.app
+	if st.ep != nil {
+		st.ep.release(now)
+	}
+	a.inFlight.Add(-1)
+	a.last.Store(now.UnixNano())
+	code := st.code
+	if code == 0 {
+		if err := st.Context.Err(); err != nil {
+			code = statusClientGone
+		} else {
+			code = http.StatusBadGateway
+		}
+	}
+	a.observe(code, now.Sub(start))
+}
+
+// appName returns the app a Host header names, or "".
+func (p *Proxy) appName(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		host = host[:i]
+	}
+	host = strings.TrimSuffix(host, ".")
+	if hasUpper(host) {
+		host = strings.ToLower(host)
+	}
+	if name, ok := strings.CutSuffix(host, ".localhost"); ok {
+		return name
+	}
+	if p.domain != "" {
+		if name, ok := strings.CutSuffix(host, p.domain); ok {
+			return name
+		}
+	}
+	return ""
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// reqState is the context of a forwarded request: it carries the app, the
+// endpoint it holds, and the answer's status to the transport and the
+// reverse proxy's hooks without another allocation.
+type reqState struct {
+	context.Context
+	app     *app
+	ep      *endpoint
+	tried   []*endpoint
+	body    *retryBody
+	maxBody int64
+	code    int
+}
+
+type stateKey struct{}
+
+// Value returns the state itself for stateKey and asks the parent otherwise.
+func (s *reqState) Value(k any) any {
+	if _, ok := k.(stateKey); ok {
+		return s
+	}
+	return s.Context.Value(k)
+}
+
+func stateOf(r *http.Request) *reqState {
+	st, _ := r.Context().Value(stateKey{}).(*reqState)
+	return st
+}
+
+var _ http.Handler = (*Proxy)(nil)

@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// errRemoved is returned to a waiting request whose app was removed.
+var errRemoved = errors.New("app removed")
+
+// unavailableError is a 503 answer; retry says whether to send Retry-After.
+type unavailableError struct {
+	msg   string
+	retry bool
+}
+
+func (e *unavailableError) Error() string { return e.msg }
+
+// wait holds a request for an app that has no open endpoint: it asks the
+// Activator to wake the app and waits, in the app's bounded queue, until a
+// route change gives the app an endpoint (no polling: every change closes
+// the app's wait channel), the queue timeout passes, or ctx ends. It
+// returns the endpoint with the request counted on it.
+func (p *Proxy) wait(ctx context.Context, a *app) (*endpoint, error) {
+	rt := a.route.Load()
+	if rt == nil {
+		return nil, errRemoved
+	}
+	if n := a.queued.Add(1); n > rt.queueLimit {
+		a.queued.Add(-1)
+		return nil, &unavailableError{
+			msg:   fmt.Sprintf("app %q is starting and its queue of %d requests is full", a.name, rt.queueLimit),
+			retry: true,
+		}
+	} else if n == 1 {
+		a.m.cold.Inc()
+	}
+	start := p.clock.Now()
+	defer func() {
+		a.queued.Add(-1)
+		a.m.activation.Observe(p.clock.Since(start).Seconds())
+	}()
+	if p.activator != nil {
+		p.activator.Activate(a.name)
+	}
+	timer := p.clock.NewTimer(rt.queueTimeout)
+	defer timer.Stop()
+	for {
+		// Take the channel before looking at the route: a change after the
+		// look closes this channel.
+		ch := a.waitChan()
+		rt = a.route.Load()
+		if rt == nil {
+			return nil, errRemoved
+		}
+		if rt.unavailable != "" {
+			return nil, &unavailableError{msg: fmt.Sprintf("app %q: %s", a.name, rt.unavailable)}
+		}
+		if e := a.pick(nil); e != nil {
+			return e, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C():
+			return nil, &unavailableError{
+				msg:   fmt.Sprintf("app %q has no ready replica after %s", a.name, rt.queueTimeout),
+				retry: true,
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("app %q: waiting for a replica: %w", a.name, ctx.Err())
+		}
+	}
+}
