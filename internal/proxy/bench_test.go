@@ -1,0 +1,77 @@
+package proxy
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// benchGet sends b.N GETs in parallel through client to url with host.
+func benchGet(b *testing.B, client *http.Client, url, host string) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Host = host
+		for pb.Next() {
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+		}
+	})
+}
+
+func benchSetup(b *testing.B) (backendURL, proxyURL string, client *http.Client) {
+	body := strings.Repeat("x", 128)
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, body)
+	}))
+	b.Cleanup(be.Close)
+	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be.URL, "http://")}}})
+	fr := httptest.NewServer(p)
+	b.Cleanup(fr.Close)
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+	b.Cleanup(tr.CloseIdleConnections)
+	return be.URL, fr.URL, &http.Client{Transport: tr}
+}
+
+// BenchmarkDirect is the baseline: a client straight to the backend.
+func BenchmarkDirect(b *testing.B) {
+	be, _, client := benchSetup(b)
+	benchGet(b, client, be+"/", "a.localhost")
+}
+
+// BenchmarkProxy sends the same requests through the proxy; the difference
+// to BenchmarkDirect is the proxy's overhead per request.
+func BenchmarkProxy(b *testing.B) {
+	_, fr, client := benchSetup(b)
+	benchGet(b, client, fr+"/", "a.localhost")
+}
+
+// BenchmarkServeHTTP measures the proxy's own handler with an in-memory
+// response writer, the backend on loopback.
+func BenchmarkServeHTTP(b *testing.B) {
+	be, _, _ := benchSetup(b)
+	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest("GET", "http://a.localhost/", nil)
+		for pb.Next() {
+			w := httptest.NewRecorder()
+			p.ServeHTTP(w, req)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
+			}
+		}
+	})
+}
