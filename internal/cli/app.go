@@ -71,6 +71,9 @@ unknown keys and bad values are errors that name the key.`,
 			if app.URL != "" {
 				fmt.Fprintf(w, "url: %s\n", app.URL)
 			}
+			if app.Error != "" {
+				fmt.Fprintf(w, "error: %s (see shoal app status %s)\n", app.Error, app.Name)
+			}
 			return nil
 		},
 	}

@@ -60,7 +60,7 @@ func New(s store.Store, c clock.Clock, keep int) *Log {
 }
 
 // batch is how many events beyond keep are let in before a trim.
-func (l *Log) batch() int { return l.keep/4 + 1 }
+func (l *Log) batch() int { return l.keep/10 + 1 }
 
 // open finds the highest seq in the store. Called with l.mu held.
 func (l *Log) open(ctx context.Context) error {

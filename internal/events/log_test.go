@@ -181,22 +181,35 @@ func TestTwoWriters(t *testing.T) {
 func TestRetention(t *testing.T) {
 	each(t, func(t *testing.T, open func() store.Store) {
 		ctx := context.Background()
-		l := New(open(), clock.NewFake(epoch), 8) // batch of 3
-		for i := 1; i <= 11; i++ {
+		l := New(open(), clock.NewFake(epoch), 20) // batch of 3
+		for i := 1; i <= 23; i++ {
 			emit(t, l, "a", fmt.Sprint(i))
 		}
 		l.trimming.Wait()
-		if all, _ := l.List(ctx, 0, ""); len(all) != 11 {
+		if all, _ := l.List(ctx, 0, ""); len(all) != 23 {
 			t.Fatalf("trimmed before a batch piled up: %v", seqs(all))
 		}
-		emit(t, l, "a", "12")
+		emit(t, l, "a", "24")
 		l.trimming.Wait()
 		all, err := l.List(ctx, 0, "")
-		if err != nil || fmt.Sprint(seqs(all)) != "[5 6 7 8 9 10 11 12]" {
-			t.Fatalf("after trim: %v, %v", seqs(all), err)
+		if err != nil || len(all) != 20 || all[0].Seq != 5 || all[19].Seq != 24 {
+			t.Fatalf("after trim: %v, %v; want 5..24", seqs(all), err)
 		}
-		if e := emit(t, l, "a", "13"); e.Seq != 13 {
+		// A log opened anew counts what is kept and trims at the same point.
+		l = New(l.s, clock.NewFake(epoch), 20)
+		for i := 25; i <= 27; i++ {
+			emit(t, l, "a", fmt.Sprint(i))
+		}
+		l.trimming.Wait()
+		if all, _ := l.List(ctx, 0, ""); len(all) != 23 {
+			t.Fatalf("reopened log trimmed early: %v", seqs(all))
+		}
+		if e := emit(t, l, "a", "28"); e.Seq != 28 {
 			t.Fatalf("seq after trim %d", e.Seq)
+		}
+		l.trimming.Wait()
+		if all, _ := l.List(ctx, 0, ""); len(all) != 20 || all[0].Seq != 9 {
+			t.Fatalf("second trim: %v; want 9..28", seqs(all))
 		}
 	})
 }
