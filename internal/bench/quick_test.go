@@ -24,6 +24,7 @@ func buildShoal(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "shoal")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/shoal")
 	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/shoal: %v\n%s", err, out)
 	}

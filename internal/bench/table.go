@@ -11,7 +11,8 @@ import (
 
 // Table is a table of measured rows for a report.
 type Table struct {
-	// Title becomes a "### " heading; empty for none.
+	// Title becomes a "#### " heading (under the report's "### " headings);
+	// empty for none.
 	Title string
 	// Command is the exact command that produced the table (default: the
 	// report's command).
@@ -36,6 +37,9 @@ type Row struct {
 	Command string // the exact command or call measured
 	Values  []float64
 	Err     string // why the row has no numbers; empty when it has
+	// Baseline, if set, is the row this one's ratio divides by instead of
+	// the table's (for tables of pairs, e.g. host and container per size).
+	Baseline string
 }
 
 // OK reports whether the row has numbers.
@@ -77,7 +81,7 @@ func (t Table) markdown() string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	if t.Title != "" {
-		p("### %s\n\n", t.Title)
+		p("#### %s\n\n", t.Title)
 	}
 	p("Command: `%s`.", t.Command)
 	if t.Note != "" {
@@ -94,7 +98,13 @@ func (t Table) markdown() string {
 	p(".\n\n")
 	p("| subject | exact command | median | p99 | spread | stddev | runs |")
 	if t.Baseline != "" {
-		p(" vs %s |", t.Baseline)
+		label := "vs " + t.Baseline
+		for _, w := range t.Rows {
+			if w.Baseline != "" {
+				label = "ratio"
+			}
+		}
+		p(" %s |", label)
 	}
 	p("\n|---|---|---:|---:|---:|---:|---:|")
 	if t.Baseline != "" {
@@ -122,7 +132,11 @@ func (t Table) markdown() string {
 		p("| %s | %s | %s | %s | %s–%s | %s | %d |", w.Name, cmd, FormatValue(s.Median), FormatValue(s.P99),
 			FormatValue(s.Min), FormatValue(s.Max), FormatValue(s.Stddev), s.N)
 		if t.Baseline != "" {
-			p(" %s |", FormatRatio(t.Ratio(w.Name, t.Baseline)))
+			base := t.Baseline
+			if w.Baseline != "" {
+				base = w.Baseline
+			}
+			p(" %s |", FormatRatio(t.Ratio(w.Name, base)))
 		}
 		p("\n")
 	}

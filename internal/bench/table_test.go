@@ -21,7 +21,7 @@ func TestTableMarkdown(t *testing.T) {
 	md := rep.Section()
 	for _, want := range []string{
 		"## Demo",
-		"### Reads",
+		"#### Reads",
 		"Command: `shoal bench demo`. One read. Values in MB/s (higher is better)",
 		"| subject | exact command | median | p99 | spread | stddev | runs | vs host |",
 		"| host | `dd if=f \\| x` | 100 | 110 | 90.0–110 | 10.0 | 3 | 1.00× |",

@@ -101,3 +101,20 @@ data dir; they need root. BENCH_QUICK=1 (or --quick) runs every suite small.`,
 	f.StringVar(&o.Examples, "examples", "", "folder of the example apps' binaries (default $SHOAL_EXAMPLES, then bin/examples beside this binary; built when missing)")
 	return cmd
 }
+
+func init() { extraCommands = append(extraCommands, newBenchWorkerCmd) }
+
+// newBenchWorkerCmd is the benchmarks' workload (bench.Worker), run on the
+// host and inside containers from the same binary. It is hidden: people do
+// not call it.
+func newBenchWorkerCmd(*globals) *cobra.Command {
+	return &cobra.Command{
+		Use:                "bench-worker MODE [ARGS...]",
+		Short:              "The benchmarks' workload (internal)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.Worker(args, cmd.OutOrStdout())
+		},
+	}
+}

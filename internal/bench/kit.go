@@ -1,0 +1,202 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// kit is shoal's runtime, image store and (optionally) network manager in
+// this process, under one scratch folder, for suites that run workloads in
+// shoal containers.
+type kit struct {
+	dir    string
+	parent string // cgroup parent
+	images *image.Store
+	net    *network.Manager // nil without a network
+	rt     *runtime.Runtime
+	seq    int
+}
+
+// newKit opens a kit; bridge and subnet may be empty for a kit without
+// networking.
+func newKit(ctx context.Context, dir, cgroupParent, bridge, subnet string) (_ *kit, retErr error) {
+	k := &kit{dir: dir, parent: cgroupParent}
+	defer func() {
+		if retErr != nil {
+			k.close(context.WithoutCancel(ctx))
+		}
+	}()
+	quiet := slog.New(slog.DiscardHandler)
+	var err error
+	if k.images, err = image.Open(filepath.Join(dir, "images"), image.WithLogger(quiet)); err != nil {
+		return nil, fmt.Errorf("bench image store: %w", err)
+	}
+	if bridge != "" {
+		k.net, err = network.New(ctx, network.Options{StateDir: filepath.Join(dir, "netns"), CNIConfDir: filepath.Join(dir, "cni"),
+			Bridge: bridge, Subnet: subnet, Logger: quiet})
+		if err != nil {
+			return nil, fmt.Errorf("bench network %s: %w", bridge, err)
+		}
+	}
+	k.rt, err = runtime.New(ctx, runtime.Options{Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(dir, "state"),
+		Runtime: "runc", CgroupParent: cgroupParent, Logger: quiet})
+	if err != nil {
+		return nil, fmt.Errorf("bench runtime: %w", err)
+	}
+	return k, nil
+}
+
+// image builds rootfs into an image and returns its layers.
+func (k *kit) image(ctx context.Context, rootfs, tag string) ([]string, error) {
+	img, err := k.images.Build(ctx, rootfs, image.BuildOptions{Tag: tag})
+	if err != nil {
+		return nil, fmt.Errorf("bench image %q: %w", tag, err)
+	}
+	return img.Layers, nil
+}
+
+// box is a running (or created) shoal container of a kit.
+type box struct {
+	k   *kit
+	id  string
+	att *network.Attachment
+}
+
+// create creates a container from spec (ID filled in) with a network
+// attachment of mode when the kit has a network; start runs it.
+func (k *kit) create(ctx context.Context, spec runtime.Spec, mode network.Mode, start bool) (*box, error) {
+	k.seq++
+	spec.ID = fmt.Sprintf("shoal-bench-%d-%d", os.Getpid(), k.seq)
+	b := &box{k: k, id: spec.ID}
+	if k.net != nil {
+		att, err := k.net.Acquire(ctx, spec.ID, mode)
+		if err != nil {
+			return nil, fmt.Errorf("container %q: network %s: %w", spec.ID, mode, err)
+		}
+		b.att = att
+		spec.NetNSPath = att.NSPath
+	}
+	var err error
+	if start {
+		_, err = k.rt.Run(ctx, spec)
+	} else {
+		_, err = k.rt.Create(ctx, spec)
+	}
+	if err != nil {
+		b.remove(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return b, nil
+}
+
+// remove deletes the container and releases its network.
+func (b *box) remove(ctx context.Context) error {
+	err := b.k.rt.Delete(ctx, b.id)
+	if b.att != nil {
+		if rerr := b.k.net.Release(ctx, b.att); rerr != nil && err == nil {
+			err = rerr
+		}
+		b.att = nil
+	}
+	return err
+}
+
+// run runs spec to completion in a new container and returns its standard
+// output; a non-zero exit is an error carrying its standard error.
+func (k *kit) run(ctx context.Context, spec runtime.Spec) (string, error) {
+	out, err := os.CreateTemp(k.dir, "stdout-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	errf, err := os.CreateTemp(k.dir, "stderr-")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(errf.Name())
+	defer errf.Close()
+	spec.Stdout, spec.Stderr = out, errf
+	b, err := k.create(ctx, spec, network.None, true)
+	if err != nil {
+		return "", err
+	}
+	defer b.remove(context.WithoutCancel(ctx))
+	st, err := k.rt.Wait(ctx, b.id)
+	if err != nil {
+		return "", err
+	}
+	stdout, _ := os.ReadFile(out.Name())
+	if st.Code != 0 {
+		msg, _ := os.ReadFile(errf.Name())
+		return "", fmt.Errorf("exit %d: %s (in the container: %s)", st.Code, oneLine(string(msg)), strings.Join(spec.Args, " "))
+	}
+	return string(stdout), nil
+}
+
+// close deletes every container of the kit, then closes the network
+// manager and the image store and removes the cgroup parent.
+func (k *kit) close(ctx context.Context) error {
+	var errs []string
+	if k.rt != nil {
+		cs, _ := k.rt.List(ctx)
+		for _, c := range cs {
+			if err := k.rt.Delete(ctx, c.ID); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+	}
+	if k.net != nil {
+		if err := k.net.Close(ctx); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if k.images != nil {
+		k.images.Close()
+	}
+	if k.parent != "" {
+		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, r := range append(roots, "/sys/fs/cgroup") {
+			os.Remove(filepath.Join(r, k.parent))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("bench kit cleanup: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// hostRun runs a command on the host and returns its standard output.
+func hostRun(ctx context.Context, name string, args ...string) (string, error) {
+	var stderr strings.Builder
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%w: %s (on the host: %s %s)", err, oneLine(stderr.String()), name, strings.Join(args, " "))
+	}
+	return string(out), nil
+}
+
+// parseNS reads the nanoseconds a worker printed (its last line).
+func parseNS(out string) (time.Duration, error) {
+	lines := strings.Fields(out)
+	if len(lines) == 0 {
+		return 0, fmt.Errorf("worker printed nothing")
+	}
+	d, err := time.ParseDuration(lines[len(lines)-1])
+	if err != nil {
+		return 0, fmt.Errorf("worker output %q: %w", oneLine(out), err)
+	}
+	return d, nil
+}
