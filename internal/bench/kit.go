@@ -200,3 +200,7 @@ func parseNS(out string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func imageBuildOptions(tag string) image.BuildOptions { return image.BuildOptions{Tag: tag} }

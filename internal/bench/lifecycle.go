@@ -199,6 +199,9 @@ func Lifecycle(ctx context.Context, o Options) (_ *Report, retErr error) {
 		keyAPISplitBridge: splitBridge.log.snapshot(),
 	}
 	rep.renderLifecycle()
+	if err := firstResponse(ctx, o, rep, env, dir, o.RunsOr(20, 3)); err != nil {
+		return rep, fmt.Errorf("lifecycle: first response: %w", err)
+	}
 	return rep, nil
 }
 
