@@ -311,4 +311,3 @@ func (b *runcBaseline) output(ctx context.Context, id string) (string, error) {
 	}
 	return out.String(), nil
 }
-
