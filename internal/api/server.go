@@ -43,6 +43,7 @@ type Server struct {
 	Containers Containers
 	Apps       Apps   // nil: the app routes answer 503
 	Events     Events // nil: /v1/events answers 503
+	Jobs       Jobs   // nil: no job routes
 	Health     func(ctx context.Context) Health
 	Registry   *prometheus.Registry
 	Logger     *slog.Logger
@@ -73,6 +74,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/containers", s.listContainers)
 	mux.HandleFunc("DELETE /v1/containers/{id}", s.removeContainer)
 	s.routeApps(mux)
+	s.registerJobs(mux)
 	if s.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	}

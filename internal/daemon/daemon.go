@@ -25,6 +25,7 @@ import (
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
@@ -60,6 +61,7 @@ type Daemon struct {
 	rt      *runtime.Runtime
 	reg     *prometheus.Registry
 	ctrs    *containerService
+	jobs    *jobs.Manager
 	servers []*http.Server
 	token   string
 	notes   []string
@@ -168,6 +170,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)
 	d.ctrs.watchAdopted(running)
+	if err := d.openJobs(ctx); err != nil {
+		return err
+	}
 	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
 		if err := runtime.CrunUsable(ctx); err != nil {
 			note := fmt.Sprintf("using runc because crun is not usable here (%v)", err)
@@ -209,6 +214,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
 		Images:     &imageService{s: d.images, users: d.ctrs.imageUsers},
 		Containers: d.ctrs,
+		Jobs:       d.jobs,
 		Health:     d.health,
 		Registry:   d.reg,
 		Logger:     d.log,
@@ -255,6 +261,7 @@ func (d *Daemon) close() {
 	for _, s := range d.servers {
 		s.Close()
 	}
+	d.closeJobs()
 	if d.ctrs != nil {
 		d.ctrs.drain()
 	}

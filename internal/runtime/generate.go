@@ -130,6 +130,7 @@ func generate(s *Spec, u user, h hostInfo) (*specs.Spec, error) {
 			Seccomp:       seccomp,
 		},
 	}
+	applyUserNS(spec, s)
 	return spec, nil
 }
 

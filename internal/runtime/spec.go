@@ -55,6 +55,9 @@ type Spec struct {
 	Capabilities []string
 	// Seccomp, if not nil, replaces the default allowlist.
 	Seccomp *specs.LinuxSeccomp
+	// UserNS, if not nil, runs the container in a new user namespace (see
+	// UserNS).
+	UserNS *UserNS
 }
 
 // Limits are the container's cgroup limits; zero means unlimited.

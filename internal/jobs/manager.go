@@ -1,0 +1,555 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Runner runs one job's steps to the end and fills in j.Steps. It returns
+// an error only when the platform could not run the job at all; ctx ends
+// when the job is cancelled or the daemon stops.
+type Runner interface {
+	Run(ctx context.Context, j *api.Job, p *Plan) error
+}
+
+// Options configure a Manager.
+type Options struct {
+	Store  store.Store
+	Runner Runner
+	// CheckImage reports whether an image ref can be run (nil: any).
+	CheckImage func(ctx context.Context, ref string) error
+	// Slots is how many jobs run at once (default 1).
+	Slots int
+	// Weights and Quotas per tenant; DefaultQuota for the rest.
+	Weights      map[string]float64
+	Quotas       map[string]Quota
+	DefaultQuota Quota
+	// Retention is how long finished jobs are kept (default 24h).
+	Retention time.Duration
+	// MaxAttempts bounds how often a job the daemon lost while it ran is
+	// started (default 2); after that it is failed with a note.
+	MaxAttempts int
+	// HTTP delivers callbacks (default: a client with a 10s timeout).
+	HTTP *http.Client
+	// CallbackRetries and CallbackBackoff shape callback delivery
+	// (defaults 6 and 1s, doubling).
+	CallbackRetries int
+	CallbackBackoff time.Duration
+	Clock           clock.Clock
+	Logger          *slog.Logger
+}
+
+// Manager is the persistent job queue: jobs are written to the store when
+// submitted, when they start and when they finish, so a restarted daemon
+// loses none. It runs up to Slots jobs at once, chosen by the Scheduler.
+type Manager struct {
+	o     Options
+	clock clock.Clock
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	sched   *Scheduler
+	live    map[string]*entry // queued and running
+	free    int
+	seq     uint64
+	closing bool
+	ctx     context.Context
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	janitor clock.Timer
+}
+
+type entry struct {
+	job     api.Job
+	plan    *Plan
+	seq     uint64
+	done    chan struct{}
+	cancel  context.CancelFunc
+	running bool
+	// cancelled is set by Cancel, so the end is reported as cancelled.
+	cancelled bool
+}
+
+// record is a job as stored: the public view plus what is needed to run it
+// again (dropped once it has finished).
+type record struct {
+	Job api.Job         `json:"job"`
+	Req *api.JobRequest `json:"request,omitempty"`
+	Seq uint64          `json:"seq"`
+}
+
+// Open loads the jobs in the store: queued jobs are queued again, jobs that
+// were running are queued again (or failed after MaxAttempts), pending
+// callbacks are retried. Then it starts running jobs.
+func Open(ctx context.Context, o Options) (*Manager, error) {
+	if o.Store == nil || o.Runner == nil {
+		return nil, errors.New("jobs: a store and a runner are needed")
+	}
+	if o.Slots <= 0 {
+		o.Slots = 1
+	}
+	if o.Retention <= 0 {
+		o.Retention = 24 * time.Hour
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 2
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 10 * time.Second}
+	}
+	if o.CallbackRetries <= 0 {
+		o.CallbackRetries = 6
+	}
+	if o.CallbackBackoff <= 0 {
+		o.CallbackBackoff = time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{o: o, clock: o.Clock, log: o.Logger, sched: NewScheduler(), live: map[string]*entry{}, free: o.Slots}
+	m.sched.Weights, m.sched.Quotas, m.sched.Default = o.Weights, o.Quotas, o.DefaultQuota
+	m.ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if err := m.recover(ctx); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	m.dispatch()
+	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
+	m.mu.Unlock()
+	return m, nil
+}
+
+// Close stops starting jobs, kills the running ones and puts them back in
+// the queue for the next daemon, and waits for that to be written.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closing = true
+	if m.janitor != nil {
+		m.janitor.Stop()
+	}
+	m.mu.Unlock()
+	m.stop()
+	m.wg.Wait()
+}
+
+func (m *Manager) recover(ctx context.Context) error {
+	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
+	if err != nil {
+		return fmt.Errorf("jobs: list: %w", err)
+	}
+	var recs []record
+	for _, kv := range kvs {
+		var r record
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			m.log.Error("unreadable job record; removing it", "key", kv.Key, "err", err)
+			m.o.Store.Delete(ctx, kv.Key)
+			continue
+		}
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range recs {
+		m.seq = max(m.seq, r.Seq)
+		j := r.Job
+		switch j.State {
+		case api.JobQueued, api.JobRunning:
+			if j.State == api.JobRunning && j.Attempts >= m.o.MaxAttempts {
+				m.finishLost(ctx, r)
+				continue
+			}
+			if r.Req == nil {
+				m.finishLost(ctx, r)
+				continue
+			}
+			p, err := NewPlan(*r.Req, "")
+			if err != nil {
+				r.Job.Error = "stored request no longer valid: " + err.Error()
+				m.finishLost(ctx, r)
+				continue
+			}
+			if j.State == api.JobRunning {
+				m.log.Warn("job was running when the daemon stopped; queued again", "job", j.ID, "attempt", j.Attempts)
+				j.State, j.Started, j.Steps = api.JobQueued, nil, nil
+				if err := m.put(ctx, &j, r.Req, r.Seq); err != nil {
+					return err
+				}
+			}
+			e := &entry{job: j, plan: p, seq: r.Seq, done: make(chan struct{})}
+			m.live[j.ID] = e
+			m.sched.Push(Entry{ID: j.ID, Tenant: j.Tenant, Priority: j.Priority, Seq: r.Seq})
+		default:
+			if j.Callback != "" && j.CallbackState == "pending" {
+				m.deliverLater(j)
+			}
+		}
+	}
+	return nil
+}
+
+// finishLost fails a job that cannot be run again.
+func (m *Manager) finishLost(ctx context.Context, r record) {
+	j := r.Job
+	now := m.clock.Now()
+	j.State, j.Finished = api.JobFailed, &now
+	if j.Error == "" {
+		j.Error = fmt.Sprintf("the daemon stopped while the job ran (%d attempts); not run again", j.Attempts)
+	}
+	m.log.Warn("job lost by a daemon restart; failed", "job", j.ID, "attempts", j.Attempts)
+	if j.Callback != "" {
+		j.CallbackState = "pending"
+	}
+	m.put(ctx, &j, nil, r.Seq)
+	if j.Callback != "" {
+		m.deliverLater(j)
+	}
+}
+
+// Submit validates every request, then stores and queues them all; on any
+// error none is queued.
+func (m *Manager) Submit(ctx context.Context, reqs []api.JobRequest) ([]api.Job, error) {
+	if len(reqs) == 0 {
+		return nil, errdefs.Invalid("jobs", "no job given")
+	}
+	plans := make([]*Plan, len(reqs))
+	perTenant := map[string]int{}
+	checked := map[string]error{}
+	for i, r := range reqs {
+		prefix := ""
+		if len(reqs) > 1 {
+			prefix = fmt.Sprintf("jobs[%d].", i)
+		}
+		p, err := NewPlan(r, prefix)
+		if err != nil {
+			return nil, err
+		}
+		if m.o.CheckImage != nil {
+			err, ok := checked[r.Image]
+			if !ok {
+				err = m.o.CheckImage(ctx, r.Image)
+				checked[r.Image] = err
+			}
+			if err != nil {
+				if errdefs.IsNotFound(err) {
+					return nil, errdefs.Invalid(prefix+"image", "image %q not found", r.Image)
+				}
+				return nil, fmt.Errorf("image %q: %w", r.Image, err)
+			}
+		}
+		plans[i] = p
+		perTenant[p.Tenant]++
+	}
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("jobs: the daemon is stopping: %w", errdefs.ErrUnavailable)
+	}
+	for t, n := range perTenant {
+		if !m.sched.CanQueue(t, n) {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("tenant %q: %d more jobs would exceed its queue of %d: %w", t, n, m.sched.quota(t).MaxQueued, api.ErrQuota)
+		}
+	}
+	now := m.clock.Now()
+	entries := make([]*entry, len(plans))
+	for i, p := range plans {
+		m.seq++
+		entries[i] = &entry{plan: p, seq: m.seq, done: make(chan struct{}), job: api.Job{
+			ID: newID(), Tenant: p.Tenant, Priority: p.Req.Priority, Image: p.Req.Image,
+			State: api.JobQueued, Submitted: now, Callback: p.Req.Callback,
+		}}
+	}
+	m.mu.Unlock()
+	// Stored before it is queued: a job the caller was told about survives
+	// a crash.
+	for i, e := range entries {
+		if err := m.put(ctx, &e.job, &plans[i].Req, e.seq); err != nil {
+			for _, done := range entries[:i] {
+				m.o.Store.Delete(context.WithoutCancel(ctx), store.JobKey(done.job.ID))
+			}
+			return nil, err
+		}
+	}
+	out := make([]api.Job, len(entries))
+	m.mu.Lock()
+	for i, e := range entries {
+		m.live[e.job.ID] = e
+		m.sched.Push(Entry{ID: e.job.ID, Tenant: e.job.Tenant, Priority: e.job.Priority, Seq: e.seq})
+		out[i] = e.job
+	}
+	m.dispatch()
+	m.mu.Unlock()
+	return out, nil
+}
+
+// dispatch starts queued jobs while slots are free. m.mu is held.
+func (m *Manager) dispatch() {
+	for m.free > 0 && !m.closing {
+		en, ok := m.sched.Next()
+		if !ok {
+			return
+		}
+		e := m.live[en.ID]
+		if e == nil {
+			m.sched.Done(en.Tenant)
+			continue
+		}
+		m.free--
+		e.running = true
+		ctx, cancel := context.WithCancel(m.ctx)
+		e.cancel = cancel
+		now := m.clock.Now()
+		e.job.State, e.job.Started = api.JobRunning, &now
+		e.job.Attempts++
+		e.job.QueueMs = ms(now.Sub(e.job.Submitted))
+		m.wg.Add(1)
+		go m.run(ctx, e, e.job)
+	}
+}
+
+func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
+	defer m.wg.Done()
+	defer e.cancel()
+	if err := m.put(ctx, &j, &e.plan.Req, e.seq); err != nil {
+		m.log.Error("job start not stored", "job", j.ID, "err", err)
+	}
+	err := m.o.Runner.Run(ctx, &j, e.plan)
+	now := m.clock.Now()
+	m.mu.Lock()
+	cancelled, closing := e.cancelled, m.closing && !e.cancelled
+	m.mu.Unlock()
+	req := (*api.JobRequest)(nil)
+	switch {
+	case closing:
+		// The daemon is stopping: the job goes back to the queue, this
+		// attempt not counted.
+		j.State, j.Started, j.Steps, j.Error = api.JobQueued, nil, nil, ""
+		j.Attempts--
+		req = &e.plan.Req
+	case cancelled:
+		j.State, j.Finished = api.JobCancelled, &now
+	case err != nil:
+		j.State, j.Finished, j.Error = api.JobFailed, &now, err.Error()
+	default:
+		j.State, j.Finished = api.JobDone, &now
+		j.OK = stepsOK(j.Steps)
+	}
+	if j.Callback != "" && j.State != api.JobQueued {
+		j.CallbackState = "pending"
+	}
+	if err := m.put(context.WithoutCancel(ctx), &j, req, e.seq); err != nil {
+		m.log.Error("job result not stored", "job", j.ID, "err", err)
+	}
+	m.mu.Lock()
+	e.job = j
+	delete(m.live, j.ID)
+	m.sched.Done(j.Tenant)
+	m.free++
+	close(e.done)
+	m.dispatch()
+	m.mu.Unlock()
+	if j.CallbackState == "pending" {
+		m.deliverLater(j)
+	}
+	m.log.Debug("job finished", "job", j.ID, "tenant", j.Tenant, "state", j.State, "ok", j.OK)
+}
+
+func stepsOK(steps []api.StepResult) bool {
+	for _, s := range steps {
+		if s.Status != api.StepOK {
+			return false
+		}
+	}
+	return len(steps) > 0
+}
+
+// Get returns a job.
+func (m *Manager) Get(ctx context.Context, id string) (api.Job, error) {
+	m.mu.Lock()
+	if e := m.live[id]; e != nil {
+		j := e.job
+		m.mu.Unlock()
+		return j, nil
+	}
+	m.mu.Unlock()
+	r, err := m.load(ctx, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	return r.Job, nil
+}
+
+// Wait blocks until job id has finished or ctx ends.
+func (m *Manager) Wait(ctx context.Context, id string) (api.Job, error) {
+	m.mu.Lock()
+	e := m.live[id]
+	m.mu.Unlock()
+	if e != nil {
+		select {
+		case <-e.done:
+			m.mu.Lock()
+			j := e.job
+			m.mu.Unlock()
+			if j.State != api.JobQueued {
+				return j, nil
+			}
+			return j, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
+		case <-ctx.Done():
+			return api.Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
+		}
+	}
+	return m.Get(ctx, id)
+}
+
+// Cancel cancels a queued or running job and returns it once it has ended.
+func (m *Manager) Cancel(ctx context.Context, id string) (api.Job, error) {
+	m.mu.Lock()
+	e := m.live[id]
+	if e == nil {
+		m.mu.Unlock()
+		j, err := m.Get(ctx, id)
+		if err != nil {
+			return j, err
+		}
+		return j, fmt.Errorf("job %s has already ended (%s): %w", id, j.State, errdefs.ErrConflict)
+	}
+	e.cancelled = true
+	if !e.running {
+		m.sched.Remove(e.job.Tenant, id)
+		delete(m.live, id)
+		now := m.clock.Now()
+		e.job.State, e.job.Finished = api.JobCancelled, &now
+		if e.job.Callback != "" {
+			e.job.CallbackState = "pending"
+		}
+		j := e.job
+		close(e.done)
+		m.mu.Unlock()
+		if err := m.put(ctx, &j, nil, e.seq); err != nil {
+			return j, err
+		}
+		if j.Callback != "" {
+			m.deliverLater(j)
+		}
+		return j, nil
+	}
+	e.cancel()
+	m.mu.Unlock()
+	return m.Wait(ctx, id)
+}
+
+// List returns jobs, newest first.
+func (m *Manager) List(ctx context.Context, f api.JobFilter) ([]api.Job, error) {
+	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list: %w", err)
+	}
+	out := []api.Job{}
+	m.mu.Lock()
+	for _, kv := range kvs {
+		var r record
+		if json.Unmarshal(kv.Value, &r) != nil {
+			continue
+		}
+		j := r.Job
+		if e := m.live[j.ID]; e != nil {
+			j = e.job
+		}
+		if (f.Tenant == "" || j.Tenant == f.Tenant) && (f.State == "" || j.State == f.State) {
+			out = append(out, j)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].Submitted.After(out[b].Submitted) })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// Stats counts queued and running jobs.
+func (m *Manager) Stats() (queued, running, slots int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sched.Queued(""), m.sched.Running(""), m.o.Slots
+}
+
+func (m *Manager) put(ctx context.Context, j *api.Job, req *api.JobRequest, seq uint64) error {
+	b, err := json.Marshal(record{Job: *j, Req: req, Seq: seq})
+	if err != nil {
+		return fmt.Errorf("job %s: %w", j.ID, err)
+	}
+	if _, err := m.o.Store.Put(ctx, store.JobKey(j.ID), b); err != nil {
+		return fmt.Errorf("job %s: store: %w", j.ID, err)
+	}
+	return nil
+}
+
+func (m *Manager) load(ctx context.Context, id string) (record, error) {
+	if validName(id) != nil {
+		return record{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
+	}
+	kv, err := m.o.Store.Get(ctx, store.JobKey(id))
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return record{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
+		}
+		return record{}, fmt.Errorf("job %q: %w", id, err)
+	}
+	var r record
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return record{}, fmt.Errorf("job %q: %w", id, err)
+	}
+	return r, nil
+}
+
+func (m *Manager) sweepEvery() time.Duration { return min(m.o.Retention/10+time.Second, time.Hour) }
+
+// sweep deletes finished jobs older than the retention period.
+func (m *Manager) sweep() {
+	ctx := m.ctx
+	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
+	if err == nil {
+		now := m.clock.Now()
+		for _, kv := range kvs {
+			var r record
+			if json.Unmarshal(kv.Value, &r) != nil || r.Job.Finished == nil {
+				continue
+			}
+			if now.Sub(*r.Job.Finished) >= m.o.Retention && r.Job.CallbackState != "pending" {
+				m.o.Store.Delete(ctx, kv.Key)
+			}
+		}
+	}
+	m.mu.Lock()
+	if !m.closing {
+		m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
+	}
+	m.mu.Unlock()
+}
+
+func newID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "j" + hex.EncodeToString(b)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

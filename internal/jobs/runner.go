@@ -1,0 +1,352 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// Runtime is what the sandbox runner needs of the container runtime.
+type Runtime interface {
+	Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
+	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
+	Signal(id string, sig syscall.Signal) error
+	Stats(id string) (runtime.Stats, error)
+	Delete(ctx context.Context, id string) error
+}
+
+// Images resolves a job's image.
+type Images interface {
+	Get(ctx context.Context, ref string) (image.Image, error)
+}
+
+// Namespaces hands out empty network namespaces (network.Manager in
+// None mode, from its pool of ready ones).
+type Namespaces interface {
+	Acquire(ctx context.Context, id string, mode network.Mode) (*network.Attachment, error)
+	Release(ctx context.Context, a *network.Attachment) error
+}
+
+// Sandbox runs a job's steps in containers with hard limits: an empty
+// network namespace, a read-only image root, a size-capped work directory
+// shared by the steps (/work) and a private /tmp, no capabilities,
+// no_new_privs, the runtime's seccomp filter, a pids limit, a memory limit
+// without swap, a CPU quota, a CPU time limit (RLIMIT_CPU per process and
+// the cgroup's usage checked by the daemon) and a wall time limit. Output is
+// read while it streams and the step is killed once a stream passes its cap.
+type Sandbox struct {
+	RT     Runtime
+	Images Images
+	// Net gives each step a ready empty namespace; nil makes the runtime
+	// create a fresh one per step.
+	Net Namespaces
+	// Dir holds the jobs' work directories (a tmpfs each).
+	Dir string
+	// UID and GID run the steps' processes (default 65534, nobody); with
+	// UserNS they are ids inside the sandbox and root maps to UserNS.HostID.
+	UID, GID int
+	UserNS   *runtime.UserNS
+	// CPUCheck is how often the daemon compares a step's CPU time with its
+	// limit (default 100ms).
+	CPUCheck time.Duration
+	Clock    clock.Clock
+	Log      *slog.Logger
+}
+
+// Labels on job containers.
+const (
+	LabelKind   = "shoal.kind"
+	LabelJob    = "shoal.job"
+	LabelDigest = "shoal.image.digest"
+	LabelImage  = "shoal.image"
+)
+
+func (s *Sandbox) clock() clock.Clock {
+	if s.Clock == nil {
+		return clock.Real{}
+	}
+	return s.Clock
+}
+
+func (s *Sandbox) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// hostOwner is the host uid and gid that own what the sandbox writes.
+func (s *Sandbox) hostOwner() (int, int) {
+	if s.UserNS != nil {
+		return int(s.UserNS.HostID) + s.UID, int(s.UserNS.HostID) + s.GID
+	}
+	return s.UID, s.GID
+}
+
+// Run runs every step of job j as planned by p.
+func (s *Sandbox) Run(ctx context.Context, j *api.Job, p *Plan) error {
+	t0 := time.Now()
+	img, err := s.Images.Get(ctx, p.Req.Image)
+	if err != nil {
+		return fmt.Errorf("image %q: %w", p.Req.Image, err)
+	}
+	work := filepath.Join(s.Dir, j.ID)
+	if err := s.makeWork(work, p); err != nil {
+		s.removeWork(work)
+		return fmt.Errorf("job %s: work directory: %w", j.ID, err)
+	}
+	defer s.removeWork(work)
+	prep := time.Since(t0)
+	j.Steps = make([]api.StepResult, 0, len(p.Steps))
+	okSoFar := true
+	for i := range p.Steps {
+		st := &p.Steps[i]
+		if ctx.Err() != nil {
+			j.Steps = append(j.Steps, api.StepResult{Name: st.Name, Status: api.StepKilled, Error: "cancelled before it started"})
+			okSoFar = false
+			continue
+		}
+		if st.If == "success" && !okSoFar {
+			j.Steps = append(j.Steps, api.StepResult{Name: st.Name, Status: api.StepSkipped})
+			continue
+		}
+		res := s.step(ctx, j.ID, i, img, p, st, work)
+		if i == 0 {
+			res.CreateMs += ms(prep)
+		}
+		if res.Status != api.StepOK {
+			okSoFar = false
+		}
+		j.Steps = append(j.Steps, res)
+	}
+	return nil
+}
+
+// makeWork mounts a size-capped tmpfs at work and writes the input files.
+func (s *Sandbox) makeWork(work string, p *Plan) error {
+	uid, gid := s.hostOwner()
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return err
+	}
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", p.Work, max(p.Work/4096, 1024), uid, gid)
+	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount tmpfs at %s: %w", work, err)
+	}
+	if len(p.Req.Files) == 0 {
+		return nil
+	}
+	root, err := os.OpenRoot(work)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for name, content := range p.Req.Files {
+		if dir := filepath.Dir(name); dir != "." {
+			if err := root.MkdirAll(dir, 0o755); err != nil {
+				return fmt.Errorf("files[%q]: %w", name, err)
+			}
+			if err := chownPath(root, dir, uid, gid); err != nil {
+				return fmt.Errorf("files[%q]: %w", name, err)
+			}
+		}
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("files[%q]: %w", name, err)
+		}
+		_, err = f.Write(content)
+		if err == nil {
+			err = f.Chown(uid, gid)
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("files[%q]: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// chownPath gives every directory of dir (relative to root) to uid:gid.
+func chownPath(root *os.Root, dir string, uid, gid int) error {
+	for d := dir; d != "." && d != "/"; d = filepath.Dir(d) {
+		if err := root.Lchown(d, uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Sandbox) removeWork(work string) {
+	if err := unix.Unmount(work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		s.log().Warn("unmount job work directory", "dir", work, "err", err)
+	}
+	if err := os.RemoveAll(work); err != nil {
+		s.log().Warn("remove job work directory", "dir", work, "err", err)
+	}
+}
+
+// spec is the container spec of one step.
+func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work string) runtime.Spec {
+	l := st.Limits
+	env := append(append(append([]string{}, img.Config.Env...), p.Req.Env...), st.Env...)
+	cwd := st.Workdir
+	if cwd == "" {
+		cwd = "/work"
+	}
+	cpuSecs := uint64((l.CPUTimeLimit() + time.Second - 1) / time.Second)
+	return runtime.Spec{
+		ID:             id,
+		Layers:         img.Layers,
+		ReadOnlyRootfs: true,
+		Args:           st.Args,
+		Env:            env,
+		Cwd:            cwd,
+		User:           strconv.Itoa(s.UID) + ":" + strconv.Itoa(s.GID),
+		Hostname:       "sandbox",
+		Limits: runtime.Limits{
+			CPUs:        l.CPUs,
+			MemoryBytes: l.MemoryBytes,
+			Pids:        l.Pids,
+		},
+		Mounts: []runtime.Mount{
+			{Source: work, Destination: "/work", Options: []string{"nosuid", "nodev"}},
+			{Type: "tmpfs", Destination: "/tmp", SizeBytes: l.TmpBytes, Options: []string{"mode=1777"}},
+		},
+		Capabilities: []string{},
+		Rlimits: []specs.POSIXRlimit{
+			{Type: "RLIMIT_CPU", Soft: cpuSecs, Hard: cpuSecs + 1},
+			{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+			{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 1024},
+		},
+		UserNS:    s.UserNS,
+		Ephemeral: true,
+		Labels: map[string]string{
+			LabelKind: "job", LabelJob: p.Req.Image, LabelDigest: img.Digest, LabelImage: p.Req.Image,
+		},
+	}
+}
+
+// stepCtx carries what ended a step early.
+type stepEnd struct {
+	timeout, cpu, output, cancelled bool
+}
+
+func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string) api.StepResult {
+	res := api.StepResult{Name: st.Name}
+	t0 := time.Now()
+	id := fmt.Sprintf("%s-%d", jobID, i)
+	spec := s.spec(id, img, p, st, work)
+	spec.Labels[LabelJob] = jobID
+	var att *network.Attachment
+	if s.Net != nil {
+		var err error
+		if att, err = s.Net.Acquire(ctx, id, network.None); err != nil {
+			return internalError(res, fmt.Errorf("network namespace: %w", err))
+		}
+		spec.NetNSPath = att.NSPath
+		defer func() {
+			if err := s.Net.Release(context.WithoutCancel(ctx), att); err != nil {
+				s.log().Warn("release job namespace", "container", id, "err", err)
+			}
+		}()
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return internalError(res, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return internalError(res, err)
+	}
+	spec.Stdout, spec.Stderr = outW, errW
+	if len(st.Stdin) > 0 {
+		spec.Stdin = bytes.NewReader(st.Stdin)
+	}
+	tCreate := time.Now()
+	_, err = s.RT.Run(ctx, spec)
+	outW.Close()
+	errW.Close()
+	tStarted := time.Now()
+	res.CreateMs, res.StartMs = ms(tCreate.Sub(t0)), ms(tStarted.Sub(tCreate))
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		s.RT.Delete(context.WithoutCancel(ctx), id)
+		return internalError(res, fmt.Errorf("start: %w", err))
+	}
+	end, exit, werr := s.supervise(ctx, id, st.Limits, outR, errR, &res)
+	tExited := time.Now()
+	res.ExecMs = ms(tExited.Sub(tStarted))
+	res.WallMs = res.ExecMs
+	if stats, err := s.RT.Stats(id); err == nil {
+		res.CPUMs = float64(stats.CPUUsageNs) / 1e6
+		res.MemoryPeak = stats.MemoryPeakBytes
+		if !end.timeout && st.Limits.CPUTimeLimit() > 0 && time.Duration(stats.CPUUsageNs) >= st.Limits.CPUTimeLimit() &&
+			(exit.Signal == syscall.SIGKILL || exit.Signal == syscall.SIGXCPU) {
+			end.cpu = true // the kernel's RLIMIT_CPU or the daemon's check
+		}
+	}
+	if err := s.RT.Delete(context.WithoutCancel(ctx), id); err != nil {
+		s.log().Warn("remove job container", "container", id, "err", err)
+	}
+	res.TeardownMs = ms(time.Since(tExited))
+	if werr != nil {
+		return internalError(res, werr)
+	}
+	res.ExitCode = exit.Code
+	if exit.Signal != 0 {
+		res.Signal = exit.Signal.String()
+	}
+	res.Status = status(end, exit, st.OKCodes)
+	return res
+}
+
+func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {
+	switch {
+	case end.cancelled:
+		return api.StepKilled
+	case end.output:
+		return api.StepOutputLimit
+	case end.timeout || end.cpu:
+		return api.StepTimeout
+	case exit.OOMKilled:
+		return api.StepOOM
+	case exit.Signal == syscall.SIGXCPU:
+		return api.StepTimeout
+	case exit.Signal != 0:
+		return api.StepNonzeroExit
+	}
+	if len(okCodes) == 0 {
+		okCodes = []int{0}
+	}
+	for _, c := range okCodes {
+		if exit.Code == c {
+			return api.StepOK
+		}
+	}
+	return api.StepNonzeroExit
+}
+
+func internalError(res api.StepResult, err error) api.StepResult {
+	res.Status, res.Error, res.ExitCode = api.StepInternalError, err.Error(), -1
+	return res
+}

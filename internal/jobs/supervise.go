@@ -1,0 +1,126 @@
+package jobs
+
+import (
+	"context"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// capture reads a stream, keeping at most limit bytes; past the limit it
+// calls over once and drops the rest, so a flood never grows the daemon's
+// memory beyond the cap.
+type capture struct {
+	limit     int64
+	buf       []byte
+	truncated bool
+	over      func()
+}
+
+func (c *capture) readFrom(r io.Reader) {
+	chunk := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 {
+			room := c.limit - int64(len(c.buf))
+			if int64(n) > room {
+				if room > 0 {
+					c.buf = append(c.buf, chunk[:room]...)
+				}
+				if !c.truncated {
+					c.truncated = true
+					c.over()
+				}
+			} else {
+				c.buf = append(c.buf, chunk[:n]...)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// supervise streams a running step's output into res and enforces its wall
+// time, CPU time and output limits, and cancellation, by killing the
+// container; it returns once init has exited and the streams are closed.
+func (s *Sandbox) supervise(ctx context.Context, id string, l Limits, outR, errR *os.File, res *api.StepResult) (stepEnd, runtime.ExitStatus, error) {
+	var mu sync.Mutex
+	var end stepEnd
+	kill := func(set func(*stepEnd)) {
+		mu.Lock()
+		set(&end)
+		mu.Unlock()
+		s.RT.Signal(id, syscall.SIGKILL)
+	}
+	overflow := func() { kill(func(e *stepEnd) { e.output = true }) }
+	out := &capture{limit: l.OutputBytes, over: overflow}
+	errc := &capture{limit: l.OutputBytes, over: overflow}
+	var streams sync.WaitGroup
+	streams.Add(2)
+	go func() { defer streams.Done(); out.readFrom(outR); outR.Close() }()
+	go func() { defer streams.Done(); errc.readFrom(errR); errR.Close() }()
+
+	type waited struct {
+		st  runtime.ExitStatus
+		err error
+	}
+	done := make(chan waited, 1)
+	go func() {
+		st, err := s.RT.Wait(context.Background(), id)
+		done <- waited{st, err}
+	}()
+	clk := s.clock()
+	wall := clk.NewTimer(l.Timeout)
+	defer wall.Stop()
+	every := s.CPUCheck
+	if every <= 0 {
+		every = 100 * time.Millisecond
+	}
+	cpuLimit := l.CPUTimeLimit()
+	tick := clk.NewTimer(every)
+	defer tick.Stop()
+	cancelled := ctx.Done()
+	var w waited
+loop:
+	for {
+		select {
+		case w = <-done:
+			break loop
+		case <-wall.C():
+			kill(func(e *stepEnd) { e.timeout = true })
+		case <-tick.C():
+			if st, err := s.RT.Stats(id); err == nil && time.Duration(st.CPUUsageNs) >= cpuLimit {
+				kill(func(e *stepEnd) { e.cpu = true })
+			} else {
+				tick.Reset(every)
+			}
+		case <-cancelled:
+			cancelled = nil
+			kill(func(e *stepEnd) { e.cancelled = true })
+		}
+	}
+	// Init is gone, so the kernel has killed the rest of the sandbox's pid
+	// namespace and the pipes close; a step whose streams are still open
+	// after a grace period is killed again to be sure.
+	streamsDone := make(chan struct{})
+	go func() { streams.Wait(); close(streamsDone) }()
+	select {
+	case <-streamsDone:
+	case <-time.After(2 * time.Second):
+		outR.SetReadDeadline(time.Now())
+		errR.SetReadDeadline(time.Now())
+		<-streamsDone
+	}
+	res.Stdout, res.StdoutTruncated = strings.ToValidUTF8(string(out.buf), "\uFFFD"), out.truncated
+	res.Stderr, res.StderrTruncated = strings.ToValidUTF8(string(errc.buf), "\uFFFD"), errc.truncated
+	mu.Lock()
+	defer mu.Unlock()
+	return end, w.st, w.err
+}

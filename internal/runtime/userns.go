@@ -1,0 +1,72 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// UserNS maps the container's uids and gids 0..Size-1 onto the host's
+// HostID..HostID+Size-1, so that root in the container is an unprivileged
+// user on the host.
+//
+// The container's init sets up its root filesystem from inside the new user
+// namespace, so every directory on the path to the bundle must be
+// searchable by HostID (or its group). The image layers stay owned by the
+// host's root: inside the container they belong to nobody, readable but not
+// writable. A user namespace cannot mount sysfs for a network namespace it
+// does not own, so a container that joins an existing namespace
+// (NetNSPath) gets no /sys.
+type UserNS struct {
+	HostID uint32
+	Size   uint32
+}
+
+// applyUserNS adds the user namespace and its mappings to spec.
+func applyUserNS(spec *specs.Spec, s *Spec) {
+	u := s.UserNS
+	if u == nil {
+		return
+	}
+	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: u.HostID, Size: u.Size}}
+	spec.Linux.UIDMappings, spec.Linux.GIDMappings = m, m
+	spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+	if s.NetNSPath != "" {
+		kept := spec.Mounts[:0]
+		for _, mt := range spec.Mounts {
+			if mt.Type != "sysfs" && mt.Destination != "/sys/fs/cgroup" {
+				kept = append(kept, mt)
+			}
+		}
+		spec.Mounts = kept
+		masked := make([]string, 0, len(spec.Linux.MaskedPaths))
+		for _, p := range spec.Linux.MaskedPaths {
+			if len(p) < 5 || p[:5] != "/sys/" {
+				masked = append(masked, p)
+			}
+		}
+		spec.Linux.MaskedPaths = masked
+	}
+}
+
+// UserNSUsable reports whether this host lets a process create a user
+// namespace whose root is host uid hostID: it starts /bin/true in one.
+func UserNSUsable(hostID, size uint32) error {
+	bin := "/bin/true"
+	if _, err := os.Stat(bin); err != nil {
+		return fmt.Errorf("user namespace probe: %w", err)
+	}
+	cmd := exec.Command(bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(hostID), Size: int(size)}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(hostID), Size: int(size)}},
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("user namespace with root as host uid %d: %w %s", hostID, err, out)
+	}
+	return nil
+}
