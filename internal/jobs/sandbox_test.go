@@ -62,7 +62,7 @@ func newSandbox(t *testing.T) *Sandbox {
 	imagetest.Busybox(t, imgs, "busybox:1")
 	nm, err := network.New(ctx, network.Options{
 		StateDir: filepath.Join(dir, "netns"), CNIConfDir: filepath.Join(dir, "cni"),
-		Bridge: fmt.Sprintf("shoalj%d", rand.IntN(1000)), Subnet: fmt.Sprintf("10.182.%d.0/24", rand.IntN(250)), PoolSize: 2,
+		Bridge: fmt.Sprintf("shoalj%d", rand.IntN(1000)), Subnet: fmt.Sprintf("10.236.%d.0/24", rand.IntN(250)), PoolSize: 2,
 	})
 	if err != nil {
 		t.Fatal(err)
