@@ -70,6 +70,9 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Node, "node-name", "", "this node's name in the store (default: the hostname)")
 	f.StringVar(&cfg.Bridge, "bridge", "shoal0", "name of the bridge for --network bridge containers")
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")
+	f.StringVar(&cfg.Proxy, "proxy", "127.0.0.1:8080", "where the app proxy listens (Host: <app>.localhost), or off")
+	f.StringVar(&cfg.Domain, "domain", "", "also route Host: <app>.<domain> to app")
+	f.StringVar(&cfg.FrozenMemory, "frozen-memory", "", "memory frozen replicas may hold before the least recently used are stopped, e.g. 2Gi (default: a quarter of RAM)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "text", "log format: text or json")
 	return cmd

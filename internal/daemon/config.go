@@ -15,6 +15,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/units"
 )
 
 func (c *Config) defaults() {
@@ -42,6 +43,9 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Proxy == "" {
+		c.Proxy = "127.0.0.1:8080"
+	}
 }
 
 var nameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
@@ -59,6 +63,16 @@ func (c *Config) Validate() error {
 			return errdefs.Invalid("--"+d.flag, "%q: %v", *d.dir, err)
 		}
 		*d.dir = abs
+	}
+	if c.Proxy != "off" {
+		if _, _, err := net.SplitHostPort(c.Proxy); err != nil {
+			return errdefs.Invalid("--proxy", "%q is not host:port (or off)", c.Proxy)
+		}
+	}
+	if c.FrozenMemory != "" {
+		if _, err := units.ParseBytes(c.FrozenMemory); err != nil {
+			return errdefs.Invalid("--frozen-memory", "%v", err)
+		}
 	}
 	if c.Subnet != "" {
 		if _, _, err := net.ParseCIDR(c.Subnet); err != nil {

@@ -24,10 +24,13 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -45,8 +48,15 @@ type Config struct {
 	NetnsPool int    // ready network namespaces per mode (0: default, <0: none)
 	Node      string // this node's name in the store (default: the hostname)
 	Subnet    string // CNI subnet (default 10.77.0.0/16)
-	Version   string
-	Logger    *slog.Logger
+	// Proxy is where the serving proxy listens (default 127.0.0.1:8080;
+	// "off": no proxy). Domain also routes <app>.<Domain>.
+	Proxy  string
+	Domain string
+	// FrozenMemory bounds the memory held by frozen replicas ("2Gi";
+	// default a quarter of RAM).
+	FrozenMemory string
+	Version      string
+	Logger       *slog.Logger
 	// Ready, if set, is called once the API is being served.
 	Ready func(d *Daemon)
 }
@@ -66,6 +76,12 @@ type Daemon struct {
 	token   string
 	notes   []string
 	locks   []*os.File
+
+	events      *events.Log
+	proxy       *proxy.Proxy
+	proxyServer *http.Server
+	proxyAddr   string
+	apps        *serving.Manager
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running
@@ -157,7 +173,10 @@ func (d *Daemon) open(ctx context.Context) error {
 	var running []*runtime.Container
 	for _, c := range adopted {
 		if c.Status != runtime.StatusStopped {
-			running = append(running, c)
+			// Replicas are serving's to watch and release.
+			if c.Labels[labelKind] != "replica" {
+				running = append(running, c)
+			}
 			if c.NetNSPath != "" {
 				inUse[c.ID] = c.NetNSPath
 			}
@@ -171,6 +190,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)
 	d.ctrs.watchAdopted(running)
 	if err := d.openJobs(ctx); err != nil {
+		return err
+	}
+	if err := d.openServing(ctx); err != nil {
 		return err
 	}
 	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
@@ -215,6 +237,8 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Images:     &imageService{s: d.images, users: d.ctrs.imageUsers},
 		Containers: d.ctrs,
 		Jobs:       d.jobs,
+		Apps:       d.apps,
+		Events:     d.events,
 		Health:     d.health,
 		Registry:   d.reg,
 		Logger:     d.log,
@@ -261,6 +285,7 @@ func (d *Daemon) close() {
 	for _, s := range d.servers {
 		s.Close()
 	}
+	d.closeServing()
 	d.closeJobs()
 	if d.ctrs != nil {
 		d.ctrs.drain()
@@ -285,7 +310,7 @@ func (d *Daemon) close() {
 
 func (d *Daemon) health(ctx context.Context) api.Health {
 	h := api.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
-		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Notes: d.notes}
+		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Proxy: d.proxyAddr, Notes: d.notes}
 	if cs, err := d.ctrs.List(ctx); err == nil {
 		h.Containers = len(cs)
 	}

@@ -95,7 +95,7 @@ func (d *daemon) start() {
 	t := d.t
 	t.Helper()
 	args := append([]string{"daemon", "--data-dir", d.dataDir, "--run-dir", d.runDir, "--log-level", "debug",
-		"--bridge", d.bridge, "--subnet", d.subnet, "--cgroup-parent", d.cgroup}, d.extra...)
+		"--bridge", d.bridge, "--subnet", d.subnet, "--cgroup-parent", d.cgroup, "--proxy", "127.0.0.1:0"}, d.extra...)
 	d.cmd = exec.Command(shoalBin, args...)
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log

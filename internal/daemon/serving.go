@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/events"
+	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/units"
+)
+
+// eventsKept is how many events the event log keeps.
+const eventsKept = 10000
+
+// openServing starts the event log, the proxy and the app manager, which
+// adopts the replicas a previous daemon left running.
+func (d *Daemon) openServing(ctx context.Context) error {
+	cfg := d.cfg
+	d.events = events.New(d.store, clock.Real{}, eventsKept)
+	act := &activator{}
+	d.proxy = proxy.New(proxy.Options{Activator: act, Domain: cfg.Domain, Registerer: d.reg, Logger: d.log})
+	var frozen int64
+	if cfg.FrozenMemory != "" {
+		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated
+	}
+	if cfg.Proxy != "off" {
+		l, err := net.Listen("tcp", cfg.Proxy)
+		if err != nil {
+			return fmt.Errorf("--proxy %s: %w", cfg.Proxy, err)
+		}
+		d.proxyAddr = l.Addr().String()
+		s := &http.Server{Handler: d.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		d.proxyServer = s
+		go func() {
+			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("proxy stopped", "addr", d.proxyAddr, "err", err)
+			}
+		}()
+		d.log.Info("proxy listening", "addr", d.proxyAddr)
+	}
+	m, err := serving.New(serving.Options{
+		Store: d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{d.proxy}, Events: d.events,
+		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
+		Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	act.m.Store(m)
+	if err := m.Start(ctx); err != nil {
+		return err
+	}
+	d.apps = m
+	return nil
+}
+
+// closeServing stops taking requests and stops the controllers; replicas
+// keep running for the next daemon.
+func (d *Daemon) closeServing() {
+	if d.proxyServer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d.proxyServer.Shutdown(ctx)
+		cancel()
+		d.proxyServer.Close()
+	}
+	if d.apps != nil {
+		d.apps.Close()
+	}
+}
+
+// activator hands the proxy's wake-ups to the app manager once it exists.
+type activator struct{ m atomic.Pointer[serving.Manager] }
+
+func (a *activator) Activate(app string) {
+	if m := a.m.Load(); m != nil {
+		m.Activate(app)
+	}
+}
+
+// router is the proxy as serving sees it.
+type router struct{ p *proxy.Proxy }
+
+func (r router) SetRoute(rt serving.Route) {
+	pr := proxy.Route{App: rt.App, MaxBodyBytes: rt.MaxBodyBytes, QueueLimit: rt.QueueLimit,
+		QueueTimeout: rt.QueueTimeout, Unavailable: rt.Unavailable}
+	for _, e := range rt.Endpoints {
+		pr.Endpoints = append(pr.Endpoints, proxy.Endpoint{ID: e.ID, Addr: e.Addr})
+	}
+	r.p.SetRoute(pr)
+}
+
+func (r router) RemoveRoute(app string) { r.p.RemoveRoute(app) }
+
+func (r router) Load(app string) serving.Load {
+	st := r.p.Stats(app)
+	l := serving.Load{InFlight: int(st.InFlight), Queued: int(st.Queued), Requests: st.Requests,
+		Endpoints: make(map[string]serving.EndpointLoad, len(st.Endpoints))}
+	for id, e := range st.Endpoints {
+		l.Endpoints[id] = serving.EndpointLoad{InFlight: int(e.InFlight), LastRequest: e.LastRequest}
+	}
+	return l
+}
+
+func (r router) WaitIdle(ctx context.Context, id string) error { return r.p.WaitIdle(ctx, id) }

@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+var (
+	examplesOnce sync.Once
+	examplesDir  string
+	examplesErr  error
+)
+
+// examples returns the folder of the example apps' binaries: $SHOAL_EXAMPLES
+// (set by make test), or a folder they are built into now.
+func examples(t *testing.T) string {
+	t.Helper()
+	examplesOnce.Do(func() {
+		if d := os.Getenv("SHOAL_EXAMPLES"); d != "" {
+			examplesDir = d
+			return
+		}
+		examplesDir, examplesErr = os.MkdirTemp("", "shoal-e2e-examples")
+		if examplesErr != nil {
+			return
+		}
+		for _, e := range []string{"hello", "slowboot", "cpuburn"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(examplesDir, e, e), "github.com/shoal-run/shoal/examples/"+e)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				examplesErr = &buildError{e, string(out), err}
+				return
+			}
+		}
+	})
+	if examplesErr != nil {
+		t.Fatalf("example apps: %v", examplesErr)
+	}
+	return examplesDir
+}
+
+type buildError struct {
+	name, out string
+	err       error
+}
+
+func (e *buildError) Error() string { return "build " + e.name + ": " + e.err.Error() + "\n" + e.out }
+
+// exampleImage builds example app name into the daemon's image store as
+// name:1.
+func (d *daemon) exampleImage(name string) {
+	d.t.Helper()
+	dir := filepath.Join(examples(d.t), name)
+	d.must("image", "build", dir, "--tag", name+":1", "--entrypoint", "/"+name, "--port", "8080")
+}
+
+// proxyAddr is where the daemon's proxy listens.
+func (d *daemon) proxyAddr() string {
+	d.t.Helper()
+	var h api.Health
+	if err := json.Unmarshal([]byte(d.must("info", "--output", "json")), &h); err != nil {
+		d.t.Fatalf("info: %v", err)
+	}
+	if h.Proxy == "" {
+		d.t.Fatalf("info: no proxy address")
+	}
+	return h.Proxy
+}
+
+// deploy deploys a manifest and fails the test if it is refused.
+func (d *daemon) deploy(manifest string) {
+	d.t.Helper()
+	f := filepath.Join(d.t.TempDir(), "shoal.toml")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	d.must("app", "deploy", "-f", f)
+}
+
+// app returns the status of an app.
+func (d *daemon) app(name string) api.App {
+	d.t.Helper()
+	var a api.App
+	out := d.must("app", "status", name, "--output", "json")
+	if err := json.Unmarshal([]byte(out), &a); err != nil {
+		d.t.Fatalf("app status %s: %v\n%s", name, err, out)
+	}
+	return a
+}
+
+// replicasIn counts an app's replicas in state.
+func replicasIn(a api.App, state string) int {
+	n := 0
+	for _, r := range a.Replicas {
+		if r.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// waitApp polls the app's status until cond holds (at most a minute).
+func (d *daemon) waitApp(name, what string, cond func(api.App) bool) api.App {
+	d.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		a := d.app(name)
+		if cond(a) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("app %s: %s did not happen; status: %+v\ndaemon log:\n%s", name, what, a, d.log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// client sends requests to the proxy.
+var client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64, Proxy: nil}}
+
+// get sends GET path to app through the proxy and returns the status code,
+// the body and the replica that answered (hello's X-Replica).
+func get(t *testing.T, proxy, app, path string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = app + ".localhost"
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s through the proxy: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header.Get("X-Replica")
+}
+
+// load sends n requests with c at a time and returns how many did not
+// answer 200, with the first failure.
+func load(t *testing.T, proxy, app, path string, n, c int) (failed int, first string) {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
+				req.Host = app + ".localhost"
+				resp, err := client.Do(req)
+				msg := ""
+				if err != nil {
+					msg = err.Error()
+				} else {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						msg = resp.Status + ": " + strings.TrimSpace(string(b))
+					}
+				}
+				if msg != "" {
+					mu.Lock()
+					if failed++; first == "" {
+						first = msg
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return failed, first
+}

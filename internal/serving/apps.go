@@ -1,0 +1,332 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Deploy creates an app or gives it a new revision. The image must exist;
+// replicas start on demand (or at once for min > 0).
+func (m *Manager) Deploy(ctx context.Context, req api.DeployRequest) (api.App, error) {
+	file := req.File
+	if file == "" {
+		file = "shoal.toml"
+	}
+	cfg, err := ParseConfig([]byte(req.Manifest), file)
+	if err != nil {
+		return api.App{}, err
+	}
+	img, err := m.o.Images.Get(ctx, cfg.Image)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return api.App{}, errdefs.Invalid("image", "%s: image %q is not in the image store; build, import or pull it first", file, cfg.Image)
+		}
+		return api.App{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
+	}
+	now := m.clock.Now()
+	hash := cfg.Hash()
+	m.mu.Lock()
+	ctl := m.apps[cfg.Name]
+	m.mu.Unlock()
+	if ctl != nil {
+		ctl.mu.Lock()
+		deleting := ctl.deleting
+		ctl.mu.Unlock()
+		if deleting {
+			return api.App{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
+		}
+	}
+	var rec appRecord
+	if ctl != nil {
+		ctl.mu.Lock()
+		rec = ctl.rec
+		ctl.mu.Unlock()
+	} else {
+		rec = appRecord{Created: now}
+	}
+	newRev := rec.Revision == 0 || rec.Hash != hash || rec.Digest != img.Digest
+	if newRev {
+		rec.Revision++
+	}
+	rec.Config, rec.Manifest, rec.Digest, rec.Hash, rec.Updated = cfg, req.Manifest, img.Digest, hash, now
+	rec.Min, rec.Max = cfg.Scale.Min, cfg.Scale.Max
+	if newRev {
+		rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: req.Manifest, Digest: img.Digest, Hash: hash, Created: now}
+		if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
+			return api.App{}, err
+		}
+	}
+	if err := m.putJSON(ctx, store.AppKey(cfg.Name), rec); err != nil {
+		return api.App{}, err
+	}
+	if ctl == nil {
+		ctl = newAppCtl(m, rec)
+		m.mu.Lock()
+		if other := m.apps[cfg.Name]; other != nil {
+			m.mu.Unlock()
+			return api.App{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
+		}
+		m.apps[cfg.Name] = ctl
+		m.mu.Unlock()
+		if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
+			return api.App{}, fmt.Errorf("app %q: %w", cfg.Name, err)
+		}
+		m.run(ctl)
+		m.emit("deploy", cfg.Name, "", fmt.Sprintf("created at revision %d (%s)", rec.Revision, cfg.Image), nil)
+	} else {
+		ctl.mu.Lock()
+		ctl.rec = rec
+		ctl.scaler = newScaler(rec, m.clock)
+		ctl.publish()
+		ctl.mu.Unlock()
+		if newRev {
+			m.emit("deploy", cfg.Name, "", fmt.Sprintf("revision %d (%s)", rec.Revision, cfg.Image), nil)
+		}
+	}
+	ctl.mu.Lock()
+	ctl.publish()
+	ctl.mu.Unlock()
+	ctl.notify()
+	return m.Get(ctx, cfg.Name)
+}
+
+// List returns every app.
+func (m *Manager) List(ctx context.Context) ([]api.App, error) {
+	m.mu.Lock()
+	names := make([]string, 0, len(m.apps))
+	for n := range m.apps {
+		names = append(names, n)
+	}
+	m.mu.Unlock()
+	sort.Strings(names)
+	out := make([]api.App, 0, len(names))
+	for _, n := range names {
+		if a, err := m.Get(ctx, n); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// Get returns an app and its replicas.
+func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
+	ctl := m.app(name)
+	if ctl == nil {
+		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	load := m.o.Router.Load(name)
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	a := api.App{
+		Name: name, Image: ctl.rec.Config.Image, Revision: ctl.rec.Revision, Min: ctl.rec.Min, Max: ctl.rec.Max,
+		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []api.Replica{}, URL: m.url(name),
+	}
+	for _, r := range ctl.reps {
+		rp := api.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
+			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, Reason: r.rec.Reason,
+			InFlight: load.Endpoints[r.rec.ID].InFlight}
+		if rp.State == StateReady && r.closed && !r.busy {
+			rp.Reason = "failing its health check"
+		}
+		a.Replicas = append(a.Replicas, rp)
+		if rp.State == StateReady {
+			a.Ready++
+		}
+	}
+	sort.Slice(a.Replicas, func(i, j int) bool { return a.Replicas[i].StartedAt.Before(a.Replicas[j].StartedAt) })
+	switch {
+	case ctl.deleting:
+		a.State = "deleting"
+	case ctl.failures > 0:
+		a.State, a.Error, a.Log = "failing", ctl.lastErr, ctl.lastLog
+	case a.Ready > 0:
+		a.State = "running"
+	default:
+		a.State = "idle"
+	}
+	return a, nil
+}
+
+func (m *Manager) url(app string) string {
+	if m.o.ProxyAddr == "" {
+		return ""
+	}
+	_, port, err := net.SplitHostPort(m.o.ProxyAddr)
+	if err != nil {
+		return ""
+	}
+	return "http://" + app + ".localhost:" + port + "/"
+}
+
+// Scale changes an app's bounds.
+func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) (api.App, error) {
+	ctl := m.app(name)
+	if ctl == nil {
+		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	ctl.mu.Lock()
+	rec := ctl.rec
+	ctl.mu.Unlock()
+	if req.Min != nil {
+		rec.Min = *req.Min
+	}
+	if req.Max != nil {
+		rec.Max = *req.Max
+	}
+	switch {
+	case rec.Min < 0:
+		return api.App{}, errdefs.Invalid("min", "%d must not be negative", rec.Min)
+	case rec.Max < 1 || rec.Max > 1000:
+		return api.App{}, errdefs.Invalid("max", "%d must be from 1 to 1000", rec.Max)
+	case rec.Min > rec.Max:
+		return api.App{}, errdefs.Invalid("min", "%d is above max %d", rec.Min, rec.Max)
+	}
+	rec.Updated = m.clock.Now()
+	if err := m.putJSON(ctx, store.AppKey(name), rec); err != nil {
+		return api.App{}, err
+	}
+	ctl.mu.Lock()
+	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, rec.Updated
+	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {
+		ctl.m.log.Warn("serving: autoscale policy", "app", name, "err", err)
+	}
+	ctl.mu.Unlock()
+	m.emit("scale", name, "", fmt.Sprintf("bounds set to min %d, max %d", rec.Min, rec.Max), nil)
+	ctl.notify()
+	return m.Get(ctx, name)
+}
+
+// Logs writes the last tail lines of each of the app's replica logs, oldest
+// replica first, each line prefixed with the replica's id.
+func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
+	ctl := m.app(name)
+	if ctl == nil {
+		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	files, err := os.ReadDir(ctl.logDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("app %q: logs: %w", name, err)
+	}
+	type logFile struct {
+		id  string
+		mod time.Time
+	}
+	var lfs []logFile
+	for _, f := range files {
+		if id, ok := strings.CutSuffix(f.Name(), ".log"); ok {
+			if fi, err := f.Info(); err == nil {
+				lfs = append(lfs, logFile{id, fi.ModTime()})
+			}
+		}
+	}
+	sort.Slice(lfs, func(i, j int) bool { return lfs[i].mod.Before(lfs[j].mod) })
+	for _, lf := range lfs {
+		for _, line := range tailFile(ctl.logPath(lf.id), tail) {
+			if _, err := fmt.Fprintf(w, "%s | %s\n", lf.id, line); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Remove deletes an app: its route answers 503 at once, its replicas drain
+// and stop, then its records, logs and volumes are removed.
+func (m *Manager) Remove(ctx context.Context, name string) error {
+	ctl := m.app(name)
+	if ctl == nil {
+		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	ctl.mu.Lock()
+	if ctl.deleting {
+		ctl.mu.Unlock()
+		return fmt.Errorf("app %q is already being deleted: %w", name, errdefs.ErrConflict)
+	}
+	ctl.deleting = true
+	ctl.rec.Deleting = true
+	rec := ctl.rec
+	ctl.publish()
+	ctl.mu.Unlock()
+	if err := m.putJSON(ctx, store.AppKey(name), rec); err != nil {
+		return err
+	}
+	m.emit("remove", name, "", "app deleted", nil)
+	return m.finishRemove(ctl)
+}
+
+// finishRemove stops every replica of a deleted app and removes its state.
+func (m *Manager) finishRemove(ctl *appCtl) error {
+	ctl.mu.Lock()
+	var reps []*replica
+	for _, r := range ctl.reps {
+		reps = append(reps, r)
+		r.stopping, r.closed, r.busy = true, true, true
+	}
+	ctl.publish()
+	ctl.mu.Unlock()
+	done := make(chan struct{}, len(reps))
+	for _, r := range reps {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), ctl.rec.Config.Scale.DrainTimeout.Duration)
+			m.o.Router.WaitIdle(ctx, r.rec.ID)
+			cancel()
+			ctl.halt(r)
+			done <- struct{}{}
+		}()
+	}
+	for range reps {
+		<-done
+	}
+	ctl.close()
+	ctl.flush()
+	ctx := context.Background()
+	var errs []error
+	for _, prefix := range []string{store.ReplicasPrefix(ctl.name), store.RevisionsPrefix(ctl.name)} {
+		kvs, err := m.o.Store.List(ctx, prefix)
+		errs = append(errs, err)
+		for _, kv := range kvs {
+			if err := m.o.Store.Delete(ctx, kv.Key); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := m.o.Store.Delete(ctx, store.AppKey(ctl.name)); err != nil && !errdefs.IsNotFound(err) {
+		errs = append(errs, err)
+	}
+	errs = append(errs, os.RemoveAll(m.appDir(ctl.name)))
+	m.o.Router.RemoveRoute(ctl.name)
+	m.mu.Lock()
+	if m.apps[ctl.name] == ctl {
+		delete(m.apps, ctl.name)
+	}
+	m.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("app %q: remove: %w", ctl.name, err)
+	}
+	return nil
+}
+
+func (m *Manager) putJSON(ctx context.Context, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	if _, err := m.o.Store.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("store %s: %w", key, err)
+	}
+	return nil
+}
+
+func (ctl *appCtl) logDir() string { return ctl.m.appDir(ctl.name) + "/logs" }

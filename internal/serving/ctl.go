@@ -1,0 +1,257 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/network"
+)
+
+// tick is how often an app with running or frozen replicas samples its load
+// and walks its replicas down the ladder.
+const tick = 100 * time.Millisecond
+
+// appCtl is the controller of one app: it owns the app's replicas on this
+// node and converges them to what the app's config, the autoscaler and the
+// proxy's wake-ups ask for.
+type appCtl struct {
+	m    *Manager
+	name string
+
+	wake    chan struct{} // the proxy has a request and no ready replica
+	changed chan struct{} // a replica changed state
+	dirty   chan struct{} // records to write
+	stop    chan struct{}
+	once    sync.Once
+
+	rounds atomic.Int64 // reconcile rounds done, for tests
+
+	mu       sync.Mutex
+	rec      appRecord
+	reps     map[string]*replica
+	scaler   *scaler
+	unsaved  map[string]bool // replica ids whose record must be written (or deleted)
+	appDirty bool
+	failures int       // replicas that failed in a row
+	backoff  time.Time // no new replica before this
+	lastErr  string
+	lastLog  []string
+	desired  int
+	deleting bool
+}
+
+func newAppCtl(m *Manager, rec appRecord) *appCtl {
+	ctl := &appCtl{
+		m: m, name: rec.Config.Name, rec: rec,
+		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), dirty: make(chan struct{}, 1),
+		stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{},
+		deleting: rec.Deleting,
+	}
+	ctl.scaler = newScaler(rec, m.clock)
+	return ctl
+}
+
+func (ctl *appCtl) poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (ctl *appCtl) close() { ctl.once.Do(func() { close(ctl.stop) }) }
+
+// loop runs reconcile whenever something happens, and every tick while the
+// app has replicas.
+func (ctl *appCtl) loop() {
+	t := ctl.m.clock.NewTimer(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctl.stop:
+			return
+		case <-ctl.wake:
+		case <-ctl.changed:
+		case <-t.C():
+		}
+		busy := ctl.reconcile()
+		t.Stop()
+		if busy {
+			t.Reset(tick)
+		}
+	}
+}
+
+// reconcile converges the app's replicas one step. It reports whether the
+// app needs ticks (it has replicas).
+func (ctl *appCtl) reconcile() bool {
+	defer ctl.rounds.Add(1)
+	m := ctl.m
+	now := m.clock.Now()
+	load := m.o.Router.Load(ctl.name)
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if ctl.deleting {
+		return false
+	}
+	cfg := ctl.rec.Config
+	var starting, ready, frozen []*replica
+	for _, r := range ctl.reps {
+		if r.busy {
+			if r.rec.State == StateStarting || r.rec.State == StatePending {
+				starting = append(starting, r)
+			}
+			continue
+		}
+		switch r.rec.State {
+		case StateReady:
+			if el, ok := load.Endpoints[r.rec.ID]; ok {
+				if el.LastRequest.After(r.lastActive) {
+					r.lastActive = el.LastRequest
+				}
+				if el.InFlight > 0 {
+					r.lastActive = now
+				}
+			}
+			ready = append(ready, r)
+		case StateFrozen:
+			frozen = append(frozen, r)
+		}
+	}
+	// Replicas of an old revision, or past max_lifetime, are replaced.
+	current := func(r *replica) bool {
+		return r.rec.Revision == ctl.rec.Revision &&
+			(cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration)
+	}
+	active := len(starting) + len(ready)
+	ctl.scaler.observe(now, load)
+	dec := ctl.decide(active, ready)
+	ctl.applyCPU(dec)
+	want, reason := dec.Replicas, dec.Reason
+	if load.Queued > 0 && want < 1 {
+		want, reason = 1, "a request is waiting for a replica"
+	}
+	want = clamp(want, ctl.rec.Min, ctl.rec.Max)
+	if want != ctl.desired {
+		go m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
+		ctl.desired = want
+	}
+
+	// Scale out: thaw frozen replicas (most recently used first), then
+	// start new ones.
+	sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
+	for len(frozen) > 0 && active < want {
+		r := frozen[0]
+		frozen = frozen[1:]
+		if !current(r) {
+			continue
+		}
+		if ctl.thaw(r) {
+			ready = append(ready, r)
+			active++
+		}
+	}
+	for active < want && now.After(ctl.backoff) {
+		ctl.startReplica(ctl.rec.Revision, "scale out")
+		active++
+	}
+
+	// Replace ready replicas that are old: one fresh replica each, and the
+	// old one drains once the fresh one is ready.
+	fresh := 0
+	for _, r := range ready {
+		if current(r) {
+			fresh++
+		}
+	}
+	for _, r := range ready {
+		if current(r) {
+			continue
+		}
+		if r.replacement == "" && now.After(ctl.backoff) {
+			r.replacement = ctl.startReplica(ctl.rec.Revision, "replace "+r.rec.ID)
+		}
+		if nr := ctl.reps[r.replacement]; nr == nil || nr.rec.State == StateFailed {
+			r.replacement = ""
+		} else if nr.rec.State == StateReady && !nr.busy {
+			ctl.drain(r, "replaced by "+nr.rec.ID)
+			active--
+		}
+	}
+
+	// Scale in and idle: ready replicas with nothing to do freeze, the
+	// least recently used first, but never below the minimum.
+	sort.Slice(ready, func(i, j int) bool { return ready[i].lastActive.Before(ready[j].lastActive) })
+	for _, r := range ready {
+		if r.busy || r.rec.State != StateReady || active <= ctl.rec.Min {
+			continue
+		}
+		idle := now.Sub(r.lastActive) >= cfg.Scale.IdleTimeout.Duration
+		if (idle || active > want) && load.Endpoints[r.rec.ID].InFlight == 0 {
+			why := "idle for " + cfg.Scale.IdleTimeout.Duration.String()
+			if !idle {
+				why = "scale in"
+			}
+			ctl.freeze(r, why)
+			active--
+		}
+	}
+
+	// Frozen replicas stop after freeze_timeout, or at once if old.
+	for _, r := range frozen {
+		if !current(r) {
+			ctl.stopReplica(r, "old frozen replica")
+		} else if now.Sub(r.frozenAt) >= cfg.Scale.FreezeTimeout.Duration {
+			ctl.stopReplica(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
+		}
+	}
+	return len(ctl.reps) > 0 || load.InFlight > 0
+}
+
+func clamp(v, lo, hi int) int {
+	if v < lo {
+		v = lo
+	}
+	if hi > 0 && v > hi {
+		v = hi
+	}
+	return v
+}
+
+// publish gives the router the app's ready replicas. ctl.mu is held.
+func (ctl *appCtl) publish() {
+	cfg := ctl.rec.Config
+	rt := Route{App: ctl.name, MaxBodyBytes: maxBody(cfg), QueueLimit: cfg.Scale.Queue,
+		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
+	if ctl.deleting {
+		rt.Unavailable = "app " + ctl.name + " is being deleted"
+	}
+	ids := make([]string, 0, len(ctl.reps))
+	for id, r := range ctl.reps {
+		if r.rec.State == StateReady && !r.closed {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		rt.Endpoints = append(rt.Endpoints, Endpoint{ID: id, Addr: ctl.reps[id].rec.Addr})
+	}
+	ctl.m.o.Router.SetRoute(rt)
+}
+
+// markDirty queues replica id's record (or its deletion) for the writer.
+func (ctl *appCtl) markDirty(id string) {
+	ctl.unsaved[id] = true
+	ctl.poke(ctl.dirty)
+}
+
+func (ctl *appCtl) notify() { ctl.poke(ctl.changed) }
+
+// bridge is how replicas are networked: the proxy reaches them on the host
+// bridge.
+const bridge = network.Bridge
+
+func (ctl *appCtl) ctx() context.Context { return ctl.m.ctx }

@@ -1,0 +1,299 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// fakeRuntime stands in for runc in the controller's unit tests: its
+// containers are records and channels.
+type fakeRuntime struct {
+	mu   sync.Mutex
+	ctrs map[string]*fakeCtr
+	pid  int
+}
+
+type fakeCtr struct {
+	spec   runtime.Spec
+	frozen bool
+	cpu    float64
+	done   chan struct{}
+	exit   runtime.ExitStatus
+}
+
+func newFakeRuntime() *fakeRuntime { return &fakeRuntime{ctrs: map[string]*fakeCtr{}, pid: 1000} }
+
+func (f *fakeRuntime) Run(_ context.Context, s runtime.Spec) (*runtime.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.ctrs[s.ID]; ok {
+		return nil, fmt.Errorf("container %q: %w", s.ID, errdefs.ErrConflict)
+	}
+	f.pid++
+	f.ctrs[s.ID] = &fakeCtr{spec: s, cpu: s.Limits.CPUs, done: make(chan struct{})}
+	return &runtime.Container{ID: s.ID, Pid: f.pid, Status: runtime.StatusRunning}, nil
+}
+
+func (f *fakeRuntime) get(id string) (*fakeCtr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.ctrs[id]
+	if c == nil {
+		return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	return c, nil
+}
+
+func (f *fakeRuntime) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	select {
+	case <-c.done:
+		return c.exit, nil
+	case <-ctx.Done():
+		return runtime.ExitStatus{}, ctx.Err()
+	}
+}
+
+// exit ends container id with code as if its process exited.
+func (f *fakeRuntime) exit(id string, code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		select {
+		case <-c.done:
+		default:
+			c.exit = runtime.ExitStatus{Code: code, Known: true}
+			close(c.done)
+		}
+	}
+}
+
+func (f *fakeRuntime) Stop(_ context.Context, id string, _ time.Duration) (runtime.ExitStatus, error) {
+	if _, err := f.get(id); err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	f.exit(id, 128+int(syscall.SIGTERM))
+	c, _ := f.get(id)
+	return c.exit, nil
+}
+
+func (f *fakeRuntime) Delete(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctrs[id] == nil {
+		return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	delete(f.ctrs, id)
+	return nil
+}
+
+func (f *fakeRuntime) setFrozen(id string, v bool) error {
+	c, err := f.get(id)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	c.frozen = v
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeRuntime) Freeze(id string) error { return f.setFrozen(id, true) }
+func (f *fakeRuntime) Thaw(id string) error   { return f.setFrozen(id, false) }
+
+func (f *fakeRuntime) UpdateCPU(id string, cpus float64) error {
+	c, err := f.get(id)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	c.cpu = cpus
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeRuntime) Stats(id string) (runtime.Stats, error) {
+	if _, err := f.get(id); err != nil {
+		return runtime.Stats{}, err
+	}
+	return runtime.Stats{MemoryBytes: 1 << 20}, nil
+}
+
+func (f *fakeRuntime) Get(id string) (*runtime.Container, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return nil, err
+	}
+	st := runtime.StatusRunning
+	if c.frozen {
+		st = runtime.StatusPaused
+	}
+	return &runtime.Container{ID: id, Status: st}, nil
+}
+
+func (f *fakeRuntime) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.ctrs)
+}
+
+// fakeNet hands every replica the loopback address, where the test's HTTP
+// server answers health checks.
+type fakeNet struct{}
+
+func (fakeNet) Acquire(_ context.Context, id string, _ network.Mode) (*network.Attachment, error) {
+	return &network.Attachment{ID: id, IP: net.IPv4(127, 0, 0, 1)}, nil
+}
+func (fakeNet) Lookup(id string) (*network.Attachment, bool)           { return nil, false }
+func (fakeNet) Release(context.Context, *network.Attachment) error { return nil }
+
+type fakeImages struct{}
+
+func (fakeImages) Get(_ context.Context, ref string) (image.Image, error) {
+	if ref != "hello:1" && ref != "sha256:hello" {
+		return image.Image{}, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	img := image.Image{Ref: "hello:1", Digest: "sha256:hello", Layers: []string{"/nonexistent"}}
+	img.Config.Entrypoint = []string{"/hello"}
+	return img, nil
+}
+
+// fakeRouter records the routes it is given; its load is set by the test.
+type fakeRouter struct {
+	mu     sync.Mutex
+	routes map[string]Route
+	load   Load
+}
+
+func (r *fakeRouter) SetRoute(rt Route) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.routes[rt.App] = rt
+}
+
+func (r *fakeRouter) RemoveRoute(app string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.routes, app)
+}
+
+func (r *fakeRouter) Load(string) Load {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.load
+}
+
+func (r *fakeRouter) WaitIdle(context.Context, string) error { return nil }
+
+func (r *fakeRouter) endpoints(app string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for _, e := range r.routes[app].Endpoints {
+		ids = append(ids, e.ID)
+	}
+	return ids
+}
+
+type nopEvents struct{}
+
+func (nopEvents) Emit(_ context.Context, e api.Event) (api.Event, error) { return e, nil }
+
+// harness is a Manager on fakes, a bolt store and a fake clock.
+type harness struct {
+	t     *testing.T
+	m     *Manager
+	rt    *fakeRuntime
+	r     *fakeRouter
+	clock *clock.Fake
+	port  int
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(p)
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	h := &harness{t: t, rt: newFakeRuntime(), r: &fakeRouter{routes: map[string]Route{}}, clock: clock.NewFake(time.Unix(1e9, 0)), port: port}
+	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
+		Events: nopEvents{}, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.m.Close)
+	return h
+}
+
+// deploy deploys app hello with the given [scale] lines.
+func (h *harness) deploy(scale string) {
+	h.t.Helper()
+	m := fmt.Sprintf("name = \"hello\"\nimage = \"hello:1\"\nport = %d\n[scale]\n%s\n", h.port, scale)
+	if _, err := h.m.Deploy(context.Background(), api.DeployRequest{Manifest: m}); err != nil {
+		h.t.Fatalf("deploy: %v", err)
+	}
+}
+
+// replicas returns the app's replicas by state.
+func (h *harness) replicas() map[string][]string {
+	a, err := h.m.Get(context.Background(), "hello")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, r := range a.Replicas {
+		out[r.State] = append(out[r.State], r.ID)
+	}
+	return out
+}
+
+// wait polls cond (without moving the clock) until it holds.
+func (h *harness) wait(what string, cond func() bool) {
+	h.t.Helper()
+	for i := 0; i < 5000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.t.Fatalf("%s did not happen; replicas: %v", what, h.replicas())
+}
+
+// advance moves the fake clock and waits for the controller to reconcile
+// at the new time.
+func (h *harness) advance(d time.Duration) {
+	h.t.Helper()
+	ctl := h.m.app("hello")
+	before := ctl.rounds.Load()
+	h.clock.Advance(d)
+	ctl.notify()
+	h.wait("a reconcile round", func() bool { return ctl.rounds.Load() > before })
+}

@@ -1,0 +1,157 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+)
+
+// errExitedEarly: the container exited before it was ready; the exit
+// watcher reports why.
+var errExitedEarly = errors.New("exited before it was ready")
+
+// probeClient checks HTTP health. It keeps no idle connection, so a frozen
+// replica holds no socket of the daemon's.
+var probeClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
+}
+
+// probe checks once whether the replica at addr is healthy.
+func probe(ctx context.Context, h Health, addr string) error {
+	timeout := h.Timeout.Duration
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if h.HTTP == "" {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+h.HTTP, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "shoal-health")
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return fmt.Errorf("GET %s: %s", h.HTTP, resp.Status)
+	}
+	return nil
+}
+
+// waitReady probes a starting replica until it answers, it exits, or the
+// start timeout passes. Probes are close together at first, because most
+// apps are ready within milliseconds, and spread out later.
+func (ctl *appCtl) waitReady(r *replica, cfg Config, exited <-chan struct{}) error {
+	m := ctl.m
+	began := m.clock.Now()
+	limit := cfg.Health.StartTimeout.Duration
+	var last error
+	for i := 0; ; i++ {
+		select {
+		case <-exited:
+			return errExitedEarly
+		default:
+		}
+		if last = probe(ctl.ctx(), cfg.Health, r.rec.Addr); last == nil {
+			return nil
+		}
+		if ctl.ctx().Err() != nil {
+			return ctl.ctx().Err()
+		}
+		if m.clock.Since(began) >= limit {
+			return fmt.Errorf("replica %s: not ready after %s: %v", r.rec.ID, limit, last)
+		}
+		wait := 2 * time.Millisecond
+		switch {
+		case i > 300:
+			wait = 50 * time.Millisecond
+		case i > 100:
+			wait = 10 * time.Millisecond
+		}
+		t := m.clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-exited:
+			t.Stop()
+			return errExitedEarly
+		case <-ctl.stop:
+			t.Stop()
+			return errors.New("daemon stopping")
+		}
+	}
+}
+
+// healthLoop checks a replica's health every interval while it is ready;
+// after cfg.Health.Failures failures in a row it leaves the route table and
+// is replaced.
+func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
+	m := ctl.m
+	fails := 0
+	for {
+		ctl.mu.Lock()
+		h := ctl.rec.Config.Health
+		ctl.mu.Unlock()
+		t := m.clock.NewTimer(h.Interval.Duration)
+		select {
+		case <-t.C():
+		case <-exited:
+			t.Stop()
+			return
+		case <-ctl.stop:
+			t.Stop()
+			return
+		}
+		ctl.mu.Lock()
+		check := r.rec.State == StateReady && !r.busy
+		addr := r.rec.Addr
+		ctl.mu.Unlock()
+		if !check {
+			fails = 0
+			continue
+		}
+		err := probe(ctl.ctx(), h, addr)
+		if err == nil {
+			if fails > 0 {
+				ctl.setClosed(r, false)
+			}
+			fails = 0
+			continue
+		}
+		// Out of the route table at the first failure; replaced after
+		// Failures in a row.
+		if fails++; fails == 1 {
+			ctl.setClosed(r, true)
+		}
+		if fails < h.Failures {
+			continue
+		}
+		ctl.failed(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err), true)
+		return
+	}
+}
+
+// setClosed takes a ready replica out of the route table or puts it back.
+func (ctl *appCtl) setClosed(r *replica, closed bool) {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if r.rec.State == StateReady && !r.busy && r.closed != closed {
+		r.closed = closed
+		ctl.publish()
+	}
+}

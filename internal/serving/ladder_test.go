@@ -1,0 +1,128 @@
+package serving
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The ladder: a request wakes the app, the replica freezes after
+// idle_timeout, a request thaws the same replica, and it stops after
+// freeze_timeout frozen.
+func TestLadderFreezeThawStop(t *testing.T) {
+	h := newHarness(t)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
+	if n := h.rt.count(); n != 0 {
+		t.Fatalf("min 0 app started %d containers before any request", n)
+	}
+	h.m.Activate("hello")
+	h.wait("a replica is ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	if eps := h.r.endpoints("hello"); !slices.Equal(eps, []string{id}) {
+		t.Fatalf("route after start: %v, want [%s]", eps, id)
+	}
+	h.advance(29 * time.Second)
+	if got := h.replicas(); len(got[StateReady]) != 1 {
+		t.Fatalf("froze before idle_timeout: %v", got)
+	}
+	h.advance(time.Second)
+	h.wait("the idle replica freezes", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	if eps := h.r.endpoints("hello"); len(eps) != 0 {
+		t.Fatalf("a frozen replica is still routed: %v", eps)
+	}
+	if c, _ := h.rt.get(id); c == nil || !c.frozen {
+		t.Fatalf("replica %s is not frozen in the runtime", id)
+	}
+	h.m.Activate("hello")
+	h.wait("the request thaws the replica", func() bool { return slices.Equal(h.replicas()[StateReady], []string{id}) })
+	if c, _ := h.rt.get(id); c.frozen {
+		t.Fatal("thawed replica still frozen in the runtime")
+	}
+	if eps := h.r.endpoints("hello"); !slices.Equal(eps, []string{id}) {
+		t.Fatalf("route after thaw: %v", eps)
+	}
+	h.advance(30 * time.Second)
+	h.wait("frozen again", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	h.advance(9 * time.Minute)
+	if got := h.replicas(); len(got[StateFrozen]) != 1 {
+		t.Fatalf("stopped before freeze_timeout: %v", got)
+	}
+	h.advance(time.Minute)
+	h.wait("the frozen replica stops and is removed", func() bool { return len(h.replicas()) == 0 && h.rt.count() == 0 })
+}
+
+// min replicas stay ready however idle they are.
+func TestLadderMinStaysReady(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1\nidle_timeout = \"1s\"")
+	h.wait("the min replica starts without a request", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	h.advance(time.Hour)
+	if got := h.replicas(); len(got[StateReady]) != 1 || len(got) != 1 {
+		t.Fatalf("min replica after an idle hour: %v", got)
+	}
+}
+
+// A replica past max_lifetime is replaced: a fresh one becomes ready first,
+// then the old one drains and goes.
+func TestLadderMaxLifetime(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1\nmax_lifetime = \"1h\"")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	old := h.replicas()[StateReady][0]
+	h.advance(time.Hour)
+	h.wait("the old replica is replaced", func() bool {
+		r := h.replicas()
+		return len(r) == 1 && len(r[StateReady]) == 1 && r[StateReady][0] != old
+	})
+	if _, err := h.rt.get(old); err == nil {
+		t.Fatalf("old replica %s still has a container", old)
+	}
+}
+
+// A crash marks the app failing with the reason, backs off, then starts a
+// new replica.
+func TestLadderCrashBackoff(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	h.rt.exit(id, 3)
+	h.wait("the crash is seen", func() bool { return len(h.replicas()[StateFailed]) == 1 })
+	a, _ := h.m.Get(context.Background(), "hello")
+	if a.State != "failing" || !strings.Contains(a.Error, "exited with code 3") {
+		t.Fatalf("app after a crash: state %q error %q", a.State, a.Error)
+	}
+	if eps := h.r.endpoints("hello"); len(eps) != 0 {
+		t.Fatalf("crashed replica still routed: %v", eps)
+	}
+	h.advance(200 * time.Millisecond)
+	h.wait("a new replica after the back-off", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	a, _ = h.m.Get(context.Background(), "hello")
+	if a.State != "running" {
+		t.Fatalf("app state after recovery: %q", a.State)
+	}
+}
+
+// Load above the target scales out (up to max); when it goes, the extra
+// replicas freeze.
+func TestLadderScaleOutAndIn(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("max = 3\ntarget_concurrency = 10\nidle_timeout = \"1m\"")
+	h.r.mu.Lock()
+	h.r.load = Load{InFlight: 100}
+	h.r.mu.Unlock()
+	h.m.Activate("hello")
+	for i := 0; i < 20 && len(h.replicas()[StateReady]) < 3; i++ {
+		h.advance(tick)
+	}
+	h.wait("three replicas", func() bool { return len(h.replicas()[StateReady]) == 3 })
+	h.r.mu.Lock()
+	h.r.load = Load{}
+	h.r.mu.Unlock()
+	for i := 0; i < 100 && len(h.replicas()[StateFrozen]) < 3; i++ {
+		h.advance(time.Second)
+	}
+	h.wait("all idle replicas frozen", func() bool { return len(h.replicas()[StateFrozen]) == 3 })
+}

@@ -1,0 +1,244 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Runtime is what serving needs of the container runtime.
+type Runtime interface {
+	Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
+	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
+	Stop(ctx context.Context, id string, grace time.Duration) (runtime.ExitStatus, error)
+	Delete(ctx context.Context, id string) error
+	Freeze(id string) error
+	Thaw(id string) error
+	UpdateCPU(id string, cpus float64) error
+	Stats(id string) (runtime.Stats, error)
+	Get(id string) (*runtime.Container, error)
+}
+
+// Images resolves an app's image.
+type Images interface {
+	Get(ctx context.Context, ref string) (image.Image, error)
+}
+
+// Network gives replicas an address on the host bridge.
+type Network interface {
+	Acquire(ctx context.Context, id string, mode network.Mode) (*network.Attachment, error)
+	Lookup(id string) (*network.Attachment, bool)
+	Release(ctx context.Context, a *network.Attachment) error
+}
+
+// Endpoint is a ready replica the router may send requests to.
+type Endpoint struct {
+	ID   string
+	Addr string
+}
+
+// Route is what the router needs to know of one app.
+type Route struct {
+	App          string
+	Endpoints    []Endpoint
+	MaxBodyBytes int64
+	QueueLimit   int
+	QueueTimeout time.Duration
+	Unavailable  string
+}
+
+// Load is the router's view of an app's traffic.
+type Load struct {
+	InFlight  int // including queued requests
+	Queued    int
+	Requests  uint64 // since the router started
+	Endpoints map[string]EndpointLoad
+}
+
+// EndpointLoad is the router's view of one replica's traffic.
+type EndpointLoad struct {
+	InFlight    int
+	LastRequest time.Time
+}
+
+// Router is the proxy's side of serving: it routes to ready replicas and
+// reports their load. A replica left out of a SetRoute gets no new request
+// once SetRoute returns; WaitIdle returns when its last request is done.
+type Router interface {
+	SetRoute(r Route)
+	RemoveRoute(app string)
+	Load(app string) Load
+	WaitIdle(ctx context.Context, endpointID string) error
+}
+
+// EventLog records what serving decides and why.
+type EventLog interface {
+	Emit(ctx context.Context, e api.Event) (api.Event, error)
+}
+
+// Options configure a Manager.
+type Options struct {
+	Store   store.Store
+	Runtime Runtime
+	Images  Images
+	Network Network
+	Router  Router
+	Events  EventLog
+	// Node is this host's name; replicas are recorded under it.
+	Node string
+	// Dir holds each app's volumes and replica logs: <Dir>/<app>/...
+	Dir string
+	// ProxyAddr is where the proxy listens, for apps' URLs.
+	ProxyAddr string
+	// FrozenMemory is the per-host budget for the memory of frozen replicas;
+	// above it the least recently used are stopped. 0: a quarter of RAM.
+	FrozenMemory int64
+	Clock        clock.Clock
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+}
+
+// Manager runs every app of this node. It implements api.Apps, and the
+// proxy's activator through Activate.
+type Manager struct {
+	o       Options
+	log     *slog.Logger
+	clock   clock.Clock
+	metrics *metrics
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	mu   sync.Mutex
+	apps map[string]*appCtl
+	wg   sync.WaitGroup
+}
+
+// New returns a Manager; Start loads the apps in the store.
+func New(o Options) (*Manager, error) {
+	if o.Store == nil || o.Runtime == nil || o.Images == nil || o.Network == nil || o.Router == nil {
+		return nil, errors.New("serving: store, runtime, images, network and router are required")
+	}
+	if o.Dir == "" || !filepath.IsAbs(o.Dir) {
+		return nil, errdefs.Invalid("dir", "%q is not an absolute path", o.Dir)
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Node == "" {
+		o.Node, _ = os.Hostname()
+	}
+	if o.FrozenMemory == 0 {
+		o.FrozenMemory = memTotal() / 4
+	}
+	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.metrics = newMetrics(m, o.Registerer)
+	return m, nil
+}
+
+// Start loads every app from the store, adopts the replicas this node left
+// running and starts a controller per app.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := os.MkdirAll(m.o.Dir, 0o700); err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	kvs, err := m.o.Store.List(ctx, store.AppsPrefix)
+	if err != nil {
+		return fmt.Errorf("serving: list apps: %w", err)
+	}
+	for _, kv := range kvs {
+		var rec appRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			m.log.Error("serving: unreadable app record; skipped", "key", kv.Key, "err", err)
+			continue
+		}
+		ctl := newAppCtl(m, rec)
+		if err := ctl.adopt(ctx); err != nil {
+			m.log.Error("serving: adopt replicas", "app", rec.Config.Name, "err", err)
+		}
+		m.mu.Lock()
+		m.apps[rec.Config.Name] = ctl
+		m.mu.Unlock()
+		m.run(ctl)
+		if rec.Deleting {
+			go m.finishRemove(ctl)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) run(ctl *appCtl) {
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); ctl.loop() }()
+	go func() { defer m.wg.Done(); ctl.writer() }()
+}
+
+// Close stops the controllers. Replicas keep running: the next daemon
+// adopts them.
+func (m *Manager) Close() {
+	m.cancel()
+	m.mu.Lock()
+	for _, ctl := range m.apps {
+		ctl.close()
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+}
+
+// Activate wakes app: the proxy calls it when a request finds no ready
+// replica. It never blocks.
+func (m *Manager) Activate(app string) {
+	if ctl := m.app(app); ctl != nil {
+		ctl.poke(ctl.wake)
+	}
+}
+
+func (m *Manager) app(name string) *appCtl {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.apps[name]
+}
+
+// emit records an event; a failure to record is logged, never fatal.
+func (m *Manager) emit(kind, app, replica, reason string, inputs map[string]float64) {
+	m.log.Info("serving: "+kind, "app", app, "replica", replica, "reason", reason)
+	if m.o.Events == nil {
+		return
+	}
+	e := api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs}
+	if _, err := m.o.Events.Emit(m.ctx, e); err != nil && m.ctx.Err() == nil {
+		m.log.Warn("serving: record event", "kind", kind, "app", app, "err", err)
+	}
+}
+
+func (m *Manager) appDir(app string) string { return filepath.Join(m.o.Dir, app) }
+
+// memTotal is the host's RAM in bytes (0 if unknown).
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	var kb int64
+	fmt.Sscanf(string(b), "MemTotal: %d kB", &kb)
+	return kb * 1024
+}

@@ -1,0 +1,163 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// writer writes replica records to the store off the request path: state
+// changes (a thaw above all) never wait for the store's fsync. One writer
+// per app keeps each key's writes in order.
+func (ctl *appCtl) writer() {
+	for {
+		select {
+		case <-ctl.stop:
+			ctl.flush()
+			return
+		case <-ctl.dirty:
+			ctl.flush()
+		}
+	}
+}
+
+// flush writes every dirty replica record (or deletes it).
+func (ctl *appCtl) flush() {
+	ctl.mu.Lock()
+	type op struct {
+		id  string
+		val []byte
+	}
+	ops := make([]op, 0, len(ctl.unsaved))
+	for id := range ctl.unsaved {
+		o := op{id: id}
+		if r := ctl.reps[id]; r != nil {
+			o.val, _ = json.Marshal(r.rec)
+		}
+		ops = append(ops, o)
+	}
+	clear(ctl.unsaved)
+	ctl.mu.Unlock()
+	ctx := context.Background()
+	for _, o := range ops {
+		key := store.ReplicaKey(ctl.name, o.id)
+		var err error
+		if o.val == nil {
+			if err = ctl.m.o.Store.Delete(ctx, key); errdefs.IsNotFound(err) {
+				err = nil
+			}
+		} else {
+			_, err = ctl.m.o.Store.Put(ctx, key, o.val)
+		}
+		if err != nil {
+			ctl.m.log.Error("serving: write replica record", "key", key, "err", err)
+		}
+	}
+}
+
+// adopt takes over the replicas a previous daemon on this node left: a
+// running container is ready again once it answers its health check, a
+// frozen one stays frozen, and anything else is cleaned up.
+func (ctl *appCtl) adopt(ctx context.Context) error {
+	m := ctl.m
+	kvs, err := m.o.Store.List(ctx, store.ReplicasPrefix(ctl.name))
+	if err != nil {
+		return fmt.Errorf("app %q: list replicas: %w", ctl.name, err)
+	}
+	if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
+		return fmt.Errorf("app %q: %w", ctl.name, err)
+	}
+	now := m.clock.Now()
+	for _, kv := range kvs {
+		var rec replicaRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.ID == "" {
+			m.log.Error("serving: unreadable replica record; removed", "key", kv.Key, "err", err)
+			m.o.Store.Delete(ctx, kv.Key)
+			continue
+		}
+		if rec.Node != m.o.Node {
+			continue
+		}
+		r := &replica{rec: rec, lastActive: now, closed: true}
+		r.att, _ = m.o.Network.Lookup(rec.ID)
+		c, err := m.o.Runtime.Get(rec.ID)
+		alive := err == nil && c.Status != runtime.StatusStopped && rec.State != StateFailed &&
+			rec.State != StateStopped && rec.State != StateDraining && rec.Addr != ""
+		ctl.reps[rec.ID] = r
+		if !alive {
+			r.stopping, r.busy = true, true
+			go ctl.remove(r, true)
+			continue
+		}
+		exited := make(chan struct{})
+		go ctl.watch(r, exited)
+		if c.Status == runtime.StatusPaused {
+			r.rec.State, r.frozenAt = StateFrozen, now
+			go ctl.healthLoop(r, exited)
+			continue
+		}
+		// Running: back in the route table once it answers.
+		r.busy = true
+		r.rec.State = StateStarting
+		go func() {
+			if err := ctl.waitReady(r, ctl.rec.Config, exited); err != nil {
+				if err != errExitedEarly && m.ctx.Err() == nil {
+					ctl.failed(r, err, true)
+				}
+				return
+			}
+			ctl.mu.Lock()
+			r.busy, r.closed = false, false
+			r.rec.State = StateReady
+			r.lastActive = m.clock.Now()
+			ctl.markDirty(r.rec.ID)
+			ctl.publish()
+			ctl.mu.Unlock()
+			m.emit("adopt", ctl.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
+			go ctl.healthLoop(r, exited)
+			ctl.notify()
+		}()
+	}
+	return nil
+}
+
+func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+// tailFile returns the last n lines of a file (n <= 0: as many as the
+// last MiB holds).
+func tailFile(path string, n int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	window := int64(1 << 20)
+	if n > 0 {
+		window = min(window, int64(n)*1024)
+	}
+	start := max(fi.Size()-window, 0)
+	buf := make([]byte, fi.Size()-start)
+	k, _ := f.ReadAt(buf, start)
+	text := strings.TrimRight(string(buf[:k]), "\n")
+	if text == "" {
+		return nil
+	}
+	lines := strings.Split(text, "\n")
+	if start > 0 && len(lines) > 1 {
+		lines = lines[1:] // the first line may be cut
+	}
+	if n > 0 && len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}

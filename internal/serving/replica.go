@@ -1,0 +1,266 @@
+package serving
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// replica is one replica of an app on this node.
+type replica struct {
+	rec        replicaRecord
+	att        *network.Attachment
+	busy       bool // an operation is under way (start, freeze, drain, stop)
+	closed     bool // out of the route table
+	stopping   bool // an exit is expected
+	lastActive time.Time
+	frozenAt   time.Time
+	// replacement is the fresh replica that will take this one's place.
+	replacement string
+	memory      int64 // bytes in use when frozen
+}
+
+// Labels on replica containers.
+const (
+	labelKind     = "shoal.kind"
+	labelApp      = "shoal.app"
+	labelRevision = "shoal.revision"
+	labelDigest   = "shoal.image.digest"
+	labelImage    = "shoal.image"
+	kindReplica   = "replica"
+)
+
+func newReplicaID(app string) string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return app + "-" + hex.EncodeToString(b)
+}
+
+// startReplica adds a replica of revision rev and starts it in the
+// background; it returns the new replica's id. ctl.mu is held.
+func (ctl *appCtl) startReplica(rev int, why string) string {
+	now := ctl.m.clock.Now()
+	id := newReplicaID(ctl.name)
+	r := &replica{busy: true, closed: true, lastActive: now, rec: replicaRecord{
+		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, State: StatePending, StartedAt: now,
+		CPU: ctl.rec.Config.Resources.CPU,
+	}}
+	ctl.reps[id] = r
+	ctl.markDirty(id)
+	cfg, digest := ctl.rec.Config, ctl.rec.Digest
+	ctl.m.emit("start", ctl.name, id, why, nil)
+	go ctl.boot(r, cfg, digest)
+	return id
+}
+
+// boot creates and starts the replica's container and waits for it to be
+// ready.
+func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
+	m, id := ctl.m, r.rec.ID
+	began := m.clock.Now()
+	spec, err := ctl.spec(r, cfg, digest)
+	if err != nil {
+		ctl.failed(r, fmt.Errorf("replica %s: %w", id, err), false)
+		return
+	}
+	att, err := m.o.Network.Acquire(ctl.ctx(), id, bridge)
+	if err != nil {
+		ctl.failed(r, fmt.Errorf("replica %s: network: %w", id, err), false)
+		return
+	}
+	ctl.mu.Lock()
+	r.att = att
+	r.rec.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(cfg.Port))
+	ctl.mu.Unlock()
+	spec.NetNSPath = att.NSPath
+	logf, err := os.OpenFile(ctl.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		ctl.failed(r, fmt.Errorf("replica %s: log: %w", id, err), false)
+		return
+	}
+	spec.Stdout, spec.Stderr = logf, logf
+	c, err := m.o.Runtime.Run(ctl.ctx(), spec)
+	logf.Close()
+	if err != nil {
+		ctl.failed(r, fmt.Errorf("replica %s: start: %w", id, err), false)
+		return
+	}
+	ctl.mu.Lock()
+	r.rec.Pid = c.Pid
+	r.rec.State = StateStarting
+	ctl.markDirty(id)
+	ctl.mu.Unlock()
+	exited := make(chan struct{})
+	go ctl.watch(r, exited)
+	err = ctl.waitReady(r, cfg, exited)
+	ctl.mu.Lock()
+	stopping := r.stopping
+	ctl.mu.Unlock()
+	switch {
+	case m.ctx.Err() != nil:
+		return // the daemon is stopping; the next one adopts the replica
+	case stopping:
+		ctl.remove(r, true) // stopped while it started (app deleted)
+		return
+	case err == errExitedEarly:
+		return // watch reports why
+	case err != nil:
+		ctl.failed(r, err, true)
+		return
+	}
+	ctl.mu.Lock()
+	now := m.clock.Now()
+	r.busy, r.closed = false, false
+	r.rec.State = StateReady
+	r.rec.ReadyAt = &now
+	r.lastActive = now
+	ctl.failures = 0
+	ctl.lastErr, ctl.lastLog = "", nil
+	ctl.markDirty(id)
+	ctl.publish()
+	ctl.mu.Unlock()
+	go ctl.healthLoop(r, exited)
+	d := now.Sub(began)
+	m.metrics.coldStart(ctl.name, "start", d)
+	m.emit("ready", ctl.name, id, fmt.Sprintf("ready %s after start", d.Round(time.Millisecond)), map[string]float64{"seconds": d.Seconds()})
+	ctl.notify()
+}
+
+// spec builds the container of replica r.
+func (ctl *appCtl) spec(r *replica, cfg Config, digest string) (runtime.Spec, error) {
+	img, err := ctl.m.o.Images.Get(ctl.ctx(), digest)
+	if err != nil {
+		return runtime.Spec{}, fmt.Errorf("image %s (%s): %w", cfg.Image, digest, err)
+	}
+	args := append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
+	if len(cfg.Command) > 0 {
+		args = append(append([]string{}, img.Config.Entrypoint...), cfg.Command...)
+	}
+	if len(args) == 0 {
+		return runtime.Spec{}, fmt.Errorf("image %s has no entrypoint or command; set command in the manifest", cfg.Image)
+	}
+	env := append([]string{}, img.Config.Env...)
+	for k, v := range cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "PORT="+strconv.Itoa(cfg.Port), "SHOAL_APP="+cfg.Name, "SHOAL_REPLICA="+r.rec.ID,
+		"SHOAL_REVISION="+strconv.Itoa(r.rec.Revision))
+	var mounts []runtime.Mount
+	for name, dst := range cfg.Volumes {
+		src := filepath.Join(ctl.m.appDir(ctl.name), "volumes", name)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return runtime.Spec{}, fmt.Errorf("volume %s: %w", name, err)
+		}
+		mounts = append(mounts, runtime.Mount{Source: src, Destination: dst})
+	}
+	cwd := img.Config.WorkingDir
+	if cwd == "" {
+		cwd = "/"
+	}
+	return runtime.Spec{
+		ID: r.rec.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
+		Hostname: r.rec.ID, Mounts: mounts,
+		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: memoryBytes(cfg), Pids: cfg.Resources.Pids},
+		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(r.rec.Revision),
+			labelDigest: digest, labelImage: cfg.Image},
+	}, nil
+}
+
+// watch waits for the replica's container to exit.
+func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
+	st, err := ctl.m.o.Runtime.Wait(context.Background(), r.rec.ID)
+	close(exited)
+	ctl.mu.Lock()
+	expected := r.stopping
+	ctl.mu.Unlock()
+	if expected || ctl.m.ctx.Err() != nil {
+		return
+	}
+	why := fmt.Sprintf("exited with code %d", st.Code)
+	switch {
+	case err != nil:
+		why = fmt.Sprintf("lost: %v", err)
+	case st.OOMKilled:
+		why = "killed: out of memory"
+	case st.Signal != 0:
+		why = fmt.Sprintf("killed by signal %d", st.Signal)
+	case !st.Known:
+		why = "exited"
+	}
+	ctl.failed(r, fmt.Errorf("replica %s %s", r.rec.ID, why), false)
+}
+
+// failed takes a replica that crashed or never became ready out of service,
+// backs the app off and removes what is left of it.
+func (ctl *appCtl) failed(r *replica, err error, kill bool) {
+	ctl.mu.Lock()
+	if r.stopping {
+		ctl.mu.Unlock()
+		return
+	}
+	r.stopping, r.closed = true, true
+	r.rec.State, r.rec.Reason = StateFailed, err.Error()
+	ctl.failures++
+	wait := 100 * time.Millisecond << min(ctl.failures-1, 9)
+	ctl.backoff = ctl.m.clock.Now().Add(min(wait, 30*time.Second))
+	ctl.lastErr = err.Error()
+	ctl.lastLog = tailFile(ctl.logPath(r.rec.ID), 20)
+	ctl.markDirty(r.rec.ID)
+	ctl.publish()
+	ctl.mu.Unlock()
+	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
+	ctl.m.emit("fail", ctl.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
+	ctl.remove(r, kill)
+}
+
+// remove stops (when kill) and deletes the replica's container, releases
+// its address and forgets it.
+func (ctl *appCtl) remove(r *replica, kill bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, id := ctl.m, r.rec.ID
+	if kill {
+		m.o.Runtime.Stop(ctx, id, 0)
+	}
+	if err := m.o.Runtime.Delete(ctx, id); err != nil && !isNotFound(err) {
+		m.log.Warn("serving: delete replica container", "replica", id, "err", err)
+	}
+	ctl.mu.Lock()
+	att := r.att
+	r.att = nil
+	ctl.mu.Unlock()
+	if att != nil {
+		if err := m.o.Network.Release(ctx, att); err != nil {
+			m.log.Warn("serving: release replica network", "replica", id, "err", err)
+		}
+	}
+	ctl.mu.Lock()
+	// A failed replica stays listed (with its reason) until the next one of
+	// the app is ready or fails.
+	if r.rec.State != StateFailed {
+		delete(ctl.reps, id)
+	} else {
+		for oid, o := range ctl.reps {
+			if oid != id && o.rec.State == StateFailed && o.att == nil {
+				delete(ctl.reps, oid)
+				ctl.markDirty(oid)
+			}
+		}
+	}
+	ctl.markDirty(id)
+	ctl.mu.Unlock()
+	ctl.notify()
+}
+
+func (ctl *appCtl) logPath(id string) string {
+	return filepath.Join(ctl.m.appDir(ctl.name), "logs", id+".log")
+}

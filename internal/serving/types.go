@@ -1,0 +1,55 @@
+package serving
+
+import (
+	"time"
+)
+
+// Replica states: the homeostasis ladder of DESIGN.md.
+const (
+	StatePending  = "pending"
+	StateStarting = "starting"
+	StateReady    = "ready"
+	StateFrozen   = "frozen"
+	StateDraining = "draining"
+	StateStopped  = "stopped"
+	StateFailed   = "failed"
+)
+
+// appRecord is an app's desired state, kept at store.AppKey(name).
+type appRecord struct {
+	Config   Config    `json:"config"`
+	Manifest string    `json:"manifest"`
+	Revision int       `json:"revision"`
+	Digest   string    `json:"digest"` // image manifest digest of the revision
+	Hash     string    `json:"hash"`   // config hash of the revision
+	Min      int       `json:"min"`    // current bounds (deploy, then `app scale`)
+	Max      int       `json:"max"`
+	Created  time.Time `json:"created"`
+	Updated  time.Time `json:"updated"`
+	Deleting bool      `json:"deleting,omitempty"`
+}
+
+// revisionRecord is one immutable revision, kept at store.RevisionKey.
+type revisionRecord struct {
+	N        int       `json:"n"`
+	Config   Config    `json:"config"`
+	Manifest string    `json:"manifest"`
+	Digest   string    `json:"digest"`
+	Hash     string    `json:"hash"`
+	Created  time.Time `json:"created"`
+}
+
+// replicaRecord is a replica as the store knows it, at store.ReplicaKey.
+type replicaRecord struct {
+	ID        string     `json:"id"`
+	App       string     `json:"app"`
+	Revision  int        `json:"revision"`
+	Node      string     `json:"node"`
+	State     string     `json:"state"`
+	Pid       int        `json:"pid,omitempty"`
+	Addr      string     `json:"addr,omitempty"`
+	CPU       float64    `json:"cpu,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	ReadyAt   *time.Time `json:"ready_at,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+}
