@@ -52,12 +52,19 @@ func (f *Fake) Advance(d time.Duration) { f.Set(f.Now().Add(d)) }
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
 	f.now = t
-	var due []*fakeTimer
+	// A fired timer may be Reset at once by its owner: copy what firing
+	// needs while the lock is held.
+	type firing struct {
+		when time.Time
+		fn   func()
+		ch   chan time.Time
+	}
+	var due []firing
 	keep := f.timers[:0]
 	for _, tm := range f.timers {
 		if tm.active && !tm.when.After(t) {
 			tm.active = false
-			due = append(due, tm)
+			due = append(due, firing{tm.when, tm.fn, tm.ch})
 		} else if tm.active {
 			keep = append(keep, tm)
 		}

@@ -29,6 +29,7 @@ type appCtl struct {
 	once    sync.Once
 
 	rounds atomic.Int64 // reconcile rounds done, for tests
+	woken  atomic.Bool  // a request is waiting for a ready replica
 
 	mu       sync.Mutex
 	rec      appRecord
@@ -131,7 +132,9 @@ func (ctl *appCtl) reconcile() bool {
 	dec := ctl.decide(active, ready)
 	ctl.applyCPU(dec)
 	want, reason := dec.Replicas, dec.Reason
-	if load.Queued > 0 && want < 1 {
+	if len(ready) > 0 {
+		ctl.woken.Store(false)
+	} else if (ctl.woken.Load() || load.Queued > 0) && want < 1 {
 		want, reason = 1, "a request is waiting for a replica"
 	}
 	want = clamp(want, ctl.rec.Min, ctl.rec.Max)

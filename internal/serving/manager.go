@@ -208,6 +208,7 @@ func (m *Manager) Close() {
 // replica. It never blocks.
 func (m *Manager) Activate(app string) {
 	if ctl := m.app(app); ctl != nil {
+		ctl.woken.Store(true)
 		ctl.poke(ctl.wake)
 	}
 }
