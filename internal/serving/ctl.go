@@ -139,7 +139,7 @@ func (ctl *appCtl) reconcile() bool {
 	}
 	want = clamp(want, ctl.rec.Min, ctl.rec.Max)
 	if want != ctl.desired {
-		go m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
+		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
 		ctl.desired = want
 	}
 
@@ -193,7 +193,9 @@ func (ctl *appCtl) reconcile() bool {
 			continue
 		}
 		idle := now.Sub(r.lastActive) >= cfg.Scale.IdleTimeout.Duration
-		if (idle || active > want) && load.Endpoints[r.rec.ID].InFlight == 0 {
+		// The autoscaler may shrink the app to one replica; the last one
+		// goes only when idle for idle_timeout.
+		if (idle || active > max(want, 1)) && load.Endpoints[r.rec.ID].InFlight == 0 {
 			why := "idle for " + cfg.Scale.IdleTimeout.Duration.String()
 			if !idle {
 				why = "scale in"

@@ -22,7 +22,7 @@ func (ctl *appCtl) thaw(r *replica) bool {
 	ctl.publish()
 	d := now.Sub(began)
 	m.metrics.coldStart(ctl.name, "thaw", d)
-	go m.emit("thaw", ctl.name, r.rec.ID, "needed to serve", map[string]float64{"seconds": d.Seconds()})
+	m.emit("thaw", ctl.name, r.rec.ID, "needed to serve", map[string]float64{"seconds": d.Seconds()})
 	return true
 }
 

@@ -127,6 +127,7 @@ type Manager struct {
 	mu   sync.Mutex
 	apps map[string]*appCtl
 	wg   sync.WaitGroup
+	evq  chan api.Event
 }
 
 // New returns a Manager; Start loads the apps in the store.
@@ -149,9 +150,13 @@ func New(o Options) (*Manager, error) {
 	if o.FrozenMemory == 0 {
 		o.FrozenMemory = memTotal() / 4
 	}
-	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}}
+	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}, evq: make(chan api.Event, 4096)}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
+	if o.Events != nil {
+		m.wg.Add(1)
+		go m.recordEvents()
+	}
 	return m, nil
 }
 
@@ -219,15 +224,39 @@ func (m *Manager) app(name string) *appCtl {
 	return m.apps[name]
 }
 
-// emit records an event; a failure to record is logged, never fatal.
+// emit records an event in the background, in order; a failure to record
+// is logged, never fatal, and never holds up the caller.
 func (m *Manager) emit(kind, app, replica, reason string, inputs map[string]float64) {
 	m.log.Info("serving: "+kind, "app", app, "replica", replica, "reason", reason)
 	if m.o.Events == nil {
 		return
 	}
-	e := api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs}
-	if _, err := m.o.Events.Emit(m.ctx, e); err != nil && m.ctx.Err() == nil {
-		m.log.Warn("serving: record event", "kind", kind, "app", app, "err", err)
+	select {
+	case m.evq <- api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs}:
+	default:
+		m.log.Warn("serving: event log is behind; event dropped", "kind", kind, "app", app)
+	}
+}
+
+// recordEvents writes queued events to the event log until Close.
+func (m *Manager) recordEvents() {
+	defer m.wg.Done()
+	for {
+		select {
+		case e := <-m.evq:
+			if _, err := m.o.Events.Emit(context.Background(), e); err != nil {
+				m.log.Warn("serving: record event", "kind", e.Kind, "app", e.App, "err", err)
+			}
+		case <-m.ctx.Done():
+			for {
+				select {
+				case e := <-m.evq:
+					m.o.Events.Emit(context.Background(), e)
+				default:
+					return
+				}
+			}
+		}
 	}
 }
 

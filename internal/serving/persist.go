@@ -105,8 +105,9 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		// Running: back in the route table once it answers.
 		r.busy = true
 		r.rec.State = StateStarting
+		cfg := ctl.rec.Config
 		go func() {
-			if err := ctl.waitReady(r, ctl.rec.Config, exited); err != nil {
+			if err := ctl.waitReady(r, cfg, exited); err != nil {
 				if err != errExitedEarly && m.ctx.Err() == nil {
 					ctl.failed(r, err, true)
 				}

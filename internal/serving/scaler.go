@@ -73,7 +73,7 @@ func (ctl *appCtl) applyCPU(dec autoscale.Decision) {
 			dir = "down"
 		}
 		ctl.m.metrics.cpuChanges.WithLabelValues(ctl.name, dir).Inc()
-		go ctl.m.emit("cpu", ctl.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, dec.Reason),
+		ctl.m.emit("cpu", ctl.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, dec.Reason),
 			map[string]float64{"from": r.rec.CPU, "to": q})
 		r.rec.CPU = q
 		ctl.markDirty(id)
