@@ -25,6 +25,8 @@ func TestDaemonBadFlags(t *testing.T) {
 		{[]string{"--store", "mysql://x"}, "--store"},
 		{[]string{"--runtime", "kata"}, "--runtime"},
 		{[]string{"--node-name", "a/b"}, "--node-name"},
+		{[]string{"--proxy", "8080"}, "--proxy"},
+		{[]string{"--frozen-memory", "lots"}, "--frozen-memory"},
 	} {
 		data := filepath.Join(base, "data")
 		args := append([]string{"daemon", "--data-dir", data, "--run-dir", filepath.Join(base, "run")}, c.args...)

@@ -229,7 +229,7 @@ func clamp(v, lo, hi int) int {
 // publish gives the router the app's ready replicas. ctl.mu is held.
 func (ctl *appCtl) publish() {
 	cfg := ctl.rec.Config
-	rt := Route{App: ctl.name, MaxBodyBytes: maxBody(cfg), QueueLimit: cfg.Scale.Queue,
+	rt := Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
 		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
 	if ctl.deleting {
 		rt.Unavailable = "app " + ctl.name + " is being deleted"

@@ -169,7 +169,7 @@ func (ctl *appCtl) spec(r *replica, cfg Config, digest string) (runtime.Spec, er
 	return runtime.Spec{
 		ID: r.rec.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
 		Hostname: r.rec.ID, Mounts: mounts,
-		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: memoryBytes(cfg), Pids: cfg.Resources.Pids},
+		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
 		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(r.rec.Revision),
 			labelDigest: digest, labelImage: cfg.Image},
 	}, nil
