@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -96,6 +97,17 @@ func (d *daemon) app(name string) api.App {
 		d.t.Fatalf("app status %s: %v\n%s", name, err, out)
 	}
 	return a
+}
+
+// appQuiet returns the status of an app, or an error (for use outside the
+// test goroutine).
+func (d *daemon) appQuiet(name string) (api.App, error) {
+	var a api.App
+	r := d.shoal("app", "status", name, "--output", "json")
+	if r.code != 0 {
+		return a, fmt.Errorf("app status %s: %s", name, r.stderr)
+	}
+	return a, json.Unmarshal([]byte(r.stdout), &a)
 }
 
 // replicasIn counts an app's replicas in state.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -138,6 +139,19 @@ func (d *daemon) stop(sig syscall.Signal) {
 
 func (d *daemon) removeAll() {
 	d.start()
+	// Apps first, or their controllers would replace the replicas removed
+	// below.
+	var apps []struct {
+		Name string `json:"name"`
+	}
+	if r := d.shoal("app", "ls", "-o", "json"); r.code == 0 {
+		json.Unmarshal([]byte(r.stdout), &apps)
+	}
+	for _, a := range apps {
+		if r := d.shoal("app", "rm", a.Name); r.code != 0 {
+			d.t.Errorf("cleanup: app rm %s: %s", a.Name, r.stderr)
+		}
+	}
 	r := d.shoal("ps", "-a", "-o", "json")
 	for _, line := range strings.Split(r.stdout, "\n") {
 		line = strings.TrimSpace(line)
