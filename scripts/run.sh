@@ -1,7 +1,7 @@
 #!/bin/sh
-# Starts the shoal daemon on the embedded store, makes a busybox image to try
-# it with, and prints where to go. Ctrl-C stops the daemon (containers keep
-# running and are adopted by the next daemon).
+# Starts the shoal daemon on the embedded store, makes a busybox image and
+# deploys the example apps to try it with, and prints where to go. Ctrl-C
+# stops the daemon (containers keep running and are adopted by the next one).
 set -eu
 data="${1:-/var/lib/shoal}"
 bin="$(cd "$(dirname "$0")/.." && pwd)/bin/shoal"
@@ -35,10 +35,28 @@ if ! "$bin" image inspect busybox:latest >/dev/null 2>&1; then
 	rm -rf "$tmp"
 fi
 
+# The example apps, deployed from zero: the first request starts a replica.
+examples="$(cd "$(dirname "$0")/.." && pwd)/bin/examples"
+for app in hello slowboot cpuburn; do
+	if [ -x "$examples/$app/$app" ]; then
+		"$bin" image build "$examples/$app" --tag "$app:1" --entrypoint "/$app" --port 8080 >/dev/null
+		printf 'name = "%s"\nimage = "%s:1"\n[health]\nhttp = "/healthz"\n' "$app" "$app" |
+			"$bin" app deploy -f - >/dev/null
+	fi
+done
+proxy=$("$bin" info -o json | sed -n 's/.*"proxy": "\(.*\)".*/\1/p')
+port=${proxy##*:}
+
 cat <<MSG
 
 shoal is running (data in $data, API on unix://$sock).
-Try:
+Apps (hello, slowboot, cpuburn) are deployed and start on their first request:
+  curl -H 'Host: hello.localhost' http://$proxy/
+  curl http://slowboot.localhost:$port/        # waits for its 1.5 s boot once
+  $bin app ls
+  $bin app status hello
+  $bin events --follow
+Containers:
   $bin run --rm busybox echo hello from a container
   $bin run --rm --memory 16Mi --network bridge busybox ip addr
   $bin image ls
