@@ -77,7 +77,9 @@ func (d *Daemon) closeServing() {
 }
 
 // activator hands the proxy's wake-ups to the app manager once it exists.
-type activator struct{ m atomic.Pointer[serving.Manager] }
+type activator struct {
+	m atomic.Pointer[serving.Manager]
+}
 
 func (a *activator) Activate(app string) {
 	if m := a.m.Load(); m != nil {
