@@ -18,6 +18,7 @@ type endpoint struct {
 	requests atomic.Uint64
 	last     atomic.Int64 // unix nanoseconds
 	closed   atomic.Bool
+	pool     pool
 
 	closedAt int64 // unix nanoseconds; guarded by Proxy.mu
 
@@ -30,11 +31,16 @@ func newEndpoint(id, addr string) *endpoint {
 	return &endpoint{id: id, addr: addr}
 }
 
-func (e *endpoint) open() { e.closed.Store(false) }
+func (e *endpoint) open() {
+	e.pool.open()
+	e.closed.Store(false)
+}
 
+// close stops new requests to e and drops its idle connections.
 func (e *endpoint) close(now time.Time) {
 	e.closed.Store(true)
 	e.closedAt = now.UnixNano()
+	e.pool.close()
 }
 
 func (e *endpoint) prunable(now time.Time) bool {

@@ -143,15 +143,19 @@ func modifyResponse(resp *http.Response) error {
 	return nil
 }
 
-// errorHandler answers a request that could not be forwarded.
+// errorHandler answers a request that the reverse proxy could not forward.
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	st := stateOf(r)
+	p.fail(w, stateOf(r), err)
+}
+
+// fail answers a request that could not be forwarded.
+func (p *Proxy) fail(w http.ResponseWriter, st *reqState, err error) {
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		st.code = http.StatusRequestEntityTooLarge
 		api.WriteError(w, st.code, fmt.Errorf("request body is over the limit of %d bytes", mbe.Limit), "body")
-	case r.Context().Err() != nil:
+	case st.Context.Err() != nil:
 		st.code = statusClientGone
 	case errors.Is(err, errNoReplica):
 		p.log.Warn("proxy: no replica accepted the connection", "app", st.app.name, "tried", len(st.tried), "err", err)

@@ -192,7 +192,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	st.ep = ep
-	st.maxBody = rt.maxBody
+	if direct(r) {
+		p.forward(w, r, st)
+		return
+	}
 	p.rp.ServeHTTP(w, r.WithContext(st))
 }
 
@@ -257,9 +260,8 @@ type reqState struct {
 	app     *app
 	ep      *endpoint
 	tried   []*endpoint
-	body    *retryBody
-	maxBody int64
-	code    int
+	body  *retryBody
+	code  int
 }
 
 type stateKey struct{}

@@ -1,0 +1,118 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxIdlePerEndpoint bounds the idle keep-alive connections kept to one
+// replica.
+const maxIdlePerEndpoint = 512
+
+// bconn is a keep-alive HTTP/1.1 connection to a replica, used by one
+// request at a time.
+type bconn struct {
+	c      net.Conn
+	raw    syscall.RawConn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	reused bool
+	peek   [1]byte
+}
+
+// pool holds the idle connections to one endpoint, most recently used last.
+type pool struct {
+	mu     sync.Mutex
+	idle   []*bconn
+	closed bool
+}
+
+var dialer = &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
+
+// get returns an idle connection, or dials a new one (always when fresh).
+// Unless the caller can repeat its request on a closed connection (check
+// false), an idle connection the replica has closed is skipped. A dial
+// error is a *dialError.
+func (p *pool) get(ctx context.Context, addr string, fresh, check bool) (*bconn, error) {
+	for !fresh {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		bc := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if !check || bc.alive() {
+			bc.reused = true
+			return bc, nil
+		}
+		bc.c.Close()
+	}
+	c, err := dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &dialError{err: err}
+	}
+	bc := &bconn{c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 8<<10)}
+	if sc, ok := c.(syscall.Conn); ok {
+		bc.raw, _ = sc.SyscallConn()
+	}
+	return bc, nil
+}
+
+// put returns a connection whose last answer was read to its end.
+func (p *pool) put(bc *bconn) {
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= maxIdlePerEndpoint {
+		p.mu.Unlock()
+		bc.c.Close()
+		return
+	}
+	p.idle = append(p.idle, bc)
+	p.mu.Unlock()
+}
+
+// open lets the pool keep connections again after close.
+func (p *pool) open() {
+	p.mu.Lock()
+	p.closed = false
+	p.mu.Unlock()
+}
+
+// close drops the idle connections and refuses new ones.
+func (p *pool) close() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.closed = true
+	p.mu.Unlock()
+	for _, bc := range idle {
+		bc.c.Close()
+	}
+}
+
+// alive tells whether an idle connection is still open: a peek that would
+// block means the replica has neither closed it nor sent anything unasked.
+func (bc *bconn) alive() bool {
+	if bc.raw == nil {
+		return true
+	}
+	if bc.br.Buffered() > 0 {
+		return false
+	}
+	ok := false
+	err := bc.raw.Read(func(fd uintptr) bool {
+		_, _, err := unix.Recvfrom(int(fd), bc.peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		ok = err == unix.EAGAIN
+		return true
+	})
+	return err == nil && ok
+}
