@@ -43,6 +43,7 @@ type appCtl struct {
 	lastLog  []string
 	desired  int
 	deleting bool
+	remote   map[string]Endpoint // ready replicas of other nodes, from the store
 }
 
 func newAppCtl(m *Manager, rec appRecord) *appCtl {
@@ -243,6 +244,11 @@ func (ctl *appCtl) publish() {
 	sort.Strings(ids)
 	for _, id := range ids {
 		rt.Endpoints = append(rt.Endpoints, Endpoint{ID: id, Addr: ctl.reps[id].rec.Addr})
+	}
+	for _, ep := range ctl.remote {
+		if ctl.reps[ep.ID] == nil {
+			rt.Endpoints = append(rt.Endpoints, ep)
+		}
 	}
 	ctl.m.o.Router.SetRoute(rt)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/store"
 )
 
 // The ladder: a request wakes the app, the replica freezes after
@@ -125,4 +127,26 @@ func TestLadderScaleOutAndIn(t *testing.T) {
 		h.advance(time.Second)
 	}
 	h.wait("all idle replicas frozen", func() bool { return len(h.replicas()[StateFrozen]) == 3 })
+}
+
+// A ready replica that another node records in the store is routed beside
+// the local ones, and leaves the route when its record goes.
+func TestRemoteReplicasRouted(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	local := h.replicas()[StateReady][0]
+	rec := `{"id":"hello-remote1","app":"hello","revision":1,"node":"n2","state":"ready","addr":"10.9.9.9:8080"}`
+	key := store.ReplicaKey("hello", "hello-remote1")
+	if _, err := h.m.o.Store.Put(context.Background(), key, []byte(rec)); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("the remote replica is routed", func() bool {
+		eps := h.r.endpoints("hello")
+		return len(eps) == 2 && slices.Contains(eps, "hello-remote1") && slices.Contains(eps, local)
+	})
+	if err := h.m.o.Store.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("the remote replica leaves the route", func() bool { return slices.Equal(h.r.endpoints("hello"), []string{local}) })
 }

@@ -188,6 +188,8 @@ func (m *Manager) Start(ctx context.Context) error {
 			go m.finishRemove(ctl)
 		}
 	}
+	m.wg.Add(1)
+	go m.watchRemote()
 	return nil
 }
 

@@ -1,0 +1,120 @@
+package serving
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// watchRemote keeps each app's route in step with the replicas other nodes
+// record in the store: a ready replica of another node is routed like a
+// local one, and leaves the route when its record changes state or goes.
+// Local replicas are routed straight from the controller, which does not
+// wait for the store.
+func (m *Manager) watchRemote() {
+	defer m.wg.Done()
+	for m.ctx.Err() == nil {
+		ch, err := m.o.Store.Watch(m.ctx, store.ReplicasRoot)
+		if err != nil {
+			m.log.Warn("serving: watch replicas", "err", err)
+			m.sleep(time.Second)
+			continue
+		}
+		kvs, err := m.o.Store.List(m.ctx, store.ReplicasRoot)
+		if err != nil {
+			m.log.Warn("serving: list replicas", "err", err)
+			m.sleep(time.Second)
+			continue
+		}
+		remote := map[string]map[string]Endpoint{}
+		for _, kv := range kvs {
+			if app, ep, ok := m.remoteEndpoint(kv.Value); ok {
+				if remote[app] == nil {
+					remote[app] = map[string]Endpoint{}
+				}
+				remote[app][ep.ID] = ep
+			}
+		}
+		m.setRemote(remote)
+		for ev := range ch {
+			app, id, ok := splitReplicaKey(ev.KV.Key)
+			if !ok {
+				continue
+			}
+			eps := copyEndpoints(remote[app])
+			delete(eps, id)
+			if ev.Type == store.EventPut {
+				if a, ep, ok := m.remoteEndpoint(ev.KV.Value); ok && a == app {
+					eps[id] = ep
+				}
+			}
+			remote[app] = eps
+			m.setRemoteApp(app, eps)
+		}
+	}
+}
+
+// remoteEndpoint is the endpoint of a replica record if it is another
+// node's ready replica.
+func (m *Manager) remoteEndpoint(val []byte) (string, Endpoint, bool) {
+	var rec replicaRecord
+	if json.Unmarshal(val, &rec) != nil || rec.Node == m.o.Node || rec.State != StateReady || rec.Addr == "" {
+		return "", Endpoint{}, false
+	}
+	return rec.App, Endpoint{ID: rec.ID, Addr: rec.Addr}, true
+}
+
+func (m *Manager) setRemote(remote map[string]map[string]Endpoint) {
+	m.mu.Lock()
+	ctls := make(map[string]*appCtl, len(m.apps))
+	for n, c := range m.apps {
+		ctls[n] = c
+	}
+	m.mu.Unlock()
+	for n, c := range ctls {
+		c.setRemote(remote[n])
+	}
+}
+
+func (m *Manager) setRemoteApp(app string, eps map[string]Endpoint) {
+	if c := m.app(app); c != nil {
+		c.setRemote(eps)
+	}
+}
+
+func (ctl *appCtl) setRemote(eps map[string]Endpoint) {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if len(eps) == 0 && len(ctl.remote) == 0 {
+		return
+	}
+	ctl.remote = eps
+	ctl.publish()
+}
+
+func (m *Manager) sleep(d time.Duration) {
+	t := m.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-m.ctx.Done():
+	}
+}
+
+func splitReplicaKey(key string) (app, id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, store.ReplicasRoot)
+	if !ok {
+		return "", "", false
+	}
+	return strings.Cut(rest, "/")
+}
+
+func copyEndpoints(in map[string]Endpoint) map[string]Endpoint {
+	out := make(map[string]Endpoint, len(in)+1)
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
