@@ -101,10 +101,14 @@ func (ctl *appCtl) reconcile() bool {
 	}
 	cfg := ctl.rec.Config
 	var starting, ready, frozen []*replica
+	freezing := 0
 	for _, r := range ctl.reps {
 		if r.busy {
-			if r.rec.State == StateStarting || r.rec.State == StatePending {
+			switch r.rec.State {
+			case StateStarting, StatePending:
 				starting = append(starting, r)
+			case StateReady:
+				freezing++ // thawed as soon as its freeze is done
 			}
 			continue
 		}
@@ -158,7 +162,7 @@ func (ctl *appCtl) reconcile() bool {
 			active++
 		}
 	}
-	for active < want && now.After(ctl.backoff) {
+	for n := active + freezing; n < want && now.After(ctl.backoff); n++ {
 		ctl.startReplica(ctl.rec.Revision, "scale out")
 		active++
 	}

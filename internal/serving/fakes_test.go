@@ -229,7 +229,10 @@ type harness struct {
 	port  int
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { return newHarnessFrozen(t, 1<<40) }
+
+// newHarnessFrozen is newHarness with a frozen-memory budget.
+func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
@@ -242,7 +245,7 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() { st.Close() })
 	h := &harness{t: t, rt: newFakeRuntime(), r: &fakeRouter{routes: map[string]Route{}}, clock: clock.NewFake(time.Unix(1e9, 0)), port: port}
 	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
-		Events: nopEvents{}, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40})
+		Events: nopEvents{}, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen})
 	if err != nil {
 		t.Fatal(err)
 	}

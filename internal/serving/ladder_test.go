@@ -150,3 +150,28 @@ func TestRemoteReplicasRouted(t *testing.T) {
 	}
 	h.wait("the remote replica leaves the route", func() bool { return slices.Equal(h.r.endpoints("hello"), []string{local}) })
 }
+
+// Frozen replicas above the host's memory budget are stopped, the least
+// recently used first. Each fake replica holds 1 MiB.
+func TestFrozenMemoryBudget(t *testing.T) {
+	h := newHarnessFrozen(t, 2<<20+1)
+	h.deploy("max = 3\ntarget_concurrency = 1\nidle_timeout = \"1m\"\nfreeze_timeout = \"1h\"")
+	h.r.mu.Lock()
+	h.r.load = Load{InFlight: 3}
+	h.r.mu.Unlock()
+	h.m.Activate("hello")
+	for i := 0; i < 20 && len(h.replicas()[StateReady]) < 3; i++ {
+		h.advance(tick)
+	}
+	h.wait("three replicas", func() bool { return len(h.replicas()[StateReady]) == 3 })
+	h.r.mu.Lock()
+	h.r.load = Load{}
+	h.r.mu.Unlock()
+	for i := 0; i < 100 && len(h.replicas()[StateReady]) > 0; i++ {
+		h.advance(time.Second)
+	}
+	h.wait("a 1 MiB replica over the 2 MiB budget stops", func() bool {
+		r := h.replicas()
+		return len(r[StateFrozen]) == 2 && len(r[StateReady]) == 0 && h.rt.count() == 2
+	})
+}
