@@ -257,9 +257,9 @@ func hasUpper(s string) bool {
 // reverse proxy's hooks without another allocation.
 type reqState struct {
 	context.Context
-	app     *app
-	ep      *endpoint
-	tried   []*endpoint
+	app   *app
+	ep    *endpoint
+	tried []*endpoint
 	body  *retryBody
 	code  int
 }
