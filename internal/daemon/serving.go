@@ -103,7 +103,7 @@ func (r router) RemoveRoute(app string) { r.p.RemoveRoute(app) }
 
 func (r router) Load(app string) serving.Load {
 	st := r.p.Stats(app)
-	l := serving.Load{InFlight: int(st.InFlight), Queued: int(st.Queued), Requests: st.Requests,
+	l := serving.Load{InFlight: int(st.InFlight), Queued: int(st.Queued), Requests: st.Requests, LastRequest: st.LastRequest,
 		Endpoints: make(map[string]serving.EndpointLoad, len(st.Endpoints))}
 	for id, e := range st.Endpoints {
 		l.Endpoints[id] = serving.EndpointLoad{InFlight: int(e.InFlight), LastRequest: e.LastRequest}

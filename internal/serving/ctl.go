@@ -137,6 +137,12 @@ func (ctl *appCtl) reconcile() bool {
 	dec := ctl.decide(active, ready)
 	ctl.applyCPU(dec)
 	want, reason := dec.Replicas, dec.Reason
+	// The autoscaler remembers its window; an app that has had no request
+	// for idle_timeout does not grow on that memory (its idle replicas
+	// would freeze and thaw in turn).
+	if want > active && load.InFlight == 0 && now.Sub(load.LastRequest) >= cfg.Scale.IdleTimeout.Duration {
+		want = active
+	}
 	if len(ready) > 0 {
 		ctl.woken.Store(false)
 	} else if (ctl.woken.Load() || load.Queued > 0) && want < 1 {

@@ -175,3 +175,27 @@ func TestFrozenMemoryBudget(t *testing.T) {
 		return len(r[StateFrozen]) == 2 && len(r[StateReady]) == 0 && h.rt.count() == 2
 	})
 }
+
+// A replica frozen for idleness stays frozen although the autoscaler's
+// window still remembers the traffic that woke it.
+func TestIdleFreezeDoesNotOscillate(t *testing.T) {
+	h := newHarness(t)
+	h.deploy(`idle_timeout = "2s"`)
+	h.r.mu.Lock()
+	h.r.load = Load{InFlight: 1, LastRequest: h.clock.Now()}
+	h.r.mu.Unlock()
+	h.m.Activate("hello")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	h.advance(tick)
+	h.r.mu.Lock()
+	h.r.load = Load{LastRequest: h.clock.Now()}
+	h.r.mu.Unlock()
+	h.advance(2 * time.Second)
+	h.wait("frozen", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	for i := 0; i < 30; i++ {
+		h.advance(tick)
+		if r := h.replicas(); len(r[StateFrozen]) != 1 {
+			t.Fatalf("%v after %d ticks frozen: the idle replica was woken without a request", r, i+1)
+		}
+	}
+}

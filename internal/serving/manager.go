@@ -65,10 +65,12 @@ type Route struct {
 
 // Load is the router's view of an app's traffic.
 type Load struct {
-	InFlight  int // including queued requests
-	Queued    int
-	Requests  uint64 // since the router started
-	Endpoints map[string]EndpointLoad
+	InFlight int // including queued requests
+	Queued   int
+	Requests uint64 // since the router started
+	// LastRequest is when a request last arrived or finished.
+	LastRequest time.Time
+	Endpoints   map[string]EndpointLoad
 }
 
 // EndpointLoad is the router's view of one replica's traffic.
