@@ -91,3 +91,22 @@ func TestAppAdoptedAfterDaemonKill(t *testing.T) {
 		t.Fatalf("request after restart: %d from %q", code, rep)
 	}
 }
+
+// After a restart, an app whose only replica is frozen still answers: the
+// request thaws the adopted replica.
+func TestAppFrozenAdoptedAfterRestart(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	d.deploy(manifest("300ms", "10m"))
+	_, _, first := get(t, d.proxyAddr(), "hello", "/")
+	d.waitApp("hello", "frozen", func(a api.App) bool { return replicasIn(a, "frozen") == 1 })
+	d.stop(syscall.SIGTERM)
+	d.start()
+	a := d.app("hello")
+	if replicasIn(a, "frozen") != 1 {
+		t.Fatalf("after restart: %+v, want the frozen replica adopted", a.Replicas)
+	}
+	if code, _, rep := get(t, d.proxyAddr(), "hello", "/"); code != 200 || rep != first {
+		t.Fatalf("request after restart: %d from %q, want 200 from %q", code, rep, first)
+	}
+}

@@ -182,6 +182,11 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err := ctl.adopt(ctx); err != nil {
 			m.log.Error("serving: adopt replicas", "app", rec.Config.Name, "err", err)
 		}
+		// The proxy knows the app from now on, even with no ready replica:
+		// its first request wakes it.
+		ctl.mu.Lock()
+		ctl.publish()
+		ctl.mu.Unlock()
 		m.mu.Lock()
 		m.apps[rec.Config.Name] = ctl
 		m.mu.Unlock()
