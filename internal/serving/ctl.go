@@ -79,17 +79,19 @@ func (ctl *appCtl) loop() {
 		case <-ctl.changed:
 		case <-t.C():
 		}
-		busy := ctl.reconcile()
+		next := ctl.reconcile()
 		t.Stop()
-		if busy {
-			t.Reset(tick)
+		if next > 0 {
+			t.Reset(next)
 		}
 	}
 }
 
-// reconcile converges the app's replicas one step. It reports whether the
-// app needs ticks (it has replicas).
-func (ctl *appCtl) reconcile() bool {
+// reconcile converges the app's replicas one step. It returns when it wants
+// to run next: every tick while the app has traffic or replicas in service,
+// at the next freeze_timeout while it only has frozen replicas (thousands of
+// idle apps cost nothing), and never (0) when it has none.
+func (ctl *appCtl) reconcile() time.Duration {
 	defer ctl.rounds.Add(1)
 	m := ctl.m
 	now := m.clock.Now()
@@ -97,7 +99,7 @@ func (ctl *appCtl) reconcile() bool {
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	if ctl.deleting {
-		return false
+		return 0
 	}
 	cfg := ctl.rec.Config
 	var starting, ready, frozen []*replica
@@ -224,7 +226,20 @@ func (ctl *appCtl) reconcile() bool {
 			ctl.stopReplica(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
 		}
 	}
-	return len(ctl.reps) > 0 || load.InFlight > 0
+	if load.InFlight > 0 {
+		return tick
+	}
+	var next time.Duration
+	for _, r := range ctl.reps {
+		if r.rec.State != StateFrozen || r.busy {
+			return tick
+		}
+		left := max(cfg.Scale.FreezeTimeout.Duration-now.Sub(r.frozenAt), tick)
+		if next == 0 || left < next {
+			next = left
+		}
+	}
+	return next
 }
 
 func clamp(v, lo, hi int) int {

@@ -125,6 +125,12 @@ func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
 	r.lastActive = now
 	ctl.failures = 0
 	ctl.lastErr, ctl.lastLog = "", nil
+	for oid, o := range ctl.reps {
+		if o.rec.State == StateFailed && o.att == nil && oid != id {
+			delete(ctl.reps, oid) // cleaned up; the app is healthy again
+			ctl.markDirty(oid)
+		}
+	}
 	ctl.markDirty(id)
 	ctl.publish()
 	ctl.mu.Unlock()
