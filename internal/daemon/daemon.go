@@ -26,7 +26,6 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
-	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -71,7 +70,7 @@ type Daemon struct {
 	rt      *runtime.Runtime
 	reg     *prometheus.Registry
 	ctrs    *containerService
-	jobs    *jobs.Manager
+	jobs    *jobService
 	servers []*http.Server
 	token   string
 	notes   []string
@@ -234,7 +233,7 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 
 func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
-		Images:     &imageService{s: d.images, users: d.ctrs.imageUsers},
+		Images:     &imageService{s: d.images, users: d.imageUsers},
 		Containers: d.ctrs,
 		Jobs:       d.jobs,
 		Apps:       d.apps,

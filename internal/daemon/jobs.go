@@ -14,23 +14,38 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/jobs"
+	"github.com/shoal-run/shoal/internal/runtime"
 )
 
-// Sandbox identity of job steps when no user namespace is used.
-const jobUID, jobGID = 65534, 65534
+// Job sandbox identities. With a user namespace, root in the sandbox is
+// host uid jobHostID; without one, steps run as jobUID (nobody).
+const (
+	jobHostID = 100000
+	jobIDs    = 65536
+	jobUID    = 65534
+)
 
-// openJobs starts the job queue: work directories a previous daemon left
-// are removed, then queued jobs (and jobs that were running) are queued
-// again. Slots default to two per CPU; SHOAL_JOB_SLOTS overrides it, and
-// SHOAL_JOB_TENANTS sets weights and quotas ("NAME=WEIGHT[:MAXQUEUED[:MAXRUNNING]],...").
+// jobService is the job queue with the runtime its sandboxes run on.
+type jobService struct {
+	*jobs.Manager
+	// rt is the sandboxes' own runtime when they use a user namespace
+	// (nil: the daemon's runtime).
+	rt     *runtime.Runtime
+	parent string // rt's cgroup parent
+}
+
+// openJobs starts the job queue. Sandboxes map root to an unprivileged
+// host uid through a user namespace when the host allows it: their bundles
+// and work directories then live in <data-dir>.sandbox (0710, group
+// jobHostID), because the sandbox's init resolves those paths inside the
+// user namespace and the data dir stays 0700; they run on a runtime of
+// their own under the cgroup parent <cgroup-parent>-jobs. Otherwise they
+// run as uid 65534 on the daemon's runtime, and `shoal info` says why.
+//
+// Slots default to two per CPU; SHOAL_JOB_SLOTS overrides it, and
+// SHOAL_JOB_TENANTS sets weights and quotas
+// ("NAME=WEIGHT[:MAXQUEUED[:MAXRUNNING]],...").
 func (d *Daemon) openJobs(ctx context.Context) error {
-	dir := filepath.Join(d.cfg.DataDir, "jobs")
-	if err := cleanJobDirs(dir); err != nil {
-		return fmt.Errorf("jobs: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("jobs: %w", err)
-	}
 	slots := 2 * goruntime.NumCPU()
 	if v := os.Getenv("SHOAL_JOB_SLOTS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -43,11 +58,41 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sb := &jobs.Sandbox{
-		RT: d.rt, Images: d.images, Net: d.net, Dir: dir,
-		UID: jobUID, GID: jobGID, Clock: clock.Real{}, Log: d.log,
+	svc := &jobService{}
+	sb := &jobs.Sandbox{RT: d.rt, Images: d.images, Net: d.net, UID: jobUID, GID: jobUID, Clock: clock.Real{}, Log: d.log}
+	how := ""
+	if os.Getenv("SHOAL_JOB_USERNS") == "0" {
+		how = "without a user namespace (SHOAL_JOB_USERNS=0)"
+	} else if err := runtime.UserNSUsable(jobHostID, jobIDs); err != nil {
+		how = fmt.Sprintf("without a user namespace (%v)", err)
+	} else if err := d.openSandboxRuntime(ctx, svc); err != nil {
+		how = fmt.Sprintf("without a user namespace (%v)", err)
+	} else {
+		sb.RT, sb.UID, sb.GID = svc.rt, 0, 0
+		sb.UserNS = &runtime.UserNS{HostID: jobHostID, Size: jobIDs}
+		sb.Dir = filepath.Join(d.sandboxDir(), "jobs")
+		how = fmt.Sprintf("as root in a user namespace mapped to host uids %d-%d", jobHostID, jobHostID+jobIDs-1)
 	}
-	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots; steps run as uid %d with no capabilities, without a user namespace (runc %s needs the bundle path searchable by the mapped uid, and the data dir is 0700)", slots, jobUID, d.rt.Name()))
+	if sb.UserNS == nil {
+		sb.Dir = filepath.Join(d.cfg.DataDir, "jobs")
+		how = fmt.Sprintf("as uid %d %s", jobUID, how)
+		d.log.Warn("job sandboxes run without a user namespace", "why", how)
+	}
+	if err := cleanJobDirs(sb.Dir); err != nil {
+		return fmt.Errorf("jobs: %w", err)
+	}
+	if err := os.MkdirAll(sb.Dir, 0o700); err != nil {
+		return fmt.Errorf("jobs: %w", err)
+	}
+	if sb.UserNS != nil {
+		if err := os.Chmod(sb.Dir, 0o710); err != nil {
+			return fmt.Errorf("jobs: %w", err)
+		}
+		if err := os.Chown(sb.Dir, 0, jobHostID); err != nil {
+			return fmt.Errorf("jobs: %w", err)
+		}
+	}
+	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots; sandboxes run %s, with no capabilities and no network", slots, how))
 	m, err := jobs.Open(ctx, jobs.Options{
 		Store: d.store, Runner: sb, Slots: slots, Weights: weights, Quotas: quotas,
 		DefaultQuota: jobs.Quota{MaxQueued: 10000},
@@ -60,14 +105,94 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jobs: %w", err)
 	}
-	d.jobs = m
+	svc.Manager = m
+	d.jobs = svc
 	return nil
 }
 
-func (d *Daemon) closeJobs() {
-	if d.jobs != nil {
-		d.jobs.Close()
+// sandboxDir holds the bundles and work directories of user-namespaced
+// sandboxes.
+func (d *Daemon) sandboxDir() string { return filepath.Clean(d.cfg.DataDir) + ".sandbox" }
+
+// openSandboxRuntime prepares the sandbox directory and opens the runtime
+// the sandboxes run on, removing whatever a previous daemon left there.
+func (d *Daemon) openSandboxRuntime(ctx context.Context, svc *jobService) error {
+	dir := d.sandboxDir()
+	if err := searchable(filepath.Dir(dir), jobHostID); err != nil {
+		return err
 	}
+	if err := os.MkdirAll(dir, 0o710); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o710); err != nil {
+		return err
+	}
+	if err := os.Chown(dir, 0, jobHostID); err != nil {
+		return err
+	}
+	parent := "/" + strings.Trim(d.cfg.Cgroup, "/") + "-jobs"
+	rt, err := runtime.New(ctx, runtime.Options{
+		Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(d.cfg.RunDir, "runc-jobs"),
+		Runtime: d.rt.Name(), CgroupParent: parent, Clock: clock.Real{}, Logger: d.log,
+	})
+	if err != nil {
+		return err
+	}
+	if _, _, err := rt.Recover(ctx); err != nil {
+		return fmt.Errorf("recover sandboxes: %w", err)
+	}
+	svc.rt, svc.parent = rt, parent
+	return nil
+}
+
+// searchable checks that host uid and gid id can reach dir: every
+// directory from / down must let others (or group id) search it.
+func searchable(dir string, id uint32) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		ok := st.Mode&0o001 != 0 || (st.Gid == id && st.Mode&0o010 != 0) || (st.Uid == id && st.Mode&0o100 != 0)
+		if !ok {
+			return fmt.Errorf("%s (mode %o) is not searchable by the sandbox's host uid %d", p, st.Mode&0o7777, id)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+func (d *Daemon) closeJobs() {
+	if d.jobs == nil {
+		return
+	}
+	d.jobs.Close()
+	if d.jobs.parent != "" {
+		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, r := range append(roots, "/sys/fs/cgroup") {
+			os.Remove(filepath.Join(r, d.jobs.parent))
+		}
+	}
+}
+
+// imageUsers maps the image digests in use by containers and sandboxes to
+// one user each, so that an image in use is not removed.
+func (d *Daemon) imageUsers(ctx context.Context) (map[string]string, error) {
+	m, err := d.ctrs.imageUsers(ctx)
+	if err != nil || d.jobs == nil || d.jobs.rt == nil {
+		return m, err
+	}
+	cs, err := d.jobs.rt.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if dg := c.Labels[jobs.LabelDigest]; dg != "" {
+			m[dg] = c.ID
+		}
+	}
+	return m, nil
 }
 
 // cleanJobDirs unmounts and removes work directories left by a daemon that

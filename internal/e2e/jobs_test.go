@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
 )
@@ -234,4 +235,56 @@ func TestJobRestartLosesNoJob(t *testing.T) {
 		t.Fatalf("work directories left: %v", left)
 	}
 
+}
+
+// TestJobUserNamespace: where the path to the data dir is searchable, job
+// sandboxes run as root in a user namespace that is host uid 100000; where
+// it is not (the harness's 0700 temp dirs), they run as nobody and
+// `shoal info` says why.
+func TestJobUserNamespace(t *testing.T) {
+	d := startDaemon(t)
+	if out := d.must("info"); !strings.Contains(out, "without a user namespace") || !strings.Contains(out, "not searchable") {
+		t.Fatalf("info does not say why sandboxes run without a user namespace:\n%s", out)
+	}
+	d.busybox("busybox:1")
+	if out := d.must("job", "run", "busybox:1", "id", "-u"); out != "65534\n" {
+		t.Fatalf("sandbox uid without a user namespace: %q", out)
+	}
+	for p := filepath.Dir(d.dataDir); p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()|0o001); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.stop(syscall.SIGTERM)
+	d.start()
+	if out := d.must("info"); !strings.Contains(out, "user namespace mapped to host uids 100000-165535") {
+		t.Fatalf("info after making the path searchable:\n%s", out)
+	}
+	out := d.must("job", "run", "busybox:1", "sh", "-c", "id -u; cat /proc/self/uid_map; echo x > /work/f && echo wrote; if touch /bin/y; then echo IMAGE; fi")
+	if want := "0\n         0     100000      65536\nwrote\n"; out != want {
+		t.Fatalf("sandbox in a user namespace printed %q, want %q", out, want)
+	}
+	// Seen from the host, the sandbox's processes belong to uid 100000.
+	id := strings.TrimSpace(d.must("job", "submit", "busybox:1", "sleep", "5"))
+	procs := filepath.Join("/sys/fs/cgroup/pids", d.cgroup+"-jobs", id+"-0", "cgroup.procs")
+	var status string
+	for i := 0; i < 1000 && status == ""; i++ {
+		b, _ := os.ReadFile(procs)
+		for _, pid := range strings.Fields(string(b)) {
+			if st, err := os.ReadFile("/proc/" + pid + "/status"); err == nil && strings.HasPrefix(string(st), "Name:\tsleep\n") {
+				status = string(st)
+			}
+		}
+		if status == "" {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !strings.Contains(status, "\nUid:\t100000\t100000\t100000\t100000\n") {
+		t.Fatalf("the sandbox's sleep in %s, seen from the host:\n%s", procs, status)
+	}
+	d.must("job", "cancel", id)
 }

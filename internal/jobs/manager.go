@@ -328,10 +328,21 @@ func (m *Manager) dispatch() {
 func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
 	defer m.wg.Done()
 	defer e.cancel()
-	if err := m.put(ctx, &j, &e.plan.Req, e.seq); err != nil {
-		m.log.Error("job start not stored", "job", j.ID, "err", err)
-	}
+	// The start is stored while the sandbox starts; the result is stored
+	// after it. A crash before the start is stored finds the job queued and
+	// runs it again.
+	started := make(chan time.Duration, 1)
+	go func(j api.Job) {
+		t := time.Now()
+		if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
+			m.log.Error("job start not stored", "job", j.ID, "err", err)
+		}
+		started <- time.Since(t)
+	}(j)
+	t1 := time.Now()
 	err := m.o.Runner.Run(ctx, &j, e.plan)
+	t2 := time.Now()
+	storeStart := <-started
 	now := m.clock.Now()
 	m.mu.Lock()
 	cancelled, closing := e.cancelled, m.closing && !e.cancelled
@@ -358,6 +369,7 @@ func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
 	if err := m.put(context.WithoutCancel(ctx), &j, req, e.seq); err != nil {
 		m.log.Error("job result not stored", "job", j.ID, "err", err)
 	}
+	t3 := time.Now()
 	m.mu.Lock()
 	e.job = j
 	delete(m.live, j.ID)
@@ -369,7 +381,8 @@ func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
 	if j.CallbackState == "pending" {
 		m.deliverLater(j)
 	}
-	m.log.Debug("job finished", "job", j.ID, "tenant", j.Tenant, "state", j.State, "ok", j.OK)
+	m.log.Debug("job finished", "job", j.ID, "tenant", j.Tenant, "state", j.State, "ok", j.OK,
+		"store_start", storeStart.String(), "run", t2.Sub(t1).String(), "store_result", t3.Sub(t2).String())
 }
 
 func stepsOK(steps []api.StepResult) bool {

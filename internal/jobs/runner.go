@@ -135,6 +135,7 @@ func (s *Sandbox) Run(ctx context.Context, j *api.Job, p *Plan) error {
 		}
 		j.Steps = append(j.Steps, res)
 	}
+	s.log().Debug("job sandbox done", "job", j.ID, "total", time.Since(t0).String())
 	return nil
 }
 

@@ -34,12 +34,27 @@ func TestMain(m *testing.M) {
 
 // newSandbox is a Sandbox on a real runc, image store and namespace pool,
 // with a cgroup parent and state of its own.
-func newSandbox(t *testing.T) *Sandbox {
+func newSandbox(t *testing.T, userns bool) *Sandbox {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("sandbox tests need root: they run real containers with runc")
 	}
 	dir := t.TempDir()
+	if userns {
+		// The sandbox's init resolves its root and work paths as the
+		// mapped uid: every directory on the way must be searchable.
+		var err error
+		if dir, err = os.MkdirTemp("/tmp", "shoal-jobs-userns-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o710); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 0, testHostID); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx := context.Background()
 	parent := fmt.Sprintf("/shoal-jobs-test-%d-%d", os.Getpid(), rand.IntN(1<<30))
 	rt, err := runtime.New(ctx, runtime.Options{
@@ -69,10 +84,33 @@ func newSandbox(t *testing.T) *Sandbox {
 	}
 	t.Cleanup(func() { nm.Close(context.Background()) })
 	work := filepath.Join(dir, "jobs")
-	if err := os.Mkdir(work, 0o700); err != nil {
+	if err := os.Mkdir(work, 0o710); err != nil {
 		t.Fatal(err)
 	}
-	return &Sandbox{RT: rt, Images: imgs, Net: nm, Dir: work, UID: 65534, GID: 65534, CPUCheck: 20 * time.Millisecond}
+	sb := &Sandbox{RT: rt, Images: imgs, Net: nm, Dir: work, UID: 65534, GID: 65534, CPUCheck: 20 * time.Millisecond}
+	if userns {
+		if err := runtime.UserNSUsable(testHostID, 65536); err != nil {
+			t.Fatalf("user namespaces: %v", err)
+		}
+		os.Chown(work, 0, testHostID)
+		sb.UID, sb.GID = 0, 0
+		sb.UserNS = &runtime.UserNS{HostID: testHostID, Size: 65536}
+	}
+	return sb
+}
+
+const testHostID = 100000
+
+// modes runs f with a sandbox as uid 65534 without a user namespace, and
+// as root in a user namespace mapped to host uid 100000.
+func modes(t *testing.T, f func(t *testing.T, sb *Sandbox)) {
+	for _, userns := range []bool{false, true} {
+		name := "nobody"
+		if userns {
+			name = "userns"
+		}
+		t.Run(name, func(t *testing.T) { f(t, newSandbox(t, userns)) })
+	}
 }
 
 var jobSeq atomic.Int64
@@ -118,191 +156,207 @@ func wantStatus(t *testing.T, s api.StepResult, status string) {
 }
 
 func TestHelloWorld(t *testing.T) {
-	sb := newSandbox(t)
-	s := oneStep(t, sb, "echo hello; echo oops >&2; id -u", nil)
-	wantStatus(t, s, api.StepOK)
-	if s.Stdout != "hello\n65534\n" || s.Stderr != "oops\n" {
-		t.Fatalf("stdout %q stderr %q", s.Stdout, s.Stderr)
-	}
-	if s.StartMs <= 0 || s.ExecMs <= 0 || s.TeardownMs <= 0 || s.MemoryPeak == 0 {
-		t.Fatalf("timings and memory not measured: %+v", s)
-	}
-	s = oneStep(t, sb, "exit 3", nil)
-	wantStatus(t, s, api.StepNonzeroExit)
-	if s.ExitCode != 3 {
-		t.Fatalf("exit code %d, want 3", s.ExitCode)
-	}
-	j := runJob(t, sb, api.JobRequest{Steps: []api.JobStep{{Args: []string{"sh", "-c", "exit 3"}, OKCodes: []int{0, 3}}}})
-	wantStatus(t, j.Steps[0], api.StepOK)
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		s := oneStep(t, sb, "echo hello; echo oops >&2; id -u; cat /proc/self/uid_map", nil)
+		wantStatus(t, s, api.StepOK)
+		// Root in a user namespace is host uid 100000; otherwise nobody.
+		uidMap := fmt.Sprintf("%10d %10d %10d\n", 0, 0, uint32(4294967295))
+		if sb.UserNS != nil {
+			uidMap = fmt.Sprintf("%10d %10d %10d\n", 0, testHostID, 65536)
+		}
+		if want := fmt.Sprintf("hello\n%d\n%s", sb.UID, uidMap); s.Stdout != want || s.Stderr != "oops\n" {
+			t.Fatalf("stdout %q stderr %q, want stdout %q", s.Stdout, s.Stderr, want)
+		}
+		if s.StartMs <= 0 || s.ExecMs <= 0 || s.TeardownMs <= 0 || s.MemoryPeak == 0 {
+			t.Fatalf("timings and memory not measured: %+v", s)
+		}
+		s = oneStep(t, sb, "exit 3", nil)
+		wantStatus(t, s, api.StepNonzeroExit)
+		if s.ExitCode != 3 {
+			t.Fatalf("exit code %d, want 3", s.ExitCode)
+		}
+		j := runJob(t, sb, api.JobRequest{Steps: []api.JobStep{{Args: []string{"sh", "-c", "exit 3"}, OKCodes: []int{0, 3}}}})
+		wantStatus(t, j.Steps[0], api.StepOK)
+	})
 }
 
 // TestForkBombContained: the pids limit stops the bomb, the wall time
 // limit ends the step, and the host can still start sandboxes.
 func TestForkBombContained(t *testing.T) {
-	sb := newSandbox(t)
-	s := oneStep(t, sb, "f(){ f | f & }; f; while :; do :; done", &api.JobLimits{Pids: 32, Timeout: "2s"})
-	wantStatus(t, s, api.StepTimeout)
-	if !strings.Contains(s.Stderr, "fork") {
-		t.Fatalf("stderr %q: want the shell's fork failures", s.Stderr)
-	}
-	wantStatus(t, oneStep(t, sb, "echo alive", nil), api.StepOK)
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		s := oneStep(t, sb, "f(){ f | f & }; f; while :; do :; done", &api.JobLimits{Pids: 32, Timeout: "2s"})
+		wantStatus(t, s, api.StepTimeout)
+		if !strings.Contains(s.Stderr, "fork") {
+			t.Fatalf("stderr %q: want the shell's fork failures", s.Stderr)
+		}
+		wantStatus(t, oneStep(t, sb, "echo alive", nil), api.StepOK)
+	})
 }
 
 func TestMemoryBombIsOOM(t *testing.T) {
-	sb := newSandbox(t)
-	s := oneStep(t, sb, "head -c 500m /dev/zero | tail", &api.JobLimits{Memory: "32Mi"})
-	wantStatus(t, s, api.StepOOM)
-	if s.MemoryPeak < 16<<20 {
-		t.Fatalf("peak memory %d: want near the 32Mi limit", s.MemoryPeak)
-	}
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		s := oneStep(t, sb, "head -c 500m /dev/zero | tail", &api.JobLimits{Memory: "32Mi"})
+		wantStatus(t, s, api.StepOOM)
+		if s.MemoryPeak < 16<<20 {
+			t.Fatalf("peak memory %d: want near the 32Mi limit", s.MemoryPeak)
+		}
+	})
 }
 
 func TestEndlessLoopTimesOut(t *testing.T) {
-	sb := newSandbox(t)
-	s := oneStep(t, sb, "while :; do :; done", &api.JobLimits{Timeout: "500ms", CPUTime: "10s"})
-	wantStatus(t, s, api.StepTimeout)
-	if s.WallMs < 500 || s.Signal != "killed" {
-		t.Fatalf("wall %.1fms signal %q: want killed at the 500ms limit, not before", s.WallMs, s.Signal)
-	}
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		s := oneStep(t, sb, "while :; do :; done", &api.JobLimits{Timeout: "500ms", CPUTime: "10s"})
+		wantStatus(t, s, api.StepTimeout)
+		if s.WallMs < 500 || s.Signal != "killed" {
+			t.Fatalf("wall %.1fms signal %q: want killed at the 500ms limit, not before", s.WallMs, s.Signal)
+		}
+	})
 }
 
 func TestCPUTimeLimit(t *testing.T) {
-	sb := newSandbox(t)
-	s := oneStep(t, sb, "while :; do :; done", &api.JobLimits{Timeout: "30s", CPUTime: "300ms"})
-	wantStatus(t, s, api.StepTimeout)
-	if s.CPUMs < 300 {
-		t.Fatalf("cpu %.1fms: killed before its 300ms of CPU", s.CPUMs)
-	}
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		s := oneStep(t, sb, "while :; do :; done", &api.JobLimits{Timeout: "30s", CPUTime: "300ms"})
+		wantStatus(t, s, api.StepTimeout)
+		if s.CPUMs < 300 {
+			t.Fatalf("cpu %.1fms: killed before its 300ms of CPU", s.CPUMs)
+		}
+	})
 }
 
 func TestOutputFloodIsCapped(t *testing.T) {
-	sb := newSandbox(t)
-	s := oneStep(t, sb, "yes flood", &api.JobLimits{Output: "4Ki"})
-	wantStatus(t, s, api.StepOutputLimit)
-	if len(s.Stdout) != 4096 || !s.StdoutTruncated || !strings.HasPrefix(s.Stdout, "flood\n") {
-		t.Fatalf("stdout %d bytes truncated=%v: want exactly the 4Ki cap", len(s.Stdout), s.StdoutTruncated)
-	}
-	s = oneStep(t, sb, "yes err >&2", &api.JobLimits{Output: "1Ki"})
-	wantStatus(t, s, api.StepOutputLimit)
-	if len(s.Stderr) != 1024 || !s.StderrTruncated {
-		t.Fatalf("stderr %d bytes truncated=%v", len(s.Stderr), s.StderrTruncated)
-	}
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		s := oneStep(t, sb, "yes flood", &api.JobLimits{Output: "4Ki"})
+		wantStatus(t, s, api.StepOutputLimit)
+		if len(s.Stdout) != 4096 || !s.StdoutTruncated || !strings.HasPrefix(s.Stdout, "flood\n") {
+			t.Fatalf("stdout %d bytes truncated=%v: want exactly the 4Ki cap", len(s.Stdout), s.StdoutTruncated)
+		}
+		s = oneStep(t, sb, "yes err >&2", &api.JobLimits{Output: "1Ki"})
+		wantStatus(t, s, api.StepOutputLimit)
+		if len(s.Stderr) != 1024 || !s.StderrTruncated {
+			t.Fatalf("stderr %d bytes truncated=%v", len(s.Stderr), s.StderrTruncated)
+		}
+	})
 }
 
 // TestNoNetwork: a step sees only a loopback of its own, and cannot reach
 // a server on the host's loopback.
 func TestNoNetwork(t *testing.T) {
-	sb := newSandbox(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	port := l.Addr().(*net.TCPAddr).Port
-	s := oneStep(t, sb, fmt.Sprintf(`ip -o link | cut -d: -f2; ip route; ip -6 route
-if nc -w 2 127.0.0.1 %d </dev/null; then echo REACHED; fi
-if wget -q -T 2 -O- http://10.0.2.2/ ; then echo REACHED; fi; exit 0`, port), nil)
-	wantStatus(t, s, api.StepOK)
-	if strings.TrimSpace(s.Stdout) != "lo" || strings.Contains(s.Stdout, "REACHED") {
-		t.Fatalf("network inside the sandbox:\n%s\nstderr: %s", s.Stdout, s.Stderr)
-	}
-	if accepted.Load() != 0 {
-		t.Fatal("the host's loopback server accepted a connection from the sandbox")
-	}
+		defer l.Close()
+		var accepted atomic.Int32
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+		port := l.Addr().(*net.TCPAddr).Port
+		s := oneStep(t, sb, fmt.Sprintf(`ip -o link | cut -d: -f2; ip route; ip -6 route
+	if nc -w 2 127.0.0.1 %d </dev/null; then echo REACHED; fi
+	if wget -q -T 2 -O- http://10.0.2.2/ ; then echo REACHED; fi; exit 0`, port), nil)
+		wantStatus(t, s, api.StepOK)
+		if strings.TrimSpace(s.Stdout) != "lo" || strings.Contains(s.Stdout, "REACHED") {
+			t.Fatalf("network inside the sandbox:\n%s\nstderr: %s", s.Stdout, s.Stderr)
+		}
+		if accepted.Load() != 0 {
+			t.Fatal("the host's loopback server accepted a connection from the sandbox")
+		}
+	})
 }
 
 func TestImageIsReadOnly(t *testing.T) {
-	sb := newSandbox(t)
-	j := runJob(t, sb, api.JobRequest{Limits: api.JobLimits{TmpSize: "16Mi", WorkSize: "16Mi"}, Steps: []api.JobStep{shStep(`for f in /bin/x /etc/passwd /x; do if echo x > $f; then echo WROTE $f; fi; done
-echo ok > /work/a && echo ok > /tmp/b && cat /work/a /tmp/b
-if dd if=/dev/zero of=/tmp/big bs=1M count=32 2>/dev/null; then echo BIGTMP; fi
-if dd if=/dev/zero of=/work/big bs=1M count=32 2>/dev/null; then echo BIGWORK; fi
-grep -c Cap /proc/self/status; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; grep Seccomp: /proc/self/status`, nil)}})
-	s := j.Steps[0]
-	wantStatus(t, s, api.StepOK)
-	for _, bad := range []string{"WROTE", "BIGTMP", "BIGWORK"} {
-		if strings.Contains(s.Stdout, bad) {
-			t.Fatalf("sandbox wrote where it must not:\n%s", s.Stdout)
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		j := runJob(t, sb, api.JobRequest{Limits: api.JobLimits{TmpSize: "16Mi", WorkSize: "16Mi"}, Steps: []api.JobStep{shStep(`for f in /bin/x /etc/passwd /x; do if echo x > $f; then echo WROTE $f; fi; done
+	echo ok > /work/a && echo ok > /tmp/b && cat /work/a /tmp/b
+	if dd if=/dev/zero of=/tmp/big bs=1M count=32 2>/dev/null; then echo BIGTMP; fi
+	if dd if=/dev/zero of=/work/big bs=1M count=32 2>/dev/null; then echo BIGWORK; fi
+	grep -c Cap /proc/self/status; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; grep Seccomp: /proc/self/status`, nil)}})
+		s := j.Steps[0]
+		wantStatus(t, s, api.StepOK)
+		for _, bad := range []string{"WROTE", "BIGTMP", "BIGWORK"} {
+			if strings.Contains(s.Stdout, bad) {
+				t.Fatalf("sandbox wrote where it must not:\n%s", s.Stdout)
+			}
 		}
-	}
-	for _, want := range []string{"ok\nok\n", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
-		if !strings.Contains(s.Stdout, want) {
-			t.Fatalf("stdout lacks %q:\n%s", want, s.Stdout)
+		for _, want := range []string{"ok\nok\n", "CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+			if !strings.Contains(s.Stdout, want) {
+				t.Fatalf("stdout lacks %q:\n%s", want, s.Stdout)
+			}
 		}
-	}
-	if !strings.Contains(s.Stderr, "Read-only file system") {
-		t.Fatalf("stderr %q: want read-only errors", s.Stderr)
-	}
+		if !strings.Contains(s.Stderr, "Read-only file system") {
+			t.Fatalf("stderr %q: want read-only errors", s.Stderr)
+		}
+	})
 }
 
 func TestFilesAndStdinArrive(t *testing.T) {
-	sb := newSandbox(t)
-	j := runJob(t, sb, api.JobRequest{
-		Files: map[string][]byte{"main.sh": []byte("read x; echo \"got $x\"; cat data/in.txt\n"), "data/in.txt": []byte("file content\n")},
-		Steps: []api.JobStep{{Args: []string{"sh", "main.sh"}, Stdin: []byte("stdin line\n")}},
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		j := runJob(t, sb, api.JobRequest{
+			Files: map[string][]byte{"main.sh": []byte("read x; echo \"got $x\"; cat data/in.txt\n"), "data/in.txt": []byte("file content\n")},
+			Steps: []api.JobStep{{Args: []string{"sh", "main.sh"}, Stdin: []byte("stdin line\n")}},
+		})
+		wantStatus(t, j.Steps[0], api.StepOK)
+		if j.Steps[0].Stdout != "got stdin line\nfile content\n" {
+			t.Fatalf("stdout %q", j.Steps[0].Stdout)
+		}
 	})
-	wantStatus(t, j.Steps[0], api.StepOK)
-	if j.Steps[0].Stdout != "got stdin line\nfile content\n" {
-		t.Fatalf("stdout %q", j.Steps[0].Stdout)
-	}
 }
 
 // TestTwoStepGrading: a student step writes its answer to the shared work
 // directory; a grader step reads it. A grader marked "success" is skipped
 // when the student step failed; one marked "always" runs regardless.
 func TestTwoStepGrading(t *testing.T) {
-	sb := newSandbox(t)
-	grade := func(student string, when string) api.Job {
-		return runJob(t, sb, api.JobRequest{
-			Files: map[string][]byte{"expected.txt": []byte("42\n")},
-			Steps: []api.JobStep{
-				{Name: "student", Args: []string{"sh", "-c", student}},
-				{Name: "grader", If: when, Args: []string{"sh", "-c", `if cmp -s out.txt expected.txt 2>/dev/null || [ "$(cat out.txt 2>/dev/null)" = "$(cat expected.txt)" ]; then echo PASS; else echo FAIL; fi`}},
-			},
-		})
-	}
-	j := grade("echo 42 > out.txt", "success")
-	wantStatus(t, j.Steps[0], api.StepOK)
-	wantStatus(t, j.Steps[1], api.StepOK)
-	if j.Steps[1].Stdout != "PASS\n" {
-		t.Fatalf("grader: %q", j.Steps[1].Stdout)
-	}
-	j = grade("echo 41 > out.txt", "always")
-	if j.Steps[1].Stdout != "FAIL\n" {
-		t.Fatalf("grader of a wrong answer: %q", j.Steps[1].Stdout)
-	}
-	j = grade("exit 1", "success")
-	wantStatus(t, j.Steps[0], api.StepNonzeroExit)
-	wantStatus(t, j.Steps[1], api.StepSkipped)
-	j = grade("exit 1", "always")
-	if j.Steps[1].Status != api.StepOK || j.Steps[1].Stdout != "FAIL\n" {
-		t.Fatalf("grader after a failed student step: %+v", j.Steps[1])
-	}
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		grade := func(student string, when string) api.Job {
+			return runJob(t, sb, api.JobRequest{
+				Files: map[string][]byte{"expected.txt": []byte("42\n")},
+				Steps: []api.JobStep{
+					{Name: "student", Args: []string{"sh", "-c", student}},
+					{Name: "grader", If: when, Args: []string{"sh", "-c", `if cmp -s out.txt expected.txt 2>/dev/null || [ "$(cat out.txt 2>/dev/null)" = "$(cat expected.txt)" ]; then echo PASS; else echo FAIL; fi`}},
+				},
+			})
+		}
+		j := grade("echo 42 > out.txt", "success")
+		wantStatus(t, j.Steps[0], api.StepOK)
+		wantStatus(t, j.Steps[1], api.StepOK)
+		if j.Steps[1].Stdout != "PASS\n" {
+			t.Fatalf("grader: %q", j.Steps[1].Stdout)
+		}
+		j = grade("echo 41 > out.txt", "always")
+		if j.Steps[1].Stdout != "FAIL\n" {
+			t.Fatalf("grader of a wrong answer: %q", j.Steps[1].Stdout)
+		}
+		j = grade("exit 1", "success")
+		wantStatus(t, j.Steps[0], api.StepNonzeroExit)
+		wantStatus(t, j.Steps[1], api.StepSkipped)
+		j = grade("exit 1", "always")
+		if j.Steps[1].Status != api.StepOK || j.Steps[1].Stdout != "FAIL\n" {
+			t.Fatalf("grader after a failed student step: %+v", j.Steps[1])
+		}
+	})
 }
 
 func TestCancelKillsStep(t *testing.T) {
-	sb := newSandbox(t)
-	p, err := NewPlan(api.JobRequest{Image: "busybox:1", Steps: []api.JobStep{shStep("sleep 60", nil), shStep("echo never", nil)}}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
-	j := api.Job{ID: "jcancel" + fmt.Sprint(os.Getpid())}
-	if err := sb.Run(ctx, &j, p); err != nil {
-		t.Fatal(err)
-	}
-	wantStatus(t, j.Steps[0], api.StepKilled)
-	wantStatus(t, j.Steps[1], api.StepKilled)
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		p, err := NewPlan(api.JobRequest{Image: "busybox:1", Steps: []api.JobStep{shStep("sleep 60", nil), shStep("echo never", nil)}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(300 * time.Millisecond); cancel() }()
+		j := api.Job{ID: "jcancel" + fmt.Sprint(os.Getpid())}
+		if err := sb.Run(ctx, &j, p); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, j.Steps[0], api.StepKilled)
+		wantStatus(t, j.Steps[1], api.StepKilled)
+	})
 }

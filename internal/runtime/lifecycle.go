@@ -82,6 +82,9 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	if err := checkAccountFiles(filepath.Join(bundle, "rootfs")); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
+	if err := prepareUserNS(filepath.Join(bundle, "rootfs"), &s); err != nil {
+		return nil, fmt.Errorf("container %q: %w", s.ID, err)
+	}
 	spec, err := generate(&s, u, r.host)
 	if err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)

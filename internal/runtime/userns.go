@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
+	"strings"
 	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -67,6 +69,35 @@ func UserNSUsable(hostID, size uint32) error {
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("user namespace with root as host uid %d: %w %s", hostID, err, out)
+	}
+	return nil
+}
+
+// prepareUserNS makes the mount points a user-namespaced container needs in
+// its root filesystem, as the host's root, before the runtime runs: root in
+// the container cannot create them in image directories owned by the
+// host's root. Paths are resolved inside rootfs, never through a symlink
+// out of it.
+func prepareUserNS(rootfs string, s *Spec) error {
+	if s.UserNS == nil {
+		return nil
+	}
+	dirs := []string{"proc", "dev", "sys"}
+	for _, m := range s.Mounts {
+		d := strings.TrimPrefix(path.Clean(m.Destination), "/")
+		if d != "" && d != "dev" && !strings.HasPrefix(d, "dev/") {
+			dirs = append(dirs, d)
+		}
+	}
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, d := range dirs {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("mount point /%s: %w", d, err)
+		}
 	}
 	return nil
 }
