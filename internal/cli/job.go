@@ -180,6 +180,9 @@ func printJobResult(cmd *cobra.Command, j api.Job) error {
 			if code == 0 {
 				code = 1
 			}
+			if s.Error != "" {
+				fmt.Fprintf(stderr, "shoal: job %s step %s: %s\n", j.ID, name, s.Error)
+			}
 		default:
 			code = 1
 			msg := s.Status
@@ -234,6 +237,11 @@ func newJobGetCmd(g *globals) *cobra.Command {
 			}
 			if len(rows) > 0 {
 				table(w, []string{"STEP", "NAME", "STATUS", "EXIT", "WALL", "CPU", "MEMORY"}, rows)
+			}
+			for i, s := range j.Steps {
+				if s.Error != "" {
+					fmt.Fprintf(w, "step %d: %s\n", i, s.Error)
+				}
 			}
 			return nil
 		},

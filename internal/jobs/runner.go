@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -292,6 +293,12 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		outR.Close()
 		errR.Close()
 		s.RT.Delete(context.WithoutCancel(ctx), id)
+		if notExecutable(err) {
+			// The submission's fault, not the platform's: reported as a
+			// shell would (127).
+			res.Status, res.ExitCode, res.Error = api.StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
+			return res
+		}
 		return internalError(res, fmt.Errorf("start: %w", err))
 	}
 	end, exit, werr := s.supervise(ctx, id, st.Limits, outR, errR, &res)
@@ -345,6 +352,14 @@ func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {
 		}
 	}
 	return api.StepNonzeroExit
+}
+
+// notExecutable reports an OCI runtime error about the step's command:
+// missing, not executable, or not in $PATH.
+func notExecutable(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "executable file not found") ||
+		(strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "permission denied")))
 }
 
 func internalError(res api.StepResult, err error) api.StepResult {

@@ -177,6 +177,11 @@ func TestHelloWorld(t *testing.T) {
 		}
 		j := runJob(t, sb, api.JobRequest{Steps: []api.JobStep{{Args: []string{"sh", "-c", "exit 3"}, OKCodes: []int{0, 3}}}})
 		wantStatus(t, j.Steps[0], api.StepOK)
+		j = runJob(t, sb, api.JobRequest{Steps: []api.JobStep{{Args: []string{"no-such-command"}}}})
+		wantStatus(t, j.Steps[0], api.StepNonzeroExit)
+		if j.Steps[0].ExitCode != 127 || !strings.Contains(j.Steps[0].Error, "no-such-command") {
+			t.Fatalf("missing command: %+v", j.Steps[0])
+		}
 	})
 }
 

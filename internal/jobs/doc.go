@@ -1,0 +1,19 @@
+// Package jobs runs untrusted code as jobs: a persistent queue in the store,
+// a pure scheduler (weighted fair share between tenants by job count,
+// priorities within a tenant, per-tenant quotas), slots bounding how many
+// jobs run at once, callbacks with retries and back-off, a retention period
+// for results, and the Sandbox that runs a job's steps in hard-limited
+// containers sharing one work directory.
+//
+// A job is written to the store when it is submitted, when it starts and
+// when it ends (jobs/<id>, see store.JobKey). A restarted daemon queues
+// again what was queued and what was running (that attempt is counted; a
+// job lost MaxAttempts times is failed with the reason), and retries
+// callbacks still pending. A daemon that stops gracefully kills its running
+// jobs and queues them again without counting the attempt.
+//
+// The Manager holds the Scheduler under its lock and starts a goroutine
+// per running job; the Runner (a Sandbox in the daemon, a fake in the queue
+// tests) runs the steps. Time comes from a clock.Clock so that retention
+// and back-off are tested with the fake clock.
+package jobs
