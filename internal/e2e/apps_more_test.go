@@ -226,3 +226,61 @@ max_body = "1Ki"
 		t.Fatalf("deleted app left its folder: %v", err)
 	}
 }
+
+// Deleting an app answers 503 for it at once, lets the request in flight
+// finish, and then forgets the app (404).
+func TestAppDeleteDrains(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("cpuburn")
+	d.deploy(`
+name = "burn"
+image = "cpuburn:1"
+[scale]
+min = 1
+[resources]
+cpu = 1
+`)
+	d.waitApp("burn", "ready", func(a api.App) bool { return a.Ready == 1 })
+	proxy := d.proxyAddr()
+	slow := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+"/?ms=2000", nil)
+		req.Host = "burn.localhost"
+		resp, err := client.Do(req)
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.Status
+	}()
+	d.waitApp("burn", "the slow request is in flight", func(a api.App) bool {
+		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
+	})
+	removed := make(chan result, 1)
+	go func() { removed <- d.shoal("app", "rm", "burn") }()
+	saw503 := false
+	for i := 0; i < 500; i++ {
+		code, body, _ := get(t, proxy, "burn", "/?ms=0")
+		if code == 503 && strings.Contains(body, "deleted") {
+			saw503 = true
+			break
+		}
+		if code == 404 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := <-slow; st != "200 OK" {
+		t.Fatalf("the request in flight during the delete: %s", st)
+	}
+	if r := <-removed; r.code != 0 {
+		t.Fatalf("app rm: %s", r.stderr)
+	}
+	if !saw503 {
+		t.Fatal("no 503 for the app while it was being deleted")
+	}
+	if code, _, _ := get(t, proxy, "burn", "/"); code != 404 {
+		t.Fatalf("after the delete: %d, want 404", code)
+	}
+}
