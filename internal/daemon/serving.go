@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -59,7 +62,27 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		return err
 	}
 	d.apps = m
+	d.notes = append(d.notes, criuNote(ctx))
 	return nil
+}
+
+// criuNote says which fast path idle replicas take on this host: the
+// freezer always; checkpoint/restore is not used, and why it could not be
+// here when CRIU itself refuses.
+func criuNote(ctx context.Context) string {
+	const base = "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start, CRIU checkpoint/restore is not used"
+	path, err := exec.LookPath("criu")
+	if err != nil {
+		return base + " (criu is not installed)"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "check").CombinedOutput()
+	if err != nil || bytes.Contains(out, []byte("Error")) {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return base + " (criu check fails on this host: " + lines[len(lines)-1] + ")"
+	}
+	return base
 }
 
 // closeServing stops taking requests and stops the controllers; replicas
