@@ -36,11 +36,24 @@ type cliEnv struct {
 	daemon  *exec.Cmd
 	exited  chan struct{}
 	http    *http.Client
+	net     daemonNet
 }
 
-// startDaemon starts `shoal daemon` and waits until /v1/health answers.
-func startDaemon(ctx context.Context, bin, dir string) (_ *cliEnv, retErr error) {
+// daemonNet is the bridge, subnet and cgroup parent a benchmark daemon uses,
+// apart from those of other suites and of any daemon on the host.
+type daemonNet struct{ bridge, subnet, cgroupParent string }
+
+// startDaemon starts `shoal daemon` on the lifecycle suite's network and
+// waits until /v1/health answers.
+func startDaemon(ctx context.Context, bin, dir string) (*cliEnv, error) {
+	return startDaemonOn(ctx, bin, dir, daemonNet{daemonBenchBridge, daemonBenchSubnet, daemonBenchCgroupParent})
+}
+
+// startDaemonOn starts `shoal daemon` on network n and waits until
+// /v1/health answers.
+func startDaemonOn(ctx context.Context, bin, dir string, n daemonNet) (_ *cliEnv, retErr error) {
 	e := &cliEnv{
+		net:     n,
 		bin:     bin,
 		dataDir: filepath.Join(dir, "data"),
 		runDir:  filepath.Join(dir, "run"),
@@ -63,7 +76,7 @@ func startDaemon(ctx context.Context, bin, dir string) (_ *cliEnv, retErr error)
 	}
 	defer logFile.Close()
 	args := []string{"daemon", "--data-dir", e.dataDir, "--run-dir", e.runDir, "--api", e.host,
-		"--runtime", "runc", "--bridge", daemonBenchBridge, "--subnet", daemonBenchSubnet, "--cgroup-parent", daemonBenchCgroupParent,
+		"--runtime", "runc", "--bridge", n.bridge, "--subnet", n.subnet, "--cgroup-parent", n.cgroupParent,
 		"--log-level", "debug", "--log-format", "json"}
 	if help, _ := exec.CommandContext(ctx, bin, "daemon", "--help").CombinedOutput(); bytes.Contains(help, []byte("--proxy")) {
 		args = append(args, "--proxy", "127.0.0.1:0")
@@ -222,7 +235,7 @@ func (e *cliEnv) close(ctx context.Context) error {
 	}
 	nm, err := network.New(ctx, network.Options{
 		StateDir: filepath.Join(e.runDir, "netns"), CNIConfDir: filepath.Join(e.dataDir, "cni"),
-		Bridge: daemonBenchBridge, Subnet: daemonBenchSubnet, PoolSize: -1, Logger: slog.New(slog.DiscardHandler),
+		Bridge: e.net.bridge, Subnet: e.net.subnet, PoolSize: -1, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err == nil {
 		if err := nm.Restore(ctx, nil); err != nil {
