@@ -61,5 +61,18 @@
 // The lifecycle suite (Lifecycle) measures a container's life from creation
 // to removal: `shoal run --rm` through the real CLI and daemon, the runtime
 // API's phases in-process (create, start, exec, delete), bare `runc run` and
-// its phases, and `podman run --rm` of the same root filesystem.
+// its phases, and `podman run --rm` of the same root filesystem; and the
+// first HTTP response of the hello example app (shoal with network none and
+// bridge, a bare process, bare runc, podman; crun where it works).
+//
+// The host suite (Host) runs the same workloads as a bare process and in a
+// shoal container: xz of a generated corpus at 1 and 2 threads, memory copy
+// bandwidth by block size, dd and sysbench fileio, TCP request-response and
+// throughput over loopback and over the bridge, boot to ready; and says why
+// no VM column is measured. The storage suite (Storage) compares overlay
+// (shoal's default), a plain copy of the root file system and a bind volume:
+// create time and small-file reads and writes from 10 to 100 000 files, and
+// SQLite queries and table copies from ~150 kB to ~100 MB. Both run their
+// workloads through Worker (`shoal bench-worker`), a copy of the static shoal
+// binary inside the container, so both sides run the same code.
 package bench
