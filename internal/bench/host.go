@@ -175,8 +175,9 @@ func (e *hostEnv) cpu(ctx context.Context, rep *Report) error {
 		tables = append(tables, tab)
 	}
 	r1, r2 := tables[0].Ratio(hostRowShoal, hostRowHost), tables[1].Ratio(hostRowShoal, hostRowHost)
-	rep.Para("Compressing in the container takes %s (1 thread) and %s (2 threads) of the host's time. %s",
-		FormatRatio(r1), FormatRatio(r2), overheadWords(math.Max(r1, r2)-1, "CPU-bound work"))
+	rep.Para("Compressing in the container takes %s (1 thread) and %s (2 threads) of the host's time. %s%s%s",
+		FormatRatio(r1), FormatRatio(r2), overheadWords(math.Max(r1, r2)-1, "CPU-bound work"),
+		tables[0].Overlap(hostRowShoal, hostRowHost), tables[1].Overlap(hostRowShoal, hostRowHost))
 	return nil
 }
 

@@ -135,7 +135,7 @@ func (e *hostEnv) disk(ctx context.Context, rep *Report) error {
 		"ratios show what the layer in between costs. %s",
 		FormatRatio(ov), FormatRatio(vo), FormatRatio(rt.Ratio(places[1].name, hostRowHost)), FormatRatio(rt.Ratio(places[2].name, hostRowHost)),
 		FormatRatio(st.Ratio(places[1].name, hostRowHost)), FormatRatio(st.Ratio(places[2].name, hostRowHost)),
-		overheadWords(1-math.Min(ov, vo), "sequential writes"))
+		overheadWords(1-math.Min(ov, vo), "sequential writes")+wt.Overlap(places[1].name, hostRowHost))
 	return nil
 }
 

@@ -24,7 +24,7 @@ func (e *storageEnv) sqlite(ctx context.Context, rep *Report) error {
 		label string
 		rows  int
 	}
-	sizes := []size{{"~150 kB", 1500}, {"~10 MB", 100000}, {"~100 MB", 1000000}}
+	sizes := []size{{"~150 kB", 1500}, {"~10 MB", 130000}, {"~100 MB", 1300000}}
 	if e.o.Quick {
 		sizes = []size{{"~150 kB", 1500}, {"~2 MB", 20000}}
 	}

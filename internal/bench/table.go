@@ -271,3 +271,21 @@ func BarsOf(title string, groups []string, series []string, tables []Table) []by
 	}
 	return BarChart(title, groups, series, values)
 }
+
+// Overlap returns a sentence saying that rows a and b cannot be told apart
+// in this run because their spreads (min–max) overlap and the medians are
+// within 20 % of each other, or "" when they can.
+func (t Table) Overlap(a, b string) string {
+	ra, rb := t.Row(a), t.Row(b)
+	if !ra.OK() || !rb.OK() {
+		return ""
+	}
+	sa, sb := ra.Stats(), rb.Stats()
+	if sa.Min > sb.Max || sb.Min > sa.Max {
+		return ""
+	}
+	if r := sa.Median / sb.Median; r > 1.2 || r < 1/1.2 {
+		return fmt.Sprintf(" The spreads of *%s* and *%s* overlap: the host was busy during this run and the difference may be noise.", a, b)
+	}
+	return fmt.Sprintf(" The spreads of *%s* and *%s* overlap: this run cannot tell them apart.", a, b)
+}
