@@ -93,8 +93,14 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 		}
 	}
 	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots; sandboxes run %s, with no capabilities and no network", slots, how))
+	metered := newMeteredRunner(sb, d.reg, func() (int, int, int) {
+		if d.jobs == nil || d.jobs.Manager == nil {
+			return 0, 0, slots
+		}
+		return d.jobs.Stats()
+	})
 	m, err := jobs.Open(ctx, jobs.Options{
-		Store: d.store, Runner: sb, Slots: slots, Weights: weights, Quotas: quotas,
+		Store: d.store, Runner: metered, Slots: slots, Weights: weights, Quotas: quotas,
 		DefaultQuota: jobs.Quota{MaxQueued: 10000},
 		CheckImage: func(ctx context.Context, ref string) error {
 			_, err := d.images.Get(ctx, ref)

@@ -95,6 +95,27 @@ func TestJobRunCLI(t *testing.T) {
 	if r := d.shoal("job", "get", "jnosuchjob"); r.code != 1 || !strings.Contains(r.stderr, "not found") {
 		t.Fatalf("get unknown: %d %q", r.code, r.stderr)
 	}
+	metrics := d.getText("/metrics")
+	for _, want := range []string{`shoal_job_steps_total{status="ok"}`, `shoal_job_steps_total{status="timeout"} 1`, "shoal_job_slots ", `shoal_job_step_phase_seconds_count{phase="start"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// getText GETs a path of the daemon's API and returns the body.
+func (d *daemon) getText(path string) string {
+	d.t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
+	}}}
+	resp, err := hc.Get("http://shoal" + path)
+	if err != nil {
+		d.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // TestJobBadSubmissions: each bad request is refused with 4xx naming the

@@ -21,9 +21,11 @@ import (
 
 // Runner runs one job's steps to the end and fills in j.Steps. It returns
 // an error only when the platform could not run the job at all; ctx ends
-// when the job is cancelled or the daemon stops.
+// when the job is cancelled or the daemon stops. It may call ready once
+// j's results are final and it only has cleaning up left: the job is then
+// answered right away, while its slot stays taken until Run returns.
 type Runner interface {
-	Run(ctx context.Context, j *api.Job, p *Plan) error
+	Run(ctx context.Context, j *api.Job, p *Plan, ready func()) error
 }
 
 // Options configure a Manager.
@@ -331,18 +333,33 @@ func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
 	// The start is stored while the sandbox starts; the result is stored
 	// after it. A crash before the start is stored finds the job queued and
 	// runs it again.
-	started := make(chan time.Duration, 1)
+	started := make(chan struct{})
 	go func(j api.Job) {
-		t := time.Now()
+		defer close(started)
 		if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
 			m.log.Error("job start not stored", "job", j.ID, "err", err)
 		}
-		started <- time.Since(t)
 	}(j)
 	t1 := time.Now()
-	err := m.o.Runner.Run(ctx, &j, e.plan)
-	t2 := time.Now()
-	storeStart := <-started
+	var once sync.Once
+	publish := func(err error) {
+		once.Do(func() {
+			<-started
+			m.publish(ctx, e, j, err, time.Since(t1))
+		})
+	}
+	err := m.o.Runner.Run(ctx, &j, e.plan, func() { publish(nil) })
+	publish(err)
+	m.mu.Lock()
+	m.sched.Done(j.Tenant)
+	m.free++
+	m.dispatch()
+	m.mu.Unlock()
+}
+
+// publish ends job j (as the runner left it, err from Run): stores it,
+// answers its waiters and sends its callback.
+func (m *Manager) publish(ctx context.Context, e *entry, j api.Job, err error, ran time.Duration) {
 	now := m.clock.Now()
 	m.mu.Lock()
 	cancelled, closing := e.cancelled, m.closing && !e.cancelled
@@ -366,23 +383,20 @@ func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
 	if j.Callback != "" && j.State != api.JobQueued {
 		j.CallbackState = "pending"
 	}
+	t := time.Now()
 	if err := m.put(context.WithoutCancel(ctx), &j, req, e.seq); err != nil {
 		m.log.Error("job result not stored", "job", j.ID, "err", err)
 	}
-	t3 := time.Now()
 	m.mu.Lock()
 	e.job = j
 	delete(m.live, j.ID)
-	m.sched.Done(j.Tenant)
-	m.free++
 	close(e.done)
-	m.dispatch()
 	m.mu.Unlock()
 	if j.CallbackState == "pending" {
 		m.deliverLater(j)
 	}
 	m.log.Debug("job finished", "job", j.ID, "tenant", j.Tenant, "state", j.State, "ok", j.OK,
-		"store_start", storeStart.String(), "run", t2.Sub(t1).String(), "store_result", t3.Sub(t2).String())
+		"run", ran.String(), "store_result", time.Since(t).String())
 }
 
 func stepsOK(steps []api.StepResult) bool {

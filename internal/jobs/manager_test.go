@@ -24,6 +24,9 @@ type fakeRunner struct {
 	mu      sync.Mutex
 	started []string
 	block   bool
+	// readyFirst makes Run call ready before it blocks (a result known,
+	// clean-up left).
+	readyFirst bool
 	release map[string]chan struct{}
 	startCh chan string
 }
@@ -32,13 +35,17 @@ func newFakeRunner(block bool) *fakeRunner {
 	return &fakeRunner{block: block, release: map[string]chan struct{}{}, startCh: make(chan string, 1000)}
 }
 
-func (f *fakeRunner) Run(ctx context.Context, j *api.Job, p *Plan) error {
+func (f *fakeRunner) Run(ctx context.Context, j *api.Job, p *Plan, ready func()) error {
 	f.mu.Lock()
 	f.started = append(f.started, j.ID)
 	ch := make(chan struct{})
 	f.release[j.ID] = ch
 	f.mu.Unlock()
 	f.startCh <- j.ID
+	if f.readyFirst {
+		j.Steps = []api.StepResult{{Status: api.StepOK}}
+		ready()
+	}
 	if f.block {
 		select {
 		case <-ch:
@@ -202,6 +209,36 @@ func TestCrashTwiceFails(t *testing.T) {
 	if got.State != api.JobFailed || got.Error == "" || got.Attempts != 2 {
 		t.Fatalf("after two lost attempts: %+v, want failed with a reason", got)
 	}
+}
+
+// TestReadyAnswersBeforeCleanup: a job is answered when the runner says
+// its result is ready, and its slot is free only once the runner returns.
+func TestReadyAnswersBeforeCleanup(t *testing.T) {
+	st := openStore(t)
+	r := newFakeRunner(true)
+	r.readyFirst = true
+	m := openManager(t, Options{Store: st, Runner: r, Slots: 1})
+	defer m.Close()
+	js, err := m.Submit(context.Background(), []api.JobRequest{hello("a"), hello("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.waitStart(t)
+	j, err := m.Wait(context.Background(), first)
+	if err != nil || j.State != api.JobDone || !j.OK {
+		t.Fatalf("first job while its runner cleans up: %+v %v", j, err)
+	}
+	select {
+	case id := <-r.startCh:
+		t.Fatalf("job %s started while the first still held the only slot", id)
+	default:
+	}
+	r.finish(first)
+	second := r.waitStart(t)
+	if second == first || (second != js[0].ID && second != js[1].ID) {
+		t.Fatalf("second start %s", second)
+	}
+	r.finish(second)
 }
 
 func TestCloseRequeuesRunning(t *testing.T) {

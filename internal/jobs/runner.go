@@ -100,8 +100,10 @@ func (s *Sandbox) hostOwner() (int, int) {
 	return s.UID, s.GID
 }
 
-// Run runs every step of job j as planned by p.
-func (s *Sandbox) Run(ctx context.Context, j *api.Job, p *Plan) error {
+// Run runs every step of job j as planned by p. Once the last step that
+// runs has ended and its result is known, it calls ready (the job can be
+// answered), then removes that step's container and the work directory.
+func (s *Sandbox) Run(ctx context.Context, j *api.Job, p *Plan, ready func()) error {
 	t0 := time.Now()
 	img, err := s.Images.Get(ctx, p.Req.Image)
 	if err != nil {
@@ -116,25 +118,52 @@ func (s *Sandbox) Run(ctx context.Context, j *api.Job, p *Plan) error {
 	prep := time.Since(t0)
 	j.Steps = make([]api.StepResult, 0, len(p.Steps))
 	okSoFar := true
-	for i := range p.Steps {
+	// skip says whether step i will not run, and how it ends then.
+	skip := func(i int) (api.StepResult, bool) {
 		st := &p.Steps[i]
-		if ctx.Err() != nil {
-			j.Steps = append(j.Steps, api.StepResult{Name: st.Name, Status: api.StepKilled, Error: "cancelled before it started"})
-			okSoFar = false
+		switch {
+		case ctx.Err() != nil:
+			return api.StepResult{Name: st.Name, Status: api.StepKilled, Error: "cancelled before it started"}, true
+		case st.If == "success" && !okSoFar:
+			return api.StepResult{Name: st.Name, Status: api.StepSkipped}, true
+		}
+		return api.StepResult{}, false
+	}
+	for i := 0; i < len(p.Steps); i++ {
+		if res, skipped := skip(i); skipped {
+			okSoFar = okSoFar && res.Status != api.StepKilled
+			j.Steps = append(j.Steps, res)
 			continue
 		}
-		if st.If == "success" && !okSoFar {
-			j.Steps = append(j.Steps, api.StepResult{Name: st.Name, Status: api.StepSkipped})
-			continue
-		}
-		res := s.step(ctx, j.ID, i, img, p, st, work)
+		res, teardown := s.step(ctx, j.ID, i, img, p, &p.Steps[i], work)
 		if i == 0 {
 			res.CreateMs += ms(prep)
 		}
 		if res.Status != api.StepOK {
 			okSoFar = false
 		}
+		last := true
+		for k := i + 1; k < len(p.Steps); k++ {
+			if _, skipped := skip(k); !skipped {
+				last = false
+				break
+			}
+		}
+		if !last {
+			res.TeardownMs = ms(teardown())
+			j.Steps = append(j.Steps, res)
+			continue
+		}
 		j.Steps = append(j.Steps, res)
+		idx := len(j.Steps) - 1
+		for k := i + 1; k < len(p.Steps); k++ {
+			res, _ := skip(k)
+			j.Steps = append(j.Steps, res)
+		}
+		ready()
+		// Measured, but after the answer: seen in the daemon's metrics.
+		j.Steps[idx].TeardownMs = ms(teardown())
+		break
 	}
 	s.log().Debug("job sandbox done", "job", j.ID, "total", time.Since(t0).String())
 	return nil
@@ -250,34 +279,46 @@ type stepEnd struct {
 	timeout, cpu, output, cancelled bool
 }
 
-func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string) api.StepResult {
+// step runs step i and returns its result and the function that removes
+// its container and namespace (and says how long that took).
+func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string) (api.StepResult, func() time.Duration) {
 	res := api.StepResult{Name: st.Name}
 	t0 := time.Now()
 	id := fmt.Sprintf("%s-%d", jobID, i)
 	spec := s.spec(id, img, p, st, work)
 	spec.Labels[LabelJob] = jobID
 	var att *network.Attachment
-	if s.Net != nil {
-		var err error
-		if att, err = s.Net.Acquire(ctx, id, network.None); err != nil {
-			return internalError(res, fmt.Errorf("network namespace: %w", err))
+	started := false
+	teardown := func() time.Duration {
+		t := time.Now()
+		if started {
+			if err := s.RT.Delete(context.WithoutCancel(ctx), id); err != nil {
+				s.log().Warn("remove job container", "container", id, "err", err)
+			}
 		}
-		spec.NetNSPath = att.NSPath
-		defer func() {
+		if att != nil {
 			if err := s.Net.Release(context.WithoutCancel(ctx), att); err != nil {
 				s.log().Warn("release job namespace", "container", id, "err", err)
 			}
-		}()
+		}
+		return time.Since(t)
+	}
+	if s.Net != nil {
+		var err error
+		if att, err = s.Net.Acquire(ctx, id, network.None); err != nil {
+			return internalError(res, fmt.Errorf("network namespace: %w", err)), teardown
+		}
+		spec.NetNSPath = att.NSPath
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return internalError(res, err)
+		return internalError(res, err), teardown
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return internalError(res, err)
+		return internalError(res, err), teardown
 	}
 	spec.Stdout, spec.Stderr = outW, errW
 	if len(st.Stdin) > 0 {
@@ -297,10 +338,11 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 			// The submission's fault, not the platform's: reported as a
 			// shell would (127).
 			res.Status, res.ExitCode, res.Error = api.StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
-			return res
+			return res, teardown
 		}
-		return internalError(res, fmt.Errorf("start: %w", err))
+		return internalError(res, fmt.Errorf("start: %w", err)), teardown
 	}
+	started = true
 	end, exit, werr := s.supervise(ctx, id, st.Limits, outR, errR, &res)
 	tExited := time.Now()
 	res.ExecMs = ms(tExited.Sub(tStarted))
@@ -313,19 +355,15 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 			end.cpu = true // the kernel's RLIMIT_CPU or the daemon's check
 		}
 	}
-	if err := s.RT.Delete(context.WithoutCancel(ctx), id); err != nil {
-		s.log().Warn("remove job container", "container", id, "err", err)
-	}
-	res.TeardownMs = ms(time.Since(tExited))
 	if werr != nil {
-		return internalError(res, werr)
+		return internalError(res, werr), teardown
 	}
 	res.ExitCode = exit.Code
 	if exit.Signal != 0 {
 		res.Signal = exit.Signal.String()
 	}
 	res.Status = status(end, exit, st.OKCodes)
-	return res
+	return res, teardown
 }
 
 func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {

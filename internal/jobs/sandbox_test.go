@@ -126,7 +126,7 @@ func runJob(t *testing.T, sb *Sandbox, req api.JobRequest) api.Job {
 		t.Fatal(err)
 	}
 	j := api.Job{ID: fmt.Sprintf("jt%d-%d", os.Getpid(), jobSeq.Add(1))}
-	if err := sb.Run(context.Background(), &j, p); err != nil {
+	if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 		t.Fatal(err)
 	}
 	if left, _ := os.ReadDir(sb.Dir); len(left) != 0 {
@@ -358,7 +358,7 @@ func TestCancelKillsStep(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(300 * time.Millisecond); cancel() }()
 		j := api.Job{ID: "jcancel" + fmt.Sprint(os.Getpid())}
-		if err := sb.Run(ctx, &j, p); err != nil {
+		if err := sb.Run(ctx, &j, p, func() {}); err != nil {
 			t.Fatal(err)
 		}
 		wantStatus(t, j.Steps[0], api.StepKilled)

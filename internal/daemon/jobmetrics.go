@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/jobs"
+)
+
+// meteredRunner counts job steps by status and times their phases.
+type meteredRunner struct {
+	jobs.Runner
+	steps  *prometheus.CounterVec
+	phases *prometheus.HistogramVec
+}
+
+func newMeteredRunner(r jobs.Runner, reg *prometheus.Registry, stats func() (queued, running, slots int)) *meteredRunner {
+	m := &meteredRunner{
+		Runner: r,
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_job_steps_total", Help: "Job steps run, by status.",
+		}, []string{"status"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shoal_job_step_phase_seconds",
+			Help:    "Time of each phase of a job step: create, start, exec, teardown.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"phase"}),
+	}
+	reg.MustRegister(m.steps, m.phases)
+	for _, g := range []struct {
+		name, help string
+		pick       func(q, r, s int) int
+	}{
+		{"shoal_jobs_queued", "Jobs waiting for a slot.", func(q, _, _ int) int { return q }},
+		{"shoal_jobs_running", "Jobs running.", func(_, r, _ int) int { return r }},
+		{"shoal_job_slots", "Jobs that may run at once.", func(_, _, s int) int { return s }},
+	} {
+		pick := g.pick
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
+			return float64(pick(stats()))
+		}))
+	}
+	return m
+}
+
+func (m *meteredRunner) Run(ctx context.Context, j *api.Job, p *jobs.Plan, ready func()) error {
+	err := m.Runner.Run(ctx, j, p, ready)
+	for _, s := range j.Steps {
+		m.steps.WithLabelValues(s.Status).Inc()
+		if s.Status == api.StepSkipped {
+			continue
+		}
+		for ph, v := range map[string]float64{"create": s.CreateMs, "start": s.StartMs, "exec": s.ExecMs, "teardown": s.TeardownMs} {
+			m.phases.WithLabelValues(ph).Observe((time.Duration(v * float64(time.Millisecond))).Seconds())
+		}
+	}
+	return err
+}
