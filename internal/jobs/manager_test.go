@@ -27,8 +27,8 @@ type fakeRunner struct {
 	// readyFirst makes Run call ready before it blocks (a result known,
 	// clean-up left).
 	readyFirst bool
-	release map[string]chan struct{}
-	startCh chan string
+	release    map[string]chan struct{}
+	startCh    chan string
 }
 
 func newFakeRunner(block bool) *fakeRunner {
