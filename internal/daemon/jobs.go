@@ -9,6 +9,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -44,7 +45,8 @@ type jobService struct {
 //
 // Slots default to two per CPU; SHOAL_JOB_SLOTS overrides it, and
 // SHOAL_JOB_TENANTS sets weights and quotas
-// ("NAME=WEIGHT[:MAXQUEUED[:MAXRUNNING]],...").
+// ("NAME=WEIGHT[:MAXQUEUED[:MAXRUNNING]],..."), SHOAL_JOB_RETENTION how
+// long finished jobs are kept (default 24h).
 func (d *Daemon) openJobs(ctx context.Context) error {
 	slots := 2 * goruntime.NumCPU()
 	if v := os.Getenv("SHOAL_JOB_SLOTS"); v != "" {
@@ -57,6 +59,12 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 	weights, quotas, err := parseTenants(os.Getenv("SHOAL_JOB_TENANTS"))
 	if err != nil {
 		return err
+	}
+	var retention time.Duration
+	if v := os.Getenv("SHOAL_JOB_RETENTION"); v != "" {
+		if retention, err = time.ParseDuration(v); err != nil || retention <= 0 {
+			return fmt.Errorf("SHOAL_JOB_RETENTION=%q: want a duration such as 24h", v)
+		}
 	}
 	svc := &jobService{}
 	sb := &jobs.Sandbox{RT: d.rt, Images: d.images, Net: d.net, UID: jobUID, GID: jobUID, Clock: clock.Real{}, Log: d.log}
@@ -101,7 +109,7 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 	})
 	m, err := jobs.Open(ctx, jobs.Options{
 		Store: d.store, Runner: metered, Slots: slots, Weights: weights, Quotas: quotas,
-		DefaultQuota: jobs.Quota{MaxQueued: 10000},
+		DefaultQuota: jobs.Quota{MaxQueued: 10000}, Retention: retention,
 		CheckImage: func(ctx context.Context, ref string) error {
 			_, err := d.images.Get(ctx, ref)
 			return err
