@@ -64,6 +64,10 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
 // bc was found closed before any answer and r may be sent again.
 func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, bc *bconn, mayRetry bool) (again bool) {
 	ctx := r.Context()
+	if bc.dl {
+		bc.c.SetReadDeadline(time.Time{})
+		bc.dl = false
+	}
 	stop := context.AfterFunc(ctx, func() { bc.c.SetDeadline(aLongTimeAgo) })
 	keep := false
 	defer func() {

@@ -58,7 +58,8 @@ func deadAddr(t *testing.T) string {
 
 type front struct {
 	p      *Proxy
-	srv    *httptest.Server
+	addr   string // host:port of the proxy's listener
+	url    string
 	client *http.Client
 }
 
@@ -68,16 +69,34 @@ func newFront(t *testing.T, o Options) *front {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	p := New(o)
-	srv := httptest.NewServer(p)
-	t.Cleanup(srv.Close)
+	addr := serveProxy(t, p)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &front{p: p, srv: srv, client: &http.Client{Transport: tr}}
+	return &front{p: p, addr: addr, url: "http://" + addr, client: &http.Client{Transport: tr}}
+}
+
+// serveProxy runs p.Serve on a loopback listener until the test ends and
+// returns its address.
+func serveProxy(t testing.TB, p *Proxy) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(l) }()
+	t.Cleanup(func() {
+		p.Close()
+		if err := <-done; err != http.ErrServerClosed {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	return l.Addr().String()
 }
 
 func (f *front) req(t *testing.T, method, host, path string, body io.Reader) *http.Request {
 	t.Helper()
-	r, err := http.NewRequest(method, f.srv.URL+path, body)
+	r, err := http.NewRequest(method, f.url+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}

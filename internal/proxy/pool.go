@@ -23,6 +23,8 @@ type bconn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	reused bool
+	dl     bool // a read deadline may be set
+	src    bsrc
 	peek   [1]byte
 }
 
@@ -61,7 +63,9 @@ func (p *pool) get(ctx context.Context, addr string, fresh, check bool) (*bconn,
 	if err != nil {
 		return nil, &dialError{err: err}
 	}
-	bc := &bconn{c: c, br: bufio.NewReaderSize(c, 8<<10), bw: bufio.NewWriterSize(c, 8<<10)}
+	bc := &bconn{c: c, bw: bufio.NewWriterSize(c, 8<<10)}
+	bc.src.c = c
+	bc.br = bufio.NewReaderSize(&bc.src, 8<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		bc.raw, _ = sc.SyscallConn()
 	}

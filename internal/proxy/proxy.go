@@ -83,7 +83,8 @@ type Options struct {
 	Transport http.RoundTripper
 }
 
-// Proxy is an http.Handler that forwards requests to app replicas.
+// Proxy forwards requests to app replicas: as an http.Handler, or, faster,
+// on the connections it accepts itself in Serve.
 type Proxy struct {
 	activator Activator
 	domain    string // ".<domain>", lower case, or ""
@@ -96,6 +97,8 @@ type Proxy struct {
 
 	mu        sync.Mutex           // serializes table changes
 	endpoints map[string]*endpoint // by ID; guarded by mu
+
+	front server // the listener side of Serve
 }
 
 // New returns a Proxy with an empty table.
@@ -130,6 +133,7 @@ func New(o Options) *Proxy {
 	}
 	empty := map[string]*app{}
 	p.table.Store(&empty)
+	p.front.init(p)
 	return p
 }
 

@@ -276,7 +276,7 @@ func TestUpgradePassesThrough(t *testing.T) {
 	})
 	f.p.SetRoute(route("a", b))
 
-	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	conn, err := net.Dial("tcp", f.addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,240 @@
+package proxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sizes of a client connection's buffers. A request head must fit in the
+// read buffer to take the fast path.
+const (
+	clientReadBuffer  = 8 << 10
+	clientWriteBuffer = 4 << 10
+	// inlineBody is the largest request body read before it is sent, so
+	// that the request goes to the replica in one write and can be sent
+	// again after a failed connect; larger bodies are streamed.
+	inlineBody = 16 << 10
+	// maxDrain is the largest unread request body skipped to keep a
+	// connection after an error answer; beyond it the connection closes.
+	maxDrain = 256 << 10
+)
+
+// States of a client connection, for Shutdown.
+const (
+	stateIdle int32 = iota
+	stateActive
+	stateClosed
+)
+
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, clientReadBuffer) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, clientWriteBuffer) }}
+)
+
+func putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	readers.Put(br)
+}
+
+// cconn is one client connection served by the fast path, in one
+// goroutine: a request is read, forwarded on a pooled replica connection,
+// and answered before the next is read.
+type cconn struct {
+	f     *server
+	c     net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	state atomic.Int32
+
+	client string // the client's address, for X-Forwarded-For
+	proto  string // X-Forwarded-Proto
+
+	rdl, wdl time.Time // deadlines set on c; the zero time when unknown
+
+	req    request
+	ans    answer
+	out    []byte // the request as sent to the replica
+	unread int64  // bytes of the request body still in the connection
+	st     reqState
+	start  time.Time // of the request in st
+	w      watcher
+}
+
+func newCconn(f *server, c net.Conn) *cconn {
+	cc := &cconn{f: f, c: c, proto: "http"}
+	cc.client, _, _ = net.SplitHostPort(c.RemoteAddr().String())
+	if cc.client == "" {
+		cc.client = c.RemoteAddr().String()
+	}
+	if _, ok := c.(*tls.Conn); ok {
+		cc.proto = "https"
+	}
+	cc.w.c = cc
+	return cc
+}
+
+// outcome is what becomes of a client connection after a request.
+type outcome int
+
+const (
+	keepConn outcome = iota
+	closeConn
+	handOff
+)
+
+// errHandOff reports a request head the fast path leaves to net/http.
+var errHandOff = errors.New("request for net/http")
+
+func (c *cconn) serve() {
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(c.c)
+	c.bw = writers.Get().(*bufio.Writer)
+	c.bw.Reset(c.c)
+	handed := false
+	defer func() {
+		c.f.remove(c)
+		c.bw.Reset(nil)
+		writers.Put(c.bw)
+		if !handed {
+			c.c.Close()
+			putReader(c.br)
+		}
+	}()
+	for {
+		c.state.Store(stateIdle)
+		if c.f.shutting.Load() {
+			return
+		}
+		c.readTimeout(IdleTimeout)
+		if _, err := c.br.Peek(1); err != nil {
+			return
+		}
+		if !c.state.CompareAndSwap(stateIdle, stateActive) {
+			return
+		}
+		n, err := c.readHead()
+		if err == errHandOff {
+			handed = c.handOff()
+			return
+		}
+		if err != nil {
+			return
+		}
+		switch c.serveRequest(n) {
+		case handOff:
+			handed = c.handOff()
+			return
+		case closeConn:
+			return
+		}
+	}
+}
+
+// readHead waits for a whole request head in the read buffer and returns
+// its length.
+func (c *cconn) readHead() (int, error) {
+	for slow := false; ; slow = true {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		switch n := headEnd(buf); {
+		case n > 0:
+			return n, nil
+		case n < 0 || len(buf) == c.br.Size():
+			return 0, errHandOff
+		}
+		if !slow {
+			c.readTimeout(HeaderTimeout)
+		}
+		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			if len(buf) > 0 && errors.Is(err, bufio.ErrBufferFull) {
+				return 0, errHandOff
+			}
+			return 0, err
+		}
+	}
+}
+
+// handOff gives the connection, with what was read of it, to net/http.
+func (c *cconn) handOff() bool {
+	c.c.SetDeadline(time.Time{})
+	c.bw.Flush()
+	if !c.f.handed.give(&handedConn{Conn: c.c, br: c.br}) {
+		return false
+	}
+	return true
+}
+
+// readTimeout makes the next reads fail after d, moving the deadline only
+// when it is too far off: too late, or more than an eighth of d early.
+func (c *cconn) readTimeout(d time.Duration) {
+	want := time.Now().Add(d)
+	if c.rdl.After(want) || want.Sub(c.rdl) > d/8 {
+		c.rdl = want
+		c.c.SetReadDeadline(want)
+	}
+}
+
+// writeTimeout bounds the next writes in the same way.
+func (c *cconn) writeTimeout() {
+	want := time.Now().Add(ioTimeout)
+	if want.Sub(c.wdl) > ioTimeout/8 {
+		c.wdl = want
+		c.c.SetWriteDeadline(want)
+	}
+}
+
+// readBody appends the n-byte request body to c.out.
+func (c *cconn) readBody(n int64) error {
+	if int64(c.br.Buffered()) < n {
+		c.readTimeout(ioTimeout)
+	}
+	l := len(c.out)
+	c.out = append(c.out, make([]byte, n)...)
+	_, err := io.ReadFull(c.br, c.out[l:])
+	if err == nil {
+		c.unread = 0
+	}
+	return err
+}
+
+// skipBody discards an n-byte request body that was not forwarded and
+// tells whether the connection can go on.
+func (c *cconn) skipBody(n int64) bool {
+	if n == 0 {
+		return true
+	}
+	if n > maxDrain {
+		return false
+	}
+	c.readTimeout(ioTimeout)
+	_, err := c.br.Discard(int(n))
+	return err == nil
+}
+
+// lingerClose half-closes the connection and reads what the client still
+// sends for a moment before closing, so that an answer the client has not
+// read yet is not lost to a reset.
+func (c *cconn) lingerClose() {
+	if tc, ok := c.c.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	c.c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.CopyN(io.Discard, c.c, maxDrain)
+}
+
+// writeStatus starts an answer to the client.
+func (c *cconn) writeStatus(code int, text string) {
+	c.writeTimeout()
+	c.bw.WriteString("HTTP/1.1 ")
+	var num [8]byte
+	c.bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	c.bw.WriteByte(' ')
+	c.bw.WriteString(text)
+	c.bw.WriteString("\r\n")
+}

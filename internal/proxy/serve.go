@@ -1,0 +1,249 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Timeouts of the connections a Proxy accepts itself (Serve).
+const (
+	// HeaderTimeout bounds the arrival of a request head once its first
+	// byte came.
+	HeaderTimeout = 10 * time.Second
+	// IdleTimeout closes a kept-alive client connection with no request.
+	IdleTimeout = 2 * time.Minute
+	// ioTimeout ends a client connection whose request body or answer
+	// makes no progress for this long, so that a slow client does not hold
+	// a replica's connection forever.
+	ioTimeout = time.Minute
+	// watchAfter is how long a request waits for its replica's answer
+	// before the client connection is watched for a hang-up.
+	watchAfter = 50 * time.Millisecond
+)
+
+// server is the state of the proxy's own HTTP/1.1 front end: the listeners
+// it serves, the client connections it holds, and the net/http server that
+// takes over connections whose requests the fast path does not handle.
+type server struct {
+	p        *Proxy
+	ctx      context.Context
+	cancel   context.CancelFunc
+	shutting atomic.Bool
+
+	mu        sync.Mutex
+	listeners map[*net.Listener]struct{}
+	conns     map[*cconn]struct{}
+	gone      chan struct{} // closed and replaced when a connection ends during shutdown
+
+	stdOnce sync.Once
+	std     *http.Server
+	handed  *handoffListener
+}
+
+func (f *server) init(p *Proxy) {
+	f.p = p
+	f.ctx, f.cancel = context.WithCancel(context.Background())
+	f.listeners = map[*net.Listener]struct{}{}
+	f.conns = map[*cconn]struct{}{}
+	f.gone = make(chan struct{})
+	f.handed = &handoffListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	f.std = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: HeaderTimeout,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// Serve accepts HTTP/1.1 connections on l and answers their requests until
+// Shutdown or Close, then returns http.ErrServerClosed. Plain requests take
+// the proxy's own fast path; a connection whose request it does not handle
+// (an upgrade, Expect, a chunked upload, HTTP/1.0, an absolute URI, a head
+// over 8 KiB, anything malformed) is handed, with the bytes already read,
+// to a net/http server that runs the same handler for the rest of its life.
+func (p *Proxy) Serve(l net.Listener) error {
+	f := &p.front
+	f.mu.Lock()
+	if f.shutting.Load() {
+		f.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	f.listeners[&l] = struct{}{}
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.listeners, &l)
+		f.mu.Unlock()
+	}()
+	f.stdOnce.Do(func() { go f.std.Serve(f.handed) })
+	var delay time.Duration
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if f.shutting.Load() {
+				return http.ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of descriptors and the like: wait and go on.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			p.log.Warn("proxy: accept failed", "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		cc := f.add(c)
+		if cc == nil {
+			c.Close()
+			continue
+		}
+		go cc.serve()
+	}
+}
+
+// Shutdown stops accepting, closes idle client connections, and waits for
+// the requests in flight to be answered (their connections are then
+// closed), or for ctx to end.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	f := &p.front
+	f.mu.Lock()
+	f.shutting.Store(true)
+	f.closeListenersLocked()
+	f.mu.Unlock()
+	stdErr := make(chan error, 1)
+	go func() { stdErr <- f.std.Shutdown(ctx) }()
+	for {
+		f.mu.Lock()
+		for c := range f.conns {
+			if c.state.CompareAndSwap(stateIdle, stateClosed) {
+				c.c.Close()
+			}
+		}
+		n, gone := len(f.conns), f.gone
+		f.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-gone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.cancel()
+	return <-stdErr
+}
+
+// Close stops accepting and closes every client connection at once.
+func (p *Proxy) Close() error {
+	f := &p.front
+	f.mu.Lock()
+	f.shutting.Store(true)
+	f.closeListenersLocked()
+	for c := range f.conns {
+		c.state.Store(stateClosed)
+		c.c.Close()
+	}
+	f.mu.Unlock()
+	f.cancel()
+	return f.std.Close()
+}
+
+func (f *server) closeListenersLocked() {
+	for l := range f.listeners {
+		(*l).Close()
+	}
+	f.handed.Close()
+}
+
+// add tracks a new client connection; nil once shutting down.
+func (f *server) add(c net.Conn) *cconn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.shutting.Load() {
+		return nil
+	}
+	cc := newCconn(f, c)
+	f.conns[cc] = struct{}{}
+	return cc
+}
+
+// remove forgets a client connection that ended or was handed off.
+func (f *server) remove(c *cconn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	if f.shutting.Load() {
+		close(f.gone)
+		f.gone = make(chan struct{})
+	}
+	f.mu.Unlock()
+}
+
+// handoffListener gives connections to the fallback net/http server.
+type handoffListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return handoffAddr{} }
+
+// give hands c over; false once the listener is closed.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+type handoffAddr struct{}
+
+func (handoffAddr) Network() string { return "handoff" }
+func (handoffAddr) String() string  { return "handoff" }
+
+// handedConn is a client connection given to net/http together with the
+// bytes the fast path had already read from it.
+type handedConn struct {
+	net.Conn
+	mu sync.Mutex
+	br *bufio.Reader
+}
+
+func (h *handedConn) Read(b []byte) (int, error) {
+	h.mu.Lock()
+	if br := h.br; br != nil {
+		if br.Buffered() > 0 {
+			n, err := br.Read(b)
+			h.mu.Unlock()
+			return n, err
+		}
+		h.br = nil
+		putReader(br)
+	}
+	h.mu.Unlock()
+	return h.Conn.Read(b)
+}
