@@ -76,11 +76,10 @@ type Daemon struct {
 	notes   []string
 	locks   []*os.File
 
-	events      *events.Log
-	proxy       *proxy.Proxy
-	proxyServer *http.Server
-	proxyAddr   string
-	apps        *serving.Manager
+	events    *events.Log
+	proxy     *proxy.Proxy
+	proxyAddr string
+	apps      *serving.Manager
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running

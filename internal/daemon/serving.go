@@ -40,10 +40,8 @@ func (d *Daemon) openServing(ctx context.Context) error {
 			return fmt.Errorf("--proxy %s: %w", cfg.Proxy, err)
 		}
 		d.proxyAddr = l.Addr().String()
-		s := &http.Server{Handler: d.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-		d.proxyServer = s
 		go func() {
-			if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := d.proxy.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("proxy stopped", "addr", d.proxyAddr, "err", err)
 			}
 		}()
@@ -88,11 +86,11 @@ func criuNote(ctx context.Context) string {
 // closeServing stops taking requests and stops the controllers; replicas
 // keep running for the next daemon.
 func (d *Daemon) closeServing() {
-	if d.proxyServer != nil {
+	if d.proxyAddr != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		d.proxyServer.Shutdown(ctx)
+		d.proxy.Shutdown(ctx)
 		cancel()
-		d.proxyServer.Close()
+		d.proxy.Close()
 	}
 	if d.apps != nil {
 		d.apps.Close()
