@@ -334,6 +334,10 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		outR.Close()
 		errR.Close()
 		s.RT.Delete(context.WithoutCancel(ctx), id)
+		if ctx.Err() != nil {
+			res.Status, res.ExitCode, res.Error = api.StepKilled, -1, "cancelled while it started"
+			return res, teardown
+		}
 		if notExecutable(err) {
 			// The submission's fault, not the platform's: reported as a
 			// shell would (127).
