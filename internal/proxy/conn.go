@@ -127,7 +127,11 @@ func (c *cconn) serve() {
 		if err != nil {
 			return
 		}
-		switch c.serveRequest(n) {
+		oc := c.serveRequest(n)
+		if cap(c.out) > 4<<10 {
+			c.out = nil // a large body's buffer is not kept
+		}
+		switch oc {
 		case handOff:
 			handed = c.handOff()
 			return
@@ -152,9 +156,6 @@ func (c *cconn) readHead() (int, error) {
 			c.readTimeout(HeaderTimeout)
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
-			if len(buf) > 0 && errors.Is(err, bufio.ErrBufferFull) {
-				return 0, errHandOff
-			}
 			return 0, err
 		}
 	}

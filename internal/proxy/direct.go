@@ -66,7 +66,7 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 	ctx := r.Context()
 	if bc.dl {
 		bc.c.SetReadDeadline(time.Time{})
-		bc.dl = false
+		bc.dl, bc.rdl = false, time.Time{}
 	}
 	stop := context.AfterFunc(ctx, func() { bc.c.SetDeadline(aLongTimeAgo) })
 	keep := false

@@ -23,7 +23,8 @@ type bconn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	reused bool
-	dl     bool // a read deadline may be set
+	dl     bool      // a read deadline may be set
+	rdl    time.Time // the read deadline the fast path set
 	src    bsrc
 	peek   [1]byte
 }
@@ -64,7 +65,7 @@ func (p *pool) get(ctx context.Context, addr string, fresh, check bool) (*bconn,
 		return nil, &dialError{err: err}
 	}
 	bc := &bconn{c: c, bw: bufio.NewWriterSize(c, 8<<10)}
-	bc.src.c = c
+	bc.src.bc = bc
 	bc.br = bufio.NewReaderSize(&bc.src, 8<<10)
 	if sc, ok := c.(syscall.Conn); ok {
 		bc.raw, _ = sc.SyscallConn()

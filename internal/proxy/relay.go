@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -67,6 +68,7 @@ func (c *cconn) exchange(bc *bconn, mayRetry bool) (again bool, oc outcome) {
 		return false, c.fail(err)
 	}
 	if c.unread > 0 {
+		c.w.pause() // it may have watched while the request was queued
 		if oc, ok := c.sendBody(bc); !ok {
 			return false, oc
 		}
@@ -180,14 +182,14 @@ func (c *cconn) relay(bc *bconn, keepBackend *bool) outcome {
 	switch {
 	case bodyless:
 	case a.chunked:
-		if res = c.copyChunks(httputil.NewChunkedReader(bc.br)); res == copied {
+		if res = c.copyChunks(httputil.NewChunkedReader(bc.br), bc.br); res == copied {
 			res = c.copyTrailers(bc)
 		}
 	case a.cl >= 0:
 		res = c.copyLen(bc.br, a.cl, a.stream)
 	default:
 		a.close = true
-		if res = c.copyChunks(bc.br); res == copied {
+		if res = c.copyChunks(bc.br, bc.br); res == copied {
 			c.bw.WriteString("0\r\n\r\n")
 		}
 	}
@@ -273,8 +275,10 @@ func (c *cconn) copyLen(src io.Reader, n int64, flush bool) copyResult {
 }
 
 // copyChunks copies a body of unknown length up to its EOF in chunked
-// coding, flushing every read; the last chunk is left to the caller.
-func (c *cconn) copyChunks(src io.Reader) copyResult {
+// coding; the last chunk is left to the caller. src reads from in, and the
+// client's connection is flushed whenever in has (almost) nothing more
+// buffered, so that a streamed answer is not held back.
+func (c *cconn) copyChunks(src io.Reader, in *bufio.Reader) copyResult {
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	buf := *bp
@@ -287,7 +291,7 @@ func (c *cconn) copyChunks(src io.Reader) copyResult {
 			c.bw.WriteString("\r\n")
 			c.bw.Write(buf[:m])
 			c.bw.WriteString("\r\n")
-			if c.bw.Flush() != nil {
+			if in.Buffered() < 32 && c.bw.Flush() != nil {
 				return clientFailed
 			}
 		}
@@ -363,7 +367,8 @@ func (c *cconn) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	if err != nil {
 		return c.fail(err)
 	}
-	defer resp.Body.Close()
+	// resp.Body is not closed: Close would read the rest of an unfinished
+	// body; the connection is closed instead.
 	c.st.code = resp.StatusCode
 	closing := c.req.close || c.f.shutting.Load()
 	bodyless := c.req.isHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
@@ -400,7 +405,7 @@ func (c *cconn) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	switch {
 	case bodyless:
 	case chunked:
-		if res = c.copyChunks(resp.Body); res == copied {
+		if res = c.copyChunks(resp.Body, bc.br); res == copied {
 			c.bw.WriteString("0\r\n")
 			for k, vs := range resp.Trailer {
 				for _, v := range vs {

@@ -23,9 +23,10 @@ const (
 	// makes no progress for this long, so that a slow client does not hold
 	// a replica's connection forever.
 	ioTimeout = time.Minute
-	// watchAfter is how long a request waits for its replica's answer
-	// before the client connection is watched for a hang-up.
-	watchAfter = 50 * time.Millisecond
+	// watchAfter is about how long a request waits for its replica's
+	// answer before the client connection is watched for a hang-up (half
+	// of it at least).
+	watchAfter = 250 * time.Millisecond
 )
 
 // server is the state of the proxy's own HTTP/1.1 front end: the listeners

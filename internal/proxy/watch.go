@@ -58,8 +58,9 @@ func (w *watcher) run() {
 	w.mu.Unlock()
 }
 
-// stop ends watching and forgets the request's state.
-func (w *watcher) stop() {
+// pause ends the watching goroutine, so that the connection's goroutine
+// may read the client connection; what it found stays known.
+func (w *watcher) pause() {
 	if w.running {
 		w.halt.Store(true)
 		w.c.c.SetReadDeadline(aLongTimeAgo)
@@ -67,6 +68,11 @@ func (w *watcher) stop() {
 		w.running = false
 		w.c.rdl = time.Time{}
 	}
+}
+
+// stop ends watching and forgets the request's state.
+func (w *watcher) stop() {
+	w.pause()
 	if w.cancel != nil {
 		w.setCancel(nil)
 	}
@@ -80,17 +86,27 @@ func (w *watcher) setCancel(cancel context.CancelFunc) {
 }
 
 // attach makes bc the replica connection to interrupt, and gives its reads
-// a deadline of watchAfter (none when watching already).
+// a deadline between watchAfter/2 and watchAfter away (none when watching
+// already).
 func (w *watcher) attach(bc *bconn) {
 	w.mu.Lock()
 	w.bc = bc.c
 	w.mu.Unlock()
 	bc.src.w = w
 	bc.dl = true
-	if w.running {
-		bc.c.SetReadDeadline(time.Time{})
-	} else {
-		bc.c.SetReadDeadline(time.Now().Add(watchAfter))
+	switch {
+	case w.running:
+		if !bc.rdl.IsZero() {
+			bc.rdl = time.Time{}
+			bc.c.SetReadDeadline(bc.rdl)
+		}
+	default:
+		// The deadline moves only when less than half of watchAfter is
+		// left, so most requests do not touch it.
+		if now := time.Now(); bc.rdl.Before(now.Add(watchAfter / 2)) {
+			bc.rdl = now.Add(watchAfter)
+			bc.c.SetReadDeadline(bc.rdl)
+		}
 	}
 }
 
@@ -103,11 +119,12 @@ func (w *watcher) detach(bc *bconn) {
 
 // keepWaiting is called when a read from the replica timed out: it starts
 // watching and tells whether to read on.
-func (w *watcher) keepWaiting(bc net.Conn) bool {
+func (w *watcher) keepWaiting(bc *bconn) bool {
 	if w.gone.Load() {
 		return false
 	}
-	bc.SetReadDeadline(time.Time{})
+	bc.rdl = time.Time{}
+	bc.c.SetReadDeadline(bc.rdl)
 	w.start()
 	// The watcher sets gone before it moves the deadline: seeing it unset
 	// here means a later hang-up still interrupts the read.
@@ -117,14 +134,14 @@ func (w *watcher) keepWaiting(bc net.Conn) bool {
 // bsrc is what a replica connection's reader reads: the connection, whose
 // deadline, when a watcher is attached, starts the watcher.
 type bsrc struct {
-	c net.Conn
-	w *watcher
+	bc *bconn
+	w  *watcher
 }
 
 func (s *bsrc) Read(p []byte) (int, error) {
-	n, err := s.c.Read(p)
-	for n == 0 && err != nil && s.w != nil && errors.Is(err, os.ErrDeadlineExceeded) && s.w.keepWaiting(s.c) {
-		n, err = s.c.Read(p)
+	n, err := s.bc.c.Read(p)
+	for n == 0 && err != nil && s.w != nil && errors.Is(err, os.ErrDeadlineExceeded) && s.w.keepWaiting(s.bc) {
+		n, err = s.bc.c.Read(p)
 	}
 	return n, err
 }
