@@ -64,6 +64,7 @@ type cconn struct {
 	unread int64  // bytes of the request body still in the connection
 	st     reqState
 	start  time.Time // of the request in st
+	num    [20]byte  // for formatting numbers without allocating
 	w      watcher
 }
 
@@ -233,8 +234,7 @@ func (c *cconn) lingerClose() {
 func (c *cconn) writeStatus(code int, text string) {
 	c.writeTimeout()
 	c.bw.WriteString("HTTP/1.1 ")
-	var num [8]byte
-	c.bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	c.bw.Write(strconv.AppendInt(c.num[:0], int64(code), 10))
 	c.bw.WriteByte(' ')
 	c.bw.WriteString(text)
 	c.bw.WriteString("\r\n")

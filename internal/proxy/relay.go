@@ -204,8 +204,7 @@ func (c *cconn) writeFraming(chunked bool, cl int64, closing bool) {
 		c.bw.WriteString("Transfer-Encoding: chunked\r\n")
 	case cl >= 0:
 		c.bw.WriteString("Content-Length: ")
-		var num [20]byte
-		c.bw.Write(strconv.AppendInt(num[:0], cl, 10))
+		c.bw.Write(strconv.AppendInt(c.num[:0], cl, 10))
 		c.bw.WriteString("\r\n")
 	}
 	if closing {
@@ -282,12 +281,11 @@ func (c *cconn) copyChunks(src io.Reader, in *bufio.Reader) copyResult {
 	bp := buffers.Get().(*[]byte)
 	defer buffers.Put(bp)
 	buf := *bp
-	var num [20]byte
 	for {
 		m, err := src.Read(buf)
 		if m > 0 {
 			c.writeTimeout()
-			c.bw.Write(strconv.AppendInt(num[:0], int64(m), 16))
+			c.bw.Write(strconv.AppendInt(c.num[:0], int64(m), 16))
 			c.bw.WriteString("\r\n")
 			c.bw.Write(buf[:m])
 			c.bw.WriteString("\r\n")
