@@ -222,18 +222,15 @@ func (c *cconn) finishAnswer(res copyResult, backendReusable, closing bool, keep
 			res = clientFailed
 		}
 	}
-	switch res {
-	case copied:
+	if res == copied {
 		*keepBackend = backendReusable
 		if closing {
 			return closeConn
 		}
 		return keepConn
-	case backendFailed:
-		if !c.w.gone.Load() {
-			c.f.p.log.Warn("proxy: replica cut its answer short", "app", c.st.app.name, "endpoint", c.st.ep.id)
-		}
-	case clientFailed:
+	}
+	if res == backendFailed && !c.w.gone.Load() {
+		c.f.p.log.Warn("proxy: replica cut its answer short", "app", c.st.app.name, "endpoint", c.st.ep.id)
 	}
 	// The client's answer is cut short rather than made to look whole.
 	return closeConn
