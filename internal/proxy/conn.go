@@ -113,7 +113,7 @@ func (c *cconn) serve() {
 		if c.f.shutting.Load() {
 			return
 		}
-		c.readTimeout(IdleTimeout)
+		c.readTimeout(c.f.timeouts.idle)
 		if _, err := c.br.Peek(1); err != nil {
 			return
 		}
@@ -154,7 +154,7 @@ func (c *cconn) readHead() (int, error) {
 			return 0, errHandOff
 		}
 		if !slow {
-			c.readTimeout(HeaderTimeout)
+			c.readTimeout(c.f.timeouts.header)
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
 			return 0, err
@@ -184,8 +184,9 @@ func (c *cconn) readTimeout(d time.Duration) {
 
 // writeTimeout bounds the next writes in the same way.
 func (c *cconn) writeTimeout() {
-	want := time.Now().Add(ioTimeout)
-	if want.Sub(c.wdl) > ioTimeout/8 {
+	d := c.f.timeouts.io
+	want := time.Now().Add(d)
+	if want.Sub(c.wdl) > d/8 {
 		c.wdl = want
 		c.c.SetWriteDeadline(want)
 	}
@@ -194,7 +195,7 @@ func (c *cconn) writeTimeout() {
 // readBody appends the n-byte request body to c.out.
 func (c *cconn) readBody(n int64) error {
 	if int64(c.br.Buffered()) < n {
-		c.readTimeout(ioTimeout)
+		c.readTimeout(c.f.timeouts.io)
 	}
 	l := len(c.out)
 	c.out = append(c.out, make([]byte, n)...)
@@ -214,7 +215,7 @@ func (c *cconn) skipBody(n int64) bool {
 	if n > maxDrain {
 		return false
 	}
-	c.readTimeout(ioTimeout)
+	c.readTimeout(c.f.timeouts.io)
 	_, err := c.br.Discard(int(n))
 	return err == nil
 }

@@ -85,7 +85,7 @@ func (c *cconn) exchange(bc *bconn, mayRetry bool) (again bool, oc outcome) {
 func (c *cconn) sendBody(bc *bconn) (outcome, bool) {
 	for c.unread > 0 {
 		if c.br.Buffered() == 0 {
-			c.readTimeout(ioTimeout)
+			c.readTimeout(c.f.timeouts.io)
 			if _, err := c.br.Peek(1); err != nil {
 				c.st.code = http.StatusBadRequest
 				c.reject(c.st.code, fmt.Errorf("reading the request body: %w", err), "body", true)

@@ -46,6 +46,13 @@ type server struct {
 	stdOnce sync.Once
 	std     *http.Server
 	handed  *handoffListener
+
+	timeouts timeouts // set before Serve; shorter in tests
+}
+
+// timeouts of the client connections.
+type timeouts struct {
+	header, idle, io time.Duration
 }
 
 func (f *server) init(p *Proxy) {
@@ -54,6 +61,7 @@ func (f *server) init(p *Proxy) {
 	f.listeners = map[*net.Listener]struct{}{}
 	f.conns = map[*cconn]struct{}{}
 	f.gone = make(chan struct{})
+	f.timeouts = timeouts{header: HeaderTimeout, idle: IdleTimeout, io: ioTimeout}
 	f.handed = &handoffListener{conns: make(chan net.Conn), done: make(chan struct{})}
 	f.std = &http.Server{
 		Handler:           p,
@@ -184,6 +192,7 @@ func (f *server) remove(c *cconn) {
 	if f.shutting.Load() {
 		close(f.gone)
 		f.gone = make(chan struct{})
+	f.timeouts = timeouts{header: HeaderTimeout, idle: IdleTimeout, io: ioTimeout}
 	}
 	f.mu.Unlock()
 }

@@ -421,3 +421,51 @@ func TestShutdownDrains(t *testing.T) {
 		t.Fatalf("Serve after Shutdown = %v", err)
 	}
 }
+
+// shortFront is a front whose client connections time out quickly.
+func shortFront(t *testing.T, to timeouts) *front {
+	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p.front.timeouts = to // before Serve
+	addr := serveProxy(t, p)
+	return &front{p: p, addr: addr, url: "http://" + addr}
+}
+
+func TestServeSlowClientLetsGo(t *testing.T) {
+	f := shortFront(t, timeouts{header: time.Minute, idle: time.Minute, io: 200 * time.Millisecond})
+	const size = 256 << 20
+	ended := make(chan struct{})
+	f.p.SetRoute(route("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		defer close(ended)
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		chunk := make([]byte, 64<<10)
+		for n := 0; n < size; n += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})))
+	rc := f.dial(t)
+	rc.send("GET / HTTP/1.1\r\nHost: a.localhost\r\n\r\n")
+	// The client reads nothing: the proxy gives up on it and lets the
+	// replica's connection go.
+	recv(t, ended, "the replica's handler to end")
+	eventually(t, "in-flight to drop", func() bool { return f.p.Stats("a").InFlight == 0 })
+}
+
+func TestServeHeadAndIdleTimeouts(t *testing.T) {
+	f := shortFront(t, timeouts{header: 100 * time.Millisecond, idle: 100 * time.Millisecond, io: time.Minute})
+	f.p.SetRoute(route("a", echo(t)))
+	rc := f.dial(t)
+	rc.send("GET / HTTP/1.1\r\nHo")
+	if !rc.closed() {
+		t.Fatal("a connection with half a head stayed open past the head timeout")
+	}
+	rc = f.dial(t)
+	rc.send("GET / HTTP/1.1\r\nHost: a.localhost\r\n\r\n")
+	if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "GET / " {
+		t.Fatalf("GET: %d %q", resp.StatusCode, body)
+	}
+	if !rc.closed() {
+		t.Fatal("an idle connection stayed open past the idle timeout")
+	}
+}
