@@ -192,7 +192,6 @@ func (f *server) remove(c *cconn) {
 	if f.shutting.Load() {
 		close(f.gone)
 		f.gone = make(chan struct{})
-		f.timeouts = timeouts{header: HeaderTimeout, idle: IdleTimeout, io: ioTimeout}
 	}
 	f.mu.Unlock()
 }
