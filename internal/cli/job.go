@@ -76,7 +76,7 @@ func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, err
 		}
 		return req, nil
 	}
-	if len(args) < 2 {
+	if len(args) < 1 || len(commandArgs(args)) == 0 {
 		return api.JobRequest{}, usageErrorf("%s needs IMAGE and a command (or --from FILE)\nRun '%s --help' for usage", cmd.CommandPath(), cmd.CommandPath())
 	}
 	req := f.req
@@ -84,7 +84,7 @@ func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, err
 	f.lim.Output = f.maxOutput
 	req.Limits = f.lim
 	step := f.step
-	step.Args = args[1:]
+	step.Args = commandArgs(args)
 	if f.stdin != "" {
 		b, err := readInput(cmd, f.stdin)
 		if err != nil {

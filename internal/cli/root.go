@@ -131,6 +131,17 @@ func minArgs(n int) cobra.PositionalArgs {
 	}
 }
 
+// commandArgs returns the command after IMAGE in args: flag parsing stops
+// at IMAGE, so a "--" written to set the command apart is still there and
+// is dropped here (`shoal run IMAGE -- ls -l` runs `ls -l`).
+func commandArgs(args []string) []string {
+	cmd := args[1:]
+	if len(cmd) > 0 && cmd[0] == "--" {
+		cmd = cmd[1:]
+	}
+	return cmd
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",

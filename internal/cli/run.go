@@ -53,7 +53,7 @@ Without --rm the stopped container stays listed by "shoal ps -a" until
 				req.Timeout = timeout.String()
 			}
 			req.Image = args[0]
-			req.Args = args[1:]
+			req.Args = commandArgs(args)
 			c, err := g.client()
 			if err != nil {
 				return err
