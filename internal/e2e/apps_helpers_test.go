@@ -200,3 +200,50 @@ func load(t *testing.T, proxy, app, path string, n, c int) (failed int, first st
 	wg.Wait()
 	return failed, first
 }
+
+// burst sends n requests to app at once (every one waits until all n
+// goroutines are ready) and returns how many did not answer 200, the first
+// failure, and how many requests each replica answered.
+func burst(t *testing.T, proxy, app, path string, n int) (failed int, first string, by map[string]int) {
+	t.Helper()
+	var mu sync.Mutex
+	var ready, done sync.WaitGroup
+	by = map[string]int{}
+	gate := make(chan struct{})
+	for i := 0; i < n; i++ {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
+			req.Host = app + ".localhost"
+			ready.Done()
+			<-gate
+			resp, err := client.Do(req)
+			msg, rep := "", ""
+			if err != nil {
+				msg = err.Error()
+			} else {
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				rep = resp.Header.Get("X-Replica")
+				if resp.StatusCode != 200 {
+					msg = resp.Status + ": " + strings.TrimSpace(string(b))
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if msg != "" {
+				if failed++; first == "" {
+					first = msg
+				}
+				return
+			}
+			by[rep]++
+		}()
+	}
+	ready.Wait()
+	close(gate)
+	done.Wait()
+	return failed, first, by
+}

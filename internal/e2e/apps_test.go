@@ -3,8 +3,10 @@ package e2e
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
 )
@@ -50,6 +52,64 @@ func TestAppScaleFromZero(t *testing.T) {
 	}
 	if code, body, _ := get(t, proxy, "nosuchapp", "/"); code != 404 || !strings.Contains(body, `"error"`) {
 		t.Fatalf("unknown host: %d %q", code, body)
+	}
+}
+
+// A burst of 50 requests at once to an app with no replica is answered in
+// full: the requests wait in the queue while the first replica boots, and
+// the app never runs more replicas than its max.
+func TestAppBurstFromZero(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	d.deploy(manifest("1m", "10m"))
+	if a := d.app("hello"); len(a.Replicas) != 0 {
+		t.Fatalf("a fresh app with min 0 has replicas: %+v", a.Replicas)
+	}
+	proxy := d.proxyAddr()
+	// Watch the replica count while the burst runs.
+	var most atomic.Int64
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			if a, err := d.appQuiet("hello"); err == nil && int64(len(a.Replicas)) > most.Load() {
+				most.Store(int64(len(a.Replicas)))
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	const n = 50
+	failed, first, by := burst(t, proxy, "hello", "/", n)
+	close(stop)
+	<-watched
+	if failed != 0 {
+		t.Fatalf("%d of %d requests in a burst from zero failed; first: %s", failed, n, first)
+	}
+	total := 0
+	for _, k := range by {
+		total += k
+	}
+	t.Logf("answers by replica: %v; most replicas seen: %d", by, most.Load())
+	if total != n || len(by) > 4 {
+		t.Fatalf("answers by replica: %v; want %d answers from at most 4 replicas", by, n)
+	}
+	a := d.app("hello")
+	if most.Load() > 4 || len(a.Replicas) > 4 {
+		t.Fatalf("up to %d replicas during the burst, %d after (max 4): %+v", most.Load(), len(a.Replicas), a.Replicas)
+	}
+	for rep := range by {
+		found := false
+		for _, r := range a.Replicas {
+			found = found || r.ID == rep
+		}
+		if !found {
+			t.Fatalf("replica %q answered but is not listed: %+v", rep, a.Replicas)
+		}
 	}
 }
 
