@@ -35,13 +35,12 @@ if ! "$bin" image inspect busybox:latest >/dev/null 2>&1; then
 	rm -rf "$tmp"
 fi
 
-# The example apps, deployed from zero: the first request starts a replica.
-examples="$(cd "$(dirname "$0")/.." && pwd)/bin/examples"
+# The example apps, deployed with their own shoal.toml (examples/NAME/).
+top="$(cd "$(dirname "$0")/.." && pwd)"
 for app in hello slowboot cpuburn; do
-	if [ -x "$examples/$app/$app" ]; then
-		"$bin" image build "$examples/$app" --tag "$app:1" --entrypoint "/$app" --port 8080 >/dev/null
-		printf 'name = "%s"\nimage = "%s:1"\n[health]\nhttp = "/healthz"\n' "$app" "$app" |
-			"$bin" app deploy -f - >/dev/null
+	if [ -x "$top/bin/examples/$app/$app" ]; then
+		"$bin" image build "$top/bin/examples/$app" --tag "$app:1" --entrypoint "/$app" --port 8080 >/dev/null
+		"$bin" app deploy -f "$top/examples/$app/shoal.toml" >/dev/null
 	fi
 done
 proxy=$("$bin" info -o json | sed -n 's/.*"proxy": "\(.*\)".*/\1/p')

@@ -49,7 +49,7 @@ type Replica struct {
 	Revision int    `json:"revision"`
 	// State is pending, starting, ready, frozen, draining, stopped or failed.
 	State     string     `json:"state"`
-	Pid       int        `json:"pid,omitempty"`
+	Pid       int        `json:"pid"` // 0 until its process runs
 	Addr      string     `json:"addr,omitempty"`
 	StartedAt time.Time  `json:"started_at"`
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -38,5 +40,20 @@ func TestJobBuildDash(t *testing.T) {
 	}
 	if !slices.Equal(req.Steps[0].Args, []string{"echo", "hi"}) {
 		t.Fatalf("args = %q, want [echo hi]", req.Steps[0].Args)
+	}
+}
+
+// An unknown subcommand of a command group is a usage error (exit 2), not
+// the group's help with exit 0.
+func TestUnknownSubcommand(t *testing.T) {
+	for _, args := range [][]string{{"app", "bogus"}, {"job", "bogus"}, {"image", "bogus"}, {"bogus"}} {
+		var out, errOut bytes.Buffer
+		if code := Main(args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "unknown command") {
+			t.Errorf("shoal %q: exit %d, stderr %q; want 2 and an unknown command error", args, code, errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"app"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "Available Commands") {
+		t.Errorf("shoal app: exit %d, stdout %q; want 0 and its help", code, out.String())
 	}
 }

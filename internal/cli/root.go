@@ -104,7 +104,29 @@ The CLI finds the daemon through --host, $SHOAL_HOST or ` + DefaultHost + `.`,
 	for _, c := range extraCommands {
 		root.AddCommand(c(g))
 	}
+	for _, c := range root.Commands() {
+		refuseUnknown(c)
+	}
 	return root
+}
+
+// refuseUnknown makes a command group (such as `shoal app`) that is given
+// an unknown subcommand fail as a usage error instead of printing its help
+// and exiting 0; given nothing, it prints its help.
+func refuseUnknown(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknown(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usageErrorf("unknown command %q for %q\nRun '%s --help' for usage", args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return cmd.Help()
+	}
 }
 
 // extraCommands lets other files of this package register commands.

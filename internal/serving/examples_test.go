@@ -1,0 +1,34 @@
+package serving
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// The example apps' manifests are what a new user deploys first: each one
+// must parse and name its own app and image.
+func TestExampleManifests(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*/shoal.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 3 {
+		t.Fatalf("found %d example manifests, want one per example app (hello, slowboot, cpuburn)", len(files))
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := ParseConfig(b, f)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		name := filepath.Base(filepath.Dir(f))
+		if c.Name != name || c.Image != name+":1" {
+			t.Errorf("%s: name %q image %q, want %q and %q", f, c.Name, c.Image, name, name+":1")
+		}
+	}
+}
