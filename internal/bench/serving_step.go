@@ -141,8 +141,8 @@ func (e *servingEnv) loadStep(ctx context.Context, rep *Report) error {
 	}
 	second := tab.Median(svStep2)
 	rep.Para("After the step, the 2nd new replica serves %s ms later at the median (target ≤ 1 000 ms: %s) and the last one %s ms later; "+
-		"%d of %d requests failed. The autoscaler decides about every second from a 1 s panic window, so a step is seen within a "+
-		"decision or two, then a replica starts in about the time of a cold start.",
+		"%d of %d requests failed. The autoscaler decides on every 100 ms tick from a 1 s panic window, so a step shows in the panic window's average within a few "+
+		"ticks, then a replica starts in about the time of a cold start.",
 		FormatValue(second), verdict(second, func(v float64) bool { return v <= 1000 }), FormatValue(tab.Median(svStepLast)), failed, total)
 	return nil
 }
