@@ -189,7 +189,7 @@ func overheadWords(over float64, what string) string {
 	case math.Abs(over) < 0.03:
 		return fmt.Sprintf("Within 3 %%: for %s a container costs nothing measurable here, as the literature found for containers (unlike VMs).", what)
 	case over > 0:
-		return fmt.Sprintf("The container is %.0f %% slower for %s: that is shoal losing, beyond run-to-run noise when the spreads do not overlap.", over*100, what)
+		return fmt.Sprintf("The container is %.0f %% slower for %s by the medians: shoal losing, unless the spreads overlap (said next when they do).", over*100, what)
 	default:
 		return fmt.Sprintf("The container is %.0f %% faster for %s, which is noise or a caching effect rather than a real gain.", -over*100, what)
 	}

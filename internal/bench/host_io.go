@@ -399,6 +399,6 @@ func kvmProbe() string {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err == nil {
 		qemu = "qemu-system-x86_64 is installed"
 	}
-	return fmt.Sprintf("/dev/kvm answers (API version %d) and KVM_CREATE_VM succeeds, but guests "+
-		"hang on this host once they run; %s, and a hanging guest would stall the whole run, so none is started.", ver, qemu)
+	return fmt.Sprintf("/dev/kvm answers (API version %d) and KVM_CREATE_VM succeeds, but no guest is started: "+
+		"%s.", ver, qemu)
 }

@@ -281,7 +281,27 @@ func Jobs(ctx context.Context, o Options) (_ *Report, retErr error) {
 	rep.Para("One client: a shoal job's result arrives in %s ms (median) against %s ms for bare `runc run` (%s); at 8 clients shoal completes %s jobs/s against %s for bare runc. The shoal figure includes the API round trip, three store writes, the sandbox's work tmpfs, limits, seccomp and output capture; bare runc runs the default `runc spec` bundle without them.",
 		FormatValue(s1), FormatValue(r1), FormatRatio(s1/r1),
 		FormatValue(rateT.Median("shoal job, 8 clients")), FormatValue(rateT.Median("bare runc run, 8 clients")))
+	jobsTargets(rep, rateT, latT)
 	return rep, nil
+}
+
+// jobsTargets adds the jobs targets with their verdicts.
+func jobsTargets(rep *Report, rateT, latT Table) {
+	rep.Heading("Targets")
+	s1, r1 := latT.Median("shoal job, 1 client"), latT.Median("bare runc run, 1 client")
+	rate8 := rateT.Median("shoal job, 8 clients")
+	var b strings.Builder
+	b.WriteString("| target | goal | measured | verdict |\n|---|---|---:|---|\n")
+	row := func(what, goal, measured string, v float64, ok func(float64) bool) {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", what, goal, measured, verdict(v, ok))
+	}
+	row("hello-world jobs per second, 8 clients (median burst)", "≥ 40", FormatValue(rate8)+" jobs/s "+
+		fmt.Sprintf("(1 client: %s, 2: %s)", FormatValue(rateT.Median("shoal job, 1 client")), FormatValue(rateT.Median("shoal job, 2 clients"))),
+		rate8, func(v float64) bool { return v >= 40 })
+	row("submission to result, 1 client, p50", "≤ 60 ms", FormatValue(s1)+" ms", s1, func(v float64) bool { return v <= 60 })
+	row("per job against bare `runc run`, 1 client (medians)", "≤ 1.30×", FormatRatio(s1/r1), s1/r1, func(v float64) bool { return v <= 1.3 })
+	b.WriteString("\n")
+	rep.Markdown(b.String())
 }
 
 // helloJob submits a hello-world job and waits for its result.
