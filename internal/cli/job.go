@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -28,8 +27,9 @@ persistently, fairly between tenants, and by priority within a tenant.`,
 	return cmd
 }
 
-// jobFlags build a one-step job request from the command line, or read a
-// whole request (several steps) from --file-json.
+// jobFlags build a one-step job request from the command line, or read
+// whole requests (several steps, or a batch of jobs) from --from and apply
+// the flags that were set on top of them.
 type jobFlags struct {
 	req       api.JobRequest
 	step      api.JobStep
@@ -56,26 +56,27 @@ func (f *jobFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.req.Tenant, "tenant", "", "tenant the job is accounted to (default \"default\")")
 	fl.IntVar(&f.req.Priority, "priority", 0, "priority within the tenant, -100..100 (higher first)")
 	fl.StringVar(&f.req.Callback, "callback", "", "URL that receives the finished job (POST, JSON)")
-	fl.StringVarP(&f.fromJSON, "from", "f", "", "read the whole job request (JSON, several steps) from this file (- for stdin)")
+	fl.StringVarP(&f.fromJSON, "from", "f", "", "read the job request (JSON: one job, or an array of jobs for submit) from this file (- for stdin)")
 }
 
-func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, error) {
+// requests are what the command sends: one request, or the batch a --from
+// file holds (batch true: sent and answered as a JSON array).
+func (f *jobFlags) requests(cmd *cobra.Command, args []string) ([]api.JobRequest, bool, error) {
 	if f.fromJSON != "" {
 		if len(args) > 0 {
-			return api.JobRequest{}, usageErrorf("--from %s: give either a request file or IMAGE CMD..., not both", f.fromJSON)
+			return nil, false, usageErrorf("--from %s: give either a request file or IMAGE CMD..., not both", f.fromJSON)
 		}
-		b, err := readInput(cmd, f.fromJSON)
-		if err != nil {
-			return api.JobRequest{}, usageErrorf("--from: %v", err)
-		}
-		var req api.JobRequest
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			return api.JobRequest{}, usageErrorf("--from %s: %v", f.fromJSON, err)
-		}
-		return req, nil
+		return f.fromFile(cmd)
 	}
+	req, err := f.build(cmd, args)
+	if err != nil {
+		return nil, false, err
+	}
+	return []api.JobRequest{req}, false, nil
+}
+
+// build makes the one-step request of IMAGE CMD... and the flags.
+func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, error) {
 	if len(args) < 1 || len(commandArgs(args)) == 0 {
 		return api.JobRequest{}, usageErrorf("%s needs IMAGE and a command (or --from FILE)\nRun '%s --help' for usage", cmd.CommandPath(), cmd.CommandPath())
 	}
@@ -92,22 +93,35 @@ func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, err
 		}
 		step.Stdin = b
 	}
-	for _, spec := range f.files {
-		p, local, ok := strings.Cut(spec, "=")
-		if !ok || p == "" || local == "" {
-			return req, usageErrorf("--file %q: use PATH=LOCAL", spec)
-		}
-		b, err := os.ReadFile(local)
-		if err != nil {
-			return req, usageErrorf("--file %s: %v", spec, err)
-		}
-		if req.Files == nil {
-			req.Files = map[string][]byte{}
-		}
-		req.Files[p] = b
+	files, err := f.readFiles()
+	if err != nil {
+		return req, err
+	}
+	if len(files) > 0 {
+		req.Files = files
 	}
 	req.Steps = []api.JobStep{step}
 	return req, nil
+}
+
+// readFiles reads the --file PATH=LOCAL flags (nil if none).
+func (f *jobFlags) readFiles() (map[string][]byte, error) {
+	var files map[string][]byte
+	for _, spec := range f.files {
+		p, local, ok := strings.Cut(spec, "=")
+		if !ok || p == "" || local == "" {
+			return nil, usageErrorf("--file %q: use PATH=LOCAL", spec)
+		}
+		b, err := os.ReadFile(local)
+		if err != nil {
+			return nil, usageErrorf("--file %s: %v", spec, err)
+		}
+		if files == nil {
+			files = map[string][]byte{}
+		}
+		files[p] = b
+	}
+	return files, nil
 }
 
 func readInput(cmd *cobra.Command, name string) ([]byte, error) {
@@ -120,41 +134,82 @@ func readInput(cmd *cobra.Command, name string) ([]byte, error) {
 func newJobRunCmd(g *globals, wait bool) *cobra.Command {
 	var f jobFlags
 	var out string
-	use, short := "submit [flags] IMAGE CMD...", "Queue a job and print its id"
-	if wait {
-		use, short = "run [flags] IMAGE CMD...", "Run a job, wait for it and print its output and result"
-	}
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Example: `  shoal job run busybox:1 echo hello
+		Use:   "submit [flags] IMAGE CMD...",
+		Short: "Queue a job (or a batch) and print its id",
+		Long: `Queue a job and print its id; "shoal job get --wait ID" waits for its result.
+A batch (-f with a JSON array of jobs) is queued all or none, and its ids are
+printed one a line in the file's order. --output json prints the queued job,
+or the array of a batch. The exit code is 0 once the job is queued, whatever
+it does later.
+
+` + jobFileHelp,
+		Example: `  shoal job submit busybox:1 sh -c 'sleep 1; echo done'
+  shoal job submit --tenant course-a --priority 5 -f grading.json
+  shoal job submit --tenant course-b -f batch.json     # an array: one id per line
+  id=$(shoal job submit busybox:1 echo hi) && shoal job get --wait "$id"`,
+	}
+	if wait {
+		cmd.Use, cmd.Short = "run [flags] IMAGE CMD...", "Run a job, wait for it and print its output and result"
+		cmd.Long = `Run a job and wait for it. Each step's stdout and stderr are printed, and a
+line on stderr names each step that did not end ok. The exit code is 0 when
+every step that ran ended ok; else the exit code of the last step that
+failed, or 1 when that step failed by a limit (timeout, oom, output_limit...)
+or the job did not finish. --output json prints the whole job instead, and
+exits with the same code. A batch is submitted with "shoal job submit".
+
+` + jobFileHelp
+		cmd.Example = `  shoal job run busybox:1 echo hello
   shoal job run --memory 64Mi --timeout 2s --file main.sh=./main.sh --stdin input.txt busybox:1 sh main.sh
-  shoal job submit --tenant course-a -f grading.json`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(out); err != nil {
-				return err
-			}
-			req, err := f.build(cmd, args)
-			if err != nil {
-				return err
-			}
-			path := "/v1/jobs"
-			if wait {
-				path += "?wait=true"
-			}
-			var j api.Job
-			if err := g.call(cmd, "POST", path, req, &j); err != nil {
+  shoal job run --timeout 5s -f grading.json
+  shoal job run --output json busybox:1 sh -c 'exit 3'     # prints the job, exits 3`
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkOutput(out); err != nil {
+			return err
+		}
+		reqs, batch, err := f.requests(cmd, args)
+		if err != nil {
+			return err
+		}
+		if wait && batch {
+			return usageErrorf("--from %s: a batch of %d jobs is queued with 'shoal job submit -f %s'; wait for each with 'shoal job get --wait ID'", f.fromJSON, len(reqs), f.fromJSON)
+		}
+		path := "/v1/jobs"
+		if wait {
+			path += "?wait=true"
+		}
+		if batch {
+			var js []api.Job
+			if err := g.call(cmd, "POST", path, reqs, &js); err != nil {
 				return err
 			}
 			if out == "json" {
-				return printJSON(cmd.OutOrStdout(), j)
+				return printJSON(cmd.OutOrStdout(), js)
 			}
-			if !wait {
+			for _, j := range js {
 				fmt.Fprintln(cmd.OutOrStdout(), j.ID)
-				return nil
 			}
-			return printJobResult(cmd, j)
-		},
+			return nil
+		}
+		var j api.Job
+		if err := g.call(cmd, "POST", path, reqs[0], &j); err != nil {
+			return err
+		}
+		switch {
+		case out == "json":
+			if err := printJSON(cmd.OutOrStdout(), j); err != nil {
+				return err
+			}
+		case !wait:
+			fmt.Fprintln(cmd.OutOrStdout(), j.ID)
+		default:
+			printJobResult(cmd, j)
+		}
+		if code := jobExitCode(j); wait && code != 0 {
+			return exitError{code}
+		}
+		return nil
 	}
 	f.add(cmd)
 	outputFlag(cmd, &out)
@@ -162,10 +217,9 @@ func newJobRunCmd(g *globals, wait bool) *cobra.Command {
 }
 
 // printJobResult writes the steps' output and a line per step that did not
-// end ok, and exits like the last step that ran: its exit code, or 1.
-func printJobResult(cmd *cobra.Command, j api.Job) error {
+// end ok.
+func printJobResult(cmd *cobra.Command, j api.Job) {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	code := 0
 	for i, s := range j.Steps {
 		io.WriteString(stdout, s.Stdout)
 		io.WriteString(stderr, s.Stderr)
@@ -176,15 +230,10 @@ func printJobResult(cmd *cobra.Command, j api.Job) error {
 		switch s.Status {
 		case api.StepOK, api.StepSkipped:
 		case api.StepNonzeroExit:
-			code = s.ExitCode
-			if code == 0 {
-				code = 1
-			}
 			if s.Error != "" {
 				fmt.Fprintf(stderr, "shoal: job %s step %s: %s\n", j.ID, name, s.Error)
 			}
 		default:
-			code = 1
 			msg := s.Status
 			if s.Error != "" {
 				msg += ": " + s.Error
@@ -197,12 +246,34 @@ func printJobResult(cmd *cobra.Command, j api.Job) error {
 	}
 	if j.State != api.JobDone {
 		fmt.Fprintf(stderr, "shoal: job %s %s %s\n", j.ID, j.State, j.Error)
-		return exitError{1}
 	}
-	if code != 0 {
-		return exitError{code}
+}
+
+// jobExitCode is how job run exits for a finished job: 0 when every step
+// that ran ended ok; else like the last step that did not: its exit code,
+// or 1 when a limit ended it; 1 when the job did not finish (cancelled,
+// failed).
+func jobExitCode(j api.Job) int {
+	if j.State != api.JobDone {
+		return 1
 	}
-	return nil
+	code := 0
+	for _, s := range j.Steps {
+		switch s.Status {
+		case api.StepOK, api.StepSkipped:
+		case api.StepNonzeroExit:
+			code = s.ExitCode
+			if code == 0 {
+				code = 1
+			}
+		default:
+			code = 1
+		}
+	}
+	if code == 0 && !j.OK {
+		code = 1
+	}
+	return code
 }
 
 func newJobGetCmd(g *globals) *cobra.Command {
