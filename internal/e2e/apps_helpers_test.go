@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,4 +247,92 @@ func burst(t *testing.T, proxy, app, path string, n int) (failed int, first stri
 	close(gate)
 	done.Wait()
 	return failed, first, by
+}
+
+// steady is a load loop through the proxy: c workers send requests one
+// after the other, pace apart, until stopped or until limit requests in all.
+type steady struct {
+	stop chan struct{}
+	once sync.Once
+	done sync.WaitGroup
+	mu   sync.Mutex
+	n    int
+	// failed counts answers other than 200 and transport errors; first is
+	// the first of them.
+	failed int
+	first  string
+	// by counts answers per replica: hello's X-Replica, else the body.
+	by map[string]int
+}
+
+func startSteady(proxy, app, path string, c, limit int, pace time.Duration) *steady {
+	s := &steady{stop: make(chan struct{}), by: map[string]int{}}
+	var sent atomic.Int64
+	for w := 0; w < c; w++ {
+		s.done.Add(1)
+		go func() {
+			defer s.done.Done()
+			for sent.Add(1) <= int64(limit) {
+				select {
+				case <-s.stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
+				req.Host = app + ".localhost"
+				resp, err := client.Do(req)
+				msg, rep := "", ""
+				if err != nil {
+					msg = err.Error()
+				} else {
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if rep = resp.Header.Get("X-Replica"); rep == "" {
+						rep = strings.TrimSpace(string(b))
+					}
+					if resp.StatusCode != 200 {
+						msg = resp.Status + ": " + strings.TrimSpace(string(b))
+					}
+				}
+				s.mu.Lock()
+				s.n++
+				if msg != "" {
+					if s.failed++; s.first == "" {
+						s.first = msg
+					}
+				} else {
+					s.by[rep]++
+				}
+				s.mu.Unlock()
+				time.Sleep(pace)
+			}
+		}()
+	}
+	return s
+}
+
+// answered is how many requests replica id has answered so far.
+func (s *steady) answered(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.by[id]
+}
+
+// end stops the loop and waits for its last requests; it may be called
+// more than once.
+func (s *steady) end() {
+	s.once.Do(func() { close(s.stop) })
+	s.done.Wait()
+}
+
+// waitFor polls cond until it holds (at most a minute).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

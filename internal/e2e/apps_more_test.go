@@ -101,52 +101,6 @@ http = "/healthz"
 	}
 }
 
-// A replica that fails its health check leaves the route table, the app
-// shows as failing, and it recovers when the check passes again. The check
-// reads a file from the app's shared volume, so this also shows the volume.
-func TestAppHealthCheckFailure(t *testing.T) {
-	d := startDaemon(t)
-	d.busybox("busybox:1")
-	www := filepath.Join(d.dataDir, "apps", "web", "volumes", "www")
-	if err := os.MkdirAll(www, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ok := filepath.Join(www, "ok.txt")
-	os.WriteFile(ok, []byte("fine\n"), 0o644)
-	d.deploy(`
-name = "web"
-image = "busybox:1"
-command = ["httpd", "-f", "-p", "8080", "-h", "/www"]
-[scale]
-min = 1
-queue_timeout = "1s"
-[health]
-http = "/ok.txt"
-interval = "100ms"
-failures = 2
-[volumes]
-www = "/www"
-`)
-	d.waitApp("web", "ready", func(a api.App) bool { return a.Ready == 1 })
-	proxy := d.proxyAddr()
-	if code, body, _ := get(t, proxy, "web", "/ok.txt"); code != 200 || body != "fine\n" {
-		t.Fatalf("file from the shared volume: %d %q", code, body)
-	}
-	os.Remove(ok)
-	a := d.waitApp("web", "the unhealthy replica leaves", func(a api.App) bool { return a.Ready == 0 && a.State == "failing" })
-	if !strings.Contains(a.Error, "health") {
-		t.Fatalf("failing app's error: %q", a.Error)
-	}
-	if code, _, _ := get(t, proxy, "web", "/ok.txt"); code != 503 {
-		t.Fatalf("request with no healthy replica: %d, want 503 after the queue timeout", code)
-	}
-	os.WriteFile(ok, []byte("fine again\n"), 0o644)
-	d.waitApp("web", "a healthy replica again", func(a api.App) bool { return a.Ready == 1 && a.State == "running" })
-	if code, body, _ := get(t, proxy, "web", "/ok.txt"); code != 200 || body != "fine again\n" {
-		t.Fatalf("after recovery: %d %q", code, body)
-	}
-}
-
 // Bad input: an invalid manifest and a missing image are refused naming
 // the field; an app that crashes at boot shows as failing with its log; a
 // body over the limit gets 413; a deleted app leaves nothing behind.
