@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -34,8 +36,12 @@ type fakeCtr struct {
 	spec   runtime.Spec
 	frozen bool
 	cpu    float64
-	done   chan struct{}
-	exit   runtime.ExitStatus
+	// cpuUpdates are the quotas UpdateCPU set, in order.
+	cpuUpdates []float64
+	// periods and throttled are the cgroup's CFS counters (cpu.stat).
+	periods, throttled uint64
+	done               chan struct{}
+	exit               runtime.ExitStatus
 }
 
 func newFakeRuntime() *fakeRuntime { return &fakeRuntime{ctrs: map[string]*fakeCtr{}, pid: 1000} }
@@ -128,15 +134,41 @@ func (f *fakeRuntime) UpdateCPU(id string, cpus float64) error {
 	}
 	f.mu.Lock()
 	c.cpu = cpus
+	c.cpuUpdates = append(c.cpuUpdates, cpus)
 	f.mu.Unlock()
 	return nil
 }
 
+// work adds CFS periods to container id's counters, throttled of them
+// throttled.
+func (f *fakeRuntime) work(id string, periods, throttled uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		c.periods += periods
+		c.throttled += throttled
+	}
+}
+
+// cpu returns container id's quota and the quotas UpdateCPU set.
+func (f *fakeRuntime) cpu(id string) (float64, []float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.ctrs[id]
+	if c == nil {
+		return 0, nil
+	}
+	return c.cpu, append([]float64(nil), c.cpuUpdates...)
+}
+
 func (f *fakeRuntime) Stats(id string) (runtime.Stats, error) {
-	if _, err := f.get(id); err != nil {
+	c, err := f.get(id)
+	if err != nil {
 		return runtime.Stats{}, err
 	}
-	return runtime.Stats{MemoryBytes: 1 << 20}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return runtime.Stats{MemoryBytes: 1 << 20, NrPeriods: c.periods, NrThrottled: c.throttled}, nil
 }
 
 func (f *fakeRuntime) Get(id string) (*runtime.Container, error) {
@@ -215,9 +247,31 @@ func (r *fakeRouter) endpoints(app string) []string {
 	return ids
 }
 
-type nopEvents struct{}
+// fakeEvents keeps the events it is given.
+type fakeEvents struct {
+	mu  sync.Mutex
+	evs []api.Event
+}
 
-func (nopEvents) Emit(_ context.Context, e api.Event) (api.Event, error) { return e, nil }
+func (f *fakeEvents) Emit(_ context.Context, e api.Event) (api.Event, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.evs = append(f.evs, e)
+	return e, nil
+}
+
+// of returns the events of kind so far.
+func (f *fakeEvents) of(kind string) []api.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Event
+	for _, e := range f.evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
 
 // harness is a Manager on fakes, a bolt store and a fake clock.
 type harness struct {
@@ -225,6 +279,8 @@ type harness struct {
 	m     *Manager
 	rt    *fakeRuntime
 	r     *fakeRouter
+	ev    *fakeEvents
+	reg   *prometheus.Registry
 	clock *clock.Fake
 	port  int
 }
@@ -243,9 +299,10 @@ func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := &harness{t: t, rt: newFakeRuntime(), r: &fakeRouter{routes: map[string]Route{}}, clock: clock.NewFake(time.Unix(1e9, 0)), port: port}
+	h := &harness{t: t, rt: newFakeRuntime(), r: &fakeRouter{routes: map[string]Route{}}, ev: &fakeEvents{},
+		reg: prometheus.NewRegistry(), clock: clock.NewFake(time.Unix(1e9, 0)), port: port}
 	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
-		Events: nopEvents{}, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen})
+		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,10 +313,14 @@ func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 	return h
 }
 
-// deploy deploys app hello with the given [scale] lines.
-func (h *harness) deploy(scale string) {
+// deploy deploys app hello with the given [scale] lines, and optionally
+// more tables after them.
+func (h *harness) deploy(scale string, more ...string) {
 	h.t.Helper()
 	m := fmt.Sprintf("name = \"hello\"\nimage = \"hello:1\"\nport = %d\n[scale]\n%s\n", h.port, scale)
+	for _, x := range more {
+		m += x + "\n"
+	}
 	if _, err := h.m.Deploy(context.Background(), api.DeployRequest{Manifest: m}); err != nil {
 		h.t.Fatalf("deploy: %v", err)
 	}
