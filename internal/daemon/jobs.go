@@ -32,7 +32,27 @@ type jobService struct {
 	// rt is the sandboxes' own runtime when they use a user namespace
 	// (nil: the daemon's runtime).
 	rt     *runtime.Runtime
-	parent string // rt's cgroup parent
+	parent string   // rt's cgroup parent
+	dirs   []string // the directories rt's opening may have made, outermost first
+}
+
+// close stops the queue, if it was opened (its sandboxes are killed and
+// removed), then removes the sandboxes' cgroup parent.
+func (s *jobService) close() {
+	if s.Manager != nil {
+		s.Manager.Close()
+	}
+	if s.parent != "" {
+		removeCgroup(s.parent)
+	}
+}
+
+// removeCgroup removes the empty cgroup path in every hierarchy.
+func removeCgroup(path string) {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, r := range append(roots, "/sys/fs/cgroup") {
+		os.Remove(filepath.Join(r, path))
+	}
 }
 
 // openJobs starts the job queue. Sandboxes map root to an unprivileged
@@ -47,7 +67,10 @@ type jobService struct {
 // SHOAL_JOB_TENANTS sets weights and quotas
 // ("NAME=WEIGHT[:MAXQUEUED[:MAXRUNNING]],..."), SHOAL_JOB_RETENTION how
 // long finished jobs are kept (default 24h).
-func (d *Daemon) openJobs(ctx context.Context) error {
+//
+// On an error nothing it made is left: the sandboxes' cgroup parent and the
+// directories it made empty are removed.
+func (d *Daemon) openJobs(ctx context.Context) (err error) {
 	slots := 2 * goruntime.NumCPU()
 	if v := os.Getenv("SHOAL_JOB_SLOTS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -67,6 +90,15 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 		}
 	}
 	svc := &jobService{}
+	var made []string // directories to remove (when empty) on an error
+	defer func() {
+		if err != nil {
+			svc.close()
+			for i := len(made) - 1; i >= 0; i-- {
+				os.Remove(made[i])
+			}
+		}
+	}()
 	sb := &jobs.Sandbox{RT: d.rt, Images: d.images, Net: d.net, UID: jobUID, GID: jobUID, Clock: clock.Real{}, Log: d.log}
 	how := ""
 	if os.Getenv("SHOAL_JOB_USERNS") == "0" {
@@ -76,6 +108,7 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 	} else if err := d.openSandboxRuntime(ctx, svc); err != nil {
 		how = fmt.Sprintf("without a user namespace (%v)", err)
 	} else {
+		made = append(made, svc.dirs...)
 		sb.RT, sb.UID, sb.GID = svc.rt, 0, 0
 		sb.UserNS = &runtime.UserNS{HostID: jobHostID, Size: jobIDs}
 		sb.Dir = filepath.Join(d.sandboxDir(), "jobs")
@@ -89,6 +122,7 @@ func (d *Daemon) openJobs(ctx context.Context) error {
 	if err := cleanJobDirs(sb.Dir); err != nil {
 		return fmt.Errorf("jobs: %w", err)
 	}
+	made = append(made, sb.Dir)
 	if err := os.MkdirAll(sb.Dir, 0o700); err != nil {
 		return fmt.Errorf("jobs: %w", err)
 	}
@@ -145,17 +179,19 @@ func (d *Daemon) openSandboxRuntime(ctx context.Context, svc *jobService) error 
 		return err
 	}
 	parent := "/" + strings.Trim(d.cfg.Cgroup, "/") + "-jobs"
+	root, runRoot := filepath.Join(dir, "containers"), filepath.Join(d.cfg.RunDir, "runc-jobs")
 	rt, err := runtime.New(ctx, runtime.Options{
-		Root: filepath.Join(dir, "containers"), RuntimeRoot: filepath.Join(d.cfg.RunDir, "runc-jobs"),
+		Root: root, RuntimeRoot: runRoot,
 		Runtime: d.rt.Name(), CgroupParent: parent, Clock: clock.Real{}, Logger: d.log,
 	})
 	if err != nil {
 		return err
 	}
 	if _, _, err := rt.Recover(ctx); err != nil {
+		// What a previous daemon left there stays for the next one.
 		return fmt.Errorf("recover sandboxes: %w", err)
 	}
-	svc.rt, svc.parent = rt, parent
+	svc.rt, svc.parent, svc.dirs = rt, parent, []string{dir, root, runRoot}
 	return nil
 }
 
@@ -178,15 +214,8 @@ func searchable(dir string, id uint32) error {
 }
 
 func (d *Daemon) closeJobs() {
-	if d.jobs == nil {
-		return
-	}
-	d.jobs.Close()
-	if d.jobs.parent != "" {
-		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-		for _, r := range append(roots, "/sys/fs/cgroup") {
-			os.Remove(filepath.Join(r, d.jobs.parent))
-		}
+	if d.jobs != nil {
+		d.jobs.close()
 	}
 }
 
