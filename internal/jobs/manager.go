@@ -129,6 +129,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	m.sched.Weights, m.sched.Quotas, m.sched.Default = o.Weights, o.Quotas, o.DefaultQuota
 	m.ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
 	if err := m.recover(ctx); err != nil {
+		m.stop()
 		return nil, err
 	}
 	m.mu.Lock()
@@ -151,7 +152,7 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
-func (m *Manager) recover(ctx context.Context) error {
+func (m *Manager) recover(ctx context.Context) (err error) {
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {
 		return fmt.Errorf("jobs: list: %w", err)
@@ -167,6 +168,15 @@ func (m *Manager) recover(ctx context.Context) error {
 		recs = append(recs, r)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	// Callbacks to deliver start once m.mu is free (deliverLater takes it).
+	var deliver []api.Job
+	defer func() {
+		for _, j := range deliver {
+			if err == nil {
+				m.deliverLater(j)
+			}
+		}
+	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range recs {
@@ -175,17 +185,17 @@ func (m *Manager) recover(ctx context.Context) error {
 		switch j.State {
 		case api.JobQueued, api.JobRunning:
 			if j.State == api.JobRunning && j.Attempts >= m.o.MaxAttempts {
-				m.finishLost(ctx, r)
+				deliver = m.finishLost(ctx, r, deliver)
 				continue
 			}
 			if r.Req == nil {
-				m.finishLost(ctx, r)
+				deliver = m.finishLost(ctx, r, deliver)
 				continue
 			}
 			p, err := NewPlan(*r.Req, "")
 			if err != nil {
 				r.Job.Error = "stored request no longer valid: " + err.Error()
-				m.finishLost(ctx, r)
+				deliver = m.finishLost(ctx, r, deliver)
 				continue
 			}
 			if j.State == api.JobRunning {
@@ -200,15 +210,16 @@ func (m *Manager) recover(ctx context.Context) error {
 			m.sched.Push(Entry{ID: j.ID, Tenant: j.Tenant, Priority: j.Priority, Seq: r.Seq})
 		default:
 			if j.Callback != "" && j.CallbackState == "pending" {
-				m.deliverLater(j)
+				deliver = append(deliver, j)
 			}
 		}
 	}
 	return nil
 }
 
-// finishLost fails a job that cannot be run again.
-func (m *Manager) finishLost(ctx context.Context, r record) {
+// finishLost fails a job that cannot be run again, and adds it to deliver
+// if it has a callback.
+func (m *Manager) finishLost(ctx context.Context, r record, deliver []api.Job) []api.Job {
 	j := r.Job
 	now := m.clock.Now()
 	j.State, j.Finished = api.JobFailed, &now
@@ -221,8 +232,9 @@ func (m *Manager) finishLost(ctx context.Context, r record) {
 	}
 	m.put(ctx, &j, nil, r.Seq)
 	if j.Callback != "" {
-		m.deliverLater(j)
+		deliver = append(deliver, j)
 	}
+	return deliver
 }
 
 // Submit validates every request, then stores and queues them all; on any

@@ -394,3 +394,64 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 	t.Fatalf("timed out waiting for %s", what)
 }
+
+// TestRestartDeliversPendingCallback: a callback still pending when the
+// daemon stopped is delivered by the next one, whose opening does not wait
+// on it.
+func TestRestartDeliversPendingCallback(t *testing.T) {
+	var up atomic.Bool
+	got := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		var j api.Job
+		json.NewDecoder(r.Body).Decode(&j)
+		got <- j.ID
+	}))
+	defer srv.Close()
+	st := openStore(t)
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	m := openManager(t, Options{Store: st, Runner: newFakeRunner(false), Slots: 1, Clock: fc})
+	req := hello("a")
+	req.Callback = srv.URL + "/done"
+	js, err := m.Submit(context.Background(), []api.JobRequest{req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first attempt fails and arms its back-off timer; the stop comes
+	// before it fires.
+	waitFor(t, "the back-off timer", func() bool { return fc.Timers() == 2 })
+	m.Close()
+	if s := stored(t, st, js[0].ID).Job.CallbackState; s != "pending" {
+		t.Fatalf("callback state %q after the stop, want pending", s)
+	}
+	up.Store(true)
+	opened := make(chan *Manager, 1)
+	go func() {
+		m, err := Open(context.Background(), Options{Store: st, Runner: newFakeRunner(false), Slots: 1, Clock: fc})
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- m
+	}()
+	select {
+	case m = <-opened:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Open did not return with a callback pending")
+	}
+	if m == nil {
+		return
+	}
+	defer m.Close()
+	select {
+	case id := <-got:
+		if id != js[0].ID {
+			t.Fatalf("callback for %s, want %s", id, js[0].ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("pending callback not delivered after the restart")
+	}
+	waitFor(t, "callback state stored", func() bool { return stored(t, st, js[0].ID).Job.CallbackState == "delivered" })
+}
