@@ -28,8 +28,8 @@ type appCtl struct {
 	stop    chan struct{}
 	once    sync.Once
 
-	rounds atomic.Int64 // reconcile rounds done, for tests
-	woken  atomic.Bool  // a request is waiting for a ready replica
+	roundAt atomic.Int64 // the clock (UnixNano) of the last reconcile round done, for tests
+	woken   atomic.Bool  // a request is waiting for a ready replica
 
 	mu       sync.Mutex
 	rec      appRecord
@@ -37,7 +37,8 @@ type appCtl struct {
 	scaler   *scaler
 	unsaved  map[string]bool // replica ids whose record must be written (or deleted)
 	appDirty bool
-	failures int       // replicas that failed in a row
+	failures int       // replicas that failed since one was last ready
+	strikes  int       // failures since a replica last stayed up for stableAfter
 	backoff  time.Time // no new replica before this
 	lastErr  string
 	lastLog  []string
@@ -92,9 +93,9 @@ func (ctl *appCtl) loop() {
 // at the next freeze_timeout while it only has frozen replicas (thousands of
 // idle apps cost nothing), and never (0) when it has none.
 func (ctl *appCtl) reconcile() time.Duration {
-	defer ctl.rounds.Add(1)
 	m := ctl.m
 	now := m.clock.Now()
+	defer ctl.roundAt.Store(now.UnixNano())
 	load := m.o.Router.Load(ctl.name)
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()

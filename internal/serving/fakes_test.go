@@ -351,13 +351,13 @@ func (h *harness) wait(what string, cond func() bool) {
 	h.t.Fatalf("%s did not happen; replicas: %v", what, h.replicas())
 }
 
-// advance moves the fake clock and waits for the controller to reconcile
-// at the new time.
+// advance moves the fake clock and waits until the controller has done a
+// reconcile round at the new time.
 func (h *harness) advance(d time.Duration) {
 	h.t.Helper()
 	ctl := h.m.app("hello")
-	before := ctl.rounds.Load()
 	h.clock.Advance(d)
+	at := h.clock.Now().UnixNano()
 	ctl.notify()
-	h.wait("a reconcile round", func() bool { return ctl.rounds.Load() > before })
+	h.wait("a reconcile round", func() bool { return ctl.roundAt.Load() >= at })
 }

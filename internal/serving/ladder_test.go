@@ -83,15 +83,42 @@ func TestLadderMaxLifetime(t *testing.T) {
 	}
 }
 
-// A crash marks the app failing with the reason, backs off, then starts a
-// new replica.
+// A crash marks the app failing with the reason and takes the replica out
+// of the route; no replica starts before the back-off (100 ms after the
+// first crash), and each crash in a row doubles it, also when the replicas
+// in between became ready (a crash loop). A replica that stayed up for
+// stableAfter starts the back-off over.
 func TestLadderCrashBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.deploy("min = 1")
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
-	id := h.replicas()[StateReady][0]
-	h.rt.exit(id, 3)
-	h.wait("the crash is seen", func() bool { return len(h.replicas()[StateFailed]) == 1 })
+	// crash ends the ready replica and waits until it is failed and gone.
+	crash := func() {
+		t.Helper()
+		id := h.replicas()[StateReady][0]
+		h.rt.exit(id, 3)
+		h.wait("the crash is seen and the container removed", func() bool {
+			r := h.replicas()
+			return len(r[StateFailed]) == 1 && len(r) == 1 && h.rt.count() == 0
+		})
+	}
+	// gap moves the clock 1 ms at a time until a new replica starts, waits
+	// for it to be ready, and returns how long the clock moved.
+	gap := func() time.Duration {
+		t.Helper()
+		var d time.Duration
+		for h.rt.count() == 0 && len(h.replicas()) == 1 {
+			if d > time.Minute {
+				t.Fatal("no new replica a minute after the crash")
+			}
+			h.advance(time.Millisecond)
+			d += time.Millisecond
+		}
+		h.wait("the new replica is ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+		return d
+	}
+
+	crash()
 	a, _ := h.m.Get(context.Background(), "hello")
 	if a.State != "failing" || !strings.Contains(a.Error, "exited with code 3") {
 		t.Fatalf("app after a crash: state %q error %q", a.State, a.Error)
@@ -99,11 +126,24 @@ func TestLadderCrashBackoff(t *testing.T) {
 	if eps := h.r.endpoints("hello"); len(eps) != 0 {
 		t.Fatalf("crashed replica still routed: %v", eps)
 	}
-	h.advance(200 * time.Millisecond)
-	h.wait("a new replica after the back-off", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	if d := gap(); d != 101*time.Millisecond {
+		t.Fatalf("first restart %s after the crash, want the first moment after the 100ms back-off", d)
+	}
 	a, _ = h.m.Get(context.Background(), "hello")
 	if a.State != "running" {
 		t.Fatalf("app state after recovery: %q", a.State)
+	}
+	for _, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+		crash()
+		if d := gap(); d != want+time.Millisecond {
+			t.Fatalf("restart %s after a crash in a row, want the first moment after %s", d, want)
+		}
+	}
+	// Up for stableAfter: the next crash is not part of the loop.
+	h.advance(stableAfter)
+	crash()
+	if d := gap(); d != 101*time.Millisecond {
+		t.Fatalf("restart %s after a crash of a replica that was up for %s, want 101ms", d, stableAfter)
 	}
 }
 

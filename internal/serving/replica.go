@@ -216,8 +216,12 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	r.stopping, r.closed = true, true
 	r.rec.State, r.rec.Reason = StateFailed, err.Error()
 	ctl.failures++
-	wait := 100 * time.Millisecond << min(ctl.failures-1, 9)
-	ctl.backoff = ctl.m.clock.Now().Add(min(wait, 30*time.Second))
+	now := ctl.m.clock.Now()
+	if r.rec.ReadyAt != nil && now.Sub(*r.rec.ReadyAt) >= stableAfter {
+		ctl.strikes = 0 // it served for a while: not a crash loop
+	}
+	ctl.strikes++
+	ctl.backoff = now.Add(backoffFor(ctl.strikes))
 	ctl.lastErr = err.Error()
 	ctl.lastLog = tailFile(ctl.logPath(r.rec.ID), 20)
 	ctl.markDirty(r.rec.ID)
@@ -226,6 +230,17 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
 	ctl.m.emit("fail", ctl.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
 	ctl.remove(r, kill)
+}
+
+// stableAfter is how long a replica must have been ready for its failure
+// to start the back-off over: a replica that crashes soon after it became
+// ready is a crash loop as much as one that never does.
+const stableAfter = time.Minute
+
+// backoffFor is how long new starts wait after the n-th failure in a row:
+// 100 ms, doubling up to 30 s.
+func backoffFor(n int) time.Duration {
+	return min(100*time.Millisecond<<min(n-1, 9), 30*time.Second)
 }
 
 // remove stops (when kill) and deletes the replica's container, releases
