@@ -226,15 +226,7 @@ func TestJobRestartLosesNoJob(t *testing.T) {
 		}
 		ids = append(ids, strings.TrimSpace(d.must("job", "submit", "busybox:1", "sh", "-c", script)))
 	}
-	for {
-		j := jobJSON(t, d.must("job", "get", "-o", "json", ids[0]))
-		if j.State == api.JobRunning {
-			break
-		}
-		if j.State != api.JobQueued {
-			t.Fatalf("first job %s before it could be interrupted", j.State)
-		}
-	}
+	d.waitRunning(ids[0])
 	d.stop(syscall.SIGKILL)
 	d.start()
 	// A graceful stop with jobs still queued or running.
@@ -265,6 +257,25 @@ func TestJobRestartLosesNoJob(t *testing.T) {
 		t.Fatalf("containers left:\n%s\nwork directories left: %v", out, left)
 	}
 
+}
+
+// waitRunning waits until job id runs; it fails the test if the job ends
+// first or does not start within 30s.
+func (d *daemon) waitRunning(id string) {
+	d.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		j := jobJSON(d.t, d.must("job", "get", "-o", "json", id))
+		switch {
+		case j.State == api.JobRunning:
+			return
+		case j.State != api.JobQueued:
+			d.t.Fatalf("job %s %s before it was seen running", id, j.State)
+		case time.Now().After(deadline):
+			d.t.Fatalf("job %s still queued after 30s", id)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // TestJobUserNamespace: where the path to the data dir is searchable, job
