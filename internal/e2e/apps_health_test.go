@@ -29,7 +29,7 @@ func TestAppHealthCheckFailure(t *testing.T) {
 	d.deploy(`
 name = "web"
 image = "busybox:1"
-command = ["httpd", "-f", "-p", "8080", "-h", "/www"]
+command = ["sh", "-c", "httpd -f -p 8080 -h /www & trap 'kill $!; exit' TERM; wait"]
 [scale]
 min = 1
 queue_timeout = "1s"
@@ -63,11 +63,12 @@ www = "/www"
 // webPerReplica is an app of two busybox httpd replicas, each serving its
 // own folder of the shared volume www: /www/<replica id>, with index.html
 // holding its id and ok.txt for the health check. Removing one replica's
-// ok.txt on the host makes that replica alone unhealthy.
+// ok.txt on the host makes that replica alone unhealthy. The shell stays as
+// PID 1 to pass SIGTERM on (httpd as PID 1 would ignore it until SIGKILL).
 const webPerReplica = `
 name = "web"
 image = "busybox:1"
-command = ["sh", "-c", "d=/www/$SHOAL_REPLICA; mkdir -p $d && echo $SHOAL_REPLICA > $d/index.html && echo ok > $d/ok.txt && exec httpd -f -p 8080 -h $d"]
+command = ["sh", "-c", "d=/www/$SHOAL_REPLICA; mkdir -p $d; echo $SHOAL_REPLICA > $d/index.html; echo ok > $d/ok.txt; httpd -f -p 8080 -h $d & trap 'kill $!; exit' TERM; wait"]
 [scale]
 min = 2
 max = 2
