@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/jobs"
+	"github.com/shoal-run/shoal/internal/network"
 )
 
 // meteredRunner counts job steps by status and times their phases.
@@ -58,4 +59,24 @@ func (m *meteredRunner) Run(ctx context.Context, j *api.Job, p *jobs.Plan, ready
 		}
 	}
 	return err
+}
+
+// registerNetnsMetrics counts the network namespaces made, given back for
+// reuse (job sandboxes recycle theirs), refused for reuse because
+// something was left in them, and destroyed.
+func registerNetnsMetrics(reg *prometheus.Registry, stats func() network.PoolStats) {
+	for _, c := range []struct {
+		name, help string
+		pick       func(network.PoolStats) uint64
+	}{
+		{"shoal_netns_created_total", "Network namespaces made.", func(s network.PoolStats) uint64 { return s.Created }},
+		{"shoal_netns_reused_total", "Network namespaces found empty after use and put back in the pool.", func(s network.PoolStats) uint64 { return s.Reused }},
+		{"shoal_netns_dirty_total", "Network namespaces offered for reuse but destroyed: sockets or interfaces were left.", func(s network.PoolStats) uint64 { return s.Dirty }},
+		{"shoal_netns_destroyed_total", "Network namespaces destroyed.", func(s network.PoolStats) uint64 { return s.Destroyed }},
+	} {
+		pick := c.pick
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help}, func() float64 {
+			return float64(pick(stats()))
+		}))
+	}
 }

@@ -141,6 +141,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		}
 		return d.jobs.Stats()
 	})
+	registerNetnsMetrics(d.reg, d.net.Stats)
 	m, err := jobs.Open(ctx, jobs.Options{
 		Store: d.store, Runner: metered, Slots: slots, Weights: weights, Quotas: quotas,
 		DefaultQuota: jobs.Quota{MaxQueued: 10000}, Retention: retention,

@@ -97,10 +97,23 @@ func TestJobRunCLI(t *testing.T) {
 		t.Fatalf("get unknown: %d %q", r.code, r.stderr)
 	}
 	metrics := d.getText("/metrics")
-	for _, want := range []string{`shoal_job_steps_total{status="ok"}`, `shoal_job_steps_total{status="timeout"} 1`, "shoal_job_slots ", `shoal_job_step_phase_seconds_count{phase="start"}`, `shoal_job_step_phase_seconds_count{phase="teardown"}`} {
+	for _, want := range []string{`shoal_job_steps_total{status="ok"}`, `shoal_job_steps_total{status="timeout"} 1`, "shoal_job_slots ", `shoal_job_step_phase_seconds_count{phase="start"}`, `shoal_job_step_phase_seconds_count{phase="teardown"}`,
+		"shoal_netns_created_total ", "shoal_netns_dirty_total ", "shoal_netns_destroyed_total "} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The steps above leave nothing in their namespaces: those go back to
+	// the pool once their containers are removed, after the answers.
+	for deadline := time.Now().Add(10 * time.Second); strings.Contains(metrics, "shoal_netns_reused_total 0\n"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no namespace reused:\n%s", metrics)
+		}
+		time.Sleep(50 * time.Millisecond)
+		metrics = d.getText("/metrics")
+	}
+	if !strings.Contains(metrics, "shoal_netns_reused_total ") {
+		t.Error("metrics lack shoal_netns_reused_total")
 	}
 }
 

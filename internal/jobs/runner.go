@@ -38,10 +38,13 @@ type Images interface {
 }
 
 // Namespaces hands out empty network namespaces (network.Manager in
-// None mode, from its pool of ready ones).
+// None mode, from its pool of ready ones). Recycle gives one back for
+// reuse once its container is gone, if nothing is left in it; Release
+// destroys it.
 type Namespaces interface {
 	Acquire(ctx context.Context, id string, mode network.Mode) (*network.Attachment, error)
 	Release(ctx context.Context, a *network.Attachment) error
+	Recycle(ctx context.Context, a *network.Attachment) error
 }
 
 // Sandbox runs a job's steps in containers with hard limits: an empty
@@ -291,13 +294,22 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 	started := false
 	teardown := func() time.Duration {
 		t := time.Now()
+		deleted := false
 		if started {
-			if err := s.RT.Delete(context.WithoutCancel(ctx), id); err != nil {
+			err := s.RT.Delete(context.WithoutCancel(ctx), id)
+			if err != nil {
 				s.log().Warn("remove job container", "container", id, "err", err)
 			}
+			deleted = err == nil
 		}
 		if att != nil {
-			if err := s.Net.Release(context.WithoutCancel(ctx), att); err != nil {
+			// Only a namespace whose processes are known to be gone may
+			// serve another job; Recycle still checks that it is empty.
+			giveBack := s.Net.Release
+			if deleted {
+				giveBack = s.Net.Recycle
+			}
+			if err := giveBack(context.WithoutCancel(ctx), att); err != nil {
 				s.log().Warn("release job namespace", "container", id, "err", err)
 			}
 		}

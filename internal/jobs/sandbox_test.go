@@ -366,3 +366,55 @@ func TestCancelKillsStep(t *testing.T) {
 		wantStatus(t, j.Steps[1], api.StepKilled)
 	})
 }
+
+// TestNamespaceReuse: a job that leaves nothing in its network namespace
+// hands it to the next job; one that leaves a connection in TIME_WAIT
+// (IPv4 or, from nc's IPv6 listener, IPv6) does not, and the next job sees
+// no trace of it.
+func TestNamespaceReuse(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		nm := sb.Net.(*network.Manager)
+		netns := func(s api.StepResult) string {
+			t.Helper()
+			wantStatus(t, s, api.StepOK)
+			ns, _, _ := strings.Cut(s.Stdout, "\n")
+			if !strings.HasPrefix(ns, "net:[") {
+				t.Fatalf("stdout %q: want the namespace first", s.Stdout)
+			}
+			return ns
+		}
+		const whoAmI = "readlink /proc/self/ns/net; "
+		first := netns(oneStep(t, sb, whoAmI+"echo quiet", nil))
+		second := netns(oneStep(t, sb, whoAmI+"echo quiet", nil))
+		if second != first {
+			t.Fatalf("second job ran in %s, want the clean %s of the first", second, first)
+		}
+		if s := nm.Stats(); s.Reused != 2 || s.Dirty != 0 {
+			t.Fatalf("namespace stats %+v: want 2 reused, none dirty", s)
+		}
+
+		s := oneStep(t, sb, whoAmI+`nc -l -p 9000 >/dev/null & sleep 0.3
+echo hi | nc 127.0.0.1 9000; wait; cat /proc/net/tcp /proc/net/tcp6`, nil)
+		dirty := netns(s)
+		tw := 0
+		for _, line := range strings.Split(s.Stdout, "\n")[2:] {
+			if f := strings.Fields(line); len(f) > 3 && f[3] == "06" {
+				tw++
+			}
+		}
+		if tw == 0 {
+			t.Fatalf("the job left no TIME_WAIT:\n%s\nstderr: %s", s.Stdout, s.Stderr)
+		}
+		s = oneStep(t, sb, whoAmI+"cat /proc/net/tcp /proc/net/tcp6 | wc -l; grep TCP: /proc/net/sockstat", nil)
+		if next := netns(s); next == dirty {
+			t.Fatalf("the job after the one that left a TIME_WAIT got its namespace %s", dirty)
+		}
+		if lines := strings.Split(s.Stdout, "\n"); len(lines) < 3 || strings.TrimSpace(lines[1]) != "2" ||
+			!strings.HasPrefix(lines[2], "TCP: inuse 0 orphan 0 tw 0 ") {
+			t.Fatalf("the next job sees socket state:\n%s", s.Stdout)
+		}
+		if st := nm.Stats(); st.Dirty != 1 {
+			t.Fatalf("namespace stats %+v: want the TIME_WAIT one counted dirty", st)
+		}
+	})
+}

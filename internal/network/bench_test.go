@@ -9,22 +9,30 @@ import (
 
 // BenchmarkAcquireRelease compares the time Acquire takes to make a
 // namespace on the spot ("sync", no pool) with taking a ready one from the
-// pool ("pool"), for each mode. Only Acquire is in ns/op; the Release that
-// follows is reported as release-ns/op.
+// pool ("pool"), for each mode, and, for None, taking one that the previous
+// iteration gave back with Recycle ("recycle"). Only Acquire is in ns/op;
+// the Release or Recycle that follows is reported as release-ns/op.
 func BenchmarkAcquireRelease(b *testing.B) {
 	ctx := context.Background()
 	for _, mode := range modes {
-		for _, kind := range []string{"sync", "pool"} {
+		for _, kind := range []string{"sync", "pool", "recycle"} {
+			if kind == "recycle" && mode != None {
+				continue
+			}
 			b.Run(fmt.Sprintf("%s/%s", mode, kind), func(b *testing.B) {
 				size := -1
-				if kind == "pool" {
+				if kind != "sync" {
 					size = 1
 				}
+				give := func(m *Manager) func(context.Context, *Attachment) error { return m.Release }
 				m := newManager(b, testOptions(b, size))
+				if kind == "recycle" {
+					give = func(m *Manager) func(context.Context, *Attachment) error { return m.Recycle }
+				}
 				var release time.Duration
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					if kind == "pool" {
+					if kind != "sync" {
 						b.StopTimer()
 						waitPool(b, m, mode)
 						b.StartTimer()
@@ -35,7 +43,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 						b.Fatal(err)
 					}
 					start := time.Now()
-					if err := m.Release(ctx, a); err != nil {
+					if err := give(m)(ctx, a); err != nil {
 						b.Fatal(err)
 					}
 					release += time.Since(start)
@@ -43,8 +51,12 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(release.Nanoseconds())/float64(b.N), "release-ns/op")
-				if s := m.Stats(); kind == "pool" && s.Misses > 0 {
+				s := m.Stats()
+				if kind != "sync" && s.Misses > 0 {
 					b.Fatalf("pool missed %d times: %+v", s.Misses, s)
+				}
+				if kind == "recycle" && s.Reused != uint64(b.N) {
+					b.Fatalf("reused %d of %d: %+v", s.Reused, b.N, s)
 				}
 			})
 		}
@@ -59,5 +71,21 @@ func waitPool(b *testing.B, m *Manager, mode Mode) {
 			b.Fatalf("pool of %s not refilled: %+v", mode, m.Stats())
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// BenchmarkCheckEmpty is the check Recycle makes of a None namespace.
+func BenchmarkCheckEmpty(b *testing.B) {
+	m := newManager(b, testOptions(b, -1))
+	a, err := m.Acquire(context.Background(), "check", None)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Release(context.Background(), a) })
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := checkEmpty(a.NSPath); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -14,6 +14,8 @@
 // than a container start should wait for, so the Manager keeps a small pool of
 // ready namespaces per mode and refills it in the background. Acquire takes
 // one from the pool, or makes one on the spot when the pool is empty.
+// Release destroys a namespace; Recycle puts a None one back in the pool
+// instead when a check from inside shows that nothing was left in it.
 //
 // Every namespace file is named "<mode>-<random id>"; the name is also the
 // CNI container ID, so a namespace can be detached after a restart from its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,9 +41,13 @@ func (m *Manager) fill() {
 					failed = true
 					break
 				}
-				m.mu.Lock()
-				m.pool[mode] = append(m.pool[mode], e)
-				m.mu.Unlock()
+				if !m.addFresh(e) {
+					ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+					if err := m.destroy(ctx, e.name, e.mode); err != nil {
+						m.log.Warn("network pool: destroy surplus namespace", "netns", e.name, "err", err)
+					}
+					cancel()
+				}
 				backoff = time.Second
 			}
 		}
@@ -58,11 +63,37 @@ func (m *Manager) fill() {
 	}
 }
 
-// short reports whether the pool of mode is below its target.
+// addFresh puts e, just made, at the bottom of the pool of its mode, below
+// namespaces Recycle put back, which are used first. It reports false when
+// the pool filled up meanwhile.
+func (m *Manager) addFresh(e *entry) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.pool[e.mode]) >= m.poolTarget(e.mode) {
+		return false
+	}
+	m.pool[e.mode] = slices.Insert(m.pool[e.mode], 0, e)
+	return true
+}
+
+// short reports whether the pool of mode is below its target. Namespaces
+// Recycle is checking, and those out that came back through Recycle
+// before, count as ready, since they are likely to come back (again):
+// making a replacement for each would leave no room for them. One
+// namespace is always kept ready.
 func (m *Manager) short(mode Mode) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.pool[mode]) < m.poolTarget(mode)
+	ready, want := len(m.pool[mode]), m.poolTarget(mode)
+	if ready > 0 && mode == None {
+		want -= m.checking
+		for _, e := range m.byContainer {
+			if e != nil && e.mode == mode && e.reused {
+				want--
+			}
+		}
+	}
+	return ready < want
 }
 
 // Close stops the pool filler and destroys every pooled namespace.
