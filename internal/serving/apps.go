@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"sort"
-	"strings"
-	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -208,40 +205,6 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	return m.Get(ctx, name)
 }
 
-// Logs writes the last tail lines of each of the app's replica logs, oldest
-// replica first, each line prefixed with the replica's id.
-func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
-	ctl := m.app(name)
-	if ctl == nil {
-		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
-	}
-	files, err := os.ReadDir(ctl.logDir())
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("app %q: logs: %w", name, err)
-	}
-	type logFile struct {
-		id  string
-		mod time.Time
-	}
-	var lfs []logFile
-	for _, f := range files {
-		if id, ok := strings.CutSuffix(f.Name(), ".log"); ok {
-			if fi, err := f.Info(); err == nil {
-				lfs = append(lfs, logFile{id, fi.ModTime()})
-			}
-		}
-	}
-	sort.Slice(lfs, func(i, j int) bool { return lfs[i].mod.Before(lfs[j].mod) })
-	for _, lf := range lfs {
-		for _, line := range tailFile(ctl.logPath(lf.id), tail) {
-			if _, err := fmt.Fprintf(w, "%s | %s\n", lf.id, line); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
 // Remove deletes an app: its route answers 503 at once, its replicas drain
 // and stop, then its records, logs and volumes are removed.
 func (m *Manager) Remove(ctx context.Context, name string) error {
@@ -328,5 +291,3 @@ func (m *Manager) putJSON(ctx context.Context, key string, v any) error {
 	}
 	return nil
 }
-
-func (ctl *appCtl) logDir() string { return ctl.m.appDir(ctl.name) + "/logs" }

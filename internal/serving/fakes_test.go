@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -25,11 +26,13 @@ import (
 )
 
 // fakeRuntime stands in for runc in the controller's unit tests: its
-// containers are records and channels.
+// containers are records and channels. A container writes one line to its
+// stdout when it starts; its writes are stamped with the fake clock.
 type fakeRuntime struct {
-	mu   sync.Mutex
-	ctrs map[string]*fakeCtr
-	pid  int
+	mu    sync.Mutex
+	ctrs  map[string]*fakeCtr
+	pid   int
+	clock clock.Clock
 }
 
 type fakeCtr struct {
@@ -42,9 +45,12 @@ type fakeCtr struct {
 	periods, throttled uint64
 	done               chan struct{}
 	exit               runtime.ExitStatus
+	stdout             string // the path of its stdout
 }
 
-func newFakeRuntime() *fakeRuntime { return &fakeRuntime{ctrs: map[string]*fakeCtr{}, pid: 1000} }
+func newFakeRuntime(c clock.Clock) *fakeRuntime {
+	return &fakeRuntime{ctrs: map[string]*fakeCtr{}, pid: 1000, clock: c}
+}
 
 func (f *fakeRuntime) Run(_ context.Context, s runtime.Spec) (*runtime.Container, error) {
 	f.mu.Lock()
@@ -53,8 +59,43 @@ func (f *fakeRuntime) Run(_ context.Context, s runtime.Spec) (*runtime.Container
 		return nil, fmt.Errorf("container %q: %w", s.ID, errdefs.ErrConflict)
 	}
 	f.pid++
-	f.ctrs[s.ID] = &fakeCtr{spec: s, cpu: s.Limits.CPUs, done: make(chan struct{})}
+	c := &fakeCtr{spec: s, cpu: s.Limits.CPUs, done: make(chan struct{})}
+	f.ctrs[s.ID] = c
+	if s.Stdout != nil {
+		c.stdout = s.Stdout.Name()
+		if err := f.stamp(c.stdout, func() error { _, err := fmt.Fprintf(s.Stdout, "%s started\n", s.ID); return err }); err != nil {
+			return nil, err
+		}
+	}
 	return &runtime.Container{ID: s.ID, Pid: f.pid, Status: runtime.StatusRunning}, nil
+}
+
+// stamp runs write and sets the file's times to the fake clock's.
+func (f *fakeRuntime) stamp(path string, write func() error) error {
+	if err := write(); err != nil {
+		return err
+	}
+	now := f.clock.Now()
+	return os.Chtimes(path, now, now)
+}
+
+// write appends data to container id's stdout.
+func (f *fakeRuntime) write(id string, data []byte) error {
+	c, err := f.get(id)
+	if err != nil {
+		return err
+	}
+	return f.stamp(c.stdout, func() error {
+		w, err := os.OpenFile(c.stdout, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
 }
 
 func (f *fakeRuntime) get(id string) (*fakeCtr, error) {
@@ -299,8 +340,9 @@ func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	h := &harness{t: t, rt: newFakeRuntime(), r: &fakeRouter{routes: map[string]Route{}}, ev: &fakeEvents{},
-		reg: prometheus.NewRegistry(), clock: clock.NewFake(time.Unix(1e9, 0)), port: port}
+	fc := clock.NewFake(time.Unix(1e9, 0))
+	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]Route{}}, ev: &fakeEvents{},
+		reg: prometheus.NewRegistry(), clock: fc, port: port}
 	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})
 	if err != nil {
@@ -360,4 +402,21 @@ func (h *harness) advance(d time.Duration) {
 	at := h.clock.Now().UnixNano()
 	ctl.notify()
 	h.wait("a reconcile round", func() bool { return ctl.roundAt.Load() >= at })
+}
+
+// advanceUntil moves the fake clock by step until cond holds, for work that
+// other goroutines do on their own timers (at most 50 steps; after each it
+// polls cond for a moment before it moves the clock again).
+func (h *harness) advanceUntil(what string, step time.Duration, cond func() bool) {
+	h.t.Helper()
+	for i := 0; i < 50; i++ {
+		h.advance(step)
+		for j := 0; j < 20; j++ {
+			if cond() {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	h.t.Fatalf("%s did not happen in 50 steps of %s; replicas: %v", what, step, h.replicas())
 }

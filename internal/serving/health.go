@@ -99,7 +99,7 @@ func (ctl *appCtl) waitReady(r *replica, cfg Config, exited <-chan struct{}) err
 
 // healthLoop checks a replica's health every interval while it is ready;
 // after cfg.Health.Failures failures in a row it leaves the route table and
-// is replaced.
+// is replaced. It also keeps the replica's log under logMax.
 func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	m := ctl.m
 	fails := 0
@@ -117,6 +117,7 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 			t.Stop()
 			return
 		}
+		ctl.trimLog(r.rec.ID)
 		ctl.mu.Lock()
 		check := r.rec.State == StateReady && !r.busy
 		addr := r.rec.Addr

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -125,40 +124,8 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			ctl.notify()
 		}()
 	}
+	ctl.pruneLogs()
 	return nil
 }
 
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
-
-// tailFile returns the last n lines of a file (n <= 0: as many as the
-// last MiB holds).
-func tailFile(path string, n int) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	window := int64(1 << 20)
-	if n > 0 {
-		window = min(window, int64(n)*1024)
-	}
-	start := max(fi.Size()-window, 0)
-	buf := make([]byte, fi.Size()-start)
-	k, _ := f.ReadAt(buf, start)
-	text := strings.TrimRight(string(buf[:k]), "\n")
-	if text == "" {
-		return nil
-	}
-	lines := strings.Split(text, "\n")
-	if start > 0 && len(lines) > 1 {
-		lines = lines[1:] // the first line may be cut
-	}
-	if n > 0 && len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return lines
-}

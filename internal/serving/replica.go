@@ -223,7 +223,7 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	ctl.strikes++
 	ctl.backoff = now.Add(backoffFor(ctl.strikes))
 	ctl.lastErr = err.Error()
-	ctl.lastLog = tailFile(ctl.logPath(r.rec.ID), 20)
+	ctl.lastLog = tailLog(ctl.logPath(r.rec.ID), 20)
 	ctl.markDirty(r.rec.ID)
 	ctl.publish()
 	ctl.mu.Unlock()
@@ -279,9 +279,6 @@ func (ctl *appCtl) remove(r *replica, kill bool) {
 	}
 	ctl.markDirty(id)
 	ctl.mu.Unlock()
+	ctl.pruneLogs()
 	ctl.notify()
-}
-
-func (ctl *appCtl) logPath(id string) string {
-	return filepath.Join(ctl.m.appDir(ctl.name), "logs", id+".log")
 }

@@ -1,0 +1,200 @@
+package serving
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// Replica logs: each replica's stdout and stderr go to <app>/logs/<id>.log,
+// a file the container writes itself (it outlives a daemon restart). Past
+// logMax bytes the file is copied to <id>.log.1 and truncated; the container
+// appends (O_APPEND), so it goes on writing at the new end. The logs of
+// replicas that are gone are kept for the keepLogs most recently written.
+const (
+	logMax   = 1 << 20
+	keepLogs = 5
+)
+
+func (ctl *appCtl) logDir() string { return filepath.Join(ctl.m.appDir(ctl.name), "logs") }
+
+func (ctl *appCtl) logPath(id string) string { return filepath.Join(ctl.logDir(), id+".log") }
+
+// rotateLog copies the last limit bytes (whole lines) of the log at path to
+// path.1, replacing it, when the log holds more than limit bytes, and
+// truncates the log. Lines written between the copy and the truncation are
+// lost; the copy runs to the file's end to make that window small.
+func rotateLog(path string, limit int64) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() <= limit {
+		return err
+	}
+	src, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := path + ".1.tmp"
+	dst, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	off := fi.Size() - limit
+	if _, err = src.Seek(off, io.SeekStart); err == nil {
+		r := bufio.NewReader(src)
+		if _, err = r.ReadString('\n'); err == nil { // skip the cut line
+			_, err = io.Copy(dst, r)
+		} else if err == io.EOF {
+			err = nil
+		}
+	}
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path+".1")
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("rotate %s: %w", path, err)
+	}
+	if err := src.Truncate(0); err != nil {
+		return fmt.Errorf("rotate %s: %w", path, err)
+	}
+	return nil
+}
+
+// trimLog rotates replica id's log if it is over logMax.
+func (ctl *appCtl) trimLog(id string) {
+	if err := rotateLog(ctl.logPath(id), logMax); err != nil && !errors.Is(err, os.ErrNotExist) {
+		ctl.m.log.Warn("serving: replica log", "replica", id, "err", err)
+	}
+}
+
+// logFile is one replica's log and when it was last written.
+type logFile struct {
+	id  string
+	mod time.Time
+}
+
+// logFiles lists the app's replica logs, least recently written first.
+func (ctl *appCtl) logFiles() ([]logFile, error) {
+	files, err := os.ReadDir(ctl.logDir())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	var lfs []logFile
+	for _, f := range files {
+		if id, ok := strings.CutSuffix(f.Name(), ".log"); ok {
+			if fi, err := f.Info(); err == nil {
+				lfs = append(lfs, logFile{id, fi.ModTime()})
+			}
+		}
+	}
+	sort.Slice(lfs, func(i, j int) bool { return lfs[i].mod.Before(lfs[j].mod) })
+	return lfs, nil
+}
+
+// pruneLogs removes the logs of replicas that are gone, but for the
+// keepLogs most recently written: `shoal app logs` still shows why the last
+// replicas crashed.
+func (ctl *appCtl) pruneLogs() {
+	lfs, err := ctl.logFiles()
+	if err != nil {
+		ctl.m.log.Warn("serving: list replica logs", "app", ctl.name, "err", err)
+		return
+	}
+	ctl.mu.Lock()
+	var gone []string
+	for _, lf := range lfs {
+		if ctl.reps[lf.id] == nil {
+			gone = append(gone, lf.id)
+		}
+	}
+	ctl.mu.Unlock()
+	for _, id := range gone[:max(len(gone)-keepLogs, 0)] {
+		for _, p := range []string{ctl.logPath(id), ctl.logPath(id) + ".1"} {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				ctl.m.log.Warn("serving: remove replica log", "replica", id, "err", err)
+			}
+		}
+	}
+}
+
+// Logs writes the last tail lines of each of the app's replica logs, least
+// recently written first, each line prefixed with the replica's id.
+func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
+	ctl := m.app(name)
+	if ctl == nil {
+		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	lfs, err := ctl.logFiles()
+	if err != nil {
+		return fmt.Errorf("app %q: logs: %w", name, err)
+	}
+	for _, lf := range lfs {
+		for _, line := range tailLog(ctl.logPath(lf.id), tail) {
+			if _, err := fmt.Fprintf(w, "%s | %s\n", lf.id, line); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tailLog returns the last n lines of a replica's log, reaching into the
+// rotated path.1 when the log itself has fewer (n <= 0: all that the last
+// MiB of each holds).
+func tailLog(path string, n int) []string {
+	lines := tailFile(path, n)
+	if n > 0 && len(lines) >= n {
+		return lines
+	}
+	older := tailFile(path+".1", n-len(lines))
+	if n <= 0 {
+		older = tailFile(path+".1", 0)
+	}
+	return append(older, lines...)
+}
+
+// tailFile returns the last n lines of a file (n <= 0: as many as the
+// last MiB holds).
+func tailFile(path string, n int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	window := int64(1 << 20)
+	if n > 0 {
+		window = min(window, int64(n)*1024)
+	}
+	start := max(fi.Size()-window, 0)
+	buf := make([]byte, fi.Size()-start)
+	k, _ := f.ReadAt(buf, start)
+	text := strings.TrimRight(string(buf[:k]), "\n")
+	if text == "" {
+		return nil
+	}
+	lines := strings.Split(text, "\n")
+	if start > 0 && len(lines) > 1 {
+		lines = lines[1:] // the first line may be cut
+	}
+	if n > 0 && len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}
