@@ -1,0 +1,91 @@
+package serving
+
+import (
+	"testing"
+	"time"
+)
+
+// metric reads one series of family name from the harness's registry: the
+// series whose labels are exactly labels. It returns a gauge's or a
+// counter's value, or a histogram's sample count, and false when there is
+// no such series.
+func (h *harness) metric(name string, labels map[string]string) (float64, bool) {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatalf("gather metrics: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; !ok || v != l.GetValue() {
+					continue series
+				}
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue(), true
+			default:
+				return m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// shoal_app_replicas counts an app's replicas by state as they move along
+// the ladder; shoal_app_activation_seconds observes each start and each
+// thaw; shoal_app_replica_failures_total counts crashes.
+func TestMetricsFollowTheLadder(t *testing.T) {
+	h := newHarness(t)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
+	replicas := func(state string) float64 {
+		t.Helper()
+		v, ok := h.metric("shoal_app_replicas", map[string]string{"app": "hello", "state": state})
+		if !ok {
+			t.Fatalf("no shoal_app_replicas series for state %s", state)
+		}
+		return v
+	}
+	activations := func(kind string) float64 {
+		v, _ := h.metric("shoal_app_activation_seconds", map[string]string{"app": "hello", "kind": kind})
+		return v
+	}
+	if r, a := replicas(StateReady), activations("start"); r != 0 || a != 0 {
+		t.Fatalf("before a request: %g ready, %g starts observed", r, a)
+	}
+
+	h.m.Activate("hello")
+	h.wait("a start is observed", func() bool { return activations("start") == 1 })
+	if r := replicas(StateReady); r != 1 {
+		t.Fatalf("after the start: %g ready replicas in the metric, want 1", r)
+	}
+	h.advance(30 * time.Second)
+	h.wait("the replica freezes", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	if r, f := replicas(StateReady), replicas(StateFrozen); r != 0 || f != 1 {
+		t.Fatalf("after the freeze: %g ready, %g frozen in the metric; want 0 and 1", r, f)
+	}
+	h.m.Activate("hello")
+	h.wait("a thaw is observed", func() bool { return activations("thaw") == 1 })
+	if r, f, s := replicas(StateReady), replicas(StateFrozen), activations("start"); r != 1 || f != 0 || s != 1 {
+		t.Fatalf("after the thaw: %g ready, %g frozen, %g starts; want 1, 0, 1", r, f, s)
+	}
+
+	h.rt.exit(h.replicas()[StateReady][0], 2)
+	h.wait("the crash is counted", func() bool {
+		v, _ := h.metric("shoal_app_replica_failures_total", map[string]string{"app": "hello"})
+		return v == 1
+	})
+	if r, f := replicas(StateReady), replicas(StateFailed); r != 0 || f != 1 {
+		t.Fatalf("after the crash: %g ready, %g failed in the metric; want 0 and 1", r, f)
+	}
+}
