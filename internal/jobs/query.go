@@ -1,0 +1,123 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Get returns a job.
+func (m *Manager) Get(ctx context.Context, id string) (api.Job, error) {
+	m.mu.Lock()
+	if e := m.live[id]; e != nil {
+		j := e.job
+		m.mu.Unlock()
+		return j, nil
+	}
+	m.mu.Unlock()
+	r, err := m.load(ctx, id)
+	if err != nil {
+		return api.Job{}, err
+	}
+	return r.Job, nil
+}
+
+// Wait blocks until job id has finished or ctx ends.
+func (m *Manager) Wait(ctx context.Context, id string) (api.Job, error) {
+	m.mu.Lock()
+	e := m.live[id]
+	m.mu.Unlock()
+	if e != nil {
+		select {
+		case <-e.done:
+			m.mu.Lock()
+			j := e.job
+			m.mu.Unlock()
+			if j.State != api.JobQueued {
+				return j, nil
+			}
+			return j, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
+		case <-ctx.Done():
+			return api.Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
+		}
+	}
+	return m.Get(ctx, id)
+}
+
+// Cancel cancels a queued or running job and returns it once it has ended.
+func (m *Manager) Cancel(ctx context.Context, id string) (api.Job, error) {
+	m.mu.Lock()
+	e := m.live[id]
+	if e == nil {
+		m.mu.Unlock()
+		j, err := m.Get(ctx, id)
+		if err != nil {
+			return j, err
+		}
+		return j, fmt.Errorf("job %s has already ended (%s): %w", id, j.State, errdefs.ErrConflict)
+	}
+	e.cancelled = true
+	if !e.running {
+		m.sched.Remove(e.job.Tenant, id)
+		delete(m.live, id)
+		now := m.clock.Now()
+		e.job.State, e.job.Finished = api.JobCancelled, &now
+		if e.job.Callback != "" {
+			e.job.CallbackState = "pending"
+		}
+		j := e.job
+		close(e.done)
+		m.mu.Unlock()
+		if err := m.put(ctx, &j, nil, e.seq); err != nil {
+			return j, err
+		}
+		if j.Callback != "" {
+			m.deliverLater(j)
+		}
+		return j, nil
+	}
+	e.cancel()
+	m.mu.Unlock()
+	return m.Wait(ctx, id)
+}
+
+// List returns jobs, newest first.
+func (m *Manager) List(ctx context.Context, f api.JobFilter) ([]api.Job, error) {
+	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: list: %w", err)
+	}
+	out := []api.Job{}
+	m.mu.Lock()
+	for _, kv := range kvs {
+		var r record
+		if json.Unmarshal(kv.Value, &r) != nil {
+			continue
+		}
+		j := r.Job
+		if e := m.live[j.ID]; e != nil {
+			j = e.job
+		}
+		if (f.Tenant == "" || j.Tenant == f.Tenant) && (f.State == "" || j.State == f.State) {
+			out = append(out, j)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].Submitted.After(out[b].Submitted) })
+	if f.Limit > 0 && len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+// Stats counts queued and running jobs.
+func (m *Manager) Stats() (queued, running, slots int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sched.Queued(""), m.sched.Running(""), m.o.Slots
+}
