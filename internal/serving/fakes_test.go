@@ -52,9 +52,12 @@ func newFakeRuntime(c clock.Clock) *fakeRuntime {
 	return &fakeRuntime{ctrs: map[string]*fakeCtr{}, pid: 1000, clock: c}
 }
 
-func (f *fakeRuntime) Run(_ context.Context, s runtime.Spec) (*runtime.Container, error) {
+func (f *fakeRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("container %q: %w", s.ID, err) // as runc, which is not started
+	}
 	if _, ok := f.ctrs[s.ID]; ok {
 		return nil, fmt.Errorf("container %q: %w", s.ID, errdefs.ErrConflict)
 	}
@@ -331,6 +334,13 @@ func newHarness(t *testing.T) *harness { return newHarnessFrozen(t, 1<<40) }
 // newHarnessFrozen is newHarness with a frozen-memory budget.
 func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 	t.Helper()
+	return newHarnessWith(t, frozen, fakeNet{})
+}
+
+// newHarnessWith is newHarness with a frozen-memory budget and a network
+// of the test's.
+func newHarnessWith(t *testing.T, frozen int64, netw Network) *harness {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
 	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
@@ -343,7 +353,7 @@ func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]Route{}}, ev: &fakeEvents{},
 		reg: prometheus.NewRegistry(), clock: fc, port: port}
-	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
+	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: netw, Router: h.r,
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,13 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 	ctl.markDirty(id)
 	cfg, digest := ctl.rec.Config, ctl.rec.Digest
 	ctl.m.emit("start", ctl.name, id, why, nil)
-	go ctl.boot(r, cfg, digest)
+	// Close waits for boots: one cut short by the daemon's exit would
+	// leave its namespace attached with nobody to release it.
+	ctl.m.wg.Add(1)
+	go func() {
+		defer ctl.m.wg.Done()
+		ctl.boot(r, cfg, digest)
+	}()
 	return id
 }
 
@@ -67,31 +73,51 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
 	m, id := ctl.m, r.rec.ID
 	began := m.clock.Now()
+	// fail reports a start that went wrong, unless the daemon is stopping:
+	// then what was made is only removed.
+	fail := func(err error) {
+		if m.ctx.Err() != nil {
+			ctl.remove(r, false)
+			return
+		}
+		ctl.failed(r, err, false)
+	}
 	spec, err := ctl.spec(r, cfg, digest)
 	if err != nil {
-		ctl.failed(r, fmt.Errorf("replica %s: %w", id, err), false)
+		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
 	att, err := m.o.Network.Acquire(ctl.ctx(), id, bridge)
 	if err != nil {
-		ctl.failed(r, fmt.Errorf("replica %s: network: %w", id, err), false)
+		fail(fmt.Errorf("replica %s: network: %w", id, err))
 		return
 	}
 	ctl.mu.Lock()
+	if r.stopping {
+		// Removed (its app deleted) while the namespace was made: remove
+		// has run already and found no attachment to release.
+		ctl.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.o.Network.Release(ctx, att); err != nil {
+			m.log.Warn("serving: release replica network", "replica", id, "err", err)
+		}
+		return
+	}
 	r.att = att
 	r.rec.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(cfg.Port))
 	ctl.mu.Unlock()
 	spec.NetNSPath = att.NSPath
 	logf, err := os.OpenFile(ctl.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		ctl.failed(r, fmt.Errorf("replica %s: log: %w", id, err), false)
+		fail(fmt.Errorf("replica %s: log: %w", id, err))
 		return
 	}
 	spec.Stdout, spec.Stderr = logf, logf
 	c, err := m.o.Runtime.Run(ctl.ctx(), spec)
 	logf.Close()
 	if err != nil {
-		ctl.failed(r, fmt.Errorf("replica %s: start: %w", id, err), false)
+		fail(fmt.Errorf("replica %s: start: %w", id, err))
 		return
 	}
 	ctl.mu.Lock()
@@ -106,11 +132,11 @@ func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
 	stopping := r.stopping
 	ctl.mu.Unlock()
 	switch {
-	case m.ctx.Err() != nil:
-		return // the daemon is stopping; the next one adopts the replica
 	case stopping:
 		ctl.remove(r, true) // stopped while it started (app deleted)
 		return
+	case m.ctx.Err() != nil:
+		return // the daemon is stopping; the next one adopts the replica
 	case err == errExitedEarly:
 		return // watch reports why
 	case err != nil:
