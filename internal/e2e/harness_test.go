@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,8 +70,17 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	d := &daemon{t: t, dataDir: filepath.Join(base, "data"), runDir: filepath.Join(base, "run"), extra: extra}
 	d.sock = filepath.Join(d.runDir, "shoal.sock")
 	// Each daemon gets its own bridge and subnet so that tests running at the
-	// same time never share address reservations.
+	// same time never share address reservations. One that something
+	// else left on the host is not taken: what is left at the end is this
+	// daemon's doing.
+	nat, err := exec.Command("iptables-save", "-t", "nat").Output()
+	if err != nil {
+		t.Fatalf("iptables-save: %v", err)
+	}
 	n := rand.IntN(200) + 20
+	for i := 0; i < 200 && netInUse(string(nat), fmt.Sprintf("shoale%d", n)); i++ {
+		n = (n-20+1)%200 + 20
+	}
 	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.181.%d.0/24", n)
 	d.cgroup = fmt.Sprintf("/shoal-e2e-%d-%d", os.Getpid(), n)
 	d.start()
@@ -85,6 +95,7 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 		for _, r := range append(roots, "/sys/fs/cgroup") {
 			os.Remove(filepath.Join(r, d.cgroup))
 		}
+		d.cleanHost()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
 		}
@@ -212,4 +223,52 @@ func (d *daemon) busybox(tag string) {
 		d.t.Fatalf("busybox-static is needed: %v", err)
 	}
 	d.must("image", "build", dir, "--tag", tag, "--cmd", "/bin/sh")
+}
+
+// netInUse reports whether bridge exists or a rule of iptables-save's
+// output nat names its CNI network.
+func netInUse(nat, bridge string) bool {
+	if _, err := os.Stat("/sys/class/net/" + bridge); err == nil {
+		return true
+	}
+	return strings.Contains(nat, `name: \"shoal-`+bridge+`\"`)
+}
+
+// cleanHost checks that the daemon, stopped with nothing left to run,
+// took its network with it: no nat rule of its CNI network and no bridge
+// (the daemon deletes the bridge when it stops with no namespace left).
+// Whatever is left fails the test and is removed.
+func (d *daemon) cleanHost() {
+	t := d.t
+	network := "shoal-" + d.bridge
+	out, err := exec.Command("iptables-save", "-t", "nat").Output()
+	if err != nil {
+		t.Errorf("cleanup: iptables-save: %v", err)
+	}
+	// -A POSTROUTING -s 10.181.9.7/32 -m comment --comment "name: \"shoal-shoale9\" id: \"bridge-…\"" -j CNI-…
+	rule := regexp.MustCompile(`^-A POSTROUTING -s (\S+) -m comment --comment "name: \\"` + regexp.QuoteMeta(network) +
+		`\\" id: \\"([^\\"]+)\\"" -j (CNI-\S+)`)
+	for _, line := range strings.Split(string(out), "\n") {
+		m := rule.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		t.Errorf("cleanup: the daemon left the nat rule %s", line)
+		comment := fmt.Sprintf("name: %q id: %q", network, m[2])
+		for _, args := range [][]string{
+			{"-D", "POSTROUTING", "-s", m[1], "-m", "comment", "--comment", comment, "-j", m[3]},
+			{"-F", m[3]},
+			{"-X", m[3]},
+		} {
+			if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput(); err != nil {
+				t.Errorf("cleanup: iptables %v: %v: %s", args, err, out)
+			}
+		}
+	}
+	if _, err := os.Stat("/sys/class/net/" + d.bridge); err == nil {
+		t.Errorf("cleanup: the daemon left its bridge %s", d.bridge)
+		if out, err := exec.Command("ip", "link", "del", d.bridge).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: ip link del %s: %v: %s", d.bridge, err, out)
+		}
+	}
 }

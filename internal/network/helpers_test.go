@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -51,13 +52,42 @@ func testOptions(t testing.TB, poolSize int) Options {
 		PoolSize:   poolSize,
 	}
 	// The state dir may stay bound onto itself when a Manager adopted it
-	// (see TestRestore); unbind it before the temp dir is removed.
+	// (see TestRestore); unbind it before the temp dir is removed. A test
+	// that ends with namespaces still attached (or that failed) leaves
+	// their nat rules and the bridge, which go too.
 	t.Cleanup(func() {
 		if ok, _ := isMountPoint(o.StateDir); ok {
 			unix.Unmount(o.StateDir, unix.MNT_DETACH)
 		}
+		removeNetwork(t, o.Bridge)
 	})
 	return o
+}
+
+// removeNetwork deletes the masquerade rules of every attachment of the
+// bundled network on bridge, and the bridge.
+func removeNetwork(t testing.TB, bridge string) {
+	t.Helper()
+	ctx := context.Background()
+	network := "shoal-" + bridge
+	out, err := exec.CommandContext(ctx, "iptables-save", "-t", "nat").Output()
+	if err != nil {
+		t.Errorf("iptables-save: %v", err)
+	}
+	id := regexp.MustCompile(`name: \\"` + regexp.QuoteMeta(network) + `\\" id: \\"([^\\"]+)\\"`)
+	seen := map[string]bool{}
+	for _, m := range id.FindAllStringSubmatch(string(out), -1) {
+		if seen[m[1]] {
+			continue
+		}
+		seen[m[1]] = true
+		if err := teardownMasq(ctx, network, m[1]); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	if err := deleteLink(bridge); err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
 }
 
 // newManager starts a Manager on o and closes it at the end of the test,
