@@ -279,7 +279,30 @@ func (r *fakeRouter) Load(string) Load {
 	return r.load
 }
 
-func (r *fakeRouter) WaitIdle(context.Context, string) error { return nil }
+// WaitIdle returns when the test's load shows no request in flight to
+// replica id, or when ctx ends.
+func (r *fakeRouter) WaitIdle(ctx context.Context, id string) error {
+	for {
+		r.mu.Lock()
+		busy := r.load.Endpoints[id].InFlight > 0
+		r.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replica %s: %w", id, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// setLoad sets the load the router reports.
+func (r *fakeRouter) setLoad(l Load) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.load = l
+}
 
 func (r *fakeRouter) endpoints(app string) []string {
 	r.mu.Lock()

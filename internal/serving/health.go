@@ -97,9 +97,10 @@ func (ctl *appCtl) waitReady(r *replica, cfg Config, exited <-chan struct{}) err
 	}
 }
 
-// healthLoop checks a replica's health every interval while it is ready;
-// after cfg.Health.Failures failures in a row it leaves the route table and
-// is replaced. It also keeps the replica's log under logMax.
+// healthLoop checks a replica's health every interval while it is ready.
+// It leaves the route table at the first failure; after
+// cfg.Health.Failures in a row it is replaced, drained and stopped. It also
+// keeps the replica's log under logMax.
 func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	m := ctl.m
 	fails := 0
@@ -142,7 +143,7 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 		if fails < h.Failures {
 			continue
 		}
-		ctl.failed(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err), true)
+		ctl.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
 		return
 	}
 }

@@ -34,9 +34,7 @@ func (ctl *appCtl) freeze(r *replica, why string) {
 	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
 	go func() {
 		m, id := ctl.m, r.rec.ID
-		ctx, cancel := context.WithTimeout(ctl.ctx(), grace)
-		err := m.o.Router.WaitIdle(ctx, id)
-		cancel()
+		err := ctl.waitIdle(id, grace)
 		if err == nil {
 			err = m.o.Runtime.Freeze(id)
 		}
@@ -75,13 +73,24 @@ func (ctl *appCtl) drain(r *replica, why string) {
 	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
 	ctl.m.emit("drain", ctl.name, r.rec.ID, why, nil)
 	go func() {
-		ctx, cancel := context.WithTimeout(ctl.ctx(), grace)
-		if err := ctl.m.o.Router.WaitIdle(ctx, r.rec.ID); err != nil {
+		if err := ctl.waitIdle(r.rec.ID, grace); err != nil {
 			ctl.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
 		}
-		cancel()
 		ctl.halt(r)
 	}()
+}
+
+// waitIdle waits until replica id has no request in flight, for at most
+// grace on the manager's clock.
+func (ctl *appCtl) waitIdle(id string, grace time.Duration) error {
+	ctx, cancel := context.WithCancel(ctl.ctx())
+	defer cancel()
+	if grace <= 0 {
+		cancel()
+	}
+	t := ctl.m.clock.AfterFunc(grace, cancel)
+	defer t.Stop()
+	return ctl.m.o.Router.WaitIdle(ctx, id)
 }
 
 // stopReplica stops a replica that takes no traffic. ctl.mu is held.
@@ -103,6 +112,10 @@ func (ctl *appCtl) halt(r *replica) {
 	}
 	ctl.mu.Lock()
 	r.rec.State = StateStopped
+	if r.failed && ctl.failures > 0 {
+		// Listed with its reason until a replica of the app is ready.
+		r.rec.State = StateFailed
+	}
 	ctl.mu.Unlock()
 	ctl.remove(r, false)
 }

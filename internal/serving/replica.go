@@ -22,6 +22,7 @@ type replica struct {
 	busy       bool // an operation is under way (start, freeze, drain, stop)
 	closed     bool // out of the route table
 	stopping   bool // an exit is expected
+	failed     bool // taken out of service for failing; listed as failed once stopped
 	lastActive time.Time
 	frozenAt   time.Time
 	// replacement is the fresh replica that will take this one's place.
@@ -240,7 +241,34 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 		return
 	}
 	r.stopping, r.closed = true, true
-	r.rec.State, r.rec.Reason = StateFailed, err.Error()
+	r.rec.State = StateFailed
+	ctl.countFailure(r, err)
+	ctl.publish()
+	ctl.mu.Unlock()
+	ctl.remove(r, kill)
+}
+
+// unhealthy takes a ready replica that failed its health checks out of
+// service: the failure counts and backs the app off as a crash does, and
+// the replica's replacement may start at once, but the replica drains
+// first, so the requests it is serving finish (up to drain_timeout) before
+// it is stopped.
+func (ctl *appCtl) unhealthy(r *replica, err error) {
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if r.stopping {
+		return
+	}
+	r.failed = true
+	ctl.countFailure(r, err)
+	ctl.drain(r, "failed its health checks")
+	ctl.notify()
+}
+
+// countFailure records the failure of replica r: its reason, the app's
+// failure count and back-off, a metric and a fail event. ctl.mu is held.
+func (ctl *appCtl) countFailure(r *replica, err error) {
+	r.rec.Reason = err.Error()
 	ctl.failures++
 	now := ctl.m.clock.Now()
 	if r.rec.ReadyAt != nil && now.Sub(*r.rec.ReadyAt) >= stableAfter {
@@ -251,11 +279,8 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	ctl.lastErr = err.Error()
 	ctl.lastLog = tailLog(ctl.logPath(r.rec.ID), 20)
 	ctl.markDirty(r.rec.ID)
-	ctl.publish()
-	ctl.mu.Unlock()
 	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
 	ctl.m.emit("fail", ctl.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
-	ctl.remove(r, kill)
 }
 
 // stableAfter is how long a replica must have been ready for its failure

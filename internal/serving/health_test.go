@@ -1,0 +1,134 @@
+package serving
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/network"
+)
+
+// healthNet hands each replica its own loopback address, where a listener
+// on the app's port answers its health checks until the test makes the
+// replica sick.
+type healthNet struct {
+	mu   sync.Mutex
+	port int
+	n    int
+	ls   map[string]net.Listener
+}
+
+func (h *healthNet) Acquire(_ context.Context, id string, _ network.Mode) (*network.Attachment, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	ip := net.IPv4(127, 0, 0, byte(1+h.n))
+	l, err := net.Listen("tcp", net.JoinHostPort(ip.String(), strconv.Itoa(h.port)))
+	if err != nil {
+		return nil, err
+	}
+	go http.Serve(l, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h.ls[id] = l
+	return &network.Attachment{ID: id, IP: ip}, nil
+}
+
+func (h *healthNet) Lookup(string) (*network.Attachment, bool) { return nil, false }
+
+func (h *healthNet) Release(_ context.Context, a *network.Attachment) error {
+	h.sick(a.ID)
+	return nil
+}
+
+// sick makes replica id fail its health checks from now on.
+func (h *healthNet) sick(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.ls[id]; l != nil {
+		l.Close()
+		delete(h.ls, id)
+	}
+}
+
+func (h *healthNet) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, l := range h.ls {
+		l.Close()
+		delete(h.ls, id)
+	}
+}
+
+// A replica that fails its health checks with a request in flight counts
+// as a failure and is replaced at once, but it drains: it is stopped only
+// when the request is done or drain_timeout has passed.
+func TestUnhealthyReplicaDrains(t *testing.T) {
+	for _, finish := range []bool{true, false} {
+		name := "request finishes"
+		if !finish {
+			name = "drain timeout"
+		}
+		t.Run(name, func(t *testing.T) {
+			hn := &healthNet{ls: map[string]net.Listener{}}
+			h := newHarnessWith(t, 1<<40, hn)
+			t.Cleanup(hn.closeAll)
+			hn.mu.Lock()
+			hn.port = h.port
+			hn.mu.Unlock()
+			h.deploy("min = 1\nmax = 1\ndrain_timeout = \"10s\"", "[health]\ninterval = \"1s\"\nfailures = 2")
+			h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+			old := h.replicas()[StateReady][0]
+			h.r.setLoad(Load{InFlight: 1, LastRequest: h.clock.Now(),
+				Endpoints: map[string]EndpointLoad{old: {InFlight: 1, LastRequest: h.clock.Now()}}})
+
+			hn.sick(old)
+			h.advanceUntil("the unhealthy replica drains", time.Second, func() bool {
+				return slices.Contains(h.replicas()[StateDraining], old)
+			})
+			failedAt := h.clock.Now()
+			if evs := h.ev.of("fail"); len(evs) != 1 || evs[0].Replica != old || !strings.Contains(evs[0].Reason, "health") {
+				t.Fatalf("fail events: %+v", evs)
+			}
+			a, _ := h.m.Get(context.Background(), "hello")
+			if a.State != "failing" || !strings.Contains(a.Replicas[0].Reason, "health") {
+				t.Fatalf("app while its replica drains: state %q, replicas %+v", a.State, a.Replicas)
+			}
+			h.advanceUntil("the replacement is ready", tick, func() bool {
+				r := h.replicas()[StateReady]
+				return len(r) == 1 && r[0] != old
+			})
+			if d := h.clock.Since(failedAt); d > time.Second {
+				t.Fatalf("replacement ready %s after the failure, want within the back-off's first steps", d)
+			}
+			if _, err := h.rt.get(old); err != nil {
+				t.Fatalf("unhealthy replica stopped with a request in flight: %v", err)
+			}
+			if got := h.replicas()[StateDraining]; !slices.Equal(got, []string{old}) {
+				t.Fatalf("draining replicas %v, want [%s]", got, old)
+			}
+
+			gone := func() bool {
+				_, err := h.rt.get(old)
+				r := h.replicas()
+				return err != nil && len(r) == 1 && len(r[StateReady]) == 1
+			}
+			if finish {
+				h.r.setLoad(Load{LastRequest: h.clock.Now()})
+				h.wait("the drained replica is stopped", gone)
+				return
+			}
+			// Short of drain_timeout it stays; past it, it is stopped.
+			h.clock.Set(failedAt.Add(9 * time.Second))
+			time.Sleep(20 * time.Millisecond)
+			if _, err := h.rt.get(old); err != nil {
+				t.Fatalf("unhealthy replica stopped before drain_timeout with a request in flight: %v", err)
+			}
+			h.advanceUntil("the replica is stopped after drain_timeout", time.Second, gone)
+		})
+	}
+}
