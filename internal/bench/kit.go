@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/image"
@@ -165,15 +167,27 @@ func (k *kit) close(ctx context.Context) error {
 		k.images.Close()
 	}
 	if k.parent != "" {
-		roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-		for _, r := range append(roots, "/sys/fs/cgroup") {
-			os.Remove(filepath.Join(r, k.parent))
-		}
+		removeCgroups(k.parent)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("bench kit cleanup: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// removeCgroups removes the cgroups at paths, empty by now, in every
+// hierarchy; those that are not there are no error.
+func removeCgroups(paths ...string) error {
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	var errs []error
+	for _, r := range append(roots, "/sys/fs/cgroup") {
+		for _, p := range paths {
+			if err := os.Remove(filepath.Join(r, p)); err != nil && !os.IsNotExist(err) && !errors.Is(err, syscall.ENOTDIR) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // hostRun runs a command on the host and returns its standard output.

@@ -208,12 +208,6 @@ func Lifecycle(ctx context.Context, o Options) (_ *Report, retErr error) {
 // removeCgroupParents removes the suite's (by now empty) parent cgroups in
 // every hierarchy.
 func removeCgroupParents(context.Context) error {
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, r := range roots {
-		for _, p := range []string{benchCgroupParent, daemonBenchCgroupParent} {
-			os.Remove(filepath.Join(r, p))
-		}
-	}
+	removeCgroups(benchCgroupParent, daemonBenchCgroupParent)
 	return nil
 }

@@ -286,11 +286,7 @@ func (e *servingEnv) close(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	roots = append(roots, "/sys/fs/cgroup")
-	for _, r := range roots {
-		os.Remove(filepath.Join(r, servingNet.cgroupParent))
-	}
+	removeCgroups(servingNet.cgroupParent)
 	if len(errs) > 0 {
 		return fmt.Errorf("cleanup: %s", strings.Join(errs, "; "))
 	}

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -249,13 +248,8 @@ func (e *cliEnv) close(ctx context.Context) error {
 		errs = append(errs, fmt.Sprintf("open daemon network: %v", err))
 	}
 	// The daemon's cgroup parents (its own and its jobs'), empty by now.
-	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, r := range append(roots, "/sys/fs/cgroup") {
-		for _, p := range []string{e.net.cgroupParent + "-jobs", e.net.cgroupParent} {
-			if err := os.Remove(filepath.Join(r, p)); err != nil && !os.IsNotExist(err) && !errors.Is(err, syscall.ENOTDIR) {
-				errs = append(errs, fmt.Sprintf("remove cgroup %s: %v", filepath.Join(r, p), err))
-			}
-		}
+	if err := removeCgroups(e.net.cgroupParent+"-jobs", e.net.cgroupParent); err != nil {
+		errs = append(errs, fmt.Sprintf("remove daemon cgroups: %v", err))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("shoal daemon cleanup: %s", strings.Join(errs, "; "))

@@ -83,6 +83,7 @@ func decodeJobFile(b []byte) ([]api.JobRequest, bool, error) {
 // request read from a file, as jobFileHelp says.
 func (f *jobFlags) overlay(cmd *cobra.Command, reqs []api.JobRequest) error {
 	set := cmd.Flags().Changed
+	var stdin []byte
 	if set("stdin") {
 		n := 0
 		for _, r := range reqs {
@@ -91,9 +92,6 @@ func (f *jobFlags) overlay(cmd *cobra.Command, reqs []api.JobRequest) error {
 		if n != 1 {
 			return usageErrorf("--stdin: %s has %d steps, and --stdin is the input of one; set each step's \"stdin\" in the file", f.fromJSON, n)
 		}
-	}
-	var stdin []byte
-	if set("stdin") {
 		var err error
 		if stdin, err = readInput(cmd, f.stdin); err != nil {
 			return usageErrorf("--stdin: %v", err)

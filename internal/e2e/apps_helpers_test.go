@@ -159,6 +159,30 @@ func get(t *testing.T, proxy, app, path string) (int, string, string) {
 	return resp.StatusCode, string(b), resp.Header.Get("X-Replica")
 }
 
+// ask sends GET path to app through the proxy and returns the replica that
+// answered (hello's X-Replica, else the body) and, when the answer was not
+// 200 or none came, why.
+func ask(proxy, app, path string) (replica, failure string) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
+	if err != nil {
+		return "", err.Error()
+	}
+	req.Host = app + ".localhost"
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err.Error()
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if replica = resp.Header.Get("X-Replica"); replica == "" {
+		replica = strings.TrimSpace(string(b))
+	}
+	if resp.StatusCode != 200 {
+		return replica, resp.Status + ": " + strings.TrimSpace(string(b))
+	}
+	return replica, ""
+}
+
 // load sends n requests with c at a time and returns how many did not
 // answer 200, with the first failure.
 func load(t *testing.T, proxy, app, path string, n, c int) (failed int, first string) {
@@ -171,20 +195,7 @@ func load(t *testing.T, proxy, app, path string, n, c int) (failed int, first st
 		go func() {
 			defer wg.Done()
 			for range next {
-				req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
-				req.Host = app + ".localhost"
-				resp, err := client.Do(req)
-				msg := ""
-				if err != nil {
-					msg = err.Error()
-				} else {
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != 200 {
-						msg = resp.Status + ": " + strings.TrimSpace(string(b))
-					}
-				}
-				if msg != "" {
+				if _, msg := ask(proxy, app, path); msg != "" {
 					mu.Lock()
 					if failed++; first == "" {
 						first = msg
@@ -216,22 +227,9 @@ func burst(t *testing.T, proxy, app, path string, n int) (failed int, first stri
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
-			req.Host = app + ".localhost"
 			ready.Done()
 			<-gate
-			resp, err := client.Do(req)
-			msg, rep := "", ""
-			if err != nil {
-				msg = err.Error()
-			} else {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				rep = resp.Header.Get("X-Replica")
-				if resp.StatusCode != 200 {
-					msg = resp.Status + ": " + strings.TrimSpace(string(b))
-				}
-			}
+			rep, msg := ask(proxy, app, path)
 			mu.Lock()
 			defer mu.Unlock()
 			if msg != "" {
@@ -278,22 +276,7 @@ func startSteady(proxy, app, path string, c, limit int, pace time.Duration) *ste
 					return
 				default:
 				}
-				req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+path, nil)
-				req.Host = app + ".localhost"
-				resp, err := client.Do(req)
-				msg, rep := "", ""
-				if err != nil {
-					msg = err.Error()
-				} else {
-					b, _ := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					if rep = resp.Header.Get("X-Replica"); rep == "" {
-						rep = strings.TrimSpace(string(b))
-					}
-					if resp.StatusCode != 200 {
-						msg = resp.Status + ": " + strings.TrimSpace(string(b))
-					}
-				}
+				rep, msg := ask(proxy, app, path)
 				s.mu.Lock()
 				s.n++
 				if msg != "" {

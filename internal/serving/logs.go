@@ -156,14 +156,14 @@ func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) 
 // MiB of each holds).
 func tailLog(path string, n int) []string {
 	lines := tailFile(path, n)
-	if n > 0 && len(lines) >= n {
-		return lines
+	rest := 0 // all that the last MiB of path.1 holds
+	if n > 0 {
+		if len(lines) >= n {
+			return lines
+		}
+		rest = n - len(lines)
 	}
-	older := tailFile(path+".1", n-len(lines))
-	if n <= 0 {
-		older = tailFile(path+".1", 0)
-	}
-	return append(older, lines...)
+	return append(tailFile(path+".1", rest), lines...)
 }
 
 // tailFile returns the last n lines of a file (n <= 0: as many as the
