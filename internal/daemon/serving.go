@@ -113,9 +113,9 @@ type router struct{ p *proxy.Proxy }
 
 func (r router) SetRoute(rt serving.Route) {
 	pr := proxy.Route{App: rt.App, MaxBodyBytes: rt.MaxBodyBytes, QueueLimit: rt.QueueLimit,
-		QueueTimeout: rt.QueueTimeout, Unavailable: rt.Unavailable}
+		QueueTimeout: rt.QueueTimeout, Unavailable: rt.Unavailable, Weights: rt.Weights, Sticky: rt.Sticky}
 	for _, e := range rt.Endpoints {
-		pr.Endpoints = append(pr.Endpoints, proxy.Endpoint{ID: e.ID, Addr: e.Addr})
+		pr.Endpoints = append(pr.Endpoints, proxy.Endpoint{ID: e.ID, Addr: e.Addr, Revision: e.Revision})
 	}
 	r.p.SetRoute(pr)
 }

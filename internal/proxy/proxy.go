@@ -44,6 +44,9 @@ const retryAfter = "1"
 type Endpoint struct {
 	ID   string
 	Addr string // host:port
+	// Revision is the app revision the replica runs; Route.Weights refers
+	// to it.
+	Revision int
 }
 
 // Route is one app's routing entry.
@@ -62,6 +65,16 @@ type Route struct {
 	// Unavailable, when not empty, answers every request 503 with this
 	// reason (e.g. "app is being deleted").
 	Unavailable string
+	// Weights maps a revision to its share of the traffic, in percent. Nil
+	// or empty: every endpoint alike. A request goes to a revision drawn by
+	// weight among those with weight > 0 and at least one endpoint (their
+	// weights renormalised); if none has an endpoint, to any endpoint.
+	Weights map[int]int
+	// Sticky keeps a client on the endpoint it first reached: the answer
+	// sets the cookie shoal-replica=<endpoint ID>, and a request that
+	// carries it goes to that endpoint while it is in the route, whatever
+	// the weights.
+	Sticky bool
 }
 
 // Activator wakes an app that has no ready endpoint (thaws a frozen replica

@@ -269,7 +269,8 @@ func (ctl *appCtl) publish() {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		rt.Endpoints = append(rt.Endpoints, Endpoint{ID: id, Addr: ctl.reps[id].rec.Addr})
+		r := ctl.reps[id]
+		rt.Endpoints = append(rt.Endpoints, Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
 	}
 	for _, ep := range ctl.remote {
 		if ctl.reps[ep.ID] == nil {

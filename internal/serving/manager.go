@@ -51,6 +51,8 @@ type Network interface {
 type Endpoint struct {
 	ID   string
 	Addr string
+	// Revision is the app revision the replica runs.
+	Revision int
 }
 
 // Route is what the router needs to know of one app.
@@ -61,6 +63,13 @@ type Route struct {
 	QueueLimit   int
 	QueueTimeout time.Duration
 	Unavailable  string
+	// Weights maps a revision to its share of the traffic, in percent. Nil
+	// or empty: every endpoint alike. Revisions with weight 0 or without an
+	// endpoint get nothing; the others' weights are renormalised.
+	Weights map[int]int
+	// Sticky keeps a client on the replica it first reached, by cookie,
+	// while that replica is in the route.
+	Sticky bool
 }
 
 // Load is the router's view of an app's traffic.

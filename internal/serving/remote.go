@@ -63,7 +63,7 @@ func (m *Manager) remoteEndpoint(val []byte) (string, Endpoint, bool) {
 	if json.Unmarshal(val, &rec) != nil || rec.Node == m.o.Node || rec.State != StateReady || rec.Addr == "" {
 		return "", Endpoint{}, false
 	}
-	return rec.App, Endpoint{ID: rec.ID, Addr: rec.Addr}, true
+	return rec.App, Endpoint{ID: rec.ID, Addr: rec.Addr, Revision: rec.Revision}, true
 }
 
 func (m *Manager) setRemote(remote map[string]map[string]Endpoint) {
