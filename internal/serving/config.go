@@ -22,7 +22,34 @@ type Config struct {
 	Health    Health            `toml:"health"`
 	Volumes   map[string]string `toml:"volumes"` // volume name → path in the container
 	Env       map[string]string `toml:"env"`
+	// State is left out of the hash's JSON when unset, so that apps
+	// without it keep their revisions' hashes.
+	State State `toml:"state" json:",omitzero"`
 }
+
+// Merge policies of the [state] table.
+const (
+	MergeAppend = "append" // each file's bytes appended to the same path in the volume
+	MergeNewest = "newest" // a file replaces the volume's copy when its mtime is newer
+	MergeHook   = "hook"   // a command of the app's image merges
+)
+
+// State is the [state] table: a directory of its own for each replica,
+// merged into one of the app's volumes when the replica goes for good.
+type State struct {
+	// Dir is where the replica's state directory is mounted ("/state").
+	Dir string `toml:"dir"`
+	// Merge is the policy: MergeAppend, MergeNewest or MergeHook.
+	Merge string `toml:"merge"`
+	// Hook is the command of a hook merge, run from the app's image.
+	Hook []string `toml:"hook"`
+	// Volume names the volume that receives the merge; the app's only
+	// volume when left out.
+	Volume string `toml:"volume"`
+}
+
+// Enabled reports whether the app declared per-replica state.
+func (s State) Enabled() bool { return s.Dir != "" }
 
 // Scale is the [scale] table.
 type Scale struct {

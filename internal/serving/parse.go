@@ -186,6 +186,15 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	if len(c.Env) == 0 {
 		c.Env = nil
 	}
+	st := &c.State
+	if len(st.Hook) == 0 {
+		st.Hook = nil
+	}
+	if st.Dir != "" && st.Volume == "" && len(c.Volumes) == 1 {
+		for name := range c.Volumes {
+			st.Volume = name
+		}
+	}
 }
 
 // MemoryBytes is the memory limit in bytes (0: none). Validate has checked
@@ -288,7 +297,60 @@ func (c *Config) Validate() error {
 	if err := validateVolumes(c.Volumes); err != nil {
 		return err
 	}
+	if err := c.State.validate(c.Volumes); err != nil {
+		return err
+	}
 	return validateEnv(c.Env)
+}
+
+// validate checks the [state] table against the app's volumes.
+func (s *State) validate(vols map[string]string) error {
+	if s.Dir == "" {
+		if s.Merge != "" || len(s.Hook) > 0 || s.Volume != "" {
+			return errdefs.Invalid("state.dir", "is required with the other keys of [state] (the replica's state directory, such as \"/state\")")
+		}
+		return nil
+	}
+	switch {
+	case !cleanAbs(s.Dir):
+		return errdefs.Invalid("state.dir", "%q must be an absolute, clean path in the container, not /", s.Dir)
+	case underAny(s.Dir, "/proc", "/sys", "/dev"):
+		return errdefs.Invalid("state.dir", "%q is under /proc, /sys or /dev", s.Dir)
+	}
+	for _, name := range sortedKeys(vols) {
+		if p := vols[name]; underAny(s.Dir, p) || underAny(p, s.Dir) {
+			return errdefs.Invalid("state.dir", "%q overlaps volume %q (%s); the state directory must be apart from the volumes", s.Dir, name, p)
+		}
+	}
+	switch s.Merge {
+	case MergeAppend, MergeNewest, MergeHook:
+	case "":
+		return errdefs.Invalid("state.merge", "is required: \"append\" (logs), \"newest\" (files) or \"hook\" (a command of the image)")
+	default:
+		return errdefs.Invalid("state.merge", "%q must be \"append\", \"newest\" or \"hook\"", s.Merge)
+	}
+	switch {
+	case s.Merge == MergeHook && len(s.Hook) == 0:
+		return errdefs.Invalid("state.hook", "is required for merge = \"hook\": the command to run, such as [\"sh\", \"-c\", \"...\"]")
+	case s.Merge != MergeHook && len(s.Hook) > 0:
+		return errdefs.Invalid("state.hook", "is only for merge = \"hook\" (merge is %q)", s.Merge)
+	case len(s.Hook) > 0 && s.Hook[0] == "":
+		return errdefs.Invalid("state.hook[0]", "must name a command")
+	}
+	for i, a := range s.Hook {
+		if strings.ContainsRune(a, 0) {
+			return errdefs.Invalid(fmt.Sprintf("state.hook[%d]", i), "must not contain a NUL byte")
+		}
+	}
+	switch {
+	case len(vols) == 0:
+		return errdefs.Invalid("state.volume", "the state of replicas is merged into a volume; declare one under [volumes]")
+	case s.Volume == "":
+		return errdefs.Invalid("state.volume", "is required when the app has several volumes: one of %s", strings.Join(sortedKeys(vols), ", "))
+	case vols[s.Volume] == "":
+		return errdefs.Invalid("state.volume", "%q is not a volume of the app: one of %s", s.Volume, strings.Join(sortedKeys(vols), ", "))
+	}
+	return nil
 }
 
 func (s *Scale) validate() error {

@@ -1,8 +1,10 @@
 package serving
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +34,7 @@ func TestParseDesignExample(t *testing.T) {
 	if c.Name != "hello" || c.Image != "hello:1" || c.Port != 8080 || c.Scale.Max != 10 ||
 		c.Scale.MaxLifetime.Duration != time.Hour || c.Resources.MaxCPU != 2 ||
 		c.Resources.MemoryBytes() != 256<<20 || c.Health.HTTP != "/healthz" || c.Health.TCP ||
-		c.Volumes["data"] != "/data" || c.Env["GREETING"] != "hi" {
+		c.Volumes["data"] != "/data" || c.Env["GREETING"] != "hi" || c.State.Volume != "data" || c.State.Merge != MergeAppend {
 		t.Fatalf("parsed %+v", c)
 	}
 }
@@ -85,6 +87,7 @@ pids = 0
 
 func TestParseErrors(t *testing.T) {
 	const base = "name = \"web\"\nimage = \"web:1\"\n"
+	const vol = "[volumes]\ndata = \"/data\"\n"
 	long := "a" + strings.Repeat("b", 40)
 	cases := []struct {
 		name, toml, field, msg string
@@ -155,6 +158,27 @@ func TestParseErrors(t *testing.T) {
 		{"env PORT", base + "[env]\nPORT = \"1\"\n", "env.PORT", "set by shoal"},
 		{"env SHOAL_", base + "[env]\nSHOAL_APP = \"x\"\n", "env.SHOAL_APP", "set by shoal"},
 		{"env value type", base + "[env]\nA = 1\n", "env.A", "line 4"},
+		{"state not a table", base + "state = \"/state\"\n", "state", "expected table"},
+		{"state unknown key", base + vol + "[state]\ndir = \"/state\"\nmerge = \"append\"\npolicy = \"x\"\n", "state.policy", "unknown field"},
+		{"state without dir", base + vol + "[state]\nmerge = \"append\"\n", "state.dir", "required"},
+		{"state dir relative", base + vol + "[state]\ndir = \"state\"\nmerge = \"append\"\n", "state.dir", "absolute"},
+		{"state dir root", base + vol + "[state]\ndir = \"/\"\nmerge = \"append\"\n", "state.dir", "not /"},
+		{"state dir unclean", base + vol + "[state]\ndir = \"/state/\"\nmerge = \"append\"\n", "state.dir", "clean"},
+		{"state dir proc", base + vol + "[state]\ndir = \"/proc/state\"\nmerge = \"append\"\n", "state.dir", "/proc"},
+		{"state dir in volume", base + vol + "[state]\ndir = \"/data/state\"\nmerge = \"append\"\n", "state.dir", "overlaps volume \"data\""},
+		{"state dir over volume", base + vol + "[state]\ndir = \"/data\"\nmerge = \"append\"\n", "state.dir", "overlaps"},
+		{"state dir type", base + vol + "[state]\ndir = 1\n", "state.dir", "line 6"},
+		{"state no merge", base + vol + "[state]\ndir = \"/state\"\n", "state.merge", "required"},
+		{"state bad merge", base + vol + "[state]\ndir = \"/state\"\nmerge = \"concat\"\n", "state.merge", "\"concat\" must be"},
+		{"state hook missing", base + vol + "[state]\ndir = \"/state\"\nmerge = \"hook\"\n", "state.hook", "required for merge = \"hook\""},
+		{"state hook empty", base + vol + "[state]\ndir = \"/state\"\nmerge = \"hook\"\nhook = []\n", "state.hook", "required"},
+		{"state hook blank", base + vol + "[state]\ndir = \"/state\"\nmerge = \"hook\"\nhook = [\"\"]\n", "state.hook[0]", "name a command"},
+		{"state hook nul", base + vol + "[state]\ndir = \"/state\"\nmerge = \"hook\"\nhook = [\"sh\", \"a\\u0000\"]\n", "state.hook[1]", "NUL"},
+		{"state hook not hook", base + vol + "[state]\ndir = \"/state\"\nmerge = \"append\"\nhook = [\"sh\"]\n", "state.hook", "only for merge = \"hook\""},
+		{"state hook string", base + vol + "[state]\ndir = \"/state\"\nmerge = \"hook\"\nhook = \"sh\"\n", "state.hook", "line 8"},
+		{"state no volume", base + "[state]\ndir = \"/state\"\nmerge = \"append\"\n", "state.volume", "declare one under [volumes]"},
+		{"state which volume", base + "[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/state\"\nmerge = \"append\"\n", "state.volume", "one of a, b"},
+		{"state unknown volume", base + vol + "[state]\ndir = \"/state\"\nmerge = \"append\"\nvolume = \"logs\"\n", "state.volume", "\"logs\" is not a volume"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -185,6 +209,8 @@ func TestParseValid(t *testing.T) {
 		"volumes":         "[volumes]\na = \"/data\"\nb-2 = \"/var/lib/b\"\n",
 		"env":             "[env]\n_X = \"\"\nGREETING = \"hi there\"\nPORTAL = \"x\"\n",
 		"command":         "command = [\"/hello\", \"--flag\"]\n",
+		"state hook":      "[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/var/state\"\nmerge = \"hook\"\nhook = [\"sh\", \"-c\", \"cat /var/state/* >> /b/all\"]\nvolume = \"b\"\n",
+		"state newest":    "[volumes]\na = \"/a\"\n[state]\ndir = \"/a-state\"\nmerge = \"newest\"\n",
 	} {
 		doc := base + extra
 		if name == "name of 40" {
@@ -193,6 +219,35 @@ func TestParseValid(t *testing.T) {
 		if _, err := ParseConfig([]byte(doc), "shoal.toml"); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+func TestParseState(t *testing.T) {
+	const base = "name = \"web\"\nimage = \"web:1\"\n"
+	c, err := ParseConfig([]byte(base+"[volumes]\nlogs = \"/logs\"\n[state]\ndir = \"/state\"\nmerge = \"append\"\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := State{Dir: "/state", Merge: MergeAppend, Volume: "logs"}
+	if !reflect.DeepEqual(c.State, want) || !c.State.Enabled() {
+		t.Fatalf("state %+v, want %+v (the only volume by default)", c.State, want)
+	}
+	c, err = ParseConfig([]byte(base+"[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/s\"\nmerge = \"hook\"\nhook = [\"sh\", \"-c\", \"x\"]\nvolume = \"b\"\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = State{Dir: "/s", Merge: MergeHook, Hook: []string{"sh", "-c", "x"}, Volume: "b"}
+	if !reflect.DeepEqual(c.State, want) {
+		t.Fatalf("state %+v, want %+v", c.State, want)
+	}
+	// No [state]: nothing, and the hash of an app without it is what it
+	// was before the table existed.
+	c, err = ParseConfig([]byte(base+"[volumes]\na = \"/a\"\n"), "")
+	if err != nil || c.State.Enabled() || c.State.Volume != "" {
+		t.Fatalf("no state: %+v, %v", c.State, err)
+	}
+	if b, _ := json.Marshal(c); strings.Contains(string(b), "State") || strings.Contains(string(b), "Merge") {
+		t.Fatalf("an app without [state] has it in its hashed form: %s", b)
 	}
 }
 
