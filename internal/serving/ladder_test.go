@@ -86,8 +86,10 @@ func TestLadderMaxLifetime(t *testing.T) {
 // A crash marks the app failing with the reason and takes the replica out
 // of the route; no replica starts before the back-off (100 ms after the
 // first crash), and each crash in a row doubles it, also when the replicas
-// in between became ready (a crash loop). A replica that stayed up for
-// stableAfter starts the back-off over.
+// in between became ready (a crash loop). The back-off runs from when the
+// crashed replica became ready, so one that served for longer is replaced
+// at once. A replica that stayed up for stableAfter starts the back-off
+// over.
 func TestLadderCrashBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.deploy("min = 1")
@@ -139,11 +141,31 @@ func TestLadderCrashBackoff(t *testing.T) {
 			t.Fatalf("restart %s after a crash in a row, want the first moment after %s", d, want)
 		}
 	}
-	// Up for stableAfter: the next crash is not part of the loop.
+	// replacedAtOnce ends the ready replica and waits, without moving the
+	// clock, for another to be ready.
+	replacedAtOnce := func(what string) {
+		t.Helper()
+		old := h.replicas()[StateReady][0]
+		h.rt.exit(old, 137)
+		h.wait(what, func() bool {
+			r := h.replicas()[StateReady]
+			return len(r) == 1 && r[0] != old
+		})
+	}
+	// Ready for 1 s, longer than the fourth crash's 800 ms back-off: no
+	// wait, though the crashes are still counted.
+	h.advance(time.Second)
+	replacedAtOnce("a replica that served for longer than its back-off is replaced without one")
+	if n := len(h.ev.of("fail")); n != 4 {
+		t.Fatalf("%d fail events after four crashes", n)
+	}
+	// Up for stableAfter: the next crash is not part of the loop, and the
+	// one after it waits only the second step, 200 ms.
 	h.advance(stableAfter)
+	replacedAtOnce("a replica that was up for stableAfter is replaced without a back-off")
 	crash()
-	if d := gap(); d != 101*time.Millisecond {
-		t.Fatalf("restart %s after a crash of a replica that was up for %s, want 101ms", d, stableAfter)
+	if d := gap(); d != 201*time.Millisecond {
+		t.Fatalf("restart %s after a crash that follows a stable replica's, want 201ms", d)
 	}
 }
 

@@ -245,6 +245,9 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	ctl.countFailure(r, err)
 	ctl.publish()
 	ctl.mu.Unlock()
+	// The replacement need not wait for the container's removal and the
+	// release of its address.
+	ctl.notify()
 	ctl.remove(r, kill)
 }
 
@@ -275,7 +278,14 @@ func (ctl *appCtl) countFailure(r *replica, err error) {
 		ctl.strikes = 0 // it served for a while: not a crash loop
 	}
 	ctl.strikes++
-	ctl.backoff = now.Add(backoffFor(ctl.strikes))
+	// The back-off runs from when the replica became ready: one that
+	// served for longer than it is replaced at once, and a crash loop still
+	// starts at most one replica per back-off.
+	from := now
+	if r.rec.ReadyAt != nil && r.rec.ReadyAt.Before(now) {
+		from = *r.rec.ReadyAt
+	}
+	ctl.backoff = from.Add(backoffFor(ctl.strikes))
 	ctl.lastErr = err.Error()
 	ctl.lastLog = tailLog(ctl.logPath(r.rec.ID), 20)
 	ctl.markDirty(r.rec.ID)
