@@ -78,10 +78,16 @@ type Resources struct {
 	MaxBody string `toml:"max_body"`
 }
 
-// Health is the [health] table: an HTTP path or a TCP check of Port.
+// Health is the [health] table: an HTTP path, a TCP check of Port, or a
+// command run inside the replica's container.
 type Health struct {
-	HTTP     string   `toml:"http"`
-	TCP      bool     `toml:"tcp"`
+	HTTP string `toml:"http"`
+	TCP  bool   `toml:"tcp"`
+	// Command is run in the replica's container (as its process, with its
+	// environment, limits and filters); exit code 0 is healthy. A replica
+	// with a command check is ready once its port takes a connection and
+	// the command passes.
+	Command  []string `toml:"command" json:",omitempty"`
 	Interval Duration `toml:"interval"`
 	Timeout  Duration `toml:"timeout"`
 	// Failures in a row that take a ready replica out of the route table.

@@ -44,6 +44,9 @@ type fakeCtr struct {
 	// periods and throttled are the cgroup's CFS counters (cpu.stat).
 	periods, throttled uint64
 	done               chan struct{}
+	// sick makes its health command exit 1; execs counts the commands run.
+	sick  bool
+	execs int
 	exit               runtime.ExitStatus
 	stdout             string // the path of its stdout
 }
@@ -225,6 +228,42 @@ func (f *fakeRuntime) Get(id string) (*runtime.Container, error) {
 		st = runtime.StatusPaused
 	}
 	return &runtime.Container{ID: id, Status: st}, nil
+}
+
+// Exec runs a health command: it exits 1 with a line of output when the
+// container is sick, else 0.
+func (f *fakeRuntime) Exec(_ context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c.execs++
+	if c.sick {
+		fmt.Fprintf(p.Stderr, "%s: no\n", p.Args[0])
+		return runtime.ExitStatus{Code: 1, Known: true}, nil
+	}
+	return runtime.ExitStatus{Known: true}, nil
+}
+
+// setSick makes container id's health command fail, or pass again.
+func (f *fakeRuntime) setSick(id string, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		c.sick = v
+	}
+}
+
+// execs is how many health commands ran in container id.
+func (f *fakeRuntime) execs(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		return c.execs
+	}
+	return 0
 }
 
 func (f *fakeRuntime) count() int {

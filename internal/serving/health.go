@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // errExitedEarly: the container exited before it was ready; the exit
@@ -22,7 +26,73 @@ var probeClient = &http.Client{
 	},
 }
 
-// probe checks once whether the replica at addr is healthy.
+// check checks replica r once with the app's health check: the command in
+// its container, or a probe of its address.
+func (ctl *appCtl) check(h Health, r *replica) error {
+	ctl.mu.Lock()
+	id, addr := r.rec.ID, r.rec.Addr
+	ctl.mu.Unlock()
+	if h.Command != nil {
+		return ctl.runCheck(h, id)
+	}
+	return probe(ctl.ctx(), h, addr)
+}
+
+// runCheck runs the health command in replica id's container, bounded by
+// the check's timeout; exit code 0 is healthy. The command goes through the
+// OCI runtime's exec, so it runs as the replica's own process would: same
+// namespaces, cgroup (its memory and pids count against the replica's
+// limits), user, capabilities, no_new_privs, seccomp filter and rlimits.
+func (ctl *appCtl) runCheck(h Health, id string) error {
+	timeout := h.Timeout.Duration
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctl.ctx(), timeout)
+	defer cancel()
+	out := &tailWriter{max: 256}
+	st, err := ctl.m.o.Runtime.Exec(ctx, id, runtime.ExecSpec{Args: h.Command, Stdout: out, Stderr: out})
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && ctl.ctx().Err() == nil:
+		return fmt.Errorf("command %q did not finish in %s", h.Command[0], timeout)
+	case err != nil:
+		return fmt.Errorf("command %q: %w", h.Command[0], err)
+	case st.Code != 0:
+		msg := fmt.Sprintf("command %q exited with code %d", h.Command[0], st.Code)
+		if o := out.String(); o != "" {
+			msg += ": " + o
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = w.b[over:]
+	}
+	return len(p), nil
+}
+
+// String is the output kept, on one line.
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.b), "?")), " ")
+}
+
+// probe checks once whether the replica at addr is healthy with an HTTP or
+// TCP check.
 func probe(ctx context.Context, h Health, addr string) error {
 	timeout := h.Timeout.Duration
 	if timeout <= 0 {
@@ -61,6 +131,12 @@ func (ctl *appCtl) waitReady(r *replica, cfg Config, exited <-chan struct{}) err
 	m := ctl.m
 	began := m.clock.Now()
 	limit := cfg.Health.StartTimeout.Duration
+	// A command check runs once the port takes connections: an exec
+	// costs a runtime process, a connect nearly nothing.
+	port := cfg.Health
+	if port.Command != nil {
+		port.Command, port.TCP = nil, true
+	}
 	var last error
 	for i := 0; ; i++ {
 		select {
@@ -68,8 +144,13 @@ func (ctl *appCtl) waitReady(r *replica, cfg Config, exited <-chan struct{}) err
 			return errExitedEarly
 		default:
 		}
-		if last = probe(ctl.ctx(), cfg.Health, r.rec.Addr); last == nil {
-			return nil
+		if last = probe(ctl.ctx(), port, r.rec.Addr); last == nil {
+			if cfg.Health.Command == nil {
+				return nil
+			}
+			if last = ctl.runCheck(cfg.Health, r.rec.ID); last == nil {
+				return nil
+			}
 		}
 		if ctl.ctx().Err() != nil {
 			return ctl.ctx().Err()
@@ -119,15 +200,18 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 			return
 		}
 		ctl.trimLog(r.rec.ID)
+		// checking keeps a freeze from stopping a command check half-way.
+		r.checking.Lock()
 		ctl.mu.Lock()
 		check := r.rec.State == StateReady && !r.busy
-		addr := r.rec.Addr
 		ctl.mu.Unlock()
 		if !check {
+			r.checking.Unlock()
 			fails = 0
 			continue
 		}
-		err := probe(ctl.ctx(), h, addr)
+		err := ctl.check(h, r)
+		r.checking.Unlock()
 		if err == nil {
 			if fails > 0 {
 				ctl.setClosed(r, false)

@@ -134,3 +134,34 @@ func TestUnhealthyReplicaDrains(t *testing.T) {
 		})
 	}
 }
+
+// A command check runs in the replica's container: a new replica is routed
+// once its port answers and the command passes; a ready replica whose
+// command fails leaves the route at the first failure, comes back when it
+// passes, and after failures in a row is replaced, with the command's exit
+// code and output in the reason.
+func TestCommandHealthCheck(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1\nmax = 1", "[health]\ncommand = [\"/bin/check\", \"-q\"]\ninterval = \"1s\"\nfailures = 2")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	old := h.replicas()[StateReady][0]
+	if n := h.rt.execs(old); n != 1 {
+		t.Fatalf("%d health commands before the replica was ready, want 1", n)
+	}
+	h.rt.setSick(old, true)
+	h.advanceUntil("the replica leaves the route", time.Second, func() bool { return len(h.r.endpoints("hello")) == 0 })
+	h.rt.setSick(old, false)
+	h.advanceUntil("the replica is back in the route", time.Second, func() bool { return len(h.r.endpoints("hello")) == 1 })
+	if evs := h.ev.of("fail"); len(evs) != 0 {
+		t.Fatalf("one failed check counted as a failure: %+v", evs)
+	}
+	h.rt.setSick(old, true)
+	h.advanceUntil("the replica is replaced", time.Second, func() bool {
+		r := h.replicas()[StateReady]
+		return len(r) == 1 && r[0] != old
+	})
+	h.wait("the failure is recorded", func() bool { return len(h.ev.of("fail")) == 1 })
+	if e := h.ev.of("fail")[0]; e.Replica != old || !strings.Contains(e.Reason, `command "/bin/check" exited with code 1: /bin/check: no`) {
+		t.Fatalf("fail event %+v", e)
+	}
+}

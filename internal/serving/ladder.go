@@ -36,7 +36,9 @@ func (ctl *appCtl) freeze(r *replica, why string) {
 		m, id := ctl.m, r.rec.ID
 		err := ctl.waitIdle(id, grace)
 		if err == nil {
+			r.checking.Lock()
 			err = m.o.Runtime.Freeze(id)
+			r.checking.Unlock()
 		}
 		var mem int64
 		if err == nil {

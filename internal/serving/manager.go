@@ -33,6 +33,8 @@ type Runtime interface {
 	UpdateCPU(id string, cpus float64) error
 	Stats(id string) (runtime.Stats, error)
 	Get(id string) (*runtime.Container, error)
+	// Exec runs a process in a running container (command health checks).
+	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error)
 }
 
 // Images resolves an app's image.

@@ -162,7 +162,7 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 		r.MaxBody = DefaultMaxBody
 	}
 	h := &c.Health
-	if h.HTTP == "" && def("health", "tcp") {
+	if h.HTTP == "" && h.Command == nil && def("health", "tcp") {
 		h.TCP = true
 	}
 	if def("health", "interval") {
@@ -222,6 +222,9 @@ func (c Config) Hash() string {
 	n := c
 	if len(n.Command) == 0 {
 		n.Command = nil
+	}
+	if len(n.Health.Command) == 0 {
+		n.Health.Command = nil
 	}
 	if len(n.Volumes) == 0 {
 		n.Volumes = nil
@@ -412,11 +415,16 @@ func (r *Resources) validate() error {
 }
 
 func (h *Health) validate() error {
+	if h.Command != nil {
+		if err := h.validateCommand(); err != nil {
+			return err
+		}
+	}
 	switch {
 	case h.HTTP != "" && h.TCP:
 		return errdefs.Invalid("health.tcp", "health.http and health.tcp exclude each other; set one")
-	case h.HTTP == "" && !h.TCP:
-		return errdefs.Invalid("health", "needs a check: set http = \"/path\" or tcp = true")
+	case h.HTTP == "" && !h.TCP && h.Command == nil:
+		return errdefs.Invalid("health", "needs a check: set http = \"/path\", tcp = true or command = [\"program\", \"arg\"...]")
 	case h.HTTP != "" && !strings.HasPrefix(h.HTTP, "/"):
 		return errdefs.Invalid("health.http", "%q must be a path starting with /", h.HTTP)
 	case strings.ContainsAny(h.HTTP, " \t\r\n#"):
@@ -429,6 +437,29 @@ func (h *Health) validate() error {
 		return errdefs.Invalid("health.failures", "%d must be at least 1", h.Failures)
 	case h.StartTimeout.Duration <= 0:
 		return errdefs.Invalid("health.start_timeout", "%s must be more than 0", h.StartTimeout.Duration)
+	}
+	return nil
+}
+
+// validateCommand checks a command check: one kind of check only, a
+// program to run, no NUL byte.
+func (h *Health) validateCommand() error {
+	switch {
+	case h.HTTP != "" || h.TCP:
+		other := "http"
+		if h.TCP {
+			other = "tcp"
+		}
+		return errdefs.Invalid("health.command", "health.command and health.%s exclude each other; set one", other)
+	case len(h.Command) == 0 || strings.TrimSpace(h.Command[0]) == "":
+		return errdefs.Invalid("health.command", "must name a program to run in the container, e.g. [\"/bin/sh\", \"-c\", \"test -f /tmp/ok\"]")
+	case len(h.Command) > 64:
+		return errdefs.Invalid("health.command", "has %d arguments; at most 64", len(h.Command))
+	}
+	for i, a := range h.Command {
+		if strings.ContainsRune(a, 0) {
+			return errdefs.Invalid(fmt.Sprintf("health.command[%d]", i), "must not contain a NUL byte")
+		}
 	}
 	return nil
 }

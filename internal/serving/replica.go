@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/network"
@@ -17,12 +18,15 @@ import (
 
 // replica is one replica of an app on this node.
 type replica struct {
-	rec        replicaRecord
-	att        *network.Attachment
-	busy       bool // an operation is under way (start, freeze, drain, stop)
-	closed     bool // out of the route table
-	stopping   bool // an exit is expected
-	failed     bool // taken out of service for failing; listed as failed once stopped
+	rec      replicaRecord
+	att      *network.Attachment
+	busy     bool // an operation is under way (start, freeze, drain, stop)
+	closed   bool // out of the route table
+	stopping bool // an exit is expected
+	failed   bool // taken out of service for failing; listed as failed once stopped
+	// checking is held while a health check runs, and by a freeze, so a
+	// command check is never frozen half-way.
+	checking   sync.Mutex
 	lastActive time.Time
 	frozenAt   time.Time
 	// replacement is the fresh replica that will take this one's place.
