@@ -45,10 +45,10 @@ type fakeCtr struct {
 	periods, throttled uint64
 	done               chan struct{}
 	// sick makes its health command exit 1; execs counts the commands run.
-	sick  bool
-	execs int
-	exit               runtime.ExitStatus
-	stdout             string // the path of its stdout
+	sick   bool
+	execs  int
+	exit   runtime.ExitStatus
+	stdout string // the path of its stdout
 }
 
 func newFakeRuntime(c clock.Clock) *fakeRuntime {
