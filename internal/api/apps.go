@@ -54,8 +54,10 @@ type Replica struct {
 	StartedAt time.Time  `json:"started_at"`
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 	CPU       float64    `json:"cpu,omitempty"` // current quota in cores
-	InFlight  int        `json:"in_flight"`
-	Reason    string     `json:"reason,omitempty"`
+	// CPUSet is the CPUs the replica is pinned to ("" when it is not).
+	CPUSet   string `json:"cpuset,omitempty"`
+	InFlight int    `json:"in_flight"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // Event is one entry of the event log (GET /v1/events): a scaling decision

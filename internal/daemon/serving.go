@@ -15,7 +15,9 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/events"
+	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/units"
 )
@@ -47,8 +49,11 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		}()
 		d.log.Info("proxy listening", "addr", d.proxyAddr)
 	}
+	placer, note := cpuPlacer(d.rt)
+	d.notes = append(d.notes, note)
 	m, err := serving.New(serving.Options{
-		Store: d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{d.proxy}, Events: d.events,
+		Placer: placer,
+		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{d.proxy}, Events: d.events,
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	})
@@ -62,6 +67,19 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	d.apps = m
 	d.notes = append(d.notes, criuNote(ctx))
 	return nil
+}
+
+// cpuPlacer pins small replicas to CPUs where the host's cgroups allow it,
+// and says what it does.
+func cpuPlacer(rt *runtime.Runtime) (*placement.CPUs, string) {
+	if !rt.CPUSetSupported() {
+		return placement.NewCPUs(nil, nil), "placement: replicas are not pinned to CPUs (no cpuset controller)"
+	}
+	cpus, err := placement.HostCPUs()
+	if err != nil || len(cpus) < 2 {
+		return placement.NewCPUs(nil, nil), fmt.Sprintf("placement: replicas are not pinned to CPUs (%d CPUs usable, %v)", len(cpus), err)
+	}
+	return placement.NewCPUs(cpus, nil), fmt.Sprintf("placement: replicas of apps with max_cpu ≤ %g are pinned to one of %d CPUs, an app's replicas apart, the least loaded CPU first", placement.PinMaxCPU, len(cpus))
 }
 
 // criuNote says which fast path idle replicas take on this host: the

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,7 @@ min = 2
 max = 2
 `)
 	a := d.waitApp("hello", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	checkSpread(t, a)
 	victim, pid := a.Replicas[0].ID, a.Replicas[0].Pid
 	other := a.Replicas[1].ID
 	s := healLoad(d.proxyAddr(), "hello", 5000)
@@ -62,6 +64,7 @@ max = 2
 		return a.Ready == 2 && !slices.ContainsFunc(a.Replicas, func(r api.Replica) bool { return r.ID == victim })
 	})
 	took := time.Since(killed)
+	checkSpread(t, a)
 	var fresh string
 	for _, id := range others(a, other) {
 		fresh = id
@@ -85,6 +88,36 @@ max = 2
 		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, "signal 9")
 	}) {
 		t.Fatalf("no fail event naming SIGKILL for %s: %+v", victim, evs)
+	}
+}
+
+// checkSpread checks that the ready replicas of a (hello: 0.5 of a core at
+// most) are pinned each to a CPU of its own, as the kernel sees their
+// processes.
+func checkSpread(t *testing.T, a api.App) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, r := range a.Replicas {
+		if r.State != "ready" {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.Pid))
+		if err != nil {
+			t.Fatalf("replica %s: %v", r.ID, err)
+		}
+		var allowed string
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+				allowed = strings.TrimSpace(v)
+			}
+		}
+		if r.CPUSet == "" || allowed != r.CPUSet {
+			t.Fatalf("replica %s: status says cpuset %q, its process may run on %q", r.ID, r.CPUSet, allowed)
+		}
+		if o, ok := seen[r.CPUSet]; ok {
+			t.Fatalf("replicas %s and %s are both pinned to CPU %s", o, r.ID, r.CPUSet)
+		}
+		seen[r.CPUSet] = r.ID
 	}
 }
 

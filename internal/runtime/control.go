@@ -54,6 +54,19 @@ func (r *Runtime) UpdateCPU(id string, cpus float64) error {
 	return nil
 }
 
+// CPUSet returns the CPUs the container's tasks may run on, in the kernel's
+// list format.
+func (r *Runtime) CPUSet(id string) (string, error) {
+	if _, err := r.live(id); err != nil {
+		return "", err
+	}
+	s, err := r.cgroupPaths(id).CPUSet()
+	if err != nil {
+		return "", fmt.Errorf("container %q: cpuset: %w", id, err)
+	}
+	return s, nil
+}
+
 // Stats reads the container's cgroup counters. After the container has
 // exited it returns the counters read at the exit.
 func (r *Runtime) Stats(id string) (Stats, error) {

@@ -181,8 +181,8 @@ func resources(l Limits) *specs.LinuxResources {
 		m, sw := l.MemoryBytes, l.MemoryBytes
 		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &sw}
 	}
-	if l.CPUs > 0 || l.CPUShares > 0 {
-		r.CPU = &specs.LinuxCPU{}
+	if l.CPUs > 0 || l.CPUShares > 0 || l.CPUSet != "" {
+		r.CPU = &specs.LinuxCPU{Cpus: l.CPUSet}
 		if l.CPUShares > 0 {
 			sh := l.CPUShares
 			r.CPU.Shares = &sh

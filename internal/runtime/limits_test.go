@@ -142,3 +142,71 @@ func TestCPUQuotaFreezeStatsUpdate(t *testing.T) {
 		t.Fatalf("quota %d after refused updates, want 150000", quota)
 	}
 }
+
+// A container pinned to one CPU runs there only (its cgroup's cpuset and
+// the affinity its processes see), and its CPU quota still rises live.
+func TestCPUSetPinned(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	if !r.CPUSetSupported() {
+		t.Fatal("the cpuset controller is not available on this host")
+	}
+	cpu := strconv.Itoa(runtimeCPUs(t) - 1) // the last CPU, not the first a default would give
+	s := baseSpec(t, "sleep", "300")
+	s.Limits.CPUSet, s.Limits.CPUs = cpu, 0.5
+	run(t, r, s)
+	if got, err := r.CPUSet(s.ID); err != nil || got != cpu {
+		t.Fatalf("cgroup cpuset %q, %v; want %q", got, err, cpu)
+	}
+	var out strings.Builder
+	if _, err := r.Exec(t.Context(), s.ID, ExecSpec{Args: []string{"grep", "Cpus_allowed_list", "/proc/1/status"}, Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if f := strings.Fields(out.String()); len(f) != 2 || f[1] != cpu {
+		t.Fatalf("container's init: %q, want Cpus_allowed_list %s", out.String(), cpu)
+	}
+	if err := r.UpdateCPU(s.ID, 1); err != nil {
+		t.Fatalf("raise the quota of a pinned container: %v", err)
+	}
+	if q, p, err := r.cgroupPaths(s.ID).CPUQuota(); err != nil || q != p {
+		t.Fatalf("quota %d over period %d (%v), want one core", q, p, err)
+	}
+}
+
+// A CPU list that is not one is refused, naming the field.
+func TestCPUSetInvalid(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	for _, bad := range []string{"a", "1-", "0,,1", " 1"} {
+		s := baseSpec(t, "true")
+		s.Limits.CPUSet = bad
+		if _, err := r.Run(t.Context(), s); !errdefs.IsInvalid(err) || errdefs.Field(err) != "limits.cpuset" {
+			t.Fatalf("cpuset %q: %v, want an invalid limits.cpuset", bad, err)
+		}
+	}
+}
+
+// runtimeCPUs is the number of CPUs this test may use; pinning needs two.
+func runtimeCPUs(t *testing.T) int {
+	t.Helper()
+	n := 0
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			for _, part := range strings.Split(strings.TrimSpace(v), ",") {
+				lo, hi, isRange := strings.Cut(part, "-")
+				a, _ := strconv.Atoi(lo)
+				b := a
+				if isRange {
+					b, _ = strconv.Atoi(hi)
+				}
+				n += b - a + 1
+			}
+		}
+	}
+	if n < 2 {
+		t.Fatalf("%d CPUs: pinning needs two", n)
+	}
+	return n
+}

@@ -216,6 +216,11 @@ func CgroupMode() string {
 	return l.Mode()
 }
 
+// CPUSetSupported reports whether containers can be pinned to CPUs
+// (Limits.CPUSet): the cpuset controller is mounted on cgroup v1 and hybrid
+// hosts, or enabled in the root of the unified hierarchy on v2.
+func (r *Runtime) CPUSetSupported() bool { return r.layout.CPUSetSupported() }
+
 // cgroupPaths are the directories of container id's cgroup.
 func (r *Runtime) cgroupPaths(id string) cgroups.Paths { return r.layout.Paths(r.host.cgroupsPath(id)) }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path"
+	"regexp"
 	"strings"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -68,6 +69,9 @@ type Limits struct {
 	// CPUShares is the relative CPU weight: 0 (default) or 2..262144, as
 	// cpu.shares on cgroup v1; the runtime converts it to cpu.weight on v2.
 	CPUShares uint64
+	// CPUSet pins the container to these CPUs, in the kernel's list format
+	// ("3", "0-1,4"); "" runs it on any. Only where CPUSetSupported.
+	CPUSet string
 	// MemoryBytes limits memory; swap is limited to the same value, so the
 	// container cannot swap.
 	MemoryBytes int64
@@ -139,6 +143,9 @@ func (s *Spec) validate() error {
 	if l.CPUShares != 0 && (l.CPUShares < minCPUShares || l.CPUShares > maxCPUShares) {
 		return errdefs.Invalid("limits.cpu_shares", "%d is neither 0 (default) nor within %d..%d", l.CPUShares, minCPUShares, maxCPUShares)
 	}
+	if l.CPUSet != "" && !cpuList.MatchString(l.CPUSet) {
+		return errdefs.Invalid("limits.cpuset", "%q is not a CPU list such as 0-1,3", l.CPUSet)
+	}
 	if l.MemoryBytes < 0 {
 		return errdefs.Invalid("limits.memory", "%d is negative", l.MemoryBytes)
 	}
@@ -176,6 +183,8 @@ func (s *Spec) validate() error {
 	}
 	return nil
 }
+
+var cpuList = regexp.MustCompile(`^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$`)
 
 // CPU limits. A quota needs at least 1ms per 100ms period; MaxCPUs keeps
 // quotas far from overflowing and above any real machine's core count.

@@ -132,7 +132,7 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	}
 	for _, r := range ctl.reps {
 		rp := api.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
-			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, Reason: r.rec.Reason,
+			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, CPUSet: r.rec.CPUSet, Reason: r.rec.Reason,
 			InFlight: load.Endpoints[r.rec.ID].InFlight}
 		if rp.State == StateReady && r.closed && !r.busy {
 			rp.Reason = "failing its health check"

@@ -266,6 +266,16 @@ func (f *fakeRuntime) execs(id string) int {
 	return 0
 }
 
+// cpuset returns the CPUs container id was created pinned to.
+func (f *fakeRuntime) cpuset(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		return c.spec.Limits.CPUSet
+	}
+	return ""
+}
+
 func (f *fakeRuntime) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -403,6 +413,12 @@ func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 // of the test's.
 func newHarnessWith(t *testing.T, frozen int64, netw Network) *harness {
 	t.Helper()
+	return newHarnessPlaced(t, frozen, netw, nil)
+}
+
+// newHarnessPlaced is newHarnessWith with a placer (nil: none).
+func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *harness {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(srv.Close)
 	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
@@ -416,7 +432,7 @@ func newHarnessWith(t *testing.T, frozen int64, netw Network) *harness {
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]Route{}}, ev: &fakeEvents{},
 		reg: prometheus.NewRegistry(), clock: fc, port: port}
 	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: netw, Router: h.r,
-		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})
+		Events: h.ev, Placer: placer, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -35,6 +36,15 @@ type Runtime interface {
 	Get(id string) (*runtime.Container, error)
 	// Exec runs a process in a running container (command health checks).
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error)
+}
+
+// Placer picks the CPUs a replica is pinned to (a placement.CPUs): a
+// cpuset in the kernel's list format, or "" for none. Adopt tells it of a
+// replica a restarted daemon took over; Release frees a replica's place.
+type Placer interface {
+	Place(r placement.Request) string
+	Adopt(id, app, cpuset string)
+	Release(id string)
 }
 
 // Images resolves an app's image.
@@ -113,6 +123,8 @@ type Options struct {
 	Network Network
 	Router  Router
 	Events  EventLog
+	// Placer pins replicas to CPUs; nil pins none.
+	Placer Placer
 	// Node is this host's name; replicas are recorded under it.
 	Node string
 	// Dir holds each app's volumes and replica logs: <Dir>/<app>/...
@@ -159,6 +171,9 @@ func New(o Options) (*Manager, error) {
 	}
 	if o.Node == "" {
 		o.Node, _ = os.Hostname()
+	}
+	if o.Placer == nil {
+		o.Placer = placement.NewCPUs(nil, nil)
 	}
 	if o.FrozenMemory == 0 {
 		o.FrozenMemory = memTotal() / 4

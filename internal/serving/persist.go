@@ -94,6 +94,9 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			go ctl.remove(r, true)
 			continue
 		}
+		if rec.CPUSet != "" {
+			m.o.Placer.Adopt(rec.ID, ctl.name, rec.CPUSet)
+		}
 		exited := make(chan struct{})
 		go ctl.watch(r, exited)
 		if c.Status == runtime.StatusPaused {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -59,6 +60,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, State: StatePending, StartedAt: now,
 		CPU: ctl.rec.Config.Resources.CPU,
 	}}
+	r.rec.CPUSet = ctl.m.o.Placer.Place(placement.Request{ID: id, App: ctl.name, MaxCPU: ctl.rec.Config.Resources.MaxCPU})
 	ctl.reps[id] = r
 	ctl.markDirty(id)
 	cfg, digest := ctl.rec.Config, ctl.rec.Digest
@@ -206,7 +208,7 @@ func (ctl *appCtl) spec(r *replica, cfg Config, digest string) (runtime.Spec, er
 	return runtime.Spec{
 		ID: r.rec.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
 		Hostname: r.rec.ID, Mounts: mounts,
-		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
+		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, CPUSet: r.rec.CPUSet, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
 		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(r.rec.Revision),
 			labelDigest: digest, labelImage: cfg.Image},
 	}, nil
@@ -250,7 +252,8 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	ctl.publish()
 	ctl.mu.Unlock()
 	// The replacement need not wait for the container's removal and the
-	// release of its address.
+	// release of its address, and may take its CPU.
+	ctl.m.o.Placer.Release(r.rec.ID)
 	ctl.notify()
 	ctl.remove(r, kill)
 }
@@ -320,6 +323,7 @@ func (ctl *appCtl) remove(r *replica, kill bool) {
 	if err := m.o.Runtime.Delete(ctx, id); err != nil && !isNotFound(err) {
 		m.log.Warn("serving: delete replica container", "replica", id, "err", err)
 	}
+	m.o.Placer.Release(id)
 	ctl.mu.Lock()
 	att := r.att
 	r.att = nil

@@ -49,6 +49,7 @@ type replicaRecord struct {
 	Pid       int        `json:"pid,omitempty"`
 	Addr      string     `json:"addr,omitempty"`
 	CPU       float64    `json:"cpu,omitempty"`
+	CPUSet    string     `json:"cpuset,omitempty"` // CPUs it is pinned to
 	StartedAt time.Time  `json:"started_at"`
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 	Reason    string     `json:"reason,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -117,6 +118,36 @@ func (l *Layout) Mode() string {
 // V2Only reports whether the unified hierarchy holds the controllers, which
 // is when runc and crun use cgroup v2 files.
 func (l *Layout) V2Only() bool { return l.Mode() == ModeV2 }
+
+// CPUSetSupported reports whether cgroups here can pin their tasks to CPUs:
+// the v1 cpuset controller is mounted (v1 and hybrid hosts), or, on a v2
+// host, the root of the unified hierarchy offers the cpuset controller.
+func (l *Layout) CPUSetSupported() bool {
+	if !l.V2Only() {
+		_, ok := l.V1["cpuset"]
+		return ok
+	}
+	b, err := os.ReadFile(filepath.Join(l.Unified.Point, "cgroup.controllers"))
+	return err == nil && slices.Contains(strings.Fields(string(b)), "cpuset")
+}
+
+// CPUSet reads the CPUs the cgroup's tasks may run on (the kernel's list
+// format, as cpuset.effective_cpus on v1 or cpuset.cpus.effective on v2).
+func (p Paths) CPUSet() (string, error) {
+	name := "cpuset.effective_cpus"
+	if p.V2 {
+		name = "cpuset.cpus.effective"
+	}
+	d, err := p.dir("cpuset")
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(d, name))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
 
 // Paths are the directories of one cgroup in every hierarchy.
 type Paths struct {
