@@ -133,3 +133,39 @@ func skipAnswer(br *bufio.Reader) error {
 	_, err := br.Discard(n)
 	return err
 }
+
+// benchPick measures choosing an endpoint for a request of route r.
+func benchPick(b *testing.B, r Route) {
+	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p.SetRoute(r)
+	a := (*p.table.Load())[r.App]
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			e := a.pick(nil)
+			if e == nil {
+				b.Fatal("no endpoint")
+			}
+			e.done()
+		}
+	})
+}
+
+func pickRoute(n int) Route {
+	r := Route{App: "a"}
+	for i := range n {
+		r.Endpoints = append(r.Endpoints, Endpoint{ID: "a" + strconv.Itoa(i), Addr: "127.0.0.1:1", Revision: 1 + i%2})
+	}
+	return r
+}
+
+// BenchmarkPick is the choice of an endpoint among 8 without weights.
+func BenchmarkPick(b *testing.B) { benchPick(b, pickRoute(8)) }
+
+// BenchmarkPickSplit is the same choice in a route split 90/10 between two
+// revisions.
+func BenchmarkPickSplit(b *testing.B) {
+	r := pickRoute(8)
+	r.Weights = map[int]int{1: 90, 2: 10}
+	benchPick(b, r)
+}

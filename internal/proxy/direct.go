@@ -29,11 +29,15 @@ func direct(r *http.Request) bool {
 var aLongTimeAgo = time.Unix(1, 0)
 
 // forward sends r to st.ep, to other endpoints of the app when a connect
-// fails, and once more on a new connection when a reused one turns out
-// closed before any answer to a request that is safe to repeat.
+// fails, once more on a new connection when a reused one turns out closed
+// before any answer to a request that is safe to repeat, and to other
+// endpoints when the replica fails before any answer to an idempotent
+// request without a body.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
 	ctx := r.Context()
 	retryStale := r.ContentLength == 0 && (r.Method == "GET" || r.Method == "HEAD" || r.Method == "OPTIONS")
+	retryDeath := r.ContentLength == 0 && idempotent(r.Method)
+	deaths := 0
 	fresh := false
 	for {
 		bc, err := st.ep.pool.get(ctx, st.ep.addr, fresh, !retryStale)
@@ -42,27 +46,62 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
 				st.code = statusClientGone
 				return
 			}
-			st.tried = append(st.tried, st.ep)
-			next := st.app.pick(st.tried)
-			if next == nil {
-				p.fail(w, st, fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err))
+			if !p.retryOn(w, st, fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)) {
 				return
 			}
-			st.app.m.retries.Inc()
-			st.ep.done()
-			st.ep = next
+			fresh = false
 			continue
 		}
-		if !p.exchange(w, r, st, bc, retryStale && bc.reused) {
+		res, err := p.exchange(w, r, st, bc, retryStale && bc.reused)
+		switch res {
+		case sendDone:
 			return
+		case sendStale:
+			retryStale, fresh = false, true
+		case sendDied:
+			if !retryDeath || deaths >= maxDeathRetries {
+				p.fail(w, st, err)
+				return
+			}
+			deaths++
+			if !p.retryOn(w, st, err) {
+				return
+			}
+			retryStale = r.ContentLength == 0 && (r.Method == "GET" || r.Method == "HEAD" || r.Method == "OPTIONS")
+			fresh = false
 		}
-		retryStale, fresh = false, true
 	}
 }
 
-// exchange sends r on bc and copies the answer to w. It returns true when
-// bc was found closed before any answer and r may be sent again.
-func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, bc *bconn, mayRetry bool) (again bool) {
+// idempotent tells whether a request with this method may be sent twice.
+func idempotent(method string) bool {
+	switch method {
+	case "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE":
+		return true
+	}
+	return false
+}
+
+// retryOn moves the request from the endpoint that failed it to another
+// one of the app. When there is none it answers with err and returns false.
+func (p *Proxy) retryOn(w http.ResponseWriter, st *reqState, err error) bool {
+	st.tried = append(st.tried, st.ep)
+	next := st.app.pick(st.tried)
+	if next == nil {
+		p.fail(w, st, err)
+		return false
+	}
+	st.app.m.retries.Inc()
+	st.ep.done()
+	st.ep = next
+	return true
+}
+
+// exchange sends r on bc and copies the answer to w. mayRetry says that bc
+// is a reused connection on which r may be sent again. When the replica
+// fails before any byte of its answer, exchange writes nothing to w and
+// reports sendDied with the error.
+func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, bc *bconn, mayRetry bool) (sendResult, error) {
 	ctx := r.Context()
 	if bc.dl {
 		bc.c.SetReadDeadline(time.Time{})
@@ -84,20 +123,25 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 		var be *bodyError
 		switch {
 		case mayRetry && !errors.As(err, &be):
-			return true
+			return sendStale, nil
 		case ctx.Err() != nil:
 			st.code = statusClientGone
 		case errors.As(err, &be):
 			st.code = http.StatusBadRequest
 			api.WriteError(w, st.code, fmt.Errorf("reading the request body: %w", be.err), "body")
+		case replicaDied(err):
+			return sendDied, err
 		default:
 			p.fail(w, st, err)
 		}
-		return false
+		return sendDone, nil
 	}
-	if mayRetry {
-		if _, err := bc.br.Peek(1); err != nil && ctx.Err() == nil {
-			return true
+	if _, err := bc.br.Peek(1); err != nil && ctx.Err() == nil {
+		if mayRetry {
+			return sendStale, nil
+		}
+		if replicaDied(err) {
+			return sendDied, err
 		}
 	}
 	resp, err := http.ReadResponse(bc.br, r)
@@ -114,7 +158,7 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 		} else {
 			p.fail(w, st, err)
 		}
-		return false
+		return sendDone, nil
 	}
 	st.code = resp.StatusCode
 	h := w.Header()
@@ -126,6 +170,9 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 	for k := range resp.Trailer {
 		h.Add("Trailer", k)
 	}
+	if v := st.setCookie(); v != "" {
+		h.Add("Set-Cookie", v)
+	}
 	w.WriteHeader(resp.StatusCode)
 	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	complete, backendErr := copyBody(w, resp.Body, flush)
@@ -134,14 +181,14 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 			// Cut the client's answer short rather than let it look whole.
 			panic(http.ErrAbortHandler)
 		}
-		return false
+		return sendDone, nil
 	}
 	resp.Body.Close()
 	for k, vs := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vs
 	}
 	keep = !resp.Close
-	return false
+	return sendDone, nil
 }
 
 // copyBody copies an answer body to w, flushing after every read when the

@@ -11,8 +11,9 @@ import (
 // endpoint is one replica and its counters. One endpoint object lives as
 // long as its ID is known, across route changes.
 type endpoint struct {
-	id   string
-	addr string
+	id     string
+	addr   string
+	cookie string // the Set-Cookie value naming it; "" when it cannot
 
 	inFlight atomic.Int64
 	requests atomic.Uint64
@@ -28,7 +29,7 @@ type endpoint struct {
 }
 
 func newEndpoint(id, addr string) *endpoint {
-	return &endpoint{id: id, addr: addr}
+	return &endpoint{id: id, addr: addr, cookie: setCookieValue(id)}
 }
 
 func (e *endpoint) open() {
@@ -127,16 +128,21 @@ func (p *Proxy) WaitIdle(ctx context.Context, endpointID string) error {
 // endpoint that was closed under it.
 const maxPickTries = 4
 
-// pick chooses an open endpoint of a's current route by least outstanding
-// requests between two random choices, skipping those in tried, and counts
-// the request on it. It returns nil when there is none.
+// pick chooses an open endpoint of a's current route, skipping those in
+// tried, and counts the request on it: in a revision drawn by weight when
+// the route is split, by least outstanding requests between two random
+// choices. When every candidate was tried, any other endpoint of the route
+// will do. It returns nil when there is none.
 func (a *app) pick(tried []*endpoint) *endpoint {
 	for range maxPickTries {
 		rt := a.route.Load()
 		if rt == nil {
 			return nil
 		}
-		e := choose(rt.endpoints, tried)
+		e := choose(rt.candidates(), tried)
+		if e == nil && len(tried) > 0 {
+			e = choose(rt.endpoints, tried)
+		}
 		if e == nil {
 			return nil
 		}

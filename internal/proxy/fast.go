@@ -65,7 +65,20 @@ func (c *cconn) serveRequest(n int) outcome {
 		}
 	}
 
-	ep := a.pick(nil)
+	var ep *endpoint
+	if rt.byID != nil {
+		st.sticky = true
+		for _, h := range r.cookies {
+			if id := stickyID(h); len(id) > 0 {
+				ep = rt.stuckBytes(id)
+				st.stuck = ep
+				break
+			}
+		}
+	}
+	if ep == nil {
+		ep = a.pick(nil)
+	}
 	if ep == nil {
 		ctx, cancel := context.WithCancel(c.f.ctx)
 		defer cancel()

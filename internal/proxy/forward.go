@@ -135,10 +135,14 @@ func (b *retryBody) Read(p []byte) (int, error) {
 
 func (b *retryBody) Close() error { return nil }
 
-// modifyResponse records the status of the replica's answer.
+// modifyResponse records the status of the replica's answer and adds the
+// sticky cookie when it is due.
 func modifyResponse(resp *http.Response) error {
 	if st := stateOf(resp.Request); st != nil {
 		st.code = resp.StatusCode
+		if v := st.setCookie(); v != "" {
+			resp.Header.Add("Set-Cookie", v)
+		}
 	}
 	return nil
 }

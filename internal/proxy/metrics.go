@@ -43,7 +43,7 @@ func newMetrics(p *Proxy, reg prometheus.Registerer) *metrics {
 		}, []string{"app"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ns + "retries_total",
-			Help: "Requests sent to another replica after a failed connect.",
+			Help: "Requests sent to another replica: after a failed connect, or after a replica failed before answering an idempotent request without a body.",
 		}, []string{"app"}),
 		cold: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ns + "cold_starts_total",

@@ -25,15 +25,17 @@ type request struct {
 	clSeen            bool
 	close             bool // Connection: close
 	isHead, safe      bool // HEAD; GET, HEAD or OPTIONS
+	idem              bool // idempotent: safe, PUT, DELETE or TRACE
 	conn              [][]byte
 	xff               [][]byte
+	cookies           [][]byte // Cookie values, also passed on in lines
 	lines             []hline
 }
 
 // parse reads a request head ending in an empty line. It returns false for
 // anything the fast path leaves to net/http.
 func (r *request) parse(head []byte) bool {
-	*r = request{conn: r.conn[:0], xff: r.xff[:0], lines: r.lines[:0]}
+	*r = request{conn: r.conn[:0], xff: r.xff[:0], cookies: r.cookies[:0], lines: r.lines[:0]}
 	line, rest, ok := nextLine(head)
 	if !ok {
 		return false
@@ -48,6 +50,12 @@ func (r *request) parse(head []byte) bool {
 		r.isHead, r.safe = true, true
 	case "GET", "OPTIONS":
 		r.safe = true
+	}
+	switch {
+	case r.safe:
+		r.idem = true
+	case string(r.method) == "PUT", string(r.method) == "DELETE", string(r.method) == "TRACE":
+		r.idem = true
 	}
 	sp = bytes.IndexByte(line, ' ')
 	if sp <= 0 || line[0] != '/' || string(line[sp+1:]) != "HTTP/1.1" {
@@ -96,6 +104,9 @@ func (r *request) parse(head []byte) bool {
 			r.xff = append(r.xff, val)
 		case eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"), hopByHopName(name):
 		default:
+			if eqFold(name, "cookie") {
+				r.cookies = append(r.cookies, val)
+			}
 			r.lines = append(r.lines, hline{line: line, name: name})
 		}
 	}

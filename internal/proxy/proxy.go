@@ -186,7 +186,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	ep := a.pick(nil)
+	var ep *endpoint
+	if rt.byID != nil {
+		st.sticky = true
+		for _, h := range r.Header["Cookie"] {
+			if id := stickyID(h); id != "" {
+				ep = rt.stuck(id)
+				st.stuck = ep
+				break
+			}
+		}
+	}
+	if ep == nil {
+		ep = a.pick(nil)
+	}
 	if ep == nil {
 		var err error
 		ep, err = p.wait(r.Context(), a)
@@ -279,6 +292,19 @@ type reqState struct {
 	tried []*endpoint
 	body  *retryBody
 	code  int
+	// sticky is set when the route is sticky; stuck is then the endpoint
+	// the request's cookie named and got, or nil.
+	sticky bool
+	stuck  *endpoint
+}
+
+// setCookie returns the Set-Cookie value the answer carries: the sticky
+// cookie when the route is sticky and the endpoint was freshly picked.
+func (s *reqState) setCookie() string {
+	if s.sticky && s.ep != s.stuck {
+		return s.ep.cookie
+	}
+	return ""
 }
 
 type stateKey struct{}

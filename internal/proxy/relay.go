@@ -8,15 +8,19 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"syscall"
 )
 
 // forward sends the request in c.out to c.st.ep, to other endpoints of the
-// app when a connect fails, and once more on a new connection when a
-// reused one turns out closed before any answer to a request that is safe
-// to repeat.
+// app when a connect fails, once more on a new connection when a reused
+// one turns out closed before any answer to a request that is safe to
+// repeat, and to other endpoints when the replica fails before any answer
+// to an idempotent request without a body.
 func (c *cconn) forward() outcome {
 	st := &c.st
 	retryStale := c.req.safe && c.req.cl == 0
+	retryDeath := c.req.idem && c.req.cl == 0
+	deaths := 0
 	fresh := false
 	for {
 		bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh, !retryStale)
@@ -25,27 +29,64 @@ func (c *cconn) forward() outcome {
 				st.code = statusClientGone
 				return closeConn
 			}
-			st.tried = append(st.tried, st.ep)
-			next := st.app.pick(st.tried)
-			if next == nil {
-				return c.fail(fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err))
+			if oc, ok := c.retryOn(fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)); !ok {
+				return oc
 			}
-			st.app.m.retries.Inc()
-			st.ep.done()
-			st.ep = next
+			fresh = false
 			continue
 		}
-		again, oc := c.exchange(bc, retryStale && bc.reused)
-		if !again {
+		res, oc, err := c.exchange(bc, retryStale && bc.reused)
+		switch res {
+		case sendDone:
 			return oc
+		case sendStale:
+			retryStale, fresh = false, true
+		case sendDied:
+			if !retryDeath || deaths >= maxDeathRetries {
+				return c.fail(err)
+			}
+			deaths++
+			if oc, ok := c.retryOn(err); !ok {
+				return oc
+			}
+			retryStale, fresh = c.req.safe && c.req.cl == 0, false
 		}
-		retryStale, fresh = false, true
 	}
 }
 
-// exchange sends the request on bc and relays the answer. again says that
-// bc was found closed before any answer and the request may be sent again.
-func (c *cconn) exchange(bc *bconn, mayRetry bool) (again bool, oc outcome) {
+// retryOn moves the request from the endpoint that failed it to another
+// one of the app. When there is none it answers with err and returns false.
+func (c *cconn) retryOn(err error) (outcome, bool) {
+	st := &c.st
+	st.tried = append(st.tried, st.ep)
+	next := st.app.pick(st.tried)
+	if next == nil {
+		return c.fail(err), false
+	}
+	st.app.m.retries.Inc()
+	st.ep.done()
+	st.ep = next
+	return keepConn, true
+}
+
+// maxDeathRetries bounds how often a request is sent again after a replica
+// failed it before answering.
+const maxDeathRetries = 2
+
+// sendResult says what became of a request sent on a replica connection.
+type sendResult int
+
+const (
+	sendDone  sendResult = iota // answered, or failed for good
+	sendStale                   // a reused connection was closed before any answer
+	sendDied                    // the replica's connection failed before any answer
+)
+
+// exchange sends the request on bc and relays the answer. mayRetry says
+// that bc is a reused connection on which the request may be sent again.
+// When the replica fails before any byte of its answer, exchange answers
+// nothing and reports sendDied with the error.
+func (c *cconn) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome, err error) {
 	keep := false
 	ep := c.st.ep // the request's accounting may end before the answer's last write
 	c.w.attach(bc)
@@ -59,26 +100,39 @@ func (c *cconn) exchange(bc *bconn, mayRetry bool) (again bool, oc outcome) {
 	}()
 	if c.w.gone.Load() {
 		c.st.code = statusClientGone
-		return false, closeConn
+		return sendDone, closeConn, nil
 	}
 	if _, err := bc.c.Write(c.out); err != nil {
 		if mayRetry {
-			return true, 0
+			return sendStale, 0, nil
 		}
-		return false, c.fail(err)
+		if replicaDied(err) {
+			return sendDied, 0, err
+		}
+		return sendDone, c.fail(err), nil
 	}
 	if c.unread > 0 {
 		c.w.pause() // it may have watched while the request was queued
 		if oc, ok := c.sendBody(bc); !ok {
-			return false, oc
+			return sendDone, oc, nil
 		}
 	}
-	if mayRetry {
-		if _, err := bc.br.Peek(1); err != nil && !c.w.gone.Load() {
-			return true, 0
+	if _, err := bc.br.Peek(1); err != nil && !c.w.gone.Load() {
+		if mayRetry {
+			return sendStale, 0, nil
+		}
+		if replicaDied(err) {
+			return sendDied, 0, err
 		}
 	}
-	return false, c.relay(bc, &keep)
+	return sendDone, c.relay(bc, &keep), nil
+}
+
+// replicaDied tells whether err is a replica connection closed or reset
+// under a request, rather than a timeout.
+func replicaDied(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // sendBody streams the rest of the request body to the replica.
@@ -174,6 +228,7 @@ func (c *cconn) relay(bc *bconn, keepBackend *bool) outcome {
 		c.bw.Write(l.line)
 		c.bw.WriteString("\r\n")
 	}
+	c.writeSetCookie()
 	chunked := !bodyless && (a.chunked || a.cl < 0)
 	c.writeFraming(chunked, a.cl, closing)
 	bc.br.Discard(n)
@@ -194,6 +249,15 @@ func (c *cconn) relay(bc *bconn, keepBackend *bool) outcome {
 		}
 	}
 	return c.finishAnswer(res, !a.close, closing, keepBackend)
+}
+
+// writeSetCookie adds the sticky cookie to an answer head when it is due.
+func (c *cconn) writeSetCookie() {
+	if v := c.st.setCookie(); v != "" {
+		c.bw.WriteString("Set-Cookie: ")
+		c.bw.WriteString(v)
+		c.bw.WriteString("\r\n")
+	}
 }
 
 // writeFraming ends an answer head with its length or chunked coding and
@@ -383,6 +447,7 @@ func (c *cconn) relaySlow(bc *bconn, keepBackend *bool) outcome {
 			c.bw.WriteString("\r\n")
 		}
 	}
+	c.writeSetCookie()
 	chunked := !bodyless && resp.ContentLength < 0
 	if chunked {
 		for k := range resp.Trailer {

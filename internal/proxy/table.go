@@ -37,7 +37,11 @@ type app struct {
 
 // routeSnap is an immutable view of one app's route.
 type routeSnap struct {
-	endpoints    []*endpoint
+	endpoints []*endpoint
+	split     // how a request chooses among them
+	// byID finds the endpoint a sticky cookie names; nil unless sticky.
+	byID map[string]*endpoint
+
 	maxBody      int64
 	queueLimit   int64
 	queueTimeout time.Duration
@@ -168,6 +172,7 @@ func (p *Proxy) setLocked(a *app, r Route, keep map[string]bool) []*endpoint {
 		snap.queueTimeout = DefaultQueueTimeout
 	}
 	var closing []*endpoint
+	revs := make([]int, 0, len(r.Endpoints)) // of snap.endpoints
 	seen := make(map[string]bool, len(r.Endpoints))
 	for _, re := range r.Endpoints {
 		if re.ID == "" || re.Addr == "" || seen[re.ID] {
@@ -188,6 +193,14 @@ func (p *Proxy) setLocked(a *app, r Route, keep map[string]bool) []*endpoint {
 		e.open()
 		a.eps[re.ID] = e
 		snap.endpoints = append(snap.endpoints, e)
+		revs = append(revs, re.Revision)
+	}
+	snap.split = newSplit(snap.endpoints, revs, r.Weights)
+	if r.Sticky {
+		snap.byID = make(map[string]*endpoint, len(snap.endpoints))
+		for _, e := range snap.endpoints {
+			snap.byID[e.id] = e
+		}
 	}
 	if old := a.route.Load(); old != nil {
 		for _, e := range old.endpoints {

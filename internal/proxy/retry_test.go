@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// dyingBackend is a replica that dies under every request: it reads the
+// request head and closes the connection without answering, with a reset
+// when reset is set.
+type dyingBackend struct {
+	addr  string
+	conns atomic.Int64 // requests it read
+}
+
+func newDyingBackend(t *testing.T, reset bool) *dyingBackend {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	d := &dyingBackend{addr: l.Addr().String()}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					line, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				d.conns.Add(1)
+				if reset {
+					c.(*net.TCPConn).SetLinger(0)
+				}
+			}()
+		}
+	}()
+	return d
+}
+
+func TestRetryWhenReplicaDiesBeforeAnswering(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		name := map[bool]string{false: "close", true: "reset"}[reset]
+		t.Run(name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			f := newFront(t, Options{Registerer: reg})
+			dying, live := newDyingBackend(t, reset), echo(t)
+			// All weight on the dying replica's revision, so that every
+			// request goes to it first; its retry may go to any other.
+			f.p.SetRoute(Route{App: "a", Weights: map[int]int{1: 100}, Endpoints: []Endpoint{
+				{ID: "a-dying", Addr: dying.addr, Revision: 1},
+				{ID: "a-live", Addr: live.addr, Revision: 2},
+			}})
+			retries := f.p.metrics.retries.WithLabelValues("a")
+			sent, retried := 0, 0
+			for base, url := range fronts(t, f) {
+				for _, method := range []string{"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "GET"} {
+					code, body, _ := send(t, f, url, method, "", nil)
+					sent++
+					retried++
+					want := method + " / "
+					if method == "HEAD" {
+						want = ""
+					}
+					if code != 200 || body != want {
+						t.Fatalf("%s %s: %d %q, want 200 %q from the live replica", base, method, code, body, want)
+					}
+				}
+				for _, method := range []string{"POST", "PUT", "PATCH"} {
+					code, body, _ := send(t, f, url, method, "", strings.NewReader("payload"))
+					sent++
+					if code != 502 {
+						t.Fatalf("%s %s with a body: %d %q, want 502", base, method, code, body)
+					}
+					apiError(t, body)
+				}
+				code, body, _ := send(t, f, url, "POST", "", nil)
+				sent++
+				if code != 502 {
+					t.Fatalf("%s POST: %d %q, want 502", base, code, body)
+				}
+			}
+			if n := dying.conns.Load(); n != int64(sent) {
+				t.Errorf("the dying replica read %d requests, want %d (one each, never twice)", n, sent)
+			}
+			if n := counterValue(retries); n != float64(retried) {
+				t.Errorf("shoal_proxy_retries_total{app=\"a\"} = %v, want %d", n, retried)
+			}
+			for id, e := range f.p.Stats("a").Endpoints {
+				if e.InFlight != 0 {
+					t.Errorf("endpoint %s has %d in flight", id, e.InFlight)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryGivesUpAfterTwoOtherReplicas(t *testing.T) {
+	f := newFront(t, Options{})
+	ds := []*dyingBackend{newDyingBackend(t, false), newDyingBackend(t, true), newDyingBackend(t, false), newDyingBackend(t, true)}
+	var eps []Endpoint
+	for i, d := range ds {
+		eps = append(eps, Endpoint{ID: "a-" + string(rune('0'+i)), Addr: d.addr, Revision: 1})
+	}
+	f.p.SetRoute(Route{App: "a", Endpoints: eps})
+	for name, url := range fronts(t, f) {
+		for _, d := range ds {
+			d.conns.Store(0)
+		}
+		code, body, _ := send(t, f, url, "GET", "", nil)
+		if code != 502 {
+			t.Fatalf("%s: every replica dies: %d %q, want 502", name, code, body)
+		}
+		apiError(t, body)
+		total := int64(0)
+		for i, d := range ds {
+			if n := d.conns.Load(); n > 1 {
+				t.Errorf("%s: replica %d got the request %d times", name, i, n)
+			}
+			total += d.conns.Load()
+		}
+		if total != 1+maxDeathRetries {
+			t.Errorf("%s: the request was sent %d times, want %d", name, total, 1+maxDeathRetries)
+		}
+	}
+}
