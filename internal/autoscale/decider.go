@@ -22,6 +22,11 @@ type Sample struct {
 	// lets short requests that no sample caught in flight still count as
 	// traffic, so an app with a trickle of fast requests is not scaled to 0.
 	Requests int
+	// Metric is the app's own metric (Policy.Metric) summed over its ready
+	// replicas, a replica that did not publish it counting 0. It replaces
+	// Concurrency as what the windows average when the policy names a
+	// metric.
+	Metric float64
 }
 
 // ReplicaCPU is one replica's CPU quota and its cgroup's cumulative CFS
@@ -125,6 +130,9 @@ func (d *Decider) Observe(s Sample) {
 	if !(s.Concurrency > 0) {
 		s.Concurrency = 0
 	}
+	if !(s.Metric > 0) || math.IsInf(s.Metric, 1) {
+		s.Metric = 0
+	}
 	if d.first.IsZero() {
 		d.first = s.At
 	}
@@ -154,10 +162,10 @@ func (d *Decider) Decide(cur Current) Decision {
 	d.prune(now)
 	cur.Replicas = max(cur.Replicas, 0)
 	dec := Decision{At: now, Inputs: map[string]float64{
-		"current":            float64(cur.Replicas),
-		"min":                float64(d.p.Min),
-		"max":                float64(d.p.Max),
-		"target_concurrency": d.p.TargetConcurrency,
+		"current":               float64(cur.Replicas),
+		"min":                   float64(d.p.Min),
+		"max":                   float64(d.p.Max),
+		"target_" + d.p.input(): d.p.target(),
 	}}
 	cpuNotes, saturated := d.decideCPU(now, cur, &dec)
 	reason := d.decideReplicas(now, cur.Replicas, saturated, &dec)
@@ -177,13 +185,14 @@ func (d *Decider) window(now time.Time) window {
 	from := now.Add(-d.p.PanicWindow)
 	var ssum, psum float64
 	for _, s := range d.samples {
-		ssum += s.Concurrency
+		v := d.p.value(s)
+		ssum += v
 		w.stableN++
-		if s.Concurrency > 0 || s.Requests > 0 {
+		if v > 0 || s.Concurrency > 0 || s.Requests > 0 {
 			w.traffic = true
 		}
 		if s.At.After(from) {
-			psum += s.Concurrency
+			psum += v
 			w.panicN++
 		}
 	}
@@ -199,7 +208,7 @@ func (d *Decider) window(now time.Time) window {
 
 // replicasFor is ceil(c / target), forgiving float noise at exact multiples.
 func (d *Decider) replicasFor(c float64) int {
-	r := math.Ceil(c/d.p.TargetConcurrency - 1e-9)
+	r := math.Ceil(c/d.p.target() - 1e-9)
 	return int(min(max(r, 0), math.MaxInt32))
 }
 
@@ -218,9 +227,9 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	w := d.window(now)
 	ready := max(n, 1)
 	stableWant, panicWant := d.replicasFor(w.stable), d.replicasFor(w.panic)
-	ratio := w.panic / p.TargetConcurrency / float64(ready)
-	dec.Inputs["stable_concurrency"] = w.stable
-	dec.Inputs["panic_concurrency"] = w.panic
+	ratio := w.panic / p.target() / float64(ready)
+	dec.Inputs["stable_"+p.input()] = w.stable
+	dec.Inputs["panic_"+p.input()] = w.panic
 	dec.Inputs["stable_samples"] = float64(w.stableN)
 	dec.Inputs["panic_samples"] = float64(w.panicN)
 	dec.Inputs["panic_ratio"] = ratio
@@ -240,15 +249,15 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 		d.record(now, want)
 		dec.Replicas, dec.Panic = want, true
 		if ratio >= p.PanicThreshold {
-			return bounded(n, want, fmt.Sprintf("panic: %s concurrency %.1f is %.1fx what %d replica(s) serve at target %g%s, no scale-down until %s calm",
-				p.PanicWindow, w.panic, ratio, ready, p.TargetConcurrency, bound, p.StableWindow))
+			return bounded(n, want, fmt.Sprintf("panic: %s %s %.1f is %.1fx what %d replica(s) serve at target %g%s, no scale-down until %s calm",
+				p.PanicWindow, p.signal(), w.panic, ratio, ready, p.target(), bound, p.StableWindow))
 		}
-		return bounded(n, want, fmt.Sprintf("panic: threshold last crossed %s ago, %s concurrency %.1f%s, no scale-down for %s more",
-			now.Sub(d.panicLast), p.PanicWindow, w.panic, bound, p.StableWindow-now.Sub(d.panicLast)))
+		return bounded(n, want, fmt.Sprintf("panic: threshold last crossed %s ago, %s %s %.1f%s, no scale-down for %s more",
+			now.Sub(d.panicLast), p.PanicWindow, p.signal(), w.panic, bound, p.StableWindow-now.Sub(d.panicLast)))
 	}
 
 	want := stableWant
-	why := fmt.Sprintf("%s concurrency %.1f at target %g wants %d", p.StableWindow, w.stable, p.TargetConcurrency, stableWant)
+	why := fmt.Sprintf("%s %s %.1f at target %g wants %d", p.StableWindow, p.signal(), w.stable, p.target(), stableWant)
 	if want == 0 && w.traffic {
 		want = 1
 		why = fmt.Sprintf("%s saw traffic, wants 1", p.StableWindow)
@@ -257,7 +266,7 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 		want = 1
 		why = fmt.Sprintf("no traffic, but observed for less than %s, wants 1", p.StableWindow)
 	}
-	if saturated*2 >= max(n, 1) && saturated > 0 && w.stable > float64(n) && want <= n {
+	if p.Metric == "" && saturated*2 >= max(n, 1) && saturated > 0 && w.stable > float64(n) && want <= n {
 		want = min(n+1, int(math.Ceil(w.stable)))
 		why = fmt.Sprintf("%d of %d replica(s) throttled at their CPU ceiling with %.1f requests to spread, wants %d", saturated, n, w.stable, want)
 	}

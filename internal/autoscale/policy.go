@@ -25,6 +25,11 @@ type Policy struct {
 	Min, Max int
 	// TargetConcurrency is the in-flight requests one replica should carry.
 	TargetConcurrency float64
+	// Metric, when set, names an app-published metric that the decider
+	// follows instead of concurrency (Sample.Metric), with Target its
+	// value per replica (default DefaultTargetConcurrency).
+	Metric string
+	Target float64
 	// StableWindow and PanicWindow are the averaging windows; PanicWindow
 	// must not be longer than StableWindow.
 	StableWindow, PanicWindow time.Duration
@@ -52,6 +57,9 @@ func (p Policy) WithDefaults() Policy {
 	}
 	if p.TargetConcurrency == 0 {
 		p.TargetConcurrency = DefaultTargetConcurrency
+	}
+	if p.Metric != "" && p.Target == 0 {
+		p.Target = DefaultTargetConcurrency
 	}
 	if p.StableWindow == 0 {
 		p.StableWindow = DefaultStableWindow
@@ -86,6 +94,8 @@ func (p Policy) Validate() error {
 		return errdefs.Invalid("scale.max", "must not be below scale.min (%d), got %d", p.Min, p.Max)
 	case !(p.TargetConcurrency > 0):
 		return errdefs.Invalid("scale.target_concurrency", "must be above 0, got %g", p.TargetConcurrency)
+	case p.Metric != "" && !(p.Target > 0):
+		return errdefs.Invalid("scale.target", "must be above 0, got %g", p.Target)
 	case p.StableWindow <= 0:
 		return errdefs.Invalid("scale.stable_window", "must be above 0, got %s", p.StableWindow)
 	case p.PanicWindow <= 0 || p.PanicWindow > p.StableWindow:
@@ -115,3 +125,35 @@ func (p Policy) vertical() bool { return p.CPU > 0 && p.MaxCPU > p.CPU }
 
 // clamp bounds n to [Min, Max].
 func (p Policy) clamp(n int) int { return min(max(n, p.Min), p.Max) }
+
+// target is what one replica should carry of what the decider follows.
+func (p Policy) target() float64 {
+	if p.Metric != "" {
+		return p.Target
+	}
+	return p.TargetConcurrency
+}
+
+// value is what the decider follows in sample s.
+func (p Policy) value(s Sample) float64 {
+	if p.Metric != "" {
+		return s.Metric
+	}
+	return s.Concurrency
+}
+
+// signal names what the decider follows, for reasons.
+func (p Policy) signal() string {
+	if p.Metric != "" {
+		return "metric " + p.Metric
+	}
+	return "concurrency"
+}
+
+// input names what the decider follows, for inputs ("stable_" + input).
+func (p Policy) input() string {
+	if p.Metric != "" {
+		return "metric"
+	}
+	return "concurrency"
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/daemon"
 )
 
@@ -73,6 +74,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Proxy, "proxy", "127.0.0.1:8080", "where the app proxy listens (Host: <app>.localhost), or off")
 	f.StringVar(&cfg.Domain, "domain", "", "also route Host: <app>.<domain> to app")
 	f.StringVar(&cfg.FrozenMemory, "frozen-memory", "", "memory frozen replicas may hold before the least recently used are stopped, e.g. 2Gi (default: a quarter of RAM)")
+	f.IntVar(&cfg.SelfAPIPort, "self-api-port", appapi.DefaultPort, "port of the self API that replicas reach at $SHOAL_API_URL on the bridge gateway (0: any free port, -1: off)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "text", "log format: text or json")
 	return cmd

@@ -92,6 +92,9 @@ func (c *Config) Validate() error {
 	if !nameRE.MatchString(c.Node) {
 		return errdefs.Invalid("--node-name", "%q is not a node name (letters, digits, _.-)", c.Node)
 	}
+	if c.SelfAPIPort < -1 || c.SelfAPIPort > 65535 {
+		return errdefs.Invalid("--self-api-port", "%d is not a port number (0: any free port, -1: no self API)", c.SelfAPIPort)
+	}
 	if c.APITCP != "" {
 		host, _, err := net.SplitHostPort(c.APITCP)
 		if err != nil {

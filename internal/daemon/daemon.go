@@ -54,8 +54,12 @@ type Config struct {
 	// FrozenMemory bounds the memory held by frozen replicas ("2Gi";
 	// default a quarter of RAM).
 	FrozenMemory string
-	Version      string
-	Logger       *slog.Logger
+	// SelfAPIPort is where replicas reach the self API on the bridge
+	// gateway (the CLI's default is appapi.DefaultPort; 0: any free port;
+	// -1: no self API).
+	SelfAPIPort int
+	Version     string
+	Logger      *slog.Logger
 	// Ready, if set, is called once the API is being served.
 	Ready func(d *Daemon)
 }

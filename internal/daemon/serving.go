@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/placement"
@@ -51,14 +52,30 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	placer, note := cpuPlacer(d.rt)
 	d.notes = append(d.notes, note)
+	selfL, err := d.listenSelf()
+	if err != nil {
+		return err
+	}
+	selfURL := ""
+	if selfL != nil {
+		selfURL = "http://" + selfL.Addr().String()
+	}
 	m, err := serving.New(serving.Options{
 		Placer: placer,
 		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{d.proxy}, Events: d.events,
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
-		Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
+		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	})
 	if err != nil {
+		if selfL != nil {
+			selfL.Close()
+		}
 		return fmt.Errorf("serving: %w", err)
+	}
+	if selfL != nil {
+		self := &appapi.Server{Platform: m.SelfAPI(), Events: m, Logger: d.log, Clock: clock.Real{}}
+		d.start(selfL, self.Handler())
+		d.log.Info("self API listening for replicas", "url", selfURL)
 	}
 	act.m.Store(m)
 	if err := m.Start(ctx); err != nil {

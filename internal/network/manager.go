@@ -392,3 +392,10 @@ func (m *Manager) refill() {
 	default:
 	}
 }
+
+// Gateway is the bridge's own address, the subnet's first: containers on
+// the bridge reach the host there.
+func (m *Manager) Gateway() net.IP {
+	p := netip.MustParsePrefix(m.o.Subnet) // checked by New
+	return net.IP(p.Addr().Next().AsSlice())
+}

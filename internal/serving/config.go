@@ -53,12 +53,17 @@ func (s State) Enabled() bool { return s.Dir != "" }
 
 // Scale is the [scale] table.
 type Scale struct {
-	Min               int      `toml:"min"`
-	Max               int      `toml:"max"`
-	TargetConcurrency float64  `toml:"target_concurrency"`
-	IdleTimeout       Duration `toml:"idle_timeout"`
-	FreezeTimeout     Duration `toml:"freeze_timeout"`
-	MaxLifetime       Duration `toml:"max_lifetime"`
+	Min               int     `toml:"min"`
+	Max               int     `toml:"max"`
+	TargetConcurrency float64 `toml:"target_concurrency"`
+	// Metric, when set, scales the app on a metric its replicas publish
+	// through the self API instead of on concurrency: Target is the value
+	// one replica should carry.
+	Metric        string   `toml:"metric"`
+	Target        float64  `toml:"target"`
+	IdleTimeout   Duration `toml:"idle_timeout"`
+	FreezeTimeout Duration `toml:"freeze_timeout"`
+	MaxLifetime   Duration `toml:"max_lifetime"`
 	// Queue bounds the requests held while the app wakes; QueueTimeout is
 	// how long one is held before a 503.
 	Queue        int      `toml:"queue"`

@@ -45,6 +45,11 @@ type appCtl struct {
 	desired  int
 	deleting bool
 	remote   map[string]Endpoint // ready replicas of other nodes, from the store
+	// floor is the active replica count the app asked for through the
+	// self API (replicate raises it, halt and die lower it), set at
+	// floorAt; 0 leaves the count to the autoscaler.
+	floor   int
+	floorAt time.Time
 }
 
 func newAppCtl(m *Manager, rec appRecord) *appCtl {
@@ -136,14 +141,15 @@ func (ctl *appCtl) reconcile() time.Duration {
 			(cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration)
 	}
 	active := len(starting) + len(ready)
-	ctl.scaler.observe(now, load)
+	ctl.scaler.observe(now, load, ctl.metricSum(now, ready))
 	dec := ctl.decide(active, ready)
 	ctl.applyCPU(dec)
 	want, reason := dec.Replicas, dec.Reason
 	// The autoscaler remembers its window; an app that has had no request
 	// for idle_timeout does not grow on that memory (its idle replicas
 	// would freeze and thaw in turn).
-	if want > active && load.InFlight == 0 && now.Sub(load.LastRequest) >= cfg.Scale.IdleTimeout.Duration {
+	// An app scaled on its own metric may work without requests.
+	if cfg.Scale.Metric == "" && want > active && load.InFlight == 0 && now.Sub(load.LastRequest) >= cfg.Scale.IdleTimeout.Duration {
 		want = active
 	}
 	if len(ready) > 0 {
@@ -151,6 +157,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	} else if (ctl.woken.Load() || load.Queued > 0) && want < 1 {
 		want, reason = 1, "a request is waiting for a replica"
 	}
+	want, reason = ctl.applyFloor(now, load, want, reason)
 	want = clamp(want, ctl.rec.Min, ctl.rec.Max)
 	if want != ctl.desired {
 		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
@@ -206,7 +213,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 		if r.busy || r.rec.State != StateReady || active <= ctl.rec.Min {
 			continue
 		}
-		idle := now.Sub(r.lastActive) >= cfg.Scale.IdleTimeout.Duration
+		idle := now.Sub(r.lastActive) >= cfg.Scale.IdleTimeout.Duration && (cfg.Scale.Metric == "" || want == 0)
 		// The autoscaler may shrink the app to one replica; the last one
 		// goes only when idle for idle_timeout.
 		if (idle || active > max(want, 1)) && load.Endpoints[r.rec.ID].InFlight == 0 {

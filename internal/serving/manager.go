@@ -131,6 +131,10 @@ type Options struct {
 	Dir string
 	// ProxyAddr is where the proxy listens, for apps' URLs.
 	ProxyAddr string
+	// SelfURL is where replicas reach the self API (http://gateway:port),
+	// given to them as $SHOAL_API_URL with a token of their own as
+	// $SHOAL_TOKEN; "" gives them neither.
+	SelfURL string
 	// FrozenMemory is the per-host budget for the memory of frozen replicas;
 	// above it the least recently used are stopped. 0: a quarter of RAM.
 	FrozenMemory int64
@@ -153,6 +157,7 @@ type Manager struct {
 	apps map[string]*appCtl
 	wg   sync.WaitGroup
 	evq  chan api.Event
+	self tokenIndex
 }
 
 // New returns a Manager; Start loads the apps in the store.

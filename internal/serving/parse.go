@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/units"
 )
@@ -24,6 +25,7 @@ const (
 	DefaultPort              = 8080
 	DefaultMax               = 10
 	DefaultTargetConcurrency = 10
+	DefaultTarget            = 10 // of [scale] metric, per replica
 	DefaultIdleTimeout       = 30 * time.Second
 	DefaultFreezeTimeout     = 10 * time.Minute
 	DefaultQueue             = 100
@@ -129,6 +131,9 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	}
 	if def("scale", "target_concurrency") {
 		s.TargetConcurrency = DefaultTargetConcurrency
+	}
+	if s.Metric != "" && def("scale", "target") {
+		s.Target = DefaultTarget
 	}
 	if def("scale", "idle_timeout") {
 		s.IdleTimeout.Duration = DefaultIdleTimeout
@@ -370,6 +375,12 @@ func (s *Scale) validate() error {
 		return errdefs.Invalid("scale.target_concurrency", "%v must be more than 0 (in-flight requests per replica)", s.TargetConcurrency)
 	case s.Queue < 0:
 		return errdefs.Invalid("scale.queue", "%d must be 0 or more", s.Queue)
+	case s.Metric != "" && !appapi.ValidMetricName(s.Metric):
+		return errdefs.Invalid("scale.metric", "%q must be lowercase letters, digits and _, starting with a letter, at most 63", s.Metric)
+	case s.Metric == "" && s.Target != 0:
+		return errdefs.Invalid("scale.target", "needs scale.metric, the app metric it is a target for")
+	case s.Metric != "" && (!(s.Target > 0) || s.Target > 1e12):
+		return errdefs.Invalid("scale.target", "%v must be more than 0 (the metric's value per replica)", s.Target)
 	}
 	for _, d := range []struct {
 		key string

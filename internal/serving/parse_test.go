@@ -123,6 +123,9 @@ func TestParseErrors(t *testing.T) {
 		{"concurrency 0", base + "[scale]\ntarget_concurrency = 0\n", "scale.target_concurrency", "more than 0"},
 		{"concurrency nan", base + "[scale]\ntarget_concurrency = nan\n", "scale.target_concurrency", "more than 0"},
 		{"queue negative", base + "[scale]\nqueue = -1\n", "scale.queue", "0 or more"},
+		{"metric name", base + "[scale]\nmetric = \"Queue Depth\"\n", "scale.metric", "lowercase"},
+		{"target without metric", base + "[scale]\ntarget = 10\n", "scale.target", "needs scale.metric"},
+		{"metric target 0", base + "[scale]\nmetric = \"queue\"\ntarget = 0\n", "scale.target", "more than 0"},
 		{"idle negative", base + "[scale]\nidle_timeout = \"-1s\"\n", "scale.idle_timeout", "negative"},
 		{"freeze negative", base + "[scale]\nfreeze_timeout = \"-1s\"\n", "scale.freeze_timeout", "negative"},
 		{"lifetime negative", base + "[scale]\nmax_lifetime = \"-1h\"\n", "scale.max_lifetime", "negative"},
@@ -219,6 +222,7 @@ func TestParseValid(t *testing.T) {
 		"command":         "command = [\"/hello\", \"--flag\"]\n",
 		"state hook":      "[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/var/state\"\nmerge = \"hook\"\nhook = [\"sh\", \"-c\", \"cat /var/state/* >> /b/all\"]\nvolume = \"b\"\n",
 		"state newest":    "[volumes]\na = \"/a\"\n[state]\ndir = \"/a-state\"\nmerge = \"newest\"\n",
+		"app metric":      "[scale]\nmetric = \"queue\"\ntarget = 2.5\n",
 	} {
 		doc := base + extra
 		if name == "name of 40" {
@@ -256,6 +260,14 @@ func TestParseState(t *testing.T) {
 	}
 	if b, _ := json.Marshal(c); strings.Contains(string(b), "State") || strings.Contains(string(b), "Merge") {
 		t.Fatalf("an app without [state] has it in its hashed form: %s", b)
+	}
+}
+
+// An app metric without a target gets the default one.
+func TestParseMetricDefault(t *testing.T) {
+	c, err := ParseConfig([]byte("name = \"web\"\nimage = \"web:1\"\n[scale]\nmetric = \"queue\"\n"), "shoal.toml")
+	if err != nil || c.Scale.Metric != "queue" || c.Scale.Target != DefaultTarget {
+		t.Fatalf("%+v %v", c.Scale, err)
 	}
 }
 

@@ -89,6 +89,7 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		alive := err == nil && c.Status != runtime.StatusStopped && rec.State != StateFailed &&
 			rec.State != StateStopped && rec.State != StateDraining && rec.Addr != ""
 		ctl.reps[rec.ID] = r
+		m.addToken(rec.TokenHash, ctl.name, rec.ID)
 		if !alive {
 			r.stopping, r.busy = true, true
 			go ctl.remove(r, true)
@@ -101,6 +102,11 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		go ctl.watch(r, exited)
 		if c.Status == runtime.StatusPaused {
 			r.rec.State, r.frozenAt = StateFrozen, now
+			go ctl.healthLoop(r, exited)
+			continue
+		}
+		if rec.State == StateHalted {
+			// Halted at its own request: it stays out of the route.
 			go ctl.healthLoop(r, exited)
 			continue
 		}

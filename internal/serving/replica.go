@@ -33,6 +33,7 @@ type replica struct {
 	// replacement is the fresh replica that will take this one's place.
 	replacement string
 	memory      int64 // bytes in use when frozen
+	self        selfState
 }
 
 // Labels on replica containers.
@@ -61,6 +62,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 		CPU: ctl.rec.Config.Resources.CPU,
 	}}
 	r.rec.CPUSet = ctl.m.o.Placer.Place(placement.Request{ID: id, App: ctl.name, MaxCPU: ctl.rec.Config.Resources.MaxCPU})
+	ctl.mintToken(r)
 	ctl.reps[id] = r
 	ctl.markDirty(id)
 	cfg, digest := ctl.rec.Config, ctl.rec.Digest
@@ -166,6 +168,7 @@ func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
 	}
 	ctl.markDirty(id)
 	ctl.publish()
+	r.settle()
 	ctl.mu.Unlock()
 	go ctl.healthLoop(r, exited)
 	d := now.Sub(began)
@@ -193,6 +196,7 @@ func (ctl *appCtl) spec(r *replica, cfg Config, digest string) (runtime.Spec, er
 	}
 	env = append(env, "PORT="+strconv.Itoa(cfg.Port), "SHOAL_APP="+cfg.Name, "SHOAL_REPLICA="+r.rec.ID,
 		"SHOAL_REVISION="+strconv.Itoa(r.rec.Revision))
+	env = append(env, ctl.selfEnv(r)...)
 	var mounts []runtime.Mount
 	for name, dst := range cfg.Volumes {
 		src := filepath.Join(ctl.m.appDir(ctl.name), "volumes", name)
@@ -250,6 +254,7 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 	r.rec.State = StateFailed
 	ctl.countFailure(r, err)
 	ctl.publish()
+	r.settle()
 	ctl.mu.Unlock()
 	// The replacement need not wait for the container's removal and the
 	// release of its address, and may take its CPU.
@@ -327,7 +332,9 @@ func (ctl *appCtl) remove(r *replica, kill bool) {
 	ctl.mu.Lock()
 	att := r.att
 	r.att = nil
+	r.settle()
 	ctl.mu.Unlock()
+	m.forgetToken(r.rec.TokenHash)
 	if att != nil {
 		if err := m.o.Network.Release(ctx, att); err != nil {
 			m.log.Warn("serving: release replica network", "replica", id, "err", err)

@@ -18,6 +18,7 @@ func policy(rec appRecord) autoscale.Policy {
 	cfg := rec.Config
 	return autoscale.Policy{
 		Min: rec.Min, Max: rec.Max, TargetConcurrency: cfg.Scale.TargetConcurrency,
+		Metric: cfg.Scale.Metric, Target: cfg.Scale.Target,
 		CPU: cfg.Resources.CPU, MaxCPU: cfg.Resources.MaxCPU,
 	}.WithDefaults()
 }
@@ -32,14 +33,15 @@ func newScaler(rec appRecord, c clock.Clock) *scaler {
 	return &scaler{d: d}
 }
 
-// observe records one sample of the app's load.
-func (s *scaler) observe(at time.Time, l Load) {
+// observe records one sample of the app's load; metric is the app's own
+// metric summed over its ready replicas ([scale] metric), 0 without one.
+func (s *scaler) observe(at time.Time, l Load, metric float64) {
 	n := l.Requests - s.requests
 	if l.Requests < s.requests {
 		n = l.Requests
 	}
 	s.requests = l.Requests
-	s.d.Observe(autoscale.Sample{At: at, Concurrency: float64(l.InFlight), Requests: int(n)})
+	s.d.Observe(autoscale.Sample{At: at, Concurrency: float64(l.InFlight), Requests: int(n), Metric: metric})
 }
 
 // decide asks the decider for the active replica count and CPU quotas, from

@@ -11,8 +11,12 @@ const (
 	StateReady    = "ready"
 	StateFrozen   = "frozen"
 	StateDraining = "draining"
-	StateStopped  = "stopped"
-	StateFailed   = "failed"
+	// StateHalted is a replica out of the route at its own request (the
+	// self API's halt): it keeps running, takes no new request and is not
+	// counted as serving, until it dies or its app goes.
+	StateHalted  = "halted"
+	StateStopped = "stopped"
+	StateFailed  = "failed"
 )
 
 // appRecord is an app's desired state, kept at store.AppKey(name).
@@ -53,4 +57,7 @@ type replicaRecord struct {
 	StartedAt time.Time  `json:"started_at"`
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
+	// TokenHash is the SHA-256 of the replica's $SHOAL_TOKEN; the token
+	// itself is never stored.
+	TokenHash string `json:"token_hash,omitempty"`
 }

@@ -1,0 +1,409 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/appapi"
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// selfState is what the self API keeps of one replica.
+type selfState struct {
+	token   string // given to the container, then forgotten
+	metrics map[string]metricSample
+	settled chan struct{} // closed once a start is ready or failed
+}
+
+type metricSample struct {
+	value float64
+	at    time.Time
+}
+
+// maxMetrics bounds the metric names one replica may publish.
+const maxMetrics = 16
+
+// metricTTL is how long a published value counts for the autoscaler: an
+// app that scales on its metric publishes it at least this often.
+const metricTTL = 10 * time.Second
+
+// settle wakes whoever waits for the replica's start. ctl.mu is held.
+func (r *replica) settle() {
+	if r.self.settled != nil {
+		select {
+		case <-r.self.settled:
+		default:
+			close(r.self.settled)
+		}
+	}
+}
+
+// mintToken gives a new replica its self API token: the secret goes to
+// its environment only, the hash to its record. ctl.mu is held.
+func (ctl *appCtl) mintToken(r *replica) {
+	r.self.settled = make(chan struct{})
+	if ctl.m.o.SelfURL == "" {
+		return
+	}
+	tok, hash := appapi.NewToken()
+	r.self.token, r.rec.TokenHash = tok, hash
+	ctl.m.addToken(hash, ctl.name, r.rec.ID)
+}
+
+// selfEnv is the self API's part of a replica's environment. The token is
+// forgotten once it is in the container's spec.
+func (ctl *appCtl) selfEnv(r *replica) []string {
+	if r.self.token == "" {
+		return nil
+	}
+	tok := r.self.token
+	r.self.token = ""
+	return []string{appapi.EnvURL + "=" + ctl.m.o.SelfURL, appapi.EnvToken + "=" + tok}
+}
+
+// tokenIndex finds the replica of a token hash. It also remembers the
+// hashes of the last replicas gone, so that their tokens are told apart
+// from forged ones.
+type tokenIndex struct {
+	mu   sync.Mutex
+	live map[string]tokenRef
+	gone map[string]tokenRef
+	past []string // gone hashes, oldest first
+}
+
+type tokenRef struct{ app, id string }
+
+const goneKept = 4096
+
+func (m *Manager) addToken(hash, app, id string) {
+	if hash == "" {
+		return
+	}
+	x := &m.self
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.live == nil {
+		x.live, x.gone = map[string]tokenRef{}, map[string]tokenRef{}
+	}
+	x.live[hash] = tokenRef{app, id}
+}
+
+func (m *Manager) forgetToken(hash string) {
+	x := &m.self
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ref, ok := x.live[hash]
+	if !ok {
+		return
+	}
+	delete(x.live, hash)
+	x.gone[hash] = ref
+	x.past = append(x.past, hash)
+	if len(x.past) > goneKept {
+		delete(x.gone, x.past[0])
+		x.past = x.past[1:]
+	}
+}
+
+// SelfAPI returns the serving side of the self API.
+func (m *Manager) SelfAPI() appapi.Platform { return selfAPI{m} }
+
+// Record writes an event to the event log in the background.
+func (m *Manager) Record(kind, app, replica, reason string, inputs map[string]float64) {
+	m.emit(kind, app, replica, reason, inputs)
+}
+
+type selfAPI struct{ m *Manager }
+
+var _ appapi.Platform = selfAPI{}
+
+func (s selfAPI) Identify(hash string) (appapi.Caller, bool) {
+	x := &s.m.self
+	x.mu.Lock()
+	ref, live := x.live[hash]
+	if !live {
+		ref, live = x.gone[hash]
+		x.mu.Unlock()
+		return appapi.Caller{App: ref.app, Replica: ref.id, Gone: true}, live
+	}
+	x.mu.Unlock()
+	c := appapi.Caller{App: ref.app, Replica: ref.id}
+	ctl := s.m.app(ref.app)
+	if ctl == nil {
+		c.Gone = true
+		return c, true
+	}
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	r := ctl.reps[ref.id]
+	if r == nil {
+		c.Gone = true
+		return c, true
+	}
+	if host, _, err := net.SplitHostPort(r.rec.Addr); err == nil {
+		c.IP = net.ParseIP(host)
+	}
+	return c, true
+}
+
+// caller locks the caller's app and returns it with the caller's replica;
+// on success ctl.mu is held.
+func (s selfAPI) caller(c appapi.Caller) (*appCtl, *replica, error) {
+	ctl := s.m.app(c.App)
+	if ctl == nil {
+		return nil, nil, fmt.Errorf("app %q: %w", c.App, errdefs.ErrNotFound)
+	}
+	ctl.mu.Lock()
+	if ctl.deleting {
+		ctl.mu.Unlock()
+		return nil, nil, fmt.Errorf("app %q is being deleted: %w", c.App, errdefs.ErrUnavailable)
+	}
+	r := ctl.reps[c.Replica]
+	if r == nil {
+		ctl.mu.Unlock()
+		return nil, nil, fmt.Errorf("replica %q: %w", c.Replica, errdefs.ErrNotFound)
+	}
+	return ctl, r, nil
+}
+
+// serving counts the replicas that serve or are about to: starting and
+// ready ones, not those freezing, halted or on their way out. ctl.mu is
+// held.
+func (ctl *appCtl) serving() int {
+	n := 0
+	for _, r := range ctl.reps {
+		if r.stopping || r.failed {
+			continue
+		}
+		switch r.rec.State {
+		case StatePending, StateStarting:
+			n++
+		case StateReady:
+			if !r.busy {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func selfReplica(r *replica) appapi.Replica {
+	return appapi.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Addr: r.rec.Addr}
+}
+
+func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (appapi.Result, error) {
+	ctl, r, err := s.caller(c)
+	if err != nil {
+		return appapi.Result{}, err
+	}
+	if r.stopping {
+		ctl.mu.Unlock()
+		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s", c.Replica, r.rec.State)
+	}
+	n := ctl.serving()
+	if n >= ctl.rec.Max {
+		ctl.mu.Unlock()
+		return appapi.Result{}, appapi.Refuse("max", "app %s already runs %d replica(s), its max is %d", c.App, n, ctl.rec.Max)
+	}
+	now := ctl.m.clock.Now()
+	// A frozen replica of the current revision is the fast way: the most
+	// recently used first.
+	var frozen []*replica
+	for _, o := range ctl.reps {
+		if o.rec.State == StateFrozen && !o.busy && !o.stopping && o.rec.Revision == ctl.rec.Revision {
+			frozen = append(frozen, o)
+		}
+	}
+	sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
+	for _, o := range frozen {
+		if ctl.thaw(o) {
+			ctl.raiseFloor(now, n+1)
+			d := ctl.m.clock.Since(now)
+			res := appapi.Result{Replica: selfReplica(o), How: "thawed", Seconds: max(d.Seconds(), 1e-6)}
+			ctl.mu.Unlock()
+			ctl.notify()
+			return res, nil
+		}
+	}
+	if now.Before(ctl.backoff) {
+		left := ctl.backoff.Sub(now)
+		ctl.mu.Unlock()
+		return appapi.Result{}, &appapi.Refusal{Reason: "backoff", RetryAfter: int(left/time.Second) + 1,
+			Msg: fmt.Sprintf("app %s is backing off after failed replicas (%s more): %s", c.App, left.Round(time.Millisecond), ctl.lastErr)}
+	}
+	id := ctl.startReplica(ctl.rec.Revision, "replicate asked by "+c.Replica)
+	nr := ctl.reps[id]
+	ctl.raiseFloor(now, n+1)
+	settled, limit := nr.self.settled, ctl.rec.Config.Health.StartTimeout.Duration
+	res := appapi.Result{Replica: selfReplica(nr), How: "started"}
+	ctl.mu.Unlock()
+	ctl.notify()
+	if !wait {
+		return res, nil
+	}
+	t := ctl.m.clock.NewTimer(limit + time.Second)
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-t.C():
+	case <-ctx.Done():
+		return res, nil
+	}
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	res.Replica = selfReplica(nr)
+	switch {
+	case nr.rec.State == StateReady && nr.rec.ReadyAt != nil:
+		res.Seconds = nr.rec.ReadyAt.Sub(now).Seconds()
+	case nr.rec.State == StateFailed || nr.stopping:
+		return res, fmt.Errorf("replica %s did not start: %s: %w", id, nr.rec.Reason, errdefs.ErrUnavailable)
+	}
+	return res, nil
+}
+
+func (s selfAPI) Halt(ctx context.Context, c appapi.Caller) (appapi.Result, error) {
+	ctl, r, err := s.caller(c)
+	if err != nil {
+		return appapi.Result{}, err
+	}
+	defer ctl.mu.Unlock()
+	switch {
+	case r.rec.State == StateHalted:
+		return appapi.Result{Replica: selfReplica(r), How: "halted"}, nil
+	case r.rec.State != StateReady || r.busy || r.stopping:
+		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s%s; only a ready replica halts", c.Replica, r.rec.State, busyWord(r))
+	}
+	n := ctl.serving()
+	if n-1 < ctl.rec.Min {
+		return appapi.Result{}, appapi.Refuse("min", "app %s runs %d replica(s), its min is %d", c.App, n, ctl.rec.Min)
+	}
+	r.rec.State, r.closed = StateHalted, true
+	ctl.markDirty(r.rec.ID)
+	ctl.publish()
+	ctl.lowerFloor(n - 1)
+	ctl.notify()
+	return appapi.Result{Replica: selfReplica(r), How: "halted"}, nil
+}
+
+func (s selfAPI) Die(ctx context.Context, c appapi.Caller) (appapi.Result, error) {
+	ctl, r, err := s.caller(c)
+	if err != nil {
+		return appapi.Result{}, err
+	}
+	defer ctl.mu.Unlock()
+	switch {
+	case r.rec.State == StateDraining || r.rec.State == StateStopped:
+		return appapi.Result{Replica: selfReplica(r), How: "draining"}, nil
+	case r.stopping || r.busy || (r.rec.State != StateReady && r.rec.State != StateHalted):
+		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s%s; only a ready or halted replica dies", c.Replica, r.rec.State, busyWord(r))
+	}
+	if r.rec.State == StateReady {
+		n := ctl.serving()
+		if n-1 < ctl.rec.Min {
+			return appapi.Result{}, appapi.Refuse("min", "app %s runs %d replica(s), its min is %d", c.App, n, ctl.rec.Min)
+		}
+		ctl.lowerFloor(n - 1)
+	}
+	ctl.drain(r, "asked to die by itself")
+	ctl.notify()
+	return appapi.Result{Replica: selfReplica(r), How: "draining"}, nil
+}
+
+func busyWord(r *replica) string {
+	if r.busy && r.rec.State == StateReady {
+		return " (being frozen)"
+	}
+	return ""
+}
+
+func (s selfAPI) Metric(ctx context.Context, c appapi.Caller, name string, value float64) error {
+	ctl, r, err := s.caller(c)
+	if err != nil {
+		return err
+	}
+	defer ctl.mu.Unlock()
+	if r.self.metrics == nil {
+		r.self.metrics = map[string]metricSample{}
+	}
+	if _, ok := r.self.metrics[name]; !ok && len(r.self.metrics) >= maxMetrics {
+		return errdefs.Invalid("name", "replica %s already publishes %d metrics, the most it may", c.Replica, maxMetrics)
+	}
+	r.self.metrics[name] = metricSample{value: value, at: ctl.m.clock.Now()}
+	return nil
+}
+
+func (s selfAPI) Self(ctx context.Context, c appapi.Caller) (appapi.Self, error) {
+	ctl, r, err := s.caller(c)
+	if err != nil {
+		return appapi.Self{}, err
+	}
+	defer ctl.mu.Unlock()
+	out := appapi.Self{ID: r.rec.ID, App: ctl.name, Revision: r.rec.Revision, State: r.rec.State,
+		Min: ctl.rec.Min, Max: ctl.rec.Max, Replicas: []appapi.Replica{}}
+	for name, v := range r.self.metrics {
+		if out.Metrics == nil {
+			out.Metrics = map[string]float64{}
+		}
+		out.Metrics[name] = v.value
+	}
+	reps := make([]*replica, 0, len(ctl.reps))
+	for _, o := range ctl.reps {
+		reps = append(reps, o)
+	}
+	sort.Slice(reps, func(i, j int) bool { return reps[i].rec.StartedAt.Before(reps[j].rec.StartedAt) })
+	for _, o := range reps {
+		out.Replicas = append(out.Replicas, selfReplica(o))
+	}
+	return out, nil
+}
+
+// raiseFloor keeps at least n replicas serving, as the app asked.
+// ctl.mu is held.
+func (ctl *appCtl) raiseFloor(now time.Time, n int) {
+	ctl.floor, ctl.floorAt = max(ctl.floor, n), now
+}
+
+// lowerFloor lets the count go down to n once the app gave a replica up.
+// ctl.mu is held.
+func (ctl *appCtl) lowerFloor(n int) {
+	ctl.floor = max(min(ctl.floor, n), 0)
+}
+
+// applyFloor raises the autoscaler's want to what the app asked for. The
+// app's request lapses once the app has had no request for idle_timeout
+// since it was made. ctl.mu is held.
+func (ctl *appCtl) applyFloor(now time.Time, load Load, want int, reason string) (int, string) {
+	if ctl.floor == 0 {
+		return want, reason
+	}
+	idle := ctl.rec.Config.Scale.IdleTimeout.Duration
+	if load.InFlight == 0 && now.Sub(ctl.floorAt) >= idle && now.Sub(load.LastRequest) >= idle {
+		ctl.floor = 0
+		return want, reason
+	}
+	if ctl.floor > want {
+		return ctl.floor, fmt.Sprintf("the app asked for %d replica(s) through its self API (autoscaler: %s)", ctl.floor, reason)
+	}
+	return want, reason
+}
+
+// metricSum is the app's own metric summed over its ready replicas (the
+// average per replica times their count): a replica that has not
+// published it lately counts 0. ctl.mu is held.
+func (ctl *appCtl) metricSum(now time.Time, ready []*replica) float64 {
+	name := ctl.rec.Config.Scale.Metric
+	if name == "" {
+		return 0
+	}
+	var sum float64
+	for _, r := range ready {
+		if v, ok := r.self.metrics[name]; ok && now.Sub(v.at) < metricTTL {
+			sum += v.value
+		}
+	}
+	return sum
+}
