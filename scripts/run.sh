@@ -37,7 +37,7 @@ fi
 
 # The example apps, deployed with their own shoal.toml (examples/NAME/).
 top="$(cd "$(dirname "$0")/.." && pwd)"
-for app in hello slowboot cpuburn; do
+for app in hello slowboot cpuburn selfscale; do
 	if [ -x "$top/bin/examples/$app/$app" ]; then
 		"$bin" image build "$top/bin/examples/$app" --tag "$app:1" --entrypoint "/$app" --port 8080 >/dev/null
 		"$bin" app deploy -f "$top/examples/$app/shoal.toml" >/dev/null
@@ -49,9 +49,11 @@ port=${proxy##*:}
 cat <<MSG
 
 shoal is running (data in $data, API on unix://$sock).
-Apps (hello, slowboot, cpuburn) are deployed and start on their first request:
+Apps (hello, slowboot, cpuburn, selfscale) are deployed; all but selfscale
+(min 1) start on their first request:
   curl -H 'Host: hello.localhost' http://$proxy/
   curl http://slowboot.localhost:$port/        # waits for its 1.5 s boot once
+  $bin events --app selfscale --follow         # selfscale's own calls under load
   $bin app ls
   $bin app status hello
   $bin events --follow

@@ -47,7 +47,8 @@ type App struct {
 type Replica struct {
 	ID       string `json:"id"`
 	Revision int    `json:"revision"`
-	// State is pending, starting, ready, frozen, draining, stopped or failed.
+	// State is pending, starting, ready, frozen, halted, draining, stopped or
+	// failed.
 	State     string     `json:"state"`
 	Pid       int        `json:"pid"` // 0 until its process runs
 	Addr      string     `json:"addr,omitempty"`
