@@ -55,7 +55,7 @@ func Serving(ctx context.Context, o Options) (_ *Report, retErr error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	e, err := newServingEnv(ctx, o, dir)
+	e, err := newServingEnv(ctx, o, dir, servingNet, "hello", "slowboot", "cpuburn")
 	if err != nil {
 		return nil, fmt.Errorf("serving: %w", err)
 	}
@@ -84,9 +84,11 @@ func Serving(ctx context.Context, o Options) (_ *Report, retErr error) {
 	return rep, nil
 }
 
-func newServingEnv(ctx context.Context, o Options, dir string) (_ *servingEnv, retErr error) {
+// newServingEnv starts a daemon on network n and builds the example apps
+// named as images NAME:1.
+func newServingEnv(ctx context.Context, o Options, dir string, n daemonNet, examples ...string) (_ *servingEnv, retErr error) {
 	e := &servingEnv{o: o, dir: dir, apps: map[string]bool{}, failures: map[string]int{}}
-	d, err := startDaemonOn(ctx, o.ShoalBin, filepath.Join(dir, "daemon"), servingNet)
+	d, err := startDaemonOn(ctx, o.ShoalBin, filepath.Join(dir, "daemon"), n)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +115,7 @@ func newServingEnv(ctx context.Context, o Options, dir string) (_ *servingEnv, r
 	e.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute, DisableCompression: true,
 	}}
-	for _, app := range []string{"hello", "slowboot", "cpuburn"} {
+	for _, app := range examples {
 		bin, err := o.ExampleBinary(ctx, app, dir)
 		if err != nil {
 			return nil, err
@@ -285,8 +287,8 @@ func (e *servingEnv) close(ctx context.Context) error {
 		if err := e.d.close(ctx); err != nil {
 			errs = append(errs, err.Error())
 		}
+		removeCgroups(e.d.net.cgroupParent)
 	}
-	removeCgroups(servingNet.cgroupParent)
 	if len(errs) > 0 {
 		return fmt.Errorf("cleanup: %s", strings.Join(errs, "; "))
 	}

@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"testing"
+)
+
+func init() { quickChecks["resilience"] = checkQuickResilience }
+
+// checkQuickResilience checks that the replacement of a killed replica was
+// measured, with its failed requests, and that the targets are there.
+func checkQuickResilience(t *testing.T, rep *Report, _ string) {
+	must := map[string][]string{
+		"Under load: until traffic is served as it should be": {rsKill},
+		"Failed requests during each":                         {rsKill},
+	}
+	seen := map[string]bool{}
+	for _, tab := range rep.Tables() {
+		seen[tab.Title] = true
+		for _, name := range must[tab.Title] {
+			if w := tab.Row(name); !w.OK() {
+				t.Errorf("table %q row %q has no numbers: %s", tab.Title, name, w.Err)
+			}
+		}
+	}
+	for title := range must {
+		if !seen[title] {
+			t.Errorf("no table %q", title)
+		}
+	}
+}
+
+func TestHelloReplica(t *testing.T) {
+	for body, want := range map[string]string{
+		"hello from res-3-0a1b2c3d (request 12)\n": "res-3-0a1b2c3d",
+		"v2 from res-4-00ff00ff (request 1)\n":     "res-4-00ff00ff",
+		"nothing here":                             "",
+	} {
+		if got := helloReplica(body); got != want {
+			t.Errorf("helloReplica(%q) = %q, want %q", body, got, want)
+		}
+	}
+}
