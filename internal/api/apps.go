@@ -41,6 +41,53 @@ type App struct {
 	// lines its replica wrote.
 	Error string   `json:"error,omitempty"`
 	Log   []string `json:"log,omitempty"`
+	// Rollout is the app's last rollout of a revision (nil before the
+	// first deploy's record was written by a daemon that keeps them).
+	Rollout *Rollout `json:"rollout,omitempty"`
+	// Traffic is how requests are split between revisions, in percent.
+	Traffic []TrafficTarget `json:"traffic,omitempty"`
+	// Sticky keeps a client on its replica (cookie shoal-replica).
+	Sticky bool `json:"sticky,omitempty"`
+}
+
+// Rollout states.
+const (
+	RolloutProgressing = "progressing" // the revision's replicas are starting
+	RolloutDone        = "done"        // traffic moved to the revision
+	RolloutRolledBack  = "rolled_back" // it never became ready; traffic stayed on From
+	RolloutFailed      = "failed"      // it never became ready and no earlier revision exists
+)
+
+// Rollout is the progress of one revision's rollout: its replicas start
+// and become ready (Ready of Want) before traffic moves from revision From.
+type Rollout struct {
+	Revision  int        `json:"revision"`
+	From      int        `json:"from,omitempty"`
+	State     string     `json:"state"`
+	Ready     int        `json:"ready"`
+	Want      int        `json:"want"`
+	Reason    string     `json:"reason,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	DoneAt    *time.Time `json:"done_at,omitempty"`
+}
+
+// TrafficTarget is one revision's share of an app's requests.
+type TrafficTarget struct {
+	Revision int `json:"revision"`
+	Percent  int `json:"percent"`
+}
+
+// RollbackRequest is the body of POST /v1/apps/{name}/rollback; To 0 is
+// the revision before the current one.
+type RollbackRequest struct {
+	To int `json:"to,omitempty"`
+}
+
+// TrafficRequest is the body of PUT /v1/apps/{name}/traffic: percents of
+// existing revisions that add up to 100.
+type TrafficRequest struct {
+	Traffic []TrafficTarget `json:"traffic"`
+	Sticky  bool            `json:"sticky,omitempty"`
 }
 
 // Replica is one replica of an app.
@@ -79,6 +126,10 @@ type Apps interface {
 	List(ctx context.Context) ([]App, error)
 	Get(ctx context.Context, name string) (App, error)
 	Scale(ctx context.Context, name string, req ScaleRequest) (App, error)
+	// Rollback sends all traffic to an earlier revision at once.
+	Rollback(ctx context.Context, name string, req RollbackRequest) (App, error)
+	// SetTraffic splits traffic between revisions.
+	SetTraffic(ctx context.Context, name string, req TrafficRequest) (App, error)
 	// Logs writes the last tail lines (0: all kept) of the app's replicas.
 	Logs(ctx context.Context, name string, tail int, w io.Writer) error
 	Remove(ctx context.Context, name string) error

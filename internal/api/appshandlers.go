@@ -34,6 +34,8 @@ func (s *Server) routeApps(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/apps/{name}", apps(s.removeApp))
 	mux.HandleFunc("POST /v1/apps/{name}/scale", apps(s.scaleApp))
 	mux.HandleFunc("GET /v1/apps/{name}/logs", apps(s.appLogs))
+	mux.HandleFunc("POST /v1/apps/{name}/rollback", apps(s.rollbackApp))
+	mux.HandleFunc("PUT /v1/apps/{name}/traffic", apps(s.appTraffic))
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		if s.Events == nil {
 			WriteError(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon: no event log"), "")
@@ -101,6 +103,44 @@ func (s *Server) scaleApp(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	app, err := s.Apps.Scale(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, app)
+}
+
+func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
+	var req RollbackRequest
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if req.To < 0 {
+		s.fail(w, r, errdefs.Invalid("to", "%d must be a revision number (1 or more), or 0 for the one before the current", req.To))
+		return
+	}
+	app, err := s.Apps.Rollback(r.Context(), r.PathValue("name"), req)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, app)
+}
+
+func (s *Server) appTraffic(w http.ResponseWriter, r *http.Request) {
+	var req TrafficRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(req.Traffic) == 0 {
+		s.fail(w, r, errdefs.Invalid("traffic", "give each revision's percent, e.g. [{\"revision\":3,\"percent\":90},{\"revision\":4,\"percent\":10}]"))
+		return
+	}
+	app, err := s.Apps.SetTraffic(r.Context(), r.PathValue("name"), req)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -93,6 +93,37 @@ func (f *fakeApps) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
+func (f *fakeApps) Rollback(ctx context.Context, name string, req RollbackRequest) (App, error) {
+	a, err := f.Get(ctx, name)
+	if err != nil {
+		return App{}, err
+	}
+	to := req.To
+	if to == 0 {
+		to = a.Revision - 1
+	}
+	if to < 1 || to > a.Revision {
+		return App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a.Revision, a.Traffic = to, []TrafficTarget{{Revision: to, Percent: 100}}
+	f.apps[name] = a
+	return a, nil
+}
+
+func (f *fakeApps) SetTraffic(ctx context.Context, name string, req TrafficRequest) (App, error) {
+	a, err := f.Get(ctx, name)
+	if err != nil {
+		return App{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a.Traffic, a.Sticky = req.Traffic, req.Sticky
+	f.apps[name] = a
+	return a, nil
+}
+
 // fakeEvents holds events in memory; Watch sends the kept ones and then
 // whatever is added until ctx ends.
 type fakeEvents struct {

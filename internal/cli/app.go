@@ -28,7 +28,7 @@ to it.`,
 		Args: exactArgs(0),
 	}
 	cmd.AddCommand(newAppDeployCmd(g), newAppLsCmd(g), newAppStatusCmd(g),
-		newAppScaleCmd(g), newAppLogsCmd(g), newAppRmCmd(g))
+		newAppScaleCmd(g), newAppLogsCmd(g), newAppRmCmd(g), newAppRollbackCmd(g), newAppTrafficCmd(g))
 	return cmd
 }
 
@@ -38,13 +38,23 @@ func appPath(name string, rest ...string) string {
 
 func newAppDeployCmd(g *globals) *cobra.Command {
 	var file, out string
+	var detach bool
+	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "deploy [-f shoal.toml]",
+		Use:   "deploy [-f shoal.toml] [--detach]",
 		Short: "Deploy an app from its shoal.toml (a new revision when it changed)",
 		Long: `Send a shoal.toml to the daemon. A new app is created; for an existing app a
 new revision is made when the file changed. The file is checked strictly:
-unknown keys and bad values are errors that name the key.`,
+unknown keys and bad values are errors that name the key.
+
+A new revision rolls out: its replicas (as many as the app has in service, at
+least scale.min) start and become ready while the old ones keep the traffic,
+then the traffic moves over and the old replicas drain and stay frozen for
+scale.rollback_grace. deploy waits for this and prints the progress; it exits
+0 once the revision takes the traffic, and 1 with the reason when it never
+became ready and was rolled back. --detach returns at once.`,
 		Example: `  shoal app deploy -f shoal.toml
+  shoal app deploy -f shoal.toml --detach
   shoal app deploy -f examples/hello/shoal.toml --output json
   cat shoal.toml | shoal app deploy -f -`,
 		Args: exactArgs(0),
@@ -60,24 +70,43 @@ unknown keys and bad values are errors that name the key.`,
 			if err := g.call(cmd, "POST", "/v1/apps", api.DeployRequest{Manifest: manifest, File: file}, &app); err != nil {
 				return err
 			}
+			w := cmd.OutOrStdout()
+			if out != "json" {
+				fmt.Fprintf(w, "deployed %s revision %d (image %s, scale %d-%d)\n", app.Name, app.Revision, app.Image, app.Min, app.Max)
+			}
+			var werr error
+			if !detach {
+				progress := w
+				if out == "json" {
+					progress = nil
+				}
+				var a api.App
+				a, werr = g.waitRollout(cmd, app.Name, app.Revision, timeout, progress)
+				if a.Name != "" {
+					app = a
+				}
+			}
 			if app.URL == "" {
 				app.URL = g.appURL(cmd, app.Name)
 			}
 			if out == "json" {
-				return printJSON(cmd.OutOrStdout(), app)
+				if err := printJSON(w, app); err != nil {
+					return err
+				}
+				return werr
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "deployed %s revision %d (image %s, scale %d-%d)\n", app.Name, app.Revision, app.Image, app.Min, app.Max)
-			if app.URL != "" {
+			if app.URL != "" && werr == nil {
 				fmt.Fprintf(w, "url: %s\n", app.URL)
 			}
-			if app.Error != "" {
+			if app.Error != "" && werr == nil {
 				fmt.Fprintf(w, "error: %s (see shoal app status %s)\n", app.Error, app.Name)
 			}
-			return nil
+			return werr
 		},
 	}
 	cmd.Flags().StringVarP(&file, "file", "f", "shoal.toml", `the app's shoal.toml ("-": standard input)`)
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "return at once instead of waiting for the rollout")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to wait for the rollout (it goes on after)")
 	outputFlag(cmd, &out)
 	return cmd
 }
@@ -189,6 +218,7 @@ func printAppStatus(w io.Writer, a api.App) {
 	if !a.UpdatedAt.IsZero() {
 		fmt.Fprintf(w, "updated:   %s (%s)\n", a.UpdatedAt.Local().Format(time.RFC3339), ago(a.UpdatedAt))
 	}
+	printRollout(w, a)
 	if a.Error != "" {
 		fmt.Fprintf(w, "error:     %s\n", a.Error)
 	}

@@ -23,6 +23,10 @@ type fakeApps struct {
 	app      api.App
 	manifest string
 	scale    api.ScaleRequest
+	rollback api.RollbackRequest
+	traffic  api.TrafficRequest
+	// rollouts are what Get reports, one per call (the last one sticks).
+	rollouts []api.Rollout
 }
 
 func (f *fakeApps) Deploy(_ context.Context, req api.DeployRequest) (api.App, error) {
@@ -37,7 +41,26 @@ func (f *fakeApps) Get(_ context.Context, name string) (api.App, error) {
 	if name != f.app.Name {
 		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
+	if len(f.rollouts) > 0 {
+		ro := f.rollouts[0]
+		f.app.Rollout = &ro
+		if len(f.rollouts) > 1 {
+			f.rollouts = f.rollouts[1:]
+		}
+	}
 	return f.app, nil
+}
+func (f *fakeApps) Rollback(_ context.Context, name string, req api.RollbackRequest) (api.App, error) {
+	f.rollback = req
+	a := f.app
+	a.Revision, a.Rollout = 1, &api.Rollout{Revision: 1, From: 2, State: api.RolloutDone}
+	return a, nil
+}
+func (f *fakeApps) SetTraffic(_ context.Context, name string, req api.TrafficRequest) (api.App, error) {
+	f.traffic = req
+	a := f.app
+	a.Traffic, a.Sticky = req.Traffic, req.Sticky
+	return a, nil
 }
 func (f *fakeApps) Scale(_ context.Context, name string, req api.ScaleRequest) (api.App, error) {
 	f.scale = req

@@ -17,86 +17,116 @@ import (
 // Deploy creates an app or gives it a new revision. The image must exist;
 // replicas start on demand (or at once for min > 0).
 func (m *Manager) Deploy(ctx context.Context, req api.DeployRequest) (api.App, error) {
+	cfg, err := m.deploy(ctx, req)
+	if err != nil {
+		return api.App{}, err
+	}
+	return m.Get(ctx, cfg.Name)
+}
+
+// deploy writes the app's record (and its new revision's) and hands it to
+// the app's controller. A new revision rolls out beside the one in
+// service.
+func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, error) {
 	file := req.File
 	if file == "" {
 		file = "shoal.toml"
 	}
 	cfg, err := ParseConfig([]byte(req.Manifest), file)
 	if err != nil {
-		return api.App{}, err
+		return Config{}, err
 	}
 	img, err := m.o.Images.Get(ctx, cfg.Image)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return api.App{}, errdefs.Invalid("image", "%s: image %q is not in the image store; build, import or pull it first", file, cfg.Image)
+			return Config{}, errdefs.Invalid("image", "%s: image %q is not in the image store; build, import or pull it first", file, cfg.Image)
 		}
-		return api.App{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
+		return Config{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
 	}
 	now := m.clock.Now()
 	hash := cfg.Hash()
 	m.mu.Lock()
 	ctl := m.apps[cfg.Name]
 	m.mu.Unlock()
+	rec := appRecord{Created: now}
 	if ctl != nil {
+		// The record is changed and written under ctl.mu, so that no
+		// reconcile round's change to it is lost, and under ctl.recMu, so
+		// that the writer never writes an older one after it.
+		ctl.recMu.Lock()
+		defer ctl.recMu.Unlock()
 		ctl.mu.Lock()
-		deleting := ctl.deleting
-		ctl.mu.Unlock()
-		if deleting {
-			return api.App{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
+		defer ctl.mu.Unlock()
+		if ctl.deleting {
+			return Config{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
 		}
-	}
-	var rec appRecord
-	if ctl != nil {
-		ctl.mu.Lock()
 		rec = ctl.rec
-		ctl.mu.Unlock()
-	} else {
-		rec = appRecord{Created: now}
 	}
-	newRev := rec.Revision == 0 || rec.Hash != hash || rec.Digest != img.Digest
+	prev := rec.Revision
+	newRev := prev == 0 || rec.Hash != hash || rec.Digest != img.Digest
 	if newRev {
 		rec.Revision++
+		// Traffic stays where it is until the new revision is ready.
+		from := prev
+		if ro := rec.Rollout; progressing(ro) && ro.Revision == prev {
+			from = ro.From // that one never took traffic
+		}
+		if len(rec.Traffic) == 0 {
+			serving := prev
+			if prev == 0 {
+				serving = rec.Revision // a new app: nothing to wait for
+			}
+			rec.Traffic = []api.TrafficTarget{{Revision: serving, Percent: 100}}
+		}
+		rec.Rollout = &api.Rollout{Revision: rec.Revision, From: from, State: api.RolloutProgressing, StartedAt: now}
 	}
 	rec.Config, rec.Manifest, rec.Digest, rec.Hash, rec.Updated = cfg, req.Manifest, img.Digest, hash, now
 	rec.Min, rec.Max = cfg.Scale.Min, cfg.Scale.Max
+	rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: req.Manifest, Digest: img.Digest, Hash: hash, Created: now}
 	if newRev {
-		rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: req.Manifest, Digest: img.Digest, Hash: hash, Created: now}
 		if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
-			return api.App{}, err
+			return Config{}, err
 		}
 	}
 	if err := m.putJSON(ctx, store.AppKey(cfg.Name), rec); err != nil {
-		return api.App{}, err
+		return Config{}, err
 	}
 	if ctl == nil {
 		ctl = newAppCtl(m, rec)
+		ctl.revs[rec.Revision] = rv
 		m.mu.Lock()
 		if other := m.apps[cfg.Name]; other != nil {
 			m.mu.Unlock()
-			return api.App{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
+			return Config{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
 		}
 		m.apps[cfg.Name] = ctl
 		m.mu.Unlock()
 		if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
-			return api.App{}, fmt.Errorf("app %q: %w", cfg.Name, err)
+			return Config{}, fmt.Errorf("app %q: %w", cfg.Name, err)
 		}
 		m.run(ctl)
 		m.emit("deploy", cfg.Name, "", fmt.Sprintf("created at revision %d (%s)", rec.Revision, cfg.Image), nil)
-	} else {
 		ctl.mu.Lock()
-		ctl.rec = rec
-		ctl.scaler = newScaler(rec, m.clock)
 		ctl.publish()
 		ctl.mu.Unlock()
+	} else {
+		ctl.rec = rec
+		ctl.revs[rec.Revision] = rv
+		if newRev {
+			ctl.roFailures = 0
+		}
+		if err := ctl.scaler.d.SetPolicy(policy(rec)); err != nil {
+			m.log.Warn("serving: autoscale policy", "app", cfg.Name, "err", err)
+		}
+		ctl.publish()
 		if newRev {
 			m.emit("deploy", cfg.Name, "", fmt.Sprintf("revision %d (%s)", rec.Revision, cfg.Image), nil)
+			m.emit("rollout", cfg.Name, "", fmt.Sprintf("revision %d: rolling out, traffic stays on %s until it is ready",
+				rec.Revision, trafficString(rec.Traffic)), nil)
 		}
 	}
-	ctl.mu.Lock()
-	ctl.publish()
-	ctl.mu.Unlock()
 	ctl.notify()
-	return m.Get(ctx, cfg.Name)
+	return cfg, nil
 }
 
 // List returns every app.
@@ -143,6 +173,15 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 		}
 	}
 	sort.Slice(a.Replicas, func(i, j int) bool { return a.Replicas[i].StartedAt.Before(a.Replicas[j].StartedAt) })
+	if ro := ctl.rec.Rollout; ro != nil {
+		c := *ro
+		a.Rollout = &c
+	}
+	a.Traffic = append([]api.TrafficTarget(nil), ctl.rec.Traffic...)
+	if len(a.Traffic) == 0 {
+		a.Traffic = []api.TrafficTarget{{Revision: ctl.rec.Revision, Percent: 100}}
+	}
+	a.Sticky = ctl.rec.Sticky
 	switch {
 	case ctl.deleting:
 		a.State = "deleting"
@@ -173,6 +212,8 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	if ctl == nil {
 		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
+	ctl.recMu.Lock()
+	defer ctl.recMu.Unlock()
 	ctl.mu.Lock()
 	rec := ctl.rec
 	ctl.mu.Unlock()
@@ -190,12 +231,14 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	case rec.Min > rec.Max:
 		return api.App{}, errdefs.Invalid("min", "%d is above max %d", rec.Min, rec.Max)
 	}
-	rec.Updated = m.clock.Now()
+	ctl.mu.Lock()
+	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, m.clock.Now()
+	rec = ctl.rec
+	ctl.mu.Unlock()
 	if err := m.putJSON(ctx, store.AppKey(name), rec); err != nil {
 		return api.App{}, err
 	}
 	ctl.mu.Lock()
-	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, rec.Updated
 	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {
 		ctl.m.log.Warn("serving: autoscale policy", "app", name, "err", err)
 	}
@@ -212,9 +255,11 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	if ctl == nil {
 		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
+	ctl.recMu.Lock()
 	ctl.mu.Lock()
 	if ctl.deleting {
 		ctl.mu.Unlock()
+		ctl.recMu.Unlock()
 		return fmt.Errorf("app %q is already being deleted: %w", name, errdefs.ErrConflict)
 	}
 	ctl.deleting = true
@@ -222,7 +267,9 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	rec := ctl.rec
 	ctl.publish()
 	ctl.mu.Unlock()
-	if err := m.putJSON(ctx, store.AppKey(name), rec); err != nil {
+	err := m.putJSON(ctx, store.AppKey(name), rec)
+	ctl.recMu.Unlock()
+	if err != nil {
 		return err
 	}
 	m.emit("remove", name, "", "app deleted", nil)

@@ -71,6 +71,9 @@ type Scale struct {
 	// DrainTimeout bounds how long a draining replica's in-flight requests
 	// may take before it is sent SIGTERM.
 	DrainTimeout Duration `toml:"drain_timeout"`
+	// RollbackGrace is how long the replicas of a revision that no longer
+	// takes traffic stay frozen, so that a rollback thaws them.
+	RollbackGrace Duration `toml:"rollback_grace"`
 }
 
 // Resources is the [resources] table.

@@ -36,15 +36,20 @@ type appCtl struct {
 	reps     map[string]*replica
 	scaler   *scaler
 	unsaved  map[string]bool // replica ids whose record must be written (or deleted)
-	appDirty bool
-	failures int       // replicas that failed since one was last ready
-	strikes  int       // failures since a replica last stayed up for stableAfter
-	backoff  time.Time // no new replica before this
-	lastErr  string
-	lastLog  []string
-	desired  int
-	deleting bool
-	remote   map[string]Endpoint // ready replicas of other nodes, from the store
+	appDirty bool            // the app record must be written
+	// recMu orders writes of the app record: a writer takes it before
+	// ctl.mu and holds it until its write is done.
+	recMu      sync.Mutex
+	revs       map[int]revisionRecord // revisions read so far
+	roFailures int                    // failed replicas of the revision being rolled out
+	failures   int                    // replicas that failed since one was last ready
+	strikes    int                    // failures since a replica last stayed up for stableAfter
+	backoff    time.Time              // no new replica before this
+	lastErr    string
+	lastLog    []string
+	desired    int
+	deleting   bool
+	remote     map[string]Endpoint // ready replicas of other nodes, from the store
 	// floor is the active replica count the app asked for through the
 	// self API (replicate raises it, halt and die lower it), set at
 	// floorAt; 0 leaves the count to the autoscaler.
@@ -56,7 +61,7 @@ func newAppCtl(m *Manager, rec appRecord) *appCtl {
 	ctl := &appCtl{
 		m: m, name: rec.Config.Name, rec: rec,
 		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), dirty: make(chan struct{}, 1),
-		stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{},
+		stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{}, revs: map[int]revisionRecord{},
 		deleting: rec.Deleting,
 	}
 	ctl.scaler = newScaler(rec, m.clock)
@@ -95,8 +100,9 @@ func (ctl *appCtl) loop() {
 
 // reconcile converges the app's replicas one step. It returns when it wants
 // to run next: every tick while the app has traffic or replicas in service,
-// at the next freeze_timeout while it only has frozen replicas (thousands of
-// idle apps cost nothing), and never (0) when it has none.
+// at the next freeze_timeout (or rollback_grace) while it only has frozen
+// replicas (thousands of idle apps cost nothing), and never (0) when it has
+// none.
 func (ctl *appCtl) reconcile() time.Duration {
 	m := ctl.m
 	now := m.clock.Now()
@@ -108,15 +114,25 @@ func (ctl *appCtl) reconcile() time.Duration {
 		return 0
 	}
 	cfg := ctl.rec.Config
-	var starting, ready, frozen []*replica
-	freezing := 0
+	sets := map[int]*revSet{}
+	set := func(rev int) *revSet {
+		s := sets[rev]
+		if s == nil {
+			s = &revSet{}
+			sets[rev] = s
+		}
+		return s
+	}
 	for _, r := range ctl.reps {
+		s := set(r.rec.Revision)
 		if r.busy {
 			switch r.rec.State {
 			case StateStarting, StatePending:
-				starting = append(starting, r)
+				if !r.stopping {
+					s.starting = append(s.starting, r)
+				}
 			case StateReady:
-				freezing++ // thawed as soon as its freeze is done
+				s.freezing++ // thawed as soon as its freeze is done
 			}
 			continue
 		}
@@ -130,17 +146,23 @@ func (ctl *appCtl) reconcile() time.Duration {
 					r.lastActive = now
 				}
 			}
-			ready = append(ready, r)
+			s.ready = append(s.ready, r)
 		case StateFrozen:
-			frozen = append(frozen, r)
+			s.frozen = append(s.frozen, r)
 		}
 	}
-	// Replicas of an old revision, or past max_lifetime, are replaced.
-	current := func(r *replica) bool {
-		return r.rec.Revision == ctl.rec.Revision &&
-			(cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration)
+	// The revisions that take traffic share the autoscaler's count by their
+	// weights; a revision being rolled out surges beside them.
+	weights := ctl.weights()
+	revs := make([]int, 0, len(weights))
+	active := 0
+	var ready []*replica
+	for rev := range weights {
+		revs = append(revs, rev)
+		active += set(rev).active()
+		ready = append(ready, set(rev).ready...)
 	}
-	active := len(starting) + len(ready)
+	sort.Ints(revs)
 	ctl.scaler.observe(now, load, ctl.metricSum(now, ready))
 	dec := ctl.decide(active, ready)
 	ctl.applyCPU(dec)
@@ -163,40 +185,84 @@ func (ctl *appCtl) reconcile() time.Duration {
 		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
 		ctl.desired = want
 	}
+	wants := split(want, weights, min(want, 1))
+	least := split(ctl.rec.Min, weights, min(ctl.rec.Min, 1))
+	for _, rev := range revs {
+		ctl.serve(now, rev, set(rev), wants[rev], least[rev], load)
+	}
+	surge := ctl.rolloutStep(now, sets, weights, active, load)
+	weights = ctl.weights() // a rollout that ended moved the traffic
+	ctl.retire(now, sets, weights, surge)
 
+	if load.InFlight > 0 {
+		return tick
+	}
+	var next time.Duration
+	for _, r := range ctl.reps {
+		if r.rec.State != StateFrozen || r.busy {
+			return tick
+		}
+		limit := cfg.Scale.FreezeTimeout.Duration
+		if weights[r.rec.Revision] == 0 {
+			limit = cfg.Scale.RollbackGrace.Duration
+		}
+		left := max(limit-now.Sub(r.frozenAt), tick)
+		if next == 0 || left < next {
+			next = left
+		}
+	}
+	return next
+}
+
+// revSet is one revision's replicas as a reconcile round sees them.
+type revSet struct {
+	starting, ready, frozen []*replica
+	freezing                int // ready replicas being frozen
+}
+
+func (s *revSet) active() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.starting) + len(s.ready)
+}
+
+// serve converges the replicas of a revision that takes traffic to want
+// (never below least). ctl.mu is held.
+func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, load Load) {
+	cfg := ctl.rec.Config
+	fresh := func(r *replica) bool {
+		return cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration
+	}
+	active := s.active()
 	// Scale out: thaw frozen replicas (most recently used first), then
 	// start new ones.
+	frozen := append([]*replica(nil), s.frozen...)
 	sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
 	for len(frozen) > 0 && active < want {
 		r := frozen[0]
 		frozen = frozen[1:]
-		if !current(r) {
+		if !fresh(r) {
 			continue
 		}
 		if ctl.thaw(r) {
-			ready = append(ready, r)
+			s.ready = append(s.ready, r)
 			active++
 		}
 	}
-	for n := active + freezing; n < want && now.After(ctl.backoff); n++ {
-		ctl.startReplica(ctl.rec.Revision, "scale out")
+	for n := active + s.freezing; n < want && now.After(ctl.backoff); n++ {
+		ctl.startReplica(rev, "scale out")
 		active++
 	}
 
-	// Replace ready replicas that are old: one fresh replica each, and the
-	// old one drains once the fresh one is ready.
-	fresh := 0
-	for _, r := range ready {
-		if current(r) {
-			fresh++
-		}
-	}
-	for _, r := range ready {
-		if current(r) {
+	// Replace ready replicas past max_lifetime: one fresh replica each, and
+	// the old one drains once the fresh one is ready.
+	for _, r := range s.ready {
+		if fresh(r) {
 			continue
 		}
 		if r.replacement == "" && now.After(ctl.backoff) {
-			r.replacement = ctl.startReplica(ctl.rec.Revision, "replace "+r.rec.ID)
+			r.replacement = ctl.startReplica(rev, "replace "+r.rec.ID)
 		}
 		if nr := ctl.reps[r.replacement]; nr == nil || nr.rec.State == StateFailed {
 			r.replacement = ""
@@ -208,9 +274,9 @@ func (ctl *appCtl) reconcile() time.Duration {
 
 	// Scale in and idle: ready replicas with nothing to do freeze, the
 	// least recently used first, but never below the minimum.
-	sort.Slice(ready, func(i, j int) bool { return ready[i].lastActive.Before(ready[j].lastActive) })
-	for _, r := range ready {
-		if r.busy || r.rec.State != StateReady || active <= ctl.rec.Min {
+	sort.Slice(s.ready, func(i, j int) bool { return s.ready[i].lastActive.Before(s.ready[j].lastActive) })
+	for _, r := range s.ready {
+		if r.busy || r.rec.State != StateReady || active <= least {
 			continue
 		}
 		idle := now.Sub(r.lastActive) >= cfg.Scale.IdleTimeout.Duration && (cfg.Scale.Metric == "" || want == 0)
@@ -226,28 +292,42 @@ func (ctl *appCtl) reconcile() time.Duration {
 		}
 	}
 
-	// Frozen replicas stop after freeze_timeout, or at once if old.
-	for _, r := range frozen {
-		if !current(r) {
-			ctl.stopReplica(r, "old frozen replica")
+	// Frozen replicas stop after freeze_timeout, or at once past
+	// max_lifetime.
+	for _, r := range s.frozen {
+		if r.busy || r.rec.State != StateFrozen {
+			continue
+		}
+		if !fresh(r) {
+			ctl.stopReplica(r, "frozen past max_lifetime")
 		} else if now.Sub(r.frozenAt) >= cfg.Scale.FreezeTimeout.Duration {
 			ctl.stopReplica(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
 		}
 	}
-	if load.InFlight > 0 {
-		return tick
-	}
-	var next time.Duration
-	for _, r := range ctl.reps {
-		if r.rec.State != StateFrozen || r.busy {
-			return tick
+}
+
+// retire takes the replicas of revisions that take no traffic (other than
+// surge, the one being rolled out) out of service: ready ones drain and
+// freeze, so a rollback thaws them, and stay frozen for rollback_grace;
+// starting ones stop. ctl.mu is held.
+func (ctl *appCtl) retire(now time.Time, sets map[int]*revSet, weights map[int]int, surge int) {
+	grace := ctl.rec.Config.Scale.RollbackGrace.Duration
+	for rev, s := range sets {
+		if weights[rev] > 0 || rev == surge {
+			continue
 		}
-		left := max(cfg.Scale.FreezeTimeout.Duration-now.Sub(r.frozenAt), tick)
-		if next == 0 || left < next {
-			next = left
+		for _, r := range s.ready {
+			ctl.freeze(r, fmt.Sprintf("revision %d takes no traffic; kept frozen for %s for a rollback", rev, grace))
+		}
+		for _, r := range s.starting {
+			ctl.stopReplica(r, fmt.Sprintf("revision %d takes no traffic", rev))
+		}
+		for _, r := range s.frozen {
+			if !r.busy && r.rec.State == StateFrozen && now.Sub(r.frozenAt) >= grace {
+				ctl.stopReplica(r, fmt.Sprintf("revision %d took no traffic for rollback_grace (%s)", rev, grace))
+			}
 		}
 	}
-	return next
 }
 
 func clamp(v, lo, hi int) int {
@@ -268,9 +348,12 @@ func (ctl *appCtl) publish() {
 	if ctl.deleting {
 		rt.Unavailable = "app " + ctl.name + " is being deleted"
 	}
+	// Only the revisions that take traffic are routed.
+	weights := ctl.weights()
+	rt.Weights, rt.Sticky = weights, ctl.rec.Sticky
 	ids := make([]string, 0, len(ctl.reps))
 	for id, r := range ctl.reps {
-		if r.rec.State == StateReady && !r.closed {
+		if r.rec.State == StateReady && !r.closed && weights[r.rec.Revision] > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -280,7 +363,7 @@ func (ctl *appCtl) publish() {
 		rt.Endpoints = append(rt.Endpoints, Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
 	}
 	for _, ep := range ctl.remote {
-		if ctl.reps[ep.ID] == nil {
+		if ctl.reps[ep.ID] == nil && weights[ep.Revision] > 0 {
 			rt.Endpoints = append(rt.Endpoints, ep)
 		}
 	}

@@ -305,15 +305,31 @@ func (fakeImages) Get(_ context.Context, ref string) (image.Image, error) {
 
 // fakeRouter records the routes it is given; its load is set by the test.
 type fakeRouter struct {
-	mu     sync.Mutex
-	routes map[string]Route
-	load   Load
+	mu      sync.Mutex
+	routes  map[string]Route
+	history []Route // every route set, in order
+	load    Load
 }
 
 func (r *fakeRouter) SetRoute(rt Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.routes[rt.App] = rt
+	r.history = append(r.history, rt)
+}
+
+// route returns app's route.
+func (r *fakeRouter) route(app string) Route {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.routes[app]
+}
+
+// since returns the routes set from the n-th on, and how many there are.
+func (r *fakeRouter) since(n int) ([]Route, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Route(nil), r.history[n:]...), len(r.history)
 }
 
 func (r *fakeRouter) RemoveRoute(app string) {
@@ -419,7 +435,11 @@ func newHarnessWith(t *testing.T, frozen int64, netw Network) *harness {
 // newHarnessPlaced is newHarnessWith with a placer (nil: none).
 func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *harness {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" { // a health check that never passes
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
 	t.Cleanup(srv.Close)
 	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	port, _ := strconv.Atoi(p)

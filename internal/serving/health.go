@@ -188,6 +188,9 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	for {
 		ctl.mu.Lock()
 		h := ctl.rec.Config.Health
+		if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil {
+			h = cfg.Health
+		}
 		ctl.mu.Unlock()
 		t := m.clock.NewTimer(h.Interval.Duration)
 		select {

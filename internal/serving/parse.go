@@ -31,6 +31,7 @@ const (
 	DefaultQueue             = 100
 	DefaultQueueTimeout      = 30 * time.Second
 	DefaultDrainTimeout      = 30 * time.Second
+	DefaultRollbackGrace     = 10 * time.Minute
 	DefaultCPU               = 0.5
 	DefaultMemory            = "256Mi"
 	DefaultPids              = 256
@@ -149,6 +150,9 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	}
 	if def("scale", "drain_timeout") {
 		s.DrainTimeout.Duration = DefaultDrainTimeout
+	}
+	if def("scale", "rollback_grace") {
+		s.RollbackGrace.Duration = DefaultRollbackGrace
 	}
 	r := &c.Resources
 	if def("resources", "cpu") {
@@ -388,7 +392,7 @@ func (s *Scale) validate() error {
 	}{
 		{"scale.idle_timeout", s.IdleTimeout}, {"scale.freeze_timeout", s.FreezeTimeout},
 		{"scale.max_lifetime", s.MaxLifetime}, {"scale.queue_timeout", s.QueueTimeout},
-		{"scale.drain_timeout", s.DrainTimeout},
+		{"scale.drain_timeout", s.DrainTimeout}, {"scale.rollback_grace", s.RollbackGrace},
 	} {
 		if d.d.Duration < 0 {
 			return errdefs.Invalid(d.key, "%s must not be negative", d.d.Duration)

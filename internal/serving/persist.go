@@ -26,9 +26,17 @@ func (ctl *appCtl) writer() {
 	}
 }
 
-// flush writes every dirty replica record (or deletes it).
+// flush writes the app record if it changed, and every dirty replica
+// record (or deletes it).
 func (ctl *appCtl) flush() {
+	ctl.recMu.Lock()
+	defer ctl.recMu.Unlock()
 	ctl.mu.Lock()
+	var appVal []byte
+	if ctl.appDirty && !ctl.deleting {
+		appVal, _ = json.Marshal(ctl.rec)
+	}
+	ctl.appDirty = false
 	type op struct {
 		id  string
 		val []byte
@@ -44,6 +52,11 @@ func (ctl *appCtl) flush() {
 	clear(ctl.unsaved)
 	ctl.mu.Unlock()
 	ctx := context.Background()
+	if appVal != nil {
+		if _, err := ctl.m.o.Store.Put(ctx, store.AppKey(ctl.name), appVal); err != nil {
+			ctl.m.log.Error("serving: write app record", "app", ctl.name, "err", err)
+		}
+	}
 	for _, o := range ops {
 		key := store.ReplicaKey(ctl.name, o.id)
 		var err error
@@ -114,6 +127,9 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		r.busy = true
 		r.rec.State = StateStarting
 		cfg := ctl.rec.Config
+		if c, _, err := ctl.configOf(rec.Revision); err == nil {
+			cfg = c
+		}
 		go func() {
 			if err := ctl.waitReady(r, cfg, exited); err != nil {
 				if err != errExitedEarly && m.ctx.Err() == nil {

@@ -52,20 +52,25 @@ func newReplicaID(app string) string {
 	return app + "-" + hex.EncodeToString(b)
 }
 
-// startReplica adds a replica of revision rev and starts it in the
-// background; it returns the new replica's id. ctl.mu is held.
+// startReplica adds a replica of revision rev, with that revision's config
+// and image, and starts it in the background; it returns the new replica's
+// id ("" when the revision cannot be read). ctl.mu is held.
 func (ctl *appCtl) startReplica(rev int, why string) string {
+	cfg, digest, err := ctl.configOf(rev)
+	if err != nil {
+		ctl.m.log.Error("serving: no replica started", "app", ctl.name, "revision", rev, "err", err)
+		return ""
+	}
 	now := ctl.m.clock.Now()
 	id := newReplicaID(ctl.name)
 	r := &replica{busy: true, closed: true, lastActive: now, rec: replicaRecord{
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, State: StatePending, StartedAt: now,
-		CPU: ctl.rec.Config.Resources.CPU,
+		CPU: cfg.Resources.CPU,
 	}}
 	r.rec.CPUSet = ctl.m.o.Placer.Place(placement.Request{ID: id, App: ctl.name, MaxCPU: ctl.rec.Config.Resources.MaxCPU})
 	ctl.mintToken(r)
 	ctl.reps[id] = r
 	ctl.markDirty(id)
-	cfg, digest := ctl.rec.Config, ctl.rec.Digest
 	ctl.m.emit("start", ctl.name, id, why, nil)
 	// Close waits for boots: one cut short by the daemon's exit would
 	// leave its namespace attached with nobody to release it.
@@ -285,6 +290,9 @@ func (ctl *appCtl) unhealthy(r *replica, err error) {
 func (ctl *appCtl) countFailure(r *replica, err error) {
 	r.rec.Reason = err.Error()
 	ctl.failures++
+	if ro := ctl.rec.Rollout; progressing(ro) && r.rec.Revision == ro.Revision {
+		ctl.roFailures++
+	}
 	now := ctl.m.clock.Now()
 	if r.rec.ReadyAt != nil && now.Sub(*r.rec.ReadyAt) >= stableAfter {
 		ctl.strikes = 0 // it served for a while: not a crash loop

@@ -2,6 +2,8 @@ package serving
 
 import (
 	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
 )
 
 // Replica states: the homeostasis ladder of DESIGN.md.
@@ -31,6 +33,11 @@ type appRecord struct {
 	Created  time.Time `json:"created"`
 	Updated  time.Time `json:"updated"`
 	Deleting bool      `json:"deleting,omitempty"`
+	// Traffic splits requests between revisions (empty: all to Revision).
+	Traffic []api.TrafficTarget `json:"traffic,omitempty"`
+	Sticky  bool                `json:"sticky,omitempty"`
+	// Rollout is the last revision's rollout.
+	Rollout *api.Rollout `json:"rollout,omitempty"`
 }
 
 // revisionRecord is one immutable revision, kept at store.RevisionKey.

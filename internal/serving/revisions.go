@@ -1,0 +1,208 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Rollback sends all of an app's traffic to an earlier revision (req.To, or
+// the one before the current) at once and makes it the current one. Its
+// frozen replicas thaw, as many as the app had in service; the rest
+// start. The revision it leaves drains and stays frozen for
+// rollback_grace.
+func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackRequest) (api.App, error) {
+	ctl := m.app(name)
+	if ctl == nil {
+		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	ctl.recMu.Lock()
+	defer ctl.recMu.Unlock()
+	ctl.mu.Lock()
+	cur, deleting := ctl.rec.Revision, ctl.deleting
+	ctl.mu.Unlock()
+	if deleting {
+		return api.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
+	}
+	to := req.To
+	if to == 0 {
+		revs, err := m.revisionNumbers(ctx, name)
+		if err != nil {
+			return api.App{}, err
+		}
+		for _, n := range revs {
+			if n < cur {
+				to = n
+			}
+		}
+		if to == 0 {
+			return api.App{}, errdefs.Invalid("to", "app %q has no revision before %d to roll back to", name, cur)
+		}
+	}
+	load := m.o.Router.Load(name)
+	ctl.mu.Lock()
+	rv, err := ctl.revision(to)
+	if err != nil {
+		ctl.mu.Unlock()
+		if errdefs.IsNotFound(err) {
+			return api.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
+		}
+		return api.App{}, err
+	}
+	now := m.clock.Now()
+	need := ctl.activeServing()
+	if need == 0 && (load.InFlight > 0 || ctl.woken.Load()) {
+		need = 1
+	}
+	need = clamp(need, ctl.rec.Min, ctl.rec.Max)
+	from := ctl.rec.Revision
+	ctl.setCurrent(rv)
+	ctl.rec.Traffic = []api.TrafficTarget{{Revision: to, Percent: 100}}
+	ctl.rec.Updated = now
+	ctl.rec.Rollout = &api.Rollout{Revision: to, From: from, State: api.RolloutDone, Want: need, StartedAt: now, DoneAt: &now,
+		Reason: fmt.Sprintf("rolled back from revision %d by request", from)}
+	ctl.roFailures, ctl.failures, ctl.strikes, ctl.backoff = 0, 0, 0, time.Time{}
+	// Thaw the revision's frozen replicas, most recently used first, then
+	// start what is missing; the route changes with the first one.
+	var frozen []*replica
+	active := 0
+	for _, r := range ctl.reps {
+		if r.rec.Revision != to || r.stopping {
+			continue
+		}
+		switch {
+		case r.rec.State == StateFrozen && !r.busy:
+			frozen = append(frozen, r)
+		case r.rec.State == StateReady && !r.busy, r.rec.State == StateStarting, r.rec.State == StatePending:
+			active++
+		}
+	}
+	sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
+	thawed := 0
+	for _, r := range frozen {
+		if active >= need {
+			break
+		}
+		if ctl.thaw(r) {
+			active++
+			thawed++
+		}
+	}
+	started := 0
+	for ; active < need; active++ {
+		ctl.startReplica(to, fmt.Sprintf("rollback to revision %d", to))
+		started++
+	}
+	ctl.rec.Rollout.Ready = thawed
+	ctl.publish()
+	ctl.appDirty = false
+	val, err := json.Marshal(ctl.rec)
+	ctl.mu.Unlock()
+	if err != nil {
+		return api.App{}, fmt.Errorf("app %q: %w", name, err)
+	}
+	m.emit("rollback", name, "", fmt.Sprintf("revision %d rolled back to revision %d by request: %d replicas thawed, %d started",
+		from, to, thawed, started), map[string]float64{"thawed": float64(thawed), "started": float64(started)})
+	ctl.notify()
+	if _, err := m.o.Store.Put(ctx, store.AppKey(name), val); err != nil {
+		return api.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
+	}
+	return m.Get(ctx, name)
+}
+
+// SetTraffic splits an app's requests between revisions by percent.
+// Each revision with a share keeps at least one replica while the app is
+// in use, and the autoscaler's count is split by the shares.
+func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRequest) (api.App, error) {
+	ctl := m.app(name)
+	if ctl == nil {
+		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+	}
+	if len(req.Traffic) == 0 {
+		return api.App{}, errdefs.Invalid("traffic", "give at least one revision's percent")
+	}
+	seen := map[int]bool{}
+	sum := 0
+	var ts []api.TrafficTarget
+	for i, t := range req.Traffic {
+		switch {
+		case t.Revision < 1:
+			return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "%d is not a revision number", t.Revision)
+		case seen[t.Revision]:
+			return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "revision %d is given twice", t.Revision)
+		case t.Percent < 0 || t.Percent > 100:
+			return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].percent", i), "%d must be from 0 to 100", t.Percent)
+		}
+		seen[t.Revision] = true
+		sum += t.Percent
+		if t.Percent > 0 {
+			ts = append(ts, t)
+		}
+	}
+	if sum != 100 {
+		return api.App{}, errdefs.Invalid("traffic", "the percents add up to %d; they must add up to 100", sum)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Revision < ts[j].Revision })
+	ctl.recMu.Lock()
+	defer ctl.recMu.Unlock()
+	ctl.mu.Lock()
+	if ctl.deleting {
+		ctl.mu.Unlock()
+		return api.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
+	}
+	for i, t := range req.Traffic {
+		if _, err := ctl.revision(t.Revision); err != nil {
+			ctl.mu.Unlock()
+			if errdefs.IsNotFound(err) {
+				return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
+			}
+			return api.App{}, err
+		}
+	}
+	if ro := ctl.rec.Rollout; progressing(ro) {
+		ctl.mu.Unlock()
+		return api.App{}, fmt.Errorf("app %q: revision %d is rolling out; wait for it or roll back: %w", name, ro.Revision, errdefs.ErrConflict)
+	}
+	ctl.rec.Traffic, ctl.rec.Sticky, ctl.rec.Updated = ts, req.Sticky, m.clock.Now()
+	ctl.publish()
+	ctl.appDirty = false
+	val, err := json.Marshal(ctl.rec)
+	ctl.mu.Unlock()
+	if err != nil {
+		return api.App{}, fmt.Errorf("app %q: %w", name, err)
+	}
+	why := "traffic " + trafficString(ts)
+	if req.Sticky {
+		why += ", sticky"
+	}
+	m.emit("traffic", name, "", why, nil)
+	ctl.notify()
+	if _, err := m.o.Store.Put(ctx, store.AppKey(name), val); err != nil {
+		return api.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
+	}
+	return m.Get(ctx, name)
+}
+
+// revisionNumbers lists the app's revisions, in order.
+func (m *Manager) revisionNumbers(ctx context.Context, app string) ([]int, error) {
+	kvs, err := m.o.Store.List(ctx, store.RevisionsPrefix(app))
+	if err != nil {
+		return nil, fmt.Errorf("app %q: list revisions: %w", app, err)
+	}
+	var out []int
+	for _, kv := range kvs {
+		if n, err := strconv.Atoi(strings.TrimLeft(strings.TrimPrefix(kv.Key, store.RevisionsPrefix(app)), "0")); err == nil {
+			out = append(out, n)
+		}
+	}
+	sort.Ints(out)
+	return out, nil
+}

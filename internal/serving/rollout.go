@@ -1,0 +1,270 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// weights maps each revision that takes traffic to its percent: the app's
+// traffic assignment, or all of it to the current revision. ctl.mu is held.
+func (ctl *appCtl) weights() map[int]int {
+	w := make(map[int]int, len(ctl.rec.Traffic)+1)
+	for _, t := range ctl.rec.Traffic {
+		if t.Percent > 0 {
+			w[t.Revision] += t.Percent
+		}
+	}
+	if len(w) == 0 && ctl.rec.Revision > 0 {
+		w[ctl.rec.Revision] = 100
+	}
+	return w
+}
+
+// split divides n replicas between revisions by weight (largest remainder
+// first), and gives each revision at least floor, taken from the largest
+// share while that stays above floor.
+func split(n int, weights map[int]int, floor int) map[int]int {
+	out := make(map[int]int, len(weights))
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	if total == 0 {
+		return out
+	}
+	type rem struct{ rev, r int }
+	var rems []rem
+	given := 0
+	for rev, w := range weights {
+		out[rev] = n * w / total
+		given += out[rev]
+		rems = append(rems, rem{rev, n * w % total})
+	}
+	sort.Slice(rems, func(i, j int) bool {
+		if rems[i].r != rems[j].r {
+			return rems[i].r > rems[j].r
+		}
+		return rems[i].rev > rems[j].rev
+	})
+	for i := 0; given < n && i < len(rems); i++ {
+		out[rems[i].rev]++
+		given++
+	}
+	// Raise the revisions below floor, taking from the largest share, so
+	// that the total stays n where n allows (the autoscaler sees what it
+	// asked for, or it would ask again).
+	for rev := range out {
+		for out[rev] < floor {
+			out[rev]++
+			top := rev
+			for r, k := range out {
+				if k > out[top] || (k == out[top] && r > top) {
+					top = r
+				}
+			}
+			if top != rev && out[top] > floor {
+				out[top]--
+			}
+		}
+	}
+	return out
+}
+
+// revision returns revision n of the app, from the store the first time.
+// ctl.mu is held.
+func (ctl *appCtl) revision(n int) (revisionRecord, error) {
+	if rv, ok := ctl.revs[n]; ok {
+		return rv, nil
+	}
+	kv, err := ctl.m.o.Store.Get(ctl.ctx(), store.RevisionKey(ctl.name, n))
+	if err != nil {
+		return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", ctl.name, n, err)
+	}
+	var rv revisionRecord
+	if err := json.Unmarshal(kv.Value, &rv); err != nil {
+		return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", ctl.name, n, err)
+	}
+	ctl.revs[n] = rv
+	return rv, nil
+}
+
+// configOf is the config and image digest of revision n: replicas of every
+// revision run with their own. ctl.mu is held.
+func (ctl *appCtl) configOf(n int) (Config, string, error) {
+	if n == ctl.rec.Revision {
+		return ctl.rec.Config, ctl.rec.Digest, nil
+	}
+	rv, err := ctl.revision(n)
+	if err != nil {
+		return Config{}, "", err
+	}
+	return rv.Config, rv.Digest, nil
+}
+
+// setCurrent makes rv the app's current revision. ctl.mu is held.
+func (ctl *appCtl) setCurrent(rv revisionRecord) {
+	ctl.rec.Revision, ctl.rec.Config, ctl.rec.Manifest = rv.N, rv.Config, rv.Manifest
+	ctl.rec.Digest, ctl.rec.Hash = rv.Digest, rv.Hash
+	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {
+		ctl.m.log.Warn("serving: autoscale policy", "app", ctl.name, "err", err)
+	}
+}
+
+// saveApp queues the app record for the writer. ctl.mu is held.
+func (ctl *appCtl) saveApp() {
+	ctl.appDirty = true
+	ctl.poke(ctl.dirty)
+}
+
+func progressing(ro *api.Rollout) bool { return ro != nil && ro.State == api.RolloutProgressing }
+
+// rolloutStep moves the rollout in progress on: the new revision's
+// replicas start beside the ones in service (as many as those, at least
+// min, at least one while the app is in use), and once they are all ready
+// traffic moves to it. A revision whose replicas fail `failures` times
+// before that is rolled back. It returns the revision that surges (starts
+// replicas without taking traffic), or 0. ctl.mu is held.
+func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[int]int, active int, load Load) int {
+	if !progressing(ctl.rec.Rollout) {
+		return 0
+	}
+	// A record others may hold a copy of is never changed in place.
+	ro := new(api.Rollout)
+	*ro = *ctl.rec.Rollout
+	ctl.rec.Rollout = ro
+	rev := ro.Revision
+	s := sets[rev]
+	if s == nil {
+		s = &revSet{}
+	}
+	others := active - s.active()
+	if weights[rev] == 0 {
+		others = active
+	}
+	want := max(others, ctl.rec.Min)
+	if want == 0 && (load.InFlight > 0 || load.Queued > 0 || ctl.woken.Load()) {
+		want = 1
+	}
+	want = clamp(want, 0, ctl.rec.Max)
+	cfg, _, err := ctl.configOf(rev)
+	if err != nil {
+		ctl.endRollout(now, fmt.Sprintf("revision %d cannot be read: %v", rev, err))
+		return 0
+	}
+	if ctl.roFailures >= max(cfg.Health.Failures, 1) {
+		ctl.endRollout(now, fmt.Sprintf("%d replicas of revision %d failed before it was ready: %s", ctl.roFailures, rev, ctl.lastErr))
+		return 0
+	}
+	surge := 0
+	if weights[rev] == 0 {
+		surge = rev
+		n := s.active()
+		frozen := append([]*replica(nil), s.frozen...)
+		sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
+		for _, r := range frozen {
+			if n >= want {
+				break
+			}
+			if ctl.thaw(r) {
+				s.ready = append(s.ready, r)
+				n++
+			}
+		}
+		for ; n+s.freezing < want && now.After(ctl.backoff); n++ {
+			ctl.startReplica(rev, fmt.Sprintf("rollout of revision %d", rev))
+		}
+	}
+	ready := len(s.ready)
+	if ready != ro.Ready || want != ro.Want {
+		if ready != ro.Ready && ready < want {
+			ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d: %d/%d ready", rev, ready, want),
+				map[string]float64{"ready": float64(ready), "want": float64(want)})
+		}
+		ro.Ready, ro.Want = ready, want
+	}
+	if ready < want {
+		return surge
+	}
+	// Every replica wanted is ready: traffic moves over.
+	ro.State, ro.DoneAt = api.RolloutDone, &now
+	took := now.Sub(ro.StartedAt).Round(time.Millisecond)
+	ro.Reason = fmt.Sprintf("%d/%d ready after %s", ready, want, took)
+	if ro.From > 0 && weights[rev] == 0 {
+		ro.Reason += fmt.Sprintf("; traffic moved from revision %d", ro.From)
+	}
+	ctl.rec.Traffic = []api.TrafficTarget{{Revision: rev, Percent: 100}}
+	ctl.roFailures = 0
+	ctl.saveApp()
+	ctl.publish()
+	ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d rolled out: %s", rev, ro.Reason),
+		map[string]float64{"ready": float64(ready), "want": float64(want), "seconds": took.Seconds()})
+	return 0
+}
+
+// endRollout ends a rollout whose revision never became ready: the app's
+// current revision goes back to the one the rollout started from, whose
+// replicas have kept the traffic; with none to go back to, the rollout
+// failed. ctl.mu is held.
+func (ctl *appCtl) endRollout(now time.Time, why string) {
+	ro := new(api.Rollout)
+	*ro = *ctl.rec.Rollout
+	ctl.rec.Rollout = ro
+	ro.DoneAt, ro.Reason = &now, why
+	ctl.roFailures = 0
+	ctl.saveApp()
+	var prev revisionRecord
+	err := fmt.Errorf("no earlier revision")
+	if ro.From > 0 {
+		prev, err = ctl.revision(ro.From)
+	}
+	if err != nil {
+		ro.State = api.RolloutFailed
+		ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d failed: %s", ro.Revision, why), nil)
+		return
+	}
+	ro.State = api.RolloutRolledBack
+	ctl.setCurrent(prev)
+	// The failures were the new revision's: the one that comes back
+	// starts at once.
+	ctl.failures, ctl.strikes, ctl.backoff = 0, 0, time.Time{}
+	ctl.publish()
+	ctl.m.emit("rollback", ctl.name, "", fmt.Sprintf("revision %d rolled back to revision %d: %s", ro.Revision, ro.From, why), nil)
+}
+
+// trafficString is a traffic assignment as a short text: "3=90 4=10".
+func trafficString(ts []api.TrafficTarget) string {
+	parts := make([]string, 0, len(ts))
+	for _, t := range ts {
+		parts = append(parts, fmt.Sprintf("%d=%d", t.Revision, t.Percent))
+	}
+	return strings.Join(parts, " ")
+}
+
+// activeServing counts the replicas of the revisions that take traffic,
+// ready or starting. ctl.mu is held.
+func (ctl *appCtl) activeServing() int {
+	w := ctl.weights()
+	n := 0
+	for _, r := range ctl.reps {
+		if w[r.rec.Revision] == 0 || r.stopping {
+			continue
+		}
+		switch {
+		case r.rec.State == StateReady && !r.busy, r.rec.State == StateStarting, r.rec.State == StatePending:
+			n++
+		}
+	}
+	return n
+}
+
+// writeApp writes the app record now. ctl.recMu is held, ctl.mu is not.
+func (ctl *appCtl) writeApp(ctx context.Context, rec appRecord) error {
+	return ctl.m.putJSON(ctx, store.AppKey(ctl.name), rec)
+}
