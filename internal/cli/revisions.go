@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,14 +15,10 @@ import (
 // rolloutPoll is how often a waiting deploy asks for the rollout's progress.
 const rolloutPoll = 50 * time.Millisecond
 
-// errRollout is a rollout that ended without its revision taking the
-// traffic: exit 1 with the reason.
-var errRollout = errors.New("rollout did not complete")
-
 // waitRollout polls the app until the rollout of revision rev ends,
 // printing a line each time its progress changes (progress may be nil for
-// silence). It returns the app as it was at the end, and an error wrapping
-// errRollout when the revision was rolled back or failed.
+// silence). It returns the app as it was at the end, and an error (exit 1)
+// when the revision was rolled back, failed or is not done in time.
 func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout time.Duration, progress io.Writer) (api.App, error) {
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -37,7 +32,7 @@ func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout 
 		case ro == nil:
 			return a, nil // a daemon that keeps no rollouts
 		case ro.Revision != rev && a.Revision != rev:
-			return a, fmt.Errorf("%w: revision %d is no longer the app's (now revision %d)", errRollout, rev, a.Revision)
+			return a, fmt.Errorf("revision %d is no longer the app's (now revision %d)", rev, a.Revision)
 		case ro.Revision != rev:
 			return a, nil // no rollout of its own: it was current already
 		}
@@ -53,13 +48,13 @@ func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout 
 			}
 			return a, nil
 		case api.RolloutRolledBack:
-			return a, fmt.Errorf("%w: revision %d rolled back to revision %d: %s", errRollout, rev, ro.From, ro.Reason)
+			return a, fmt.Errorf("revision %d rolled back to revision %d: %s", rev, ro.From, ro.Reason)
 		case api.RolloutFailed:
-			return a, fmt.Errorf("%w: revision %d failed: %s", errRollout, rev, ro.Reason)
+			return a, fmt.Errorf("revision %d failed: %s", rev, ro.Reason)
 		}
 		if time.Now().After(deadline) {
-			return a, fmt.Errorf("%w: revision %d: %d/%d ready after %s; it goes on rolling out (see shoal app status %s)",
-				errRollout, rev, ro.Ready, ro.Want, timeout, name)
+			return a, fmt.Errorf("revision %d: %d/%d ready after %s; it goes on rolling out (see shoal app status %s)",
+				rev, ro.Ready, ro.Want, timeout, name)
 		}
 		select {
 		case <-cmd.Context().Done():

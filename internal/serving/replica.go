@@ -67,7 +67,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, State: StatePending, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
-	r.rec.CPUSet = ctl.m.o.Placer.Place(placement.Request{ID: id, App: ctl.name, MaxCPU: ctl.rec.Config.Resources.MaxCPU})
+	r.rec.CPUSet = ctl.m.o.Placer.Place(placement.Request{ID: id, App: ctl.name, MaxCPU: cfg.Resources.MaxCPU})
 	ctl.mintToken(r)
 	ctl.reps[id] = r
 	ctl.markDirty(id)
