@@ -102,7 +102,8 @@ http = "/healthz"
 }
 
 // Bad input: an invalid manifest and a missing image are refused naming
-// the field; an app that crashes at boot shows as failing with its log; a
+// the field; an app that crashes at boot fails its deploy (exit 1 with the
+// reason) and shows as failing with its log; a
 // body over the limit gets 413; a deleted app leaves nothing behind.
 func TestAppBadInput(t *testing.T) {
 	d := startDaemon(t)
@@ -132,13 +133,18 @@ func TestAppBadInput(t *testing.T) {
 		t.Errorf("a refused deploy left an app: %s", out)
 	}
 
-	d.deploy(`
+	// deploy waits for the first replicas and says why they never became
+	// ready.
+	r := d.shoal("app", "deploy", "-f", write("crash.toml", `
 name = "crash"
 image = "busybox:1"
 command = ["sh", "-c", "echo loading settings; echo settings.yml is broken >&2; exit 3"]
 [scale]
 min = 1
-`)
+`))
+	if r.code != 1 || !strings.Contains(r.stderr, "revision 1 failed") || !strings.Contains(r.stderr, "exited with code 3") {
+		t.Fatalf("deploy of an app that crashes at boot: exit %d, stderr %q", r.code, r.stderr)
+	}
 	a := d.waitApp("crash", "the crash shows", func(a api.App) bool { return a.State == "failing" })
 	if !strings.Contains(a.Error, "exited with code 3") || !strings.Contains(strings.Join(a.Log, "\n"), "settings.yml is broken") {
 		t.Fatalf("failing app: error %q, log %q", a.Error, a.Log)
