@@ -140,3 +140,21 @@ func TestRetryGivesUpAfterTwoOtherReplicas(t *testing.T) {
 		}
 	}
 }
+
+func TestStickyReplicaDiesBeforeAnswering(t *testing.T) {
+	f := newFront(t, Options{})
+	dying, live := newDyingBackend(t, true), namedBackend(t, "a-live")
+	f.p.SetRoute(Route{App: "a", Sticky: true, Endpoints: []Endpoint{
+		{ID: "a-dying", Addr: dying.addr, Revision: 1},
+		{ID: "a-dead", Addr: deadAddr(t), Revision: 1},
+		{ID: "a-live", Addr: live.addr, Revision: 1},
+	}})
+	for name, url := range fronts(t, f) {
+		for _, id := range []string{"a-dying", "a-dead"} {
+			code, body, sc := send(t, f, url, "GET", StickyCookie+"="+id, nil)
+			if code != 200 || body != "a-live" || stuckTo(t, sc) != "a-live" {
+				t.Fatalf("%s: cookie for %s: %d from %q, Set-Cookie %q; want the live replica and a cookie naming it", name, id, code, body, sc)
+			}
+		}
+	}
+}
