@@ -1,8 +1,10 @@
 // Package proxy is the HTTP data path of shoal's serving: it routes a request
 // by its Host header (<app>.localhost or <app>.<domain>) to one ready replica
 // of the app, chosen by least outstanding requests between two random
-// choices, and holds requests for an app that has no ready replica while an
-// Activator wakes it.
+// choices within a revision drawn by the route's weights (or the replica a
+// sticky cookie names), and holds requests for an app that has no ready
+// replica while an Activator wakes it. A request that a replica failed
+// before answering goes to another one when repeating it is safe.
 //
 // The routing table is replaced with one atomic pointer swap per change and
 // is read without locks. An endpoint that leaves an app's route is closed: no
