@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -313,5 +315,48 @@ func TestSplit(t *testing.T) {
 		if got := split(c.n, c.w, c.floor); !maps.Equal(got, c.want) {
 			t.Errorf("split(%d, %v, %d) = %v, want %v", c.n, c.w, c.floor, got, c.want)
 		}
+	}
+}
+
+// restart closes the manager and starts another on the same store, runtime
+// and directory, as a restarted daemon would.
+func (h *harness) restart() {
+	h.t.Helper()
+	h.m.Close()
+	o := h.m.o
+	o.Registerer = prometheus.NewRegistry()
+	m, err := New(o)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := m.Start(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	h.m = m
+	h.t.Cleanup(m.Close)
+}
+
+// A traffic split and the rollout's outcome survive a daemon restart: the
+// new manager routes with the stored weights and keeps the revisions'
+// replicas apart.
+func TestTrafficSurvivesRestart(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 2", env("1"))
+	h.wait("two ready", func() bool { return len(h.byRevision(1, StateReady)) == 2 })
+	h.deploy("min = 2", env("2"))
+	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == api.RolloutDone })
+	want := []api.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 2, Percent: 50}}
+	if _, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{Traffic: want, Sticky: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("1 + 1 ready", func() bool { return len(h.byRevision(1, StateReady)) == 1 && len(h.byRevision(2, StateReady)) == 1 })
+	h.restart()
+	h.wait("both adopted and routed", func() bool {
+		rt := h.r.route("hello")
+		return len(rt.Endpoints) == 2 && rt.Sticky && maps.Equal(rt.Weights, map[int]int{1: 50, 2: 50})
+	})
+	a := h.app()
+	if !slices.Equal(a.Traffic, want) || !a.Sticky || a.Revision != 2 || a.Rollout.State != api.RolloutDone {
+		t.Fatalf("after a restart: revision %d traffic %v sticky %v rollout %+v", a.Revision, a.Traffic, a.Sticky, a.Rollout)
 	}
 }
