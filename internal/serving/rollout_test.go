@@ -360,3 +360,15 @@ func TestTrafficSurvivesRestart(t *testing.T) {
 		t.Fatalf("after a restart: revision %d traffic %v sticky %v rollout %+v", a.Revision, a.Traffic, a.Sticky, a.Rollout)
 	}
 }
+
+// Replicas kept frozen for a rollback count in the host's frozen-memory
+// budget: over it, they stop like any frozen replica.
+func TestRollbackGraceWithinBudget(t *testing.T) {
+	h := newHarnessFrozen(t, 2<<20+1)
+	h.deploy("min = 3", env("1"))
+	h.wait("three ready", func() bool { return len(h.byRevision(1, StateReady)) == 3 })
+	h.deploy("min = 3", env("2"))
+	h.wait("two of revision 1 kept frozen, one stopped over the 2 MiB budget", func() bool {
+		return len(h.byRevision(1, StateFrozen)) == 2 && len(h.byRevision(2, StateReady)) == 3 && h.rt.count() == 5
+	})
+}
