@@ -45,7 +45,7 @@ type Server struct {
 	Events     Events // nil: /v1/events answers 503
 	Jobs       Jobs   // nil: no job routes
 	Health     func(ctx context.Context) Health
-	Registry   *prometheus.Registry
+	Registry   prometheus.Gatherer
 	Logger     *slog.Logger
 }
 
@@ -74,6 +74,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/containers", s.listContainers)
 	mux.HandleFunc("DELETE /v1/containers/{id}", s.removeContainer)
 	s.routeApps(mux)
+	s.routeActivate(mux)
 	s.registerJobs(mux)
 	if s.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))

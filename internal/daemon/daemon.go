@@ -24,10 +24,10 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
-	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
@@ -81,8 +81,9 @@ type Daemon struct {
 	locks   []*os.File
 
 	events    *events.Log
-	proxy     *proxy.Proxy
+	plane     *dataplane.Plane // the proxy process; nil with --proxy off
 	proxyAddr string
+	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
 	apps      *serving.Manager
 }
 
@@ -189,6 +190,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	}
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	d.gatherers = prometheus.Gatherers{d.reg}
 	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)
 	d.ctrs.watchAdopted(running)
 	if err := d.openJobs(ctx); err != nil {
@@ -242,7 +244,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Apps:       d.apps,
 		Events:     d.events,
 		Health:     d.health,
-		Registry:   d.reg,
+		Registry:   d.gatherers,
 		Logger:     d.log,
 	}
 	ul, err := listenUnix(d.cfg.API)

@@ -3,18 +3,16 @@ package daemon
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
+	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/proxy"
@@ -31,24 +29,28 @@ const eventsKept = 10000
 func (d *Daemon) openServing(ctx context.Context) error {
 	cfg := d.cfg
 	d.events = events.New(d.store, clock.Real{}, eventsKept)
-	act := &activator{}
-	d.proxy = proxy.New(proxy.Options{Activator: act, Domain: cfg.Domain, Registerer: d.reg, Logger: d.log})
 	var frozen int64
 	if cfg.FrozenMemory != "" {
 		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated
 	}
+	var target routeTarget
 	if cfg.Proxy != "off" {
-		l, err := net.Listen("tcp", cfg.Proxy)
+		// The proxy is a process of its own (the data plane): it outlives a
+		// crash of this one, which adopts it again at its next start.
+		pl, err := dataplane.Open(ctx, dataplane.Options{
+			Addr: cfg.Proxy, Domain: cfg.Domain, RunDir: cfg.RunDir, DaemonAPI: unixPath(cfg.API),
+			Version: cfg.Version, Logger: d.log,
+		})
 		if err != nil {
-			return fmt.Errorf("--proxy %s: %w", cfg.Proxy, err)
+			return err
 		}
-		d.proxyAddr = l.Addr().String()
-		go func() {
-			if err := d.proxy.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("proxy stopped", "addr", d.proxyAddr, "err", err)
-			}
-		}()
-		d.log.Info("proxy listening", "addr", d.proxyAddr)
+		d.plane = pl
+		d.proxyAddr = pl.Addr()
+		target = pl.Client()
+		d.gatherers = append(d.gatherers, pl.Client())
+	} else {
+		// No proxy: serving still needs a table, which nothing serves.
+		target = proxy.New(proxy.Options{Domain: cfg.Domain, Logger: d.log})
 	}
 	placer, note := cpuPlacer(d.rt)
 	d.notes = append(d.notes, note)
@@ -62,7 +64,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	m, err := serving.New(serving.Options{
 		Placer: placer,
-		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{d.proxy}, Events: d.events,
+		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{target}, Events: d.events,
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	})
@@ -77,11 +79,17 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		d.start(selfL, self.Handler())
 		d.log.Info("self API listening for replicas", "url", selfURL)
 	}
-	act.m.Store(m)
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
 	d.apps = m
+	if d.plane != nil {
+		// Every app has set its route by now: the proxy forgets the apps
+		// this daemon no longer has.
+		if err := d.plane.Client().Sync(); err != nil {
+			d.log.Error("proxy: push the route table", "err", err)
+		}
+	}
 	d.notes = append(d.notes, criuNote(ctx))
 	return nil
 }
@@ -118,33 +126,30 @@ func criuNote(ctx context.Context) string {
 	return base
 }
 
-// closeServing stops taking requests and stops the controllers; replicas
-// keep running for the next daemon.
+// closeServing drains and stops the proxy process and stops the
+// controllers; replicas keep running for the next daemon.
 func (d *Daemon) closeServing() {
-	if d.proxyAddr != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		d.proxy.Shutdown(ctx)
-		cancel()
-		d.proxy.Close()
+	if d.plane != nil {
+		if err := d.plane.Stop(context.Background()); err != nil {
+			d.log.Warn("proxy: stop", "err", err)
+		}
 	}
 	if d.apps != nil {
 		d.apps.Close()
 	}
 }
 
-// activator hands the proxy's wake-ups to the app manager once it exists.
-type activator struct {
-	m atomic.Pointer[serving.Manager]
-}
-
-func (a *activator) Activate(app string) {
-	if m := a.m.Load(); m != nil {
-		m.Activate(app)
-	}
+// routeTarget is the proxy's table: the proxy process's control client, or
+// an in-process table when the daemon runs no proxy.
+type routeTarget interface {
+	SetRoute(r proxy.Route)
+	RemoveRoute(app string)
+	Stats(app string) proxy.AppStats
+	WaitIdle(ctx context.Context, endpointID string) error
 }
 
 // router is the proxy as serving sees it.
-type router struct{ p *proxy.Proxy }
+type router struct{ p routeTarget }
 
 func (r router) SetRoute(rt serving.Route) {
 	pr := proxy.Route{App: rt.App, MaxBodyBytes: rt.MaxBodyBytes, QueueLimit: rt.QueueLimit,
@@ -168,3 +173,11 @@ func (r router) Load(app string) serving.Load {
 }
 
 func (r router) WaitIdle(ctx context.Context, id string) error { return r.p.WaitIdle(ctx, id) }
+
+// unixPath is the socket path of a unix:// address.
+func unixPath(addr string) string {
+	if u, err := url.Parse(addr); err == nil && u.Scheme == "unix" {
+		return u.Path
+	}
+	return ""
+}

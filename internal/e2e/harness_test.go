@@ -96,8 +96,12 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 			os.Remove(filepath.Join(r, d.cgroup))
 		}
 		d.cleanHost()
+		d.noProxyLeft()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
+			if b, err := os.ReadFile(filepath.Join(d.runDir, "proxy.log")); err == nil {
+				t.Logf("proxy log:\n%s", b)
+			}
 		}
 	})
 	return d

@@ -292,6 +292,16 @@ func (p *Proxy) Stats(name string) AppStats {
 	return s
 }
 
+// AllStats returns the counters of every app in the table, in one call.
+func (p *Proxy) AllStats() map[string]AppStats {
+	t := *p.table.Load()
+	out := make(map[string]AppStats, len(t))
+	for name := range t {
+		out[name] = p.Stats(name)
+	}
+	return out
+}
+
 func unixTime(ns int64) time.Time {
 	if ns == 0 {
 		return time.Time{}

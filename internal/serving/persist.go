@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -86,6 +87,7 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		return fmt.Errorf("app %q: %w", ctl.name, err)
 	}
 	now := m.clock.Now()
+	var running []adoptee
 	for _, kv := range kvs {
 		var rec replicaRecord
 		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.ID == "" {
@@ -123,6 +125,16 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			go ctl.healthLoop(r, exited)
 			continue
 		}
+		running = append(running, adoptee{r: r, exited: exited, wasReady: rec.State == StateReady})
+	}
+	ctl.probeAdopted(running)
+	for _, a := range running {
+		r, exited := a.r, a.exited
+		if a.ready {
+			m.emit("adopt", ctl.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
+			go ctl.healthLoop(r, exited)
+			continue
+		}
 		// Running: back in the route table once it answers.
 		r.busy = true
 		r.rec.State = StateStarting
@@ -151,6 +163,43 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 	}
 	ctl.pruneLogs()
 	return nil
+}
+
+// adoptee is a running replica found at a restart.
+type adoptee struct {
+	r        *replica
+	exited   chan struct{}
+	wasReady bool // when the previous daemon stopped
+	ready    bool // answered its health check at once
+}
+
+// probeAdopted checks at once, all together, the replicas that were ready
+// when the previous daemon stopped: those that answer are ready again
+// before the app's first route is published, so a proxy that kept running
+// across the restart keeps sending them requests. The others wait for
+// their health check as a starting replica does.
+func (ctl *appCtl) probeAdopted(as []adoptee) {
+	cfg := ctl.rec.Config
+	var wg sync.WaitGroup
+	for i := range as {
+		if !as[i].wasReady {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			as[i].ready = probe(ctl.ctx(), cfg.Health, as[i].r.rec.Addr) == nil
+		}()
+	}
+	wg.Wait()
+	now := ctl.m.clock.Now()
+	for _, a := range as {
+		if a.ready {
+			a.r.closed = false
+			a.r.rec.State = StateReady
+			a.r.lastActive = now
+		}
+	}
 }
 
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

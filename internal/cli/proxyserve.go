@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoal-run/shoal/internal/dataplane"
+)
+
+func init() { extraCommands = append(extraCommands, newProxyServeCmd) }
+
+// newProxyServeCmd is the daemon's proxy process: the daemon starts it with
+// the proxy's listener as fd 3 and the control socket as fd 4. It is
+// hidden: people do not call it.
+func newProxyServeCmd(*globals) *cobra.Command {
+	var c dataplane.ServeConfig
+	var level string
+	cmd := &cobra.Command{
+		Use:    "proxy-serve",
+		Short:  "The daemon's HTTP proxy process (internal)",
+		Hidden: true,
+		Args:   exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(level)); err != nil {
+				return usageErrorf("--log-level %q: use debug, info, warn or error", level)
+			}
+			// Its output is a file; a hang-up has no meaning for it.
+			signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+			c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv})).With("proc", "proxy")
+			c.Version = Version
+			var err error
+			if c.Listener, err = inherited(3, "proxy listener"); err != nil {
+				return err
+			}
+			if c.Control, err = inherited(4, "proxy control socket"); err != nil {
+				return err
+			}
+			return dataplane.Serve(cmd.Context(), c)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.DaemonAPI, "api", "", "path of the daemon's API unix socket, called to wake cold apps")
+	f.StringVar(&c.Domain, "domain", "", "also route Host: <app>.<domain> to app")
+	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+// inherited turns descriptor fd, passed by the daemon, into a listener.
+func inherited(fd uintptr, what string) (net.Listener, error) {
+	f := os.NewFile(fd, what)
+	if f == nil {
+		return nil, fmt.Errorf("%s: descriptor %d is not open (started by the daemon only)", what, fd)
+	}
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: descriptor %d: %w", what, fd, err)
+	}
+	return l, nil
+}

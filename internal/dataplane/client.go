@@ -1,0 +1,219 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/shoal-run/shoal/internal/proxy"
+)
+
+// loadMaxAge is how old the load of every app, fetched in one call, may be
+// when an app's load is asked for. Controllers ask every 100 ms per active
+// app; one call serves them all.
+const loadMaxAge = 40 * time.Millisecond
+
+// callTimeout bounds a control call other than wait-idle.
+const callTimeout = 5 * time.Second
+
+// Client is the daemon's side of the control socket: it changes the proxy
+// process's routes and reads its load. It remembers every route it set, so
+// that Sync can push the whole table to an adopted or restarted proxy.
+// Nothing here is on a request's path.
+type Client struct {
+	hc  *http.Client
+	log *slog.Logger
+
+	// mu orders route changes: a change is sent while it is held, so the
+	// proxy applies them in the order serving made them.
+	mu     sync.Mutex
+	routes map[string]proxy.Route // by app, lower case
+	broken atomic.Bool            // a change failed to reach the proxy
+
+	loadMu  sync.Mutex
+	load    map[string]proxy.AppStats
+	loadAt  time.Time
+	loadErr error
+}
+
+// NewClient returns a client of the control socket at path.
+func NewClient(path string, log *slog.Logger) *Client {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Client{hc: unixClient(path, 0), log: log, routes: map[string]proxy.Route{}}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://proxy"+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("proxy control %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("proxy control %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return fmt.Errorf("proxy control %s %s: %w", method, path, err)
+		}
+	} else {
+		io.Copy(io.Discard, resp.Body)
+	}
+	return nil
+}
+
+func (c *Client) call(method, path string, body, out any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	return c.do(ctx, method, path, body, out)
+}
+
+// Info asks the proxy process who it is.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var in Info
+	err := c.do(ctx, http.MethodGet, "/v1/info", nil, &in)
+	return in, err
+}
+
+// SetRoute sets one app's route in the proxy. Once it returns the proxy
+// sends nothing new to endpoints the route left out. A proxy that cannot
+// be reached gets the whole table at the next Sync.
+func (c *Client) SetRoute(r proxy.Route) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.routes[strings.ToLower(r.App)] = r
+	if err := c.call(http.MethodPut, "/v1/routes/"+url.PathEscape(r.App), r, nil); err != nil {
+		c.fail(err)
+	}
+}
+
+// RemoveRoute removes an app from the proxy.
+func (c *Client) RemoveRoute(app string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.routes, strings.ToLower(app))
+	if err := c.call(http.MethodDelete, "/v1/routes/"+url.PathEscape(app), nil, nil); err != nil {
+		c.fail(err)
+	}
+}
+
+func (c *Client) fail(err error) {
+	if !c.broken.Swap(true) {
+		c.log.Error("proxy: a route change did not reach the proxy process; the table is pushed again when it is back", "err", err)
+	}
+}
+
+// Sync replaces the proxy's whole table with the routes set through this
+// client: apps it has no route for are removed.
+func (c *Client) Sync() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	routes := slices.Collect(maps.Values(c.routes))
+	if err := c.call(http.MethodPut, "/v1/routes", routes, nil); err != nil {
+		c.broken.Store(true)
+		return err
+	}
+	c.broken.Store(false)
+	return nil
+}
+
+// Routes returns the proxy's table as last pushed.
+func (c *Client) Routes(ctx context.Context) ([]proxy.Route, error) {
+	var out []proxy.Route
+	err := c.do(ctx, http.MethodGet, "/v1/routes", nil, &out)
+	return out, err
+}
+
+// Stats returns an app's counters from a snapshot of every app's, taken
+// at most loadMaxAge ago. An unreachable proxy reports no load.
+func (c *Client) Stats(app string) proxy.AppStats {
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	if time.Since(c.loadAt) >= loadMaxAge || c.load == nil {
+		var all map[string]proxy.AppStats
+		err := c.call(http.MethodGet, "/v1/load", nil, &all)
+		if err != nil && c.loadErr == nil {
+			c.log.Warn("proxy: load not read", "err", err)
+		}
+		c.load, c.loadAt, c.loadErr = all, time.Now(), err
+	}
+	return c.load[strings.ToLower(app)]
+}
+
+// WaitIdle returns once the endpoint has no request in flight in the
+// proxy, or with ctx's error. A proxy that cannot be reached holds no
+// request.
+func (c *Client) WaitIdle(ctx context.Context, id string) error {
+	err := c.do(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/wait-idle", nil, nil)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Shutdown asks the proxy process to drain for up to grace and exit.
+func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
+	return c.do(ctx, http.MethodPost, "/v1/shutdown?grace="+grace.String(), nil, nil)
+}
+
+// Gather reads the proxy's metrics for the daemon's /metrics. A proxy
+// that cannot be reached adds none.
+func (c *Client) Gather() ([]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://proxy/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, nil
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("proxy metrics: %w", err)
+	}
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, f := range fams {
+		out = append(out, f)
+	}
+	return out, nil
+}

@@ -1,0 +1,186 @@
+// Package dataplane runs shoal's HTTP proxy (internal/proxy) in a process
+// of its own, so that the daemon, the control plane, may crash and restart
+// while requests keep flowing to the replicas the proxy knows.
+//
+// The daemon binds the proxy's listener and a unix control socket, and
+// starts `shoal proxy-serve` in a session of its own with both as inherited
+// descriptors (Start). The proxy process serves requests on the listener
+// and a small HTTP/JSON API on the control socket (Handler): routes, load,
+// wait-idle, metrics, info and shutdown. It calls the daemon's API back to
+// wake a cold app, and keeps calling while requests wait and the daemon is
+// away. A restarted daemon finds the proxy through the control socket,
+// adopts it (Open) and pushes its whole route table (Client.Sync). A daemon
+// that stops gracefully drains and stops its proxy (Plane.Stop).
+package dataplane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/proxy"
+)
+
+// Info describes a running proxy process.
+type Info struct {
+	Pid     int       `json:"pid"`
+	Addr    string    `json:"addr"` // where it takes requests
+	Domain  string    `json:"domain,omitempty"`
+	Version string    `json:"version,omitempty"`
+	Started time.Time `json:"started"`
+}
+
+// control serves the control API of one proxy process.
+type control struct {
+	p    *proxy.Proxy
+	info Info
+	reg  prometheus.Gatherer
+	// stop drains the proxy within grace and ends the process after the
+	// answer is sent.
+	stop func(grace time.Duration)
+
+	mu     sync.Mutex
+	routes map[string]proxy.Route // as last pushed, by app (lower case)
+}
+
+// maxRouteBody bounds a route push (the whole table in one call).
+const maxRouteBody = 64 << 20
+
+func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(time.Duration)) *control {
+	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]proxy.Route{}}
+}
+
+// handler returns the control API:
+//
+//	GET    /v1/info                      Info
+//	GET    /v1/routes                    every route as last pushed
+//	PUT    /v1/routes                    replace the whole table ([]proxy.Route)
+//	PUT    /v1/routes/{app}              set one app's route (proxy.Route)
+//	DELETE /v1/routes/{app}              remove an app
+//	GET    /v1/load                      map app → proxy.AppStats, every app
+//	GET    /v1/load/{app}                one app's proxy.AppStats
+//	POST   /v1/endpoints/{id}/wait-idle  answers 204 once the endpoint is idle
+//	GET    /metrics                      the proxy's metrics (Prometheus text)
+//	POST   /v1/shutdown?grace=30s        drain, answer, then exit
+func (c *control) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.info) })
+	mux.HandleFunc("GET /v1/routes", c.listRoutes)
+	mux.HandleFunc("PUT /v1/routes", c.replaceRoutes)
+	mux.HandleFunc("PUT /v1/routes/{app}", c.setRoute)
+	mux.HandleFunc("DELETE /v1/routes/{app}", c.removeRoute)
+	mux.HandleFunc("GET /v1/load", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.p.AllStats()) })
+	mux.HandleFunc("GET /v1/load/{app}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, c.p.Stats(r.PathValue("app")))
+	})
+	mux.HandleFunc("POST /v1/endpoints/{id}/wait-idle", func(w http.ResponseWriter, r *http.Request) {
+		if err := c.p.WaitIdle(r.Context(), r.PathValue("id")); err != nil {
+			return // the caller went away
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /v1/shutdown", c.shutdown)
+	return mux
+}
+
+func (c *control) listRoutes(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	out := make([]proxy.Route, 0, len(c.routes))
+	for _, rt := range c.routes {
+		out = append(out, rt)
+	}
+	c.mu.Unlock()
+	writeJSON(w, out)
+}
+
+func (c *control) replaceRoutes(w http.ResponseWriter, r *http.Request) {
+	var routes []proxy.Route
+	if !readJSON(w, r, &routes) {
+		return
+	}
+	next := make(map[string]proxy.Route, len(routes))
+	for i, rt := range routes {
+		if rt.App == "" {
+			api.WriteError(w, http.StatusBadRequest, fmt.Errorf("route %d: no app", i), "app")
+			return
+		}
+		next[strings.ToLower(rt.App)] = rt
+	}
+	// The lock orders table changes as they arrive.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.p.Update(routes)
+	c.routes = next
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c *control) setRoute(w http.ResponseWriter, r *http.Request) {
+	var rt proxy.Route
+	if !readJSON(w, r, &rt) {
+		return
+	}
+	name := r.PathValue("app")
+	if rt.App == "" {
+		rt.App = name
+	}
+	if !strings.EqualFold(rt.App, name) {
+		api.WriteError(w, http.StatusBadRequest, fmt.Errorf("route of app %q sent to %q", rt.App, name), "app")
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.p.SetRoute(rt)
+	c.routes[strings.ToLower(name)] = rt
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c *control) removeRoute(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("app")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.p.RemoveRoute(name)
+	delete(c.routes, strings.ToLower(name))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c *control) shutdown(w http.ResponseWriter, r *http.Request) {
+	grace := 30 * time.Second
+	if s := r.URL.Query().Get("grace"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			api.WriteError(w, http.StatusBadRequest, fmt.Errorf("grace %q: not a duration", s), "grace")
+			return
+		}
+		grace = d
+	}
+	c.stop(grace)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRouteBody))
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			api.WriteError(w, http.StatusRequestEntityTooLarge, err, "body")
+			return false
+		}
+		api.WriteError(w, http.StatusBadRequest, fmt.Errorf("body: %w", err), "body")
+		return false
+	}
+	return true
+}

@@ -1,0 +1,216 @@
+package dataplane
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/proxy"
+)
+
+// served is a proxy process's Serve running in the test, with a client of
+// its control socket.
+type served struct {
+	addr   string
+	client *Client
+	done   chan error
+}
+
+func serveInTest(t *testing.T, daemonAPI string) *served {
+	t.Helper()
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctlPath := filepath.Join(dir, ControlSocket)
+	cl, err := net.Listen("unix", ctlPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &served{addr: l.Addr().String(), client: NewClient(ctlPath, slog.New(slog.DiscardHandler)), done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		s.done <- Serve(ctx, ServeConfig{Listener: l, Control: cl, DaemonAPI: daemonAPI, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	return s
+}
+
+func (s *served) get(t *testing.T, app string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/", nil)
+	req.Host = app + ".localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func backend(t *testing.T, name string) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// Routes set through the client reach the proxy process; Sync replaces the
+// whole table; load, routes and metrics are read back.
+func TestControlRoutesLoadMetrics(t *testing.T) {
+	s := serveInTest(t, "")
+	c := s.client
+	info, err := c.Info(context.Background())
+	if err != nil || info.Addr != s.addr || info.Pid == 0 {
+		t.Fatalf("info: %+v %v", info, err)
+	}
+	c.SetRoute(proxy.Route{App: "a", Endpoints: []proxy.Endpoint{{ID: "a-1", Addr: backend(t, "one"), Revision: 1}},
+		Weights: map[int]int{1: 100}, QueueTimeout: time.Second})
+	if code, body := s.get(t, "a"); code != 200 || body != "one" {
+		t.Fatalf("through the proxy: %d %q", code, body)
+	}
+	st := c.Stats("a")
+	if st.Requests != 1 {
+		t.Fatalf("stats of a: %+v", st)
+	}
+	if err := c.WaitIdle(context.Background(), "a-1"); err != nil {
+		t.Fatalf("wait idle: %v", err)
+	}
+	// A route the proxy has but the client never set goes at Sync.
+	req, _ := http.NewRequest(http.MethodPut, "http://proxy/v1/routes/ghost", strings.NewReader(`{"App":"ghost"}`))
+	resp, err := c.hc.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("put ghost: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	rs, err := c.Routes(context.Background())
+	if err != nil || len(rs) != 2 {
+		t.Fatalf("routes before sync: %+v %v", rs, err)
+	}
+	if err := c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	rs, err = c.Routes(context.Background())
+	if err != nil || len(rs) != 1 || rs[0].App != "a" || rs[0].Weights[1] != 100 || rs[0].QueueTimeout != time.Second {
+		t.Fatalf("routes after sync: %+v %v", rs, err)
+	}
+	if code, _ := s.get(t, "ghost"); code != 404 {
+		t.Fatalf("ghost after sync: %d", code)
+	}
+	fams, err := c.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range fams {
+		found = found || f.GetName() == "shoal_proxy_requests_total"
+	}
+	if !found {
+		t.Fatalf("metrics lack shoal_proxy_requests_total: %d families", len(fams))
+	}
+	c.RemoveRoute("a")
+	if code, _ := s.get(t, "a"); code != 404 {
+		t.Fatalf("a after remove: %d", code)
+	}
+	if err := c.Shutdown(context.Background(), time.Second); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	select {
+	case err := <-s.done:
+		s.done <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after shutdown")
+	}
+}
+
+// A request for a cold app waits while the daemon's API is away; the wake-up
+// is sent again until the daemon answers, and the request is then served.
+func TestActivationRetriedUntilDaemonAnswers(t *testing.T) {
+	api := filepath.Join(t.TempDir(), "api.sock")
+	s := serveInTest(t, api)
+	s.client.SetRoute(proxy.Route{App: "cold", QueueTimeout: time.Minute})
+	done := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/", nil)
+		req.Host = "cold.localhost"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- string(b)
+	}()
+	waitUntil(t, func() bool { return s.client.Stats("cold").Queued == 1 })
+	// The daemon comes back: its first wake-up call routes the app.
+	var calls atomic.Int32
+	l, err := net.Listen("unix", api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := backend(t, "woken")
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/apps/cold/activate" || r.Method != http.MethodPost {
+			http.Error(w, "unexpected", http.StatusNotFound)
+			return
+		}
+		if calls.Add(1) == 1 {
+			go s.client.SetRoute(proxy.Route{App: "cold", QueueTimeout: time.Minute,
+				Endpoints: []proxy.Endpoint{{ID: "cold-1", Addr: addr}}})
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+	select {
+	case body := <-done:
+		if body != "woken" {
+			t.Fatalf("held request: %q", body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("held request not answered after the daemon came back")
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 3000 {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSameAddr(t *testing.T) {
+	for _, c := range []struct {
+		want, actual string
+		same         bool
+	}{
+		{"127.0.0.1:8080", "127.0.0.1:8080", true},
+		{"127.0.0.1:0", "127.0.0.1:41234", true},
+		{"127.0.0.1:8080", "127.0.0.1:8081", false},
+		{"localhost:8080", "127.0.0.1:8080", true},
+		{":8080", "[::]:8080", true},
+		{"0.0.0.0:8080", "0.0.0.0:8080", true},
+		{"10.0.0.1:8080", "127.0.0.1:8080", false},
+		{"8080", "127.0.0.1:8080", false},
+	} {
+		if got := sameAddr(c.want, c.actual); got != c.same {
+			t.Errorf("sameAddr(%q, %q) = %v, want %v", c.want, c.actual, got, c.same)
+		}
+	}
+}
