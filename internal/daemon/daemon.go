@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -315,6 +316,15 @@ func (d *Daemon) close() {
 func (d *Daemon) health(ctx context.Context) api.Health {
 	h := api.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
 		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Proxy: d.proxyAddr, Notes: d.notes}
+	if d.plane != nil {
+		in, adopted := d.plane.Info()
+		how := "started by this daemon"
+		if adopted {
+			how = "adopted from a previous daemon"
+		}
+		h.Notes = append(slices.Clone(d.notes), fmt.Sprintf("proxy: process %d on %s since %s (%s)",
+			in.Pid, in.Addr, in.Started.UTC().Format(time.RFC3339), how))
+	}
 	if cs, err := d.ctrs.List(ctx); err == nil {
 		h.Containers = len(cs)
 	}

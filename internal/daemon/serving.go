@@ -50,6 +50,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		d.gatherers = append(d.gatherers, pl.Client())
 	} else {
 		// No proxy: serving still needs a table, which nothing serves.
+		dataplane.StopStale(ctx, cfg.RunDir, d.log)
 		target = proxy.New(proxy.Options{Domain: cfg.Domain, Logger: d.log})
 	}
 	placer, note := cpuPlacer(d.rt)

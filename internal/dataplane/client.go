@@ -28,6 +28,10 @@ import (
 // app; one call serves them all.
 const loadMaxAge = 40 * time.Millisecond
 
+// loadBatchAfter: when no load was read for this long, one app's is read
+// alone rather than every app's.
+const loadBatchAfter = time.Second
+
 // callTimeout bounds a control call other than wait-idle.
 const callTimeout = 5 * time.Second
 
@@ -156,20 +160,39 @@ func (c *Client) Routes(ctx context.Context) ([]proxy.Route, error) {
 	return out, err
 }
 
-// Stats returns an app's counters from a snapshot of every app's, taken
-// at most loadMaxAge ago. An unreachable proxy reports no load.
+// Stats returns an app's counters. While controllers ask often (the load
+// of every app was read in the last second) they come from a snapshot of
+// every app's, read in one call and at most loadMaxAge old; otherwise (the
+// first ask after a quiet spell, such as the wake-up of a cold app) only
+// this app's are read. An unreachable proxy reports no load.
 func (c *Client) Stats(app string) proxy.AppStats {
+	app = strings.ToLower(app)
 	c.loadMu.Lock()
 	defer c.loadMu.Unlock()
-	if time.Since(c.loadAt) >= loadMaxAge || c.load == nil {
-		var all map[string]proxy.AppStats
-		err := c.call(http.MethodGet, "/v1/load", nil, &all)
-		if err != nil && c.loadErr == nil {
-			c.log.Warn("proxy: load not read", "err", err)
-		}
-		c.load, c.loadAt, c.loadErr = all, time.Now(), err
+	age := time.Since(c.loadAt)
+	if age < loadMaxAge && c.load != nil {
+		return c.load[app]
 	}
-	return c.load[strings.ToLower(app)]
+	if age >= loadBatchAfter {
+		var st proxy.AppStats
+		err := c.call(http.MethodGet, "/v1/load/"+url.PathEscape(app), nil, &st)
+		c.loadFailed(err)
+		// The next ask within loadBatchAfter reads every app's.
+		c.load, c.loadAt = nil, time.Now().Add(-loadMaxAge)
+		return st
+	}
+	var all map[string]proxy.AppStats
+	err := c.call(http.MethodGet, "/v1/load", nil, &all)
+	c.loadFailed(err)
+	c.load, c.loadAt = all, time.Now()
+	return c.load[app]
+}
+
+func (c *Client) loadFailed(err error) {
+	if err != nil && c.loadErr == nil {
+		c.log.Warn("proxy: load not read", "err", err)
+	}
+	c.loadErr = err
 }
 
 // WaitIdle returns once the endpoint has no request in flight in the

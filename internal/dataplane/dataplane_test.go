@@ -214,3 +214,40 @@ func TestSameAddr(t *testing.T) {
 		}
 	}
 }
+
+// The cost of the control calls on a thaw's path: a route change, and the
+// load of every app (here 10, with 2 endpoints each) in one call.
+func BenchmarkControlCalls(b *testing.B) {
+	dir := b.TempDir()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctlPath := filepath.Join(dir, ControlSocket)
+	cl, _ := net.Listen("unix", ctlPath)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Serve(ctx, ServeConfig{Listener: l, Control: cl, Logger: slog.New(slog.DiscardHandler)})
+	}()
+	defer func() { cancel(); <-done }()
+	c := NewClient(ctlPath, slog.New(slog.DiscardHandler))
+	for i := range 10 {
+		c.SetRoute(proxy.Route{App: "app" + string(rune('a'+i)), Endpoints: []proxy.Endpoint{
+			{ID: "r1-" + string(rune('a'+i)), Addr: "10.0.0.1:8080"}, {ID: "r2-" + string(rune('a'+i)), Addr: "10.0.0.2:8080"}}})
+	}
+	b.Run("SetRoute", func(b *testing.B) {
+		for b.Loop() {
+			c.SetRoute(proxy.Route{App: "appa", Endpoints: []proxy.Endpoint{{ID: "r1-a", Addr: "10.0.0.1:8080"}}})
+		}
+	})
+	b.Run("LoadAll", func(b *testing.B) {
+		for b.Loop() {
+			c.loadAt = time.Now().Add(-loadMaxAge)
+			c.Stats("appa")
+		}
+	})
+	b.Run("LoadOne", func(b *testing.B) {
+		for b.Loop() {
+			c.loadAt = time.Time{}
+			c.Stats("appa")
+		}
+	})
+}

@@ -99,6 +99,22 @@ func Open(ctx context.Context, o Options) (*Plane, error) {
 	return pl, nil
 }
 
+// StopStale drains and stops a proxy process a crashed daemon left on run
+// dir when this daemon runs none (--proxy off), and removes a stale control
+// socket.
+func StopStale(ctx context.Context, runDir string, log *slog.Logger) {
+	pl := &Plane{log: log, ctlPath: filepath.Join(runDir, ControlSocket), quit: make(chan struct{})}
+	pl.client = NewClient(pl.ctlPath, log)
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	info, err := pl.client.Info(ictx)
+	cancel()
+	if err == nil {
+		log.Warn("proxy: stopping the proxy process a previous daemon left (this one runs none)", "pid", info.Pid, "addr", info.Addr)
+		pl.stopOther(ctx, info)
+	}
+	os.Remove(pl.ctlPath)
+}
+
 // Client is the control socket's client; it is the daemon's router.
 func (pl *Plane) Client() *Client { return pl.client }
 
