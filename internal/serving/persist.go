@@ -139,7 +139,7 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		r.busy = true
 		r.rec.State = StateStarting
 		cfg := ctl.rec.Config
-		if c, _, err := ctl.configOf(rec.Revision); err == nil {
+		if c, _, err := ctl.configOf(r.rec.Revision); err == nil {
 			cfg = c
 		}
 		go func() {
@@ -179,16 +179,19 @@ type adoptee struct {
 // across the restart keeps sending them requests. The others wait for
 // their health check as a starting replica does.
 func (ctl *appCtl) probeAdopted(as []adoptee) {
-	cfg := ctl.rec.Config
 	var wg sync.WaitGroup
 	for i := range as {
 		if !as[i].wasReady {
 			continue
 		}
+		cfg := ctl.rec.Config
+		if c, _, err := ctl.configOf(as[i].r.rec.Revision); err == nil {
+			cfg = c
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			as[i].ready = probe(ctl.ctx(), cfg.Health, as[i].r.rec.Addr) == nil
+			as[i].ready = ctl.check(cfg.Health, as[i].r) == nil
 		}()
 	}
 	wg.Wait()
