@@ -210,11 +210,16 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		return appapi.Result{}, appapi.Refuse("max", "app %s already runs %d replica(s), its max is %d", c.App, n, ctl.rec.Max)
 	}
 	now := ctl.m.clock.Now()
-	// A frozen replica of the current revision is the fast way: the most
-	// recently used first.
+	// One more of the caller's revision while it takes traffic (a traffic
+	// split keeps its shares), else of the app's current one.
+	rev := r.rec.Revision
+	if ctl.weights()[rev] == 0 {
+		rev = ctl.rec.Revision
+	}
+	// A frozen replica is the fast way: the most recently used first.
 	var frozen []*replica
 	for _, o := range ctl.reps {
-		if o.rec.State == StateFrozen && !o.busy && !o.stopping && o.rec.Revision == ctl.rec.Revision {
+		if o.rec.State == StateFrozen && !o.busy && !o.stopping && o.rec.Revision == rev {
 			frozen = append(frozen, o)
 		}
 	}
@@ -235,7 +240,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		return appapi.Result{}, &appapi.Refusal{Reason: "backoff", RetryAfter: int(left/time.Second) + 1,
 			Msg: fmt.Sprintf("app %s is backing off after failed replicas (%s more): %s", c.App, left.Round(time.Millisecond), ctl.lastErr)}
 	}
-	id := ctl.startReplica(ctl.rec.Revision, "replicate asked by "+c.Replica)
+	id := ctl.startReplica(rev, "replicate asked by "+c.Replica)
 	nr := ctl.reps[id]
 	ctl.raiseFloor(now, n+1)
 	settled, limit := nr.self.settled, ctl.rec.Config.Health.StartTimeout.Duration
