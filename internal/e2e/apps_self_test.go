@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +171,46 @@ http = "/healthz"
 		t.Fatalf("no scale event names the metric: %+v", d.events("queue", "scale"))
 	}
 	x.call(t, "POST", "/v1/self/metrics", `{"name":"queue","value":-2}`).expect(t, "negative metric", 400, "invalid")
+}
+
+// A replica's token outlives a daemon killed with SIGKILL: the next daemon
+// knows it from the hash in the replica's record, keeps a halted replica
+// out of the route, and the store never held the token itself.
+func TestSelfTokenSurvivesRestart(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	d.deploy(strings.Replace(selfManifest, "%s", "3", 1))
+	a := d.waitApp("web", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
+	first := asReplica(t, a, readyIDs(a)[0])
+	ans := first.call(t, "POST", "/v1/self/replicate", "")
+	ans.expect(t, "replicate", 200, "")
+	a = d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	second := asReplica(t, a, ans.str("replica", "id"))
+	second.call(t, "POST", "/v1/self/halt", "").expect(t, "halt", 200, "")
+	d.waitApp("web", "the halted replica recorded", func(a api.App) bool { return replicasIn(a, "halted") == 1 })
+	time.Sleep(200 * time.Millisecond) // the record is written after the answer
+	d.stop(syscall.SIGKILL)
+	db, err := os.ReadFile(filepath.Join(d.dataDir, "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*inReplica{first, second} {
+		if strings.Contains(string(db), x.token) {
+			t.Fatalf("the store holds replica %s's token", x.id)
+		}
+	}
+	d.start()
+	d.waitApp("web", "the replicas adopted", func(a api.App) bool { return a.Ready == 1 && replicasIn(a, "halted") == 1 })
+	self := first.call(t, "GET", "/v1/self", "")
+	self.expect(t, "GET /v1/self after a restart", 200, "")
+	if self.str("id") != first.id {
+		t.Fatalf("after a restart the token names %s", self.raw)
+	}
+	for i := 0; i < 20; i++ {
+		if _, _, rep := get(t, d.proxyAddr(), "web", "/"); rep == second.id {
+			t.Fatalf("the halted replica %s is routed after a restart", rep)
+		}
+	}
+	second.call(t, "POST", "/v1/self/die", "").expect(t, "die after a restart", 202, "")
+	d.waitApp("web", "the halted replica gone", func(a api.App) bool { return len(a.Replicas) == 1 })
 }

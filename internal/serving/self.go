@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -112,9 +113,19 @@ func (m *Manager) forgetToken(hash string) {
 // SelfAPI returns the serving side of the self API.
 func (m *Manager) SelfAPI() appapi.Platform { return selfAPI{m} }
 
-// Record writes an event to the event log in the background.
+// Record writes an event to the event log in the background. Unlike the
+// controller's own events it is logged at debug level only: replicas may
+// call every second, and refusals are logged by the self API itself.
 func (m *Manager) Record(kind, app, replica, reason string, inputs map[string]float64) {
-	m.emit(kind, app, replica, reason, inputs)
+	m.log.Debug("serving: "+kind, "app", app, "replica", replica, "reason", reason)
+	if m.o.Events == nil {
+		return
+	}
+	select {
+	case m.evq <- api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs}:
+	default:
+		m.log.Warn("serving: event log is behind; event dropped", "kind", kind, "app", app)
+	}
 }
 
 type selfAPI struct{ m *Manager }
