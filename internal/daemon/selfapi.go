@@ -2,10 +2,14 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,4 +40,72 @@ func (d *Daemon) listenSelf() (net.Listener, error) {
 		return nil, fmt.Errorf("--self-api-port %d: listen on the bridge gateway %s: %w", port, addr, err)
 	}
 	return l, nil
+}
+
+// Limits of the self API's listener: replicas are not trusted, so none
+// may hold more than a few connections, or keep one idle for long.
+const (
+	selfConnsPerAddr = 16
+	selfIdleTimeout  = time.Minute
+	// A replicate call waits for a cold start (start_timeout, 60 s by
+	// default) before it answers.
+	selfWriteTimeout = 2 * time.Minute
+)
+
+// serveSelf serves the self API on l.
+func (d *Daemon) serveSelf(l net.Listener, h http.Handler) {
+	s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: selfWriteTimeout, IdleTimeout: selfIdleTimeout, MaxHeaderBytes: 16 << 10}
+	d.servers = append(d.servers, s)
+	go func() {
+		if err := s.Serve(&perAddrListener{Listener: l, max: selfConnsPerAddr, open: map[string]int{}}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("self API stopped", "addr", l.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// perAddrListener closes connections from an address that already has max
+// open ones.
+type perAddrListener struct {
+	net.Listener
+	max  int
+	mu   sync.Mutex
+	open map[string]int
+}
+
+func (l *perAddrListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		if l.open[host] >= l.max {
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		l.open[host]++
+		l.mu.Unlock()
+		return &countedConn{Conn: c, l: l, host: host}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	l    *perAddrListener
+	host string
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		if c.l.open[c.host]--; c.l.open[c.host] <= 0 {
+			delete(c.l.open, c.host)
+		}
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
 }

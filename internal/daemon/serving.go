@@ -77,7 +77,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	if selfL != nil {
 		self := &appapi.Server{Platform: m.SelfAPI(), Events: m, Logger: d.log, Clock: clock.Real{}}
-		d.start(selfL, self.Handler())
+		d.serveSelf(selfL, self.Handler())
 		d.log.Info("self API listening for replicas", "url", selfURL)
 	}
 	if err := m.Start(ctx); err != nil {
