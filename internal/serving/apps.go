@@ -300,6 +300,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		<-done
 	}
 	ctl.close()
+	ctl.mergeWG.Wait() // a merge in progress stops before the volumes go
 	ctl.flush()
 	ctx := context.Background()
 	var errs []error

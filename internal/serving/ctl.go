@@ -25,8 +25,10 @@ type appCtl struct {
 	wake    chan struct{} // the proxy has a request and no ready replica
 	changed chan struct{} // a replica changed state
 	dirty   chan struct{} // records to write
+	merges  chan struct{} // a replica's state is there to merge
 	stop    chan struct{}
 	once    sync.Once
+	mergeWG sync.WaitGroup // the merger, waited for before the app's files go
 
 	roundAt atomic.Int64 // the clock (UnixNano) of the last reconcile round done, for tests
 	woken   atomic.Bool  // a request is waiting for a ready replica
@@ -61,8 +63,8 @@ func newAppCtl(m *Manager, rec appRecord) *appCtl {
 	ctl := &appCtl{
 		m: m, name: rec.Config.Name, rec: rec,
 		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), dirty: make(chan struct{}, 1),
-		stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{}, revs: map[int]revisionRecord{},
-		deleting: rec.Deleting,
+		merges: make(chan struct{}, 1), stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{},
+		revs: map[int]revisionRecord{}, deleting: rec.Deleting,
 	}
 	ctl.scaler = newScaler(rec, m.clock)
 	return ctl

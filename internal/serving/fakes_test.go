@@ -33,6 +33,9 @@ type fakeRuntime struct {
 	ctrs  map[string]*fakeCtr
 	pid   int
 	clock clock.Clock
+	// hook, if set, runs a merge hook container's command: it is called
+	// when the container starts, and the container exits with its code.
+	hook func(s runtime.Spec) int
 }
 
 type fakeCtr struct {
@@ -72,6 +75,10 @@ func (f *fakeRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Contain
 		if err := f.stamp(c.stdout, func() error { _, err := fmt.Fprintf(s.Stdout, "%s started\n", s.ID); return err }); err != nil {
 			return nil, err
 		}
+	}
+	if s.Labels[labelKind] == kindMerge && f.hook != nil {
+		c.exit = runtime.ExitStatus{Code: f.hook(s), Known: true}
+		close(c.done)
 	}
 	return &runtime.Container{ID: s.ID, Pid: f.pid, Status: runtime.StatusRunning}, nil
 }

@@ -232,9 +232,11 @@ func (m *Manager) Start(ctx context.Context) error {
 }
 
 func (m *Manager) run(ctl *appCtl) {
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go func() { defer m.wg.Done(); ctl.loop() }()
 	go func() { defer m.wg.Done(); ctl.writer() }()
+	ctl.mergeWG.Add(1)
+	go func() { defer m.wg.Done(); ctl.mergeLoop() }()
 }
 
 // Close stops the controllers. Replicas keep running: the next daemon

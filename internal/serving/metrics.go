@@ -11,6 +11,7 @@ type metrics struct {
 	coldStarts *prometheus.HistogramVec
 	failures   *prometheus.CounterVec
 	cpuChanges *prometheus.CounterVec
+	merges     *prometheus.HistogramVec
 }
 
 func newMetrics(m *Manager, reg prometheus.Registerer) *metrics {
@@ -26,17 +27,26 @@ func newMetrics(m *Manager, reg prometheus.Registerer) *metrics {
 		cpuChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shoal_app_cpu_changes_total", Help: "Live changes of a replica's CPU quota, by direction.",
 		}, []string{"app", "direction"}),
+		merges: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shoal_app_state_merge_seconds",
+			Help:    "Time to merge a gone replica's state into the app's volume, by app and policy.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"app", "policy"}),
 	}
 	if reg == nil {
 		return x
 	}
-	reg.MustRegister(x.coldStarts, x.failures, x.cpuChanges, &replicaCollector{m: m,
+	reg.MustRegister(x.coldStarts, x.failures, x.cpuChanges, x.merges, &replicaCollector{m: m,
 		desc: prometheus.NewDesc("shoal_app_replicas", "Replicas by app and state.", []string{"app", "state"}, nil)})
 	return x
 }
 
 func (x *metrics) coldStart(app, kind string, d time.Duration) {
 	x.coldStarts.WithLabelValues(app, kind).Observe(d.Seconds())
+}
+
+func (x *metrics) merge(app, policy string, d time.Duration) {
+	x.merges.WithLabelValues(app, policy).Observe(d.Seconds())
 }
 
 // replicaCollector reports the replicas of every app by state when scraped.

@@ -162,6 +162,7 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		}()
 	}
 	ctl.pruneLogs()
+	ctl.retireOrphanStates()
 	return nil
 }
 

@@ -210,6 +210,13 @@ func (ctl *appCtl) spec(r *replica, cfg Config, digest string) (runtime.Spec, er
 		}
 		mounts = append(mounts, runtime.Mount{Source: src, Destination: dst})
 	}
+	if cfg.State.Enabled() {
+		mt, err := ctl.stateMount(r, cfg, digest)
+		if err != nil {
+			return runtime.Spec{}, err
+		}
+		mounts = append(mounts, mt)
+	}
 	cwd := img.Config.WorkingDir
 	if cwd == "" {
 		cwd = "/"
@@ -334,7 +341,11 @@ func (ctl *appCtl) remove(r *replica, kill bool) {
 		m.o.Runtime.Stop(ctx, id, 0)
 	}
 	if err := m.o.Runtime.Delete(ctx, id); err != nil && !isNotFound(err) {
+		// Its state stays live: it may still be written to. A restarted
+		// daemon removes the container and merges the state.
 		m.log.Warn("serving: delete replica container", "replica", id, "err", err)
+	} else {
+		ctl.retireState(id) // nothing writes to it any more
 	}
 	m.o.Placer.Release(id)
 	ctl.mu.Lock()
