@@ -35,7 +35,7 @@ func (ctl *appCtl) runHook(ctx context.Context, meta stateMeta, data, work, vol 
 	var res mergeResult
 	res.Files, res.Bytes, res.Skipped = stateFiles(data)
 	if ents, err := os.ReadDir(data); err == nil && len(ents) == 0 {
-		return res, "no state, no hook", nil
+		return res, "", nil // no state, no hook
 	}
 	img, err := m.o.Images.Get(ctx, meta.Digest)
 	if err != nil {

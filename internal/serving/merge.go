@@ -28,30 +28,37 @@ type mergeResult struct {
 }
 
 // journalName is the append policy's journal in the work directory: the
-// file being appended and the size its target had before.
+// size every target of the batch under way had before the batch.
 const journalName = "append.json"
+
+type appendJournal struct {
+	Offsets map[string]int64 `json:"offsets"` // relative path → size before
+}
+
+// mergeBatch is how many files are merged between two journal writes: the
+// per-file cost is then about one fsync (the target's).
+const mergeBatch = 256
 
 // mergeStep is called between the durable steps of a merge; tests make it
 // fail to stop a merge there as a crash would.
 var mergeStep = func(step, rel string) error { return nil }
 
-type appendJournal struct {
-	File   string `json:"file"`
-	Offset int64  `json:"offset"`
-}
-
 // mergeFiles merges the regular files under src into the volume at dst by
 // policy (MergeAppend or MergeNewest), each to the same relative path. work
 // is a directory of the replica's own on dst's file system that outlives a
-// crash: it holds the journal and temporary files. A file is removed from
-// src once its merge is durable, so src holds what is left to merge, and a
-// merge cut short (a crash, an error, ctx) is finished by calling mergeFiles
-// again with the same directories: no byte is lost and none is merged
-// twice. Nothing is written outside dst: paths are resolved in dst with
-// os.Root, so a symlink in the volume cannot lead a merge out of it, and
-// entries of src that are not regular files are skipped.
+// crash: it holds the journal and temporary files. Files are merged in
+// batches; a batch's files are removed from src once their merge is
+// durable, so src holds what is left to merge, and a merge cut short (a
+// crash, an error, ctx) is finished by calling mergeFiles again with the
+// same directories: no byte is lost and none is merged twice. Nothing is
+// written outside dst: paths are resolved in dst with os.Root, so a symlink
+// in the volume cannot lead a merge out of it, and entries of src that are
+// not regular files are skipped.
 func mergeFiles(ctx context.Context, policy, src, work, dst string) (mergeResult, error) {
 	var res mergeResult
+	if policy != MergeAppend && policy != MergeNewest {
+		return res, fmt.Errorf("merge policy %q is not a file policy", policy)
+	}
 	sroot, err := os.OpenRoot(src)
 	if err != nil {
 		return res, fmt.Errorf("state: %w", err)
@@ -68,54 +75,171 @@ func mergeFiles(ctx context.Context, policy, src, work, dst string) (mergeResult
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		return res, err
 	}
-	if policy == MergeAppend {
-		if err := recoverAppend(sroot, droot, work); err != nil {
-			return res, err
-		}
+	if err := recoverAppend(sroot, droot, work); err != nil {
+		return res, err
 	}
 	files, skipped, err := listState(src)
 	if err != nil {
 		return res, fmt.Errorf("state: %w", err)
 	}
 	res.Skipped = skipped
-	for _, rel := range files {
+	for len(files) > 0 {
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		var n int64
-		var merged bool
-		switch policy {
-		case MergeAppend:
-			n, err = appendFile(sroot, droot, work, rel)
-			merged = true
-		case MergeNewest:
-			n, merged, err = newestFile(sroot, droot, work, rel)
-		default:
-			return res, fmt.Errorf("merge policy %q is not a file policy", policy)
+		batch := files[:min(mergeBatch, len(files))]
+		files = files[len(batch):]
+		if policy == MergeAppend {
+			err = appendBatch(sroot, droot, work, batch, &res)
+		} else {
+			err = newestBatch(sroot, droot, work, batch, &res)
 		}
 		if err != nil {
-			return res, fmt.Errorf("%s: %w", rel, err)
-		}
-		if merged {
-			res.Files++
-			res.Bytes += n
-		} else {
-			res.Kept++
-		}
-		if err := mergeStep("written", rel); err != nil {
 			return res, err
 		}
-		if err := removeSynced(sroot, rel); err != nil {
-			return res, fmt.Errorf("%s: %w", rel, err)
-		}
-		if err := mergeStep("removed", rel); err != nil {
-			return res, err
-		}
-	}
-	if err := os.Remove(filepath.Join(work, journalName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return res, err
 	}
 	return res, nil
+}
+
+// appendBatch appends each state file of batch to the same path in the
+// volume. The journal records every target's size first; the targets (and
+// directories that got new entries) are synced before the state files are
+// removed, and the journal goes last.
+func appendBatch(sroot, droot *os.Root, work string, batch []string, res *mergeResult) error {
+	j := appendJournal{Offsets: make(map[string]int64, len(batch))}
+	for _, rel := range batch {
+		fi, err := droot.Lstat(rel)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			j.Offsets[rel] = 0
+		case err != nil:
+			return fmt.Errorf("%s: in the volume: %w", rel, err)
+		case !fi.Mode().IsRegular():
+			return fmt.Errorf("%s: in the volume it is not a regular file (%s)", rel, kindOf(fi.Mode()))
+		default:
+			j.Offsets[rel] = fi.Size()
+		}
+	}
+	if err := writeJournal(work, j); err != nil {
+		return err
+	}
+	if err := mergeStep("journal", batch[0]); err != nil {
+		return err
+	}
+	dirs := map[string]bool{}
+	outs := make([]*os.File, 0, len(batch))
+	defer func() {
+		for _, f := range outs {
+			f.Close()
+		}
+	}()
+	for _, rel := range batch {
+		out, n, created, err := appendFile(sroot, droot, rel)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		outs = append(outs, out)
+		if created {
+			dirs[path.Dir(rel)] = true
+		}
+		res.Files++
+		res.Bytes += n
+		if err := mergeStep("written", rel); err != nil {
+			return err
+		}
+	}
+	if err := syncAll(outs); err != nil {
+		return fmt.Errorf("volume: %w", err)
+	}
+	for d := range dirs {
+		if err := syncIn(droot, d); err != nil {
+			return fmt.Errorf("volume: %w", err)
+		}
+	}
+	if err := removeSources(sroot, batch); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(work, journalName)); err != nil {
+		return err
+	}
+	return syncDir(work)
+}
+
+// newestBatch puts each state file of batch in the volume where it is
+// newer than the volume's copy: copies in the work directory are written
+// and synced, then renamed over their targets, whose directories are
+// synced before the state files are removed. Run again after a crash, a
+// copy already in place is as new as its state file and left.
+func newestBatch(sroot, droot *os.Root, work string, batch []string, res *mergeResult) error {
+	copies := map[string]*newestCopy{}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for i, rel := range batch {
+		c, err := copyIfNewer(sroot, droot, work, rel, fmt.Sprintf("newest-%d.tmp", i))
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		if c != nil {
+			copies[rel] = c
+			files = append(files, c.f)
+		}
+	}
+	if err := syncAll(files); err != nil {
+		return err
+	}
+	wd, err := os.Open(work)
+	if err != nil {
+		return err
+	}
+	defer wd.Close()
+	dirs := map[string]bool{}
+	for _, rel := range batch {
+		c := copies[rel]
+		if c == nil {
+			res.Kept++
+		} else {
+			if err := renameInto(wd, c.tmp, droot, rel); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			dirs[path.Dir(rel)] = true
+			res.Files++
+			res.Bytes += c.n
+		}
+		if err := mergeStep("written", rel); err != nil {
+			return err
+		}
+	}
+	for d := range dirs {
+		if err := syncIn(droot, d); err != nil {
+			return fmt.Errorf("volume: %w", err)
+		}
+	}
+	return removeSources(sroot, batch)
+}
+
+// removeSources removes merged state files and syncs their directories,
+// so that no removal is undone by a crash once the next batch begins.
+func removeSources(sroot *os.Root, batch []string) error {
+	dirs := map[string]bool{}
+	for _, rel := range batch {
+		if err := sroot.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		dirs[path.Dir(rel)] = true
+		if err := mergeStep("removed", rel); err != nil {
+			return err
+		}
+	}
+	for d := range dirs {
+		if err := syncIn(sroot, d); err != nil {
+			return fmt.Errorf("state: %w", err)
+		}
+	}
+	return nil
 }
 
 // listState returns the regular files under dir (relative, in lexical
@@ -140,6 +264,8 @@ func listState(dir string) (files, skipped []string, err error) {
 
 func kindOf(m fs.FileMode) string {
 	switch {
+	case m.IsDir():
+		return "directory"
 	case m&fs.ModeSymlink != 0:
 		return "symlink"
 	case m&fs.ModeNamedPipe != 0:
@@ -152,10 +278,10 @@ func kindOf(m fs.FileMode) string {
 	return "not a regular file"
 }
 
-// recoverAppend finishes the append that a crash cut short: if the journal
-// names a file that is still in the state (its merge was not done), the
-// target is cut back to the size it had before, so the whole file is
-// appended again once; if the file is gone, its merge was done.
+// recoverAppend finishes the append batch that a crash cut short: each
+// target of the journal whose state file is still there (its merge not
+// done) is cut back to the size it had before the batch, so the file is
+// appended again, once; a state file that is gone was merged durably.
 func recoverAppend(sroot, droot *os.Root, work string) error {
 	b, err := os.ReadFile(filepath.Join(work, journalName))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -165,31 +291,35 @@ func recoverAppend(sroot, droot *os.Root, work string) error {
 		return err
 	}
 	var j appendJournal
-	if err := json.Unmarshal(b, &j); err != nil || j.File == "" || j.Offset < 0 {
+	if err := json.Unmarshal(b, &j); err != nil {
 		// Written by rename, so never torn; unreadable means not ours.
 		return fmt.Errorf("merge journal %s is unreadable: %v", filepath.Join(work, journalName), err)
 	}
-	if _, err := sroot.Lstat(j.File); err == nil {
-		f, err := droot.OpenFile(j.File, os.O_WRONLY, 0)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return fmt.Errorf("%s: %w", j.File, err)
-		default:
-			fi, err := f.Stat()
-			if err == nil && fi.Mode().IsRegular() && fi.Size() > j.Offset {
-				err = f.Truncate(j.Offset)
-				if err == nil {
-					err = f.Sync()
-				}
-			}
-			f.Close()
-			if err != nil {
-				return fmt.Errorf("%s: cut back an interrupted append: %w", j.File, err)
-			}
+	for rel, off := range j.Offsets {
+		if _, err := sroot.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
+		fi, err := droot.Lstat(rel)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && (!fi.Mode().IsRegular() || fi.Size() <= off)) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		f, err := droot.OpenFile(rel, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
+		}
+		err = f.Truncate(off)
+		if err == nil {
+			err = f.Sync()
+		}
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: cut back an interrupted append: %w", rel, err)
+		}
 	}
 	if err := os.Remove(filepath.Join(work, journalName)); err != nil {
 		return err
@@ -197,95 +327,103 @@ func recoverAppend(sroot, droot *os.Root, work string) error {
 	return syncDir(work)
 }
 
+// syncAll makes files durable: writeback of all of them is started first,
+// so that their fsyncs share the file system's journal commits instead of
+// waiting for one each.
+func syncAll(files []*os.File) error {
+	for _, f := range files {
+		unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	}
+	for _, f := range files {
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("%s: %w", f.Name(), err)
+		}
+	}
+	return nil
+}
+
 // appendFile appends the state file rel to the same path in the volume,
-// creating it (and its directories) with the state file's mode and owner.
-// The journal records the target's size first, and the target is synced
-// before the caller removes the state file.
-func appendFile(sroot, droot *os.Root, work, rel string) (int64, error) {
+// at its end, creating it (and its directories) with the state file's mode
+// and owner. It returns the target, open, for the caller to sync and
+// close, and whether it created it.
+func appendFile(sroot, droot *os.Root, rel string) (*os.File, int64, bool, error) {
 	in, err := sroot.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return 0, err
+		return nil, 0, false, err
 	}
 	defer in.Close()
 	fi, err := in.Stat()
 	if err != nil {
-		return 0, err
+		return nil, 0, false, err
 	}
-	created, err := ensureParent(droot, rel)
+	if _, err := ensureParent(droot, rel); err != nil {
+		return nil, 0, false, err
+	}
+	out, err := droot.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+	created := err == nil
+	if errors.Is(err, fs.ErrExist) {
+		out, err = droot.OpenFile(rel, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+	}
 	if err != nil {
-		return 0, err
+		return nil, 0, false, fmt.Errorf("in the volume: %w", err)
 	}
-	_, statErr := droot.Lstat(rel)
-	out, err := droot.OpenFile(rel, os.O_WRONLY|os.O_CREATE, fi.Mode().Perm())
-	if err != nil {
-		return 0, fmt.Errorf("in the volume: %w", err)
-	}
-	defer out.Close()
 	ofi, err := out.Stat()
+	if err == nil && !ofi.Mode().IsRegular() {
+		err = fmt.Errorf("in the volume it is not a regular file (%s)", kindOf(ofi.Mode()))
+	}
+	var n int64
+	if err == nil {
+		n, err = io.Copy(io.NewOffsetWriter(out, ofi.Size()), in)
+	}
 	if err != nil {
-		return 0, err
+		out.Close()
+		return nil, n, false, err
 	}
-	if !ofi.Mode().IsRegular() {
-		return 0, fmt.Errorf("in the volume it is not a regular file (%s)", ofi.Mode().Type())
-	}
-	offset := ofi.Size()
-	if err := writeJournal(work, appendJournal{File: rel, Offset: offset}); err != nil {
-		return 0, err
-	}
-	if err := mergeStep("journal", rel); err != nil {
-		return 0, err
-	}
-	n, err := io.Copy(io.NewOffsetWriter(out, offset), in)
-	if err != nil {
-		return n, err
-	}
-	if errors.Is(statErr, fs.ErrNotExist) {
-		created = true
+	if created {
 		chownLike(out, fi)
 		out.Chmod(fi.Mode().Perm()) // the umask left out
 	}
-	if err := out.Sync(); err != nil {
-		return n, err
-	}
-	if created {
-		return n, syncIn(droot, path.Dir(rel))
-	}
-	return n, nil
+	return out, n, created, nil
 }
 
-// newestFile puts the state file rel in the volume when the volume has no
-// copy or an older one (by modification time): a copy in the work
-// directory, with the same time, renamed over the target. It reports
-// whether it did. Run again after a crash it finds the copy as new and
-// leaves it.
-func newestFile(sroot, droot *os.Root, work, rel string) (int64, bool, error) {
+// newestCopy is a state file's copy in the work directory, written and
+// open, waiting to be synced and renamed over its target.
+type newestCopy struct {
+	tmp string
+	f   *os.File
+	n   int64
+}
+
+// copyIfNewer copies the state file rel to tmp in the work directory, with
+// its mode, owner and modification time, when the volume has no copy or an
+// older one (by modification time); nil when the volume's is as new.
+func copyIfNewer(sroot, droot *os.Root, work, rel, tmp string) (*newestCopy, error) {
 	in, err := sroot.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	defer in.Close()
 	fi, err := in.Stat()
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	if _, err := ensureParent(droot, rel); err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	if tfi, err := droot.Lstat(rel); err == nil {
 		if !tfi.Mode().IsRegular() {
-			return 0, false, fmt.Errorf("in the volume it is not a regular file (%s)", tfi.Mode().Type())
+			return nil, fmt.Errorf("in the volume it is not a regular file (%s)", kindOf(tfi.Mode()))
 		}
 		if !fi.ModTime().After(tfi.ModTime()) {
-			return 0, false, nil
+			return nil, nil
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return 0, false, fmt.Errorf("in the volume: %w", err)
+		return nil, fmt.Errorf("in the volume: %w", err)
 	}
-	const tmpName = "newest.tmp"
-	tmp := filepath.Join(work, tmpName)
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
+	p := filepath.Join(work, tmp)
+	out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
 	n, err := io.Copy(out, in)
 	if err == nil {
@@ -293,36 +431,28 @@ func newestFile(sroot, droot *os.Root, work, rel string) (int64, bool, error) {
 		err = out.Chmod(fi.Mode().Perm())
 	}
 	if err == nil {
-		err = os.Chtimes(tmp, time.Time{}, fi.ModTime())
-	}
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
+		err = os.Chtimes(p, time.Time{}, fi.ModTime())
 	}
 	if err != nil {
-		return 0, false, err
+		out.Close()
+		return nil, err
 	}
+	return &newestCopy{tmp: tmp, f: out, n: n}, nil
+}
+
+// renameInto renames tmp of the work directory over rel in the volume. The
+// parent is opened through the volume's root; renameat does not follow a
+// symlink in the last component, it replaces it.
+func renameInto(wd *os.File, tmp string, droot *os.Root, rel string) error {
 	pd, err := droot.Open(path.Dir(rel))
 	if err != nil {
-		return 0, false, fmt.Errorf("in the volume: %w", err)
+		return fmt.Errorf("in the volume: %w", err)
 	}
 	defer pd.Close()
-	wd, err := os.Open(work)
-	if err != nil {
-		return 0, false, err
+	if err := unix.Renameat(int(wd.Fd()), tmp, int(pd.Fd()), path.Base(rel)); err != nil {
+		return fmt.Errorf("in the volume: rename: %w", err)
 	}
-	defer wd.Close()
-	// The parent was opened through the volume's root; renameat does not
-	// follow a symlink in the last component, it replaces it.
-	if err := unix.Renameat(int(wd.Fd()), tmpName, int(pd.Fd()), path.Base(rel)); err != nil {
-		return 0, false, fmt.Errorf("in the volume: rename: %w", err)
-	}
-	if err := pd.Sync(); err != nil {
-		return 0, false, err
-	}
-	return n, true, nil
+	return nil
 }
 
 // ensureParent makes the directories of rel in the volume, reporting
@@ -372,15 +502,6 @@ func writeJournal(work string, j appendJournal) error {
 		return fmt.Errorf("merge journal: %w", err)
 	}
 	return syncDir(work)
-}
-
-// removeSynced removes a merged state file and syncs its directory, so the
-// removal is durable before the next file's journal is written.
-func removeSynced(root *os.Root, rel string) error {
-	if err := root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return syncIn(root, path.Dir(rel))
 }
 
 func syncIn(root *os.Root, dir string) error {

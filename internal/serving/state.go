@@ -242,6 +242,10 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 	syncDir(filepath.Dir(area))
 	d := m.clock.Now().Sub(began)
 	m.metrics.merge(ctl.name, st.Merge, d)
+	if res.Files == 0 && res.Kept == 0 && len(res.Skipped) == 0 && note == "" {
+		m.log.Debug("serving: replica left no state", "app", ctl.name, "replica", id)
+		return nil
+	}
 	why := fmt.Sprintf("%s: %d files, %d bytes of replica %s (revision %d) into volume %s", st.Merge, res.Files, res.Bytes,
 		id, meta.Revision, st.Volume)
 	if res.Kept > 0 {
