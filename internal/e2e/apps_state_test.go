@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,16 +35,6 @@ dir = "/state"
 `, name, boot+"; httpd -f -p 8080 -h /data & trap 'kill $!; exit' TERM; wait", state)
 }
 
-// events returns the app's events.
-func (d *daemon) events(app string) []api.Event {
-	d.t.Helper()
-	var evs []api.Event
-	if err := json.Unmarshal([]byte(d.must("events", "--app", app, "--output", "json")), &evs); err != nil {
-		d.t.Fatal(err)
-	}
-	return evs
-}
-
 // scaleDownAndMerge scales app to zero and waits until every replica in
 // ids has had its state merged; it returns the merge events.
 func (d *daemon) scaleDownAndMerge(app string, ids []string) []api.Event {
@@ -55,11 +44,11 @@ func (d *daemon) scaleDownAndMerge(app string, ids []string) []api.Event {
 	var merged []api.Event
 	waitFor(d.t, "every replica's state is merged", func() bool {
 		merged = merged[:0]
-		for _, e := range d.events(app) {
-			if e.Kind == "merge-failed" {
-				d.t.Fatalf("merge failed: %+v", e)
-			}
-			if e.Kind == "merge" && slices.Contains(ids, e.Replica) {
+		if failed := d.events(app, "merge-failed"); len(failed) > 0 {
+			d.t.Fatalf("merge failed: %+v", failed)
+		}
+		for _, e := range d.events(app, "merge") {
+			if slices.Contains(ids, e.Replica) {
 				merged = append(merged, e)
 			}
 		}
@@ -199,8 +188,8 @@ hook = ["sh", "-c", "echo no room >&2; exit 7"]`)
 	d.must("app", "scale", app, "--min", "0")
 	var failed api.Event
 	waitFor(t, "the hook fails", func() bool {
-		for _, e := range d.events(app) {
-			if e.Kind == "merge-failed" && e.Replica == id {
+		for _, e := range d.events(app, "merge-failed") {
+			if e.Replica == id {
 				failed = e
 				return true
 			}
@@ -244,10 +233,8 @@ func TestAppStateAppendDaemonKilledMidMerge(t *testing.T) {
 		b, _ := os.ReadDir(filepath.Join(state, "gone"))
 		return len(a)+len(b) == 0
 	})
-	for _, e := range d.events(app) {
-		if e.Kind == "merge-failed" {
-			t.Fatalf("merge failed: %+v", e)
-		}
+	if failed := d.events(app, "merge-failed"); len(failed) > 0 {
+		t.Fatalf("merge failed: %+v", failed)
 	}
 	for i := 0; i < files; i++ {
 		got := d.volumeFile(app, fmt.Sprintf("d/f%d.log", i))
