@@ -106,6 +106,28 @@ func TestSelfscaleExample(t *testing.T) {
 	if replicated == 0 || died < int(most.Load())-1 {
 		t.Fatalf("%d replicate and %d die calls for a peak of %d replicas", replicated, died, most.Load())
 	}
+	// Each replica that died had its access log merged into the logs
+	// volume: one line per request it answered, exactly once.
+	for _, e := range d.events("selfscale", "self") {
+		if !strings.HasPrefix(e.Reason, "die:") {
+			continue
+		}
+		waitFor(t, "the access log of "+e.Replica+" is merged", func() bool {
+			for _, m := range d.events("selfscale", "merge") {
+				if m.Replica == e.Replica {
+					return true
+				}
+			}
+			return false
+		})
+		b, err := os.ReadFile(filepath.Join(d.dataDir, "apps", "selfscale", "volumes", "logs", "access.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.Count(string(b), " "+e.Replica+" GET "), high.by[e.Replica]+low.by[e.Replica]; got != want {
+			t.Fatalf("the merged access log has %d lines of %s, which answered %d requests", got, e.Replica, want)
+		}
+	}
 	t.Logf("peak %d replicas; %d requests in the step, %d at low load, none failed; %d replicate and %d die calls; left %s",
 		most.Load(), high.n, low.n, replicated, died, a.Replicas[0].ID)
 }
