@@ -200,6 +200,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.openServing(ctx); err != nil {
 		return err
 	}
+	d.removeUnownedReplicas(ctx, adopted)
 	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
 		if err := runtime.CrunUsable(ctx); err != nil {
 			note := fmt.Sprintf("using runc because crun is not usable here (%v)", err)

@@ -2,12 +2,16 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/store"
 )
 
 // A container the daemon has no record of when it restarts after a crash
@@ -96,4 +100,40 @@ func cgroupDirs(t *testing.T, pid int) []string {
 		}
 	}
 	return dirs
+}
+
+// A replica container whose record the store lost (the daemon died before
+// writing it) is an orphan too: the next daemon removes it, and the app
+// gets a replica of its own.
+func TestDaemonKillRemovesUnrecordedReplica(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	d.deploy(strings.Replace(manifest("1m", "10m"), "min = 0", "min = 1", 1))
+	a := d.waitApp("hello", "a ready replica", func(a api.App) bool { return a.Ready == 1 })
+	id, pid := a.Replicas[0].ID, a.Replicas[0].Pid
+	d.stop(syscall.SIGKILL)
+	st, err := store.OpenBolt(filepath.Join(d.dataDir, "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(context.Background(), store.ReplicaKey("hello", id)); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	d.start()
+	if !gone(pid) {
+		t.Fatalf("replica %s (pid %d) with no record still runs after the restart", id, pid)
+	}
+	a = d.waitApp("hello", "a new ready replica", func(a api.App) bool { return a.Ready == 1 })
+	if a.Replicas[0].ID == id {
+		t.Fatalf("the unrecorded replica %s is listed again: %+v", id, a.Replicas)
+	}
+	for _, r := range d.ps() {
+		if r.ID == id {
+			t.Fatalf("ps -a lists the removed replica container: %+v", r)
+		}
+	}
+	if code, _, rep := get(t, d.proxyAddr(), "hello", "/"); code != 200 || rep == id {
+		t.Fatalf("request after the restart: %d from %q", code, rep)
+	}
 }

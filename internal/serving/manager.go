@@ -260,6 +260,26 @@ func (m *Manager) Activate(app string) {
 	}
 }
 
+// Owns reports whether replica id belongs to one of this node's apps.
+// A replica container nobody owns after Start lost its record.
+func (m *Manager) Owns(id string) bool {
+	m.mu.Lock()
+	ctls := make([]*appCtl, 0, len(m.apps))
+	for _, ctl := range m.apps {
+		ctls = append(ctls, ctl)
+	}
+	m.mu.Unlock()
+	for _, ctl := range ctls {
+		ctl.mu.Lock()
+		_, ok := ctl.reps[id]
+		ctl.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (m *Manager) app(name string) *appCtl {
 	m.mu.Lock()
 	defer m.mu.Unlock()

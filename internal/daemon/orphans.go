@@ -1,0 +1,30 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// removeUnownedReplicas removes the replica containers the runtime adopted
+// that no app claims once serving has started: their replica record was
+// lost (the daemon died between starting the container and writing it) or
+// their app is gone. Nothing else would ever stop them or release their
+// network namespace.
+func (d *Daemon) removeUnownedReplicas(ctx context.Context, adopted []*runtime.Container) {
+	for _, c := range adopted {
+		if c.Labels[labelKind] != "replica" || d.apps.Owns(c.ID) {
+			continue
+		}
+		d.log.Warn("removing a replica container no app has a record of", "container", c.ID, "pid", c.Pid)
+		if err := d.rt.Delete(ctx, c.ID); err != nil {
+			d.log.Error("remove replica container", "container", c.ID, "err", err)
+			continue
+		}
+		if att, ok := d.net.Lookup(c.ID); ok {
+			if err := d.net.Release(ctx, att); err != nil {
+				d.log.Warn("release replica network", "container", c.ID, "err", err)
+			}
+		}
+	}
+}
