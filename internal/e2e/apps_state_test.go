@@ -54,6 +54,9 @@ func (d *daemon) scaleDownAndMerge(app string, ids []string) []api.Event {
 		}
 		return len(merged) == len(ids)
 	})
+	for _, e := range merged {
+		d.t.Logf("merge of %s: %v files, %v bytes in %.1f ms", e.Replica, e.Inputs["files"], e.Inputs["bytes"], e.Inputs["seconds"]*1000)
+	}
 	state := filepath.Join(d.dataDir, "apps", app, "state")
 	for _, sub := range []string{"live", "gone"} {
 		if ents, _ := os.ReadDir(filepath.Join(state, sub)); len(ents) != 0 {
