@@ -103,7 +103,10 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		c, err := m.o.Runtime.Get(rec.ID)
 		alive := err == nil && c.Status != runtime.StatusStopped && rec.State != StateFailed &&
 			rec.State != StateStopped && rec.State != StateDraining && rec.Addr != ""
+		// The replicas adopted so far are at work already.
+		ctl.mu.Lock()
 		ctl.reps[rec.ID] = r
+		ctl.mu.Unlock()
 		m.addToken(rec.TokenHash, ctl.name, rec.ID)
 		if !alive {
 			r.stopping, r.busy = true, true
@@ -116,7 +119,9 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		exited := make(chan struct{})
 		go ctl.watch(r, exited)
 		if c.Status == runtime.StatusPaused {
+			ctl.mu.Lock()
 			r.rec.State, r.frozenAt = StateFrozen, now
+			ctl.mu.Unlock()
 			go ctl.healthLoop(r, exited)
 			continue
 		}
@@ -136,12 +141,14 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			continue
 		}
 		// Running: back in the route table once it answers.
+		ctl.mu.Lock()
 		r.busy = true
 		r.rec.State = StateStarting
 		cfg := ctl.rec.Config
 		if c, _, err := ctl.configOf(r.rec.Revision); err == nil {
 			cfg = c
 		}
+		ctl.mu.Unlock()
 		go func() {
 			if err := ctl.waitReady(r, cfg, exited); err != nil {
 				if err != errExitedEarly && m.ctx.Err() == nil {
