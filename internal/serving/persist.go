@@ -192,10 +192,12 @@ func (ctl *appCtl) probeAdopted(as []adoptee) {
 		if !as[i].wasReady {
 			continue
 		}
+		ctl.mu.Lock() // the replicas adopted are at work already
 		cfg := ctl.rec.Config
 		if c, _, err := ctl.configOf(as[i].r.rec.Revision); err == nil {
 			cfg = c
 		}
+		ctl.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -204,6 +206,8 @@ func (ctl *appCtl) probeAdopted(as []adoptee) {
 	}
 	wg.Wait()
 	now := ctl.m.clock.Now()
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
 	for _, a := range as {
 		if a.ready {
 			a.r.closed = false
