@@ -95,15 +95,21 @@ func TestAppStateAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(vol, "access.log"), []byte("before\n"), 0o644)
-	d.deploy(stateApp(app, `mkdir -p /state/log; for i in 1 2 3 4 5; do echo "$SHOAL_REPLICA line $i" >> /state/log/access.log; done`,
+	// Each replica also plants a symlink out of its state, which the merge
+	// must not follow.
+	d.deploy(stateApp(app, `mkdir -p /state/log; for i in 1 2 3 4 5; do echo "$SHOAL_REPLICA line $i" >> /state/log/access.log; done; ln -s /etc/passwd /state/log/passwd`,
 		`merge = "append"`))
 	a := d.waitApp(app, "three ready replicas", func(a api.App) bool { return a.Ready == 3 })
 	ids := replicaIDs(a)
 	merged := d.scaleDownAndMerge(app, ids)
 	for _, e := range merged {
-		if e.Inputs["files"] != 1 || e.Inputs["bytes"] != float64(5*len(e.Replica+" line 1\n")) {
+		if e.Inputs["files"] != 1 || e.Inputs["bytes"] != float64(5*len(e.Replica+" line 1\n")) ||
+			e.Inputs["skipped"] != 1 || !strings.Contains(e.Reason, "log/passwd (symlink)") {
 			t.Errorf("merge event %+v", e)
 		}
+	}
+	if _, err := os.Lstat(filepath.Join(vol, "passwd")); err == nil {
+		t.Fatal("a replica's symlink reached the volume")
 	}
 	log := d.volumeFile(app, "log/access.log")
 	if !strings.HasPrefix(log, "before\n") || strings.Count(log, "\n") != 1+3*5 {
