@@ -202,6 +202,18 @@ func (ctl *appCtl) serving() int {
 	return n
 }
 
+// halted counts the replicas halted at their own request that still run.
+// ctl.mu is held.
+func (ctl *appCtl) halted() int {
+	n := 0
+	for _, r := range ctl.reps {
+		if r.rec.State == StateHalted && !r.stopping {
+			n++
+		}
+	}
+	return n
+}
+
 func selfReplica(r *replica) appapi.Replica {
 	return appapi.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Addr: r.rec.Addr}
 }
@@ -215,10 +227,12 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		ctl.mu.Unlock()
 		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s", c.Replica, r.rec.State)
 	}
-	n := ctl.serving()
-	if n >= ctl.rec.Max {
+	// Halted replicas still run: they count toward max, or an app could
+	// halt and replicate its way past it.
+	n, h := ctl.serving(), ctl.halted()
+	if n+h >= ctl.rec.Max {
 		ctl.mu.Unlock()
-		return appapi.Result{}, appapi.Refuse("max", "app %s already runs %d replica(s), its max is %d", c.App, n, ctl.rec.Max)
+		return appapi.Result{}, appapi.Refuse("max", "app %s already runs %d replica(s) (%d serving, %d halted), its max is %d", c.App, n+h, n, h, ctl.rec.Max)
 	}
 	now := ctl.m.clock.Now()
 	// One more of the caller's revision while it takes traffic (a traffic
@@ -389,20 +403,22 @@ func (ctl *appCtl) lowerFloor(n int) {
 	ctl.floor = max(min(ctl.floor, n), 0)
 }
 
-// applyFloor raises the autoscaler's want to what the app asked for. The
+// applyFloor raises the autoscaler's want to what the app asked for; the
 // app's request lapses once the app has had no request for idle_timeout
-// since it was made. ctl.mu is held.
+// since it was made. Halted replicas count toward max, so the want is
+// capped at max less them. ctl.mu is held.
 func (ctl *appCtl) applyFloor(now time.Time, load Load, want int, reason string) (int, string) {
-	if ctl.floor == 0 {
-		return want, reason
+	if ctl.floor > 0 {
+		idle := ctl.rec.Config.Scale.IdleTimeout.Duration
+		if load.InFlight == 0 && now.Sub(ctl.floorAt) >= idle && now.Sub(load.LastRequest) >= idle {
+			ctl.floor = 0
+		} else if ctl.floor > want {
+			want, reason = ctl.floor, fmt.Sprintf("the app asked for %d replica(s) through its self API (autoscaler: %s)", ctl.floor, reason)
+		}
 	}
-	idle := ctl.rec.Config.Scale.IdleTimeout.Duration
-	if load.InFlight == 0 && now.Sub(ctl.floorAt) >= idle && now.Sub(load.LastRequest) >= idle {
-		ctl.floor = 0
-		return want, reason
-	}
-	if ctl.floor > want {
-		return ctl.floor, fmt.Sprintf("the app asked for %d replica(s) through its self API (autoscaler: %s)", ctl.floor, reason)
+	if h := ctl.halted(); h > 0 && want > ctl.rec.Max-h {
+		want = max(ctl.rec.Max-h, 0)
+		reason = fmt.Sprintf("%s; %d halted replica(s) count toward max %d", reason, h, ctl.rec.Max)
 	}
 	return want, reason
 }

@@ -203,3 +203,29 @@ func TestSelfMetricScales(t *testing.T) {
 	// the app shrinks back to min.
 	h.advanceUntil("back to one replica", 2*time.Second, func() bool { return len(h.replicas()[StateReady]) == 1 })
 }
+
+// Halted replicas still run, so they count toward max: an app cannot halt
+// and replicate its way past it, and the autoscaler keeps to what is left.
+func TestSelfHaltedCountTowardMax(t *testing.T) {
+	h := newSelfHarness(t)
+	h.deploy("min = 1\nmax = 2\ntarget_concurrency = 1")
+	h.wait("one replica", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	first := h.replicas()[StateReady][0]
+	res, err := h.m.SelfAPI().Replicate(context.Background(), h.caller(first), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.SelfAPI().Halt(context.Background(), h.caller(res.Replica.ID)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.m.SelfAPI().Replicate(context.Background(), h.caller(first), true)
+	refusal(t, err, "max")
+	// Load that wants both replicas gets only the one max leaves.
+	h.r.setLoad(Load{InFlight: 10, LastRequest: h.clock.Now()})
+	for i := 0; i < 20; i++ {
+		h.advance(tick)
+	}
+	if got := h.replicas(); len(got[StateReady]) != 1 || len(got[StateHalted]) != 1 || len(got) != 2 {
+		t.Fatalf("max 2 with one halted replica under load: %v", got)
+	}
+}
