@@ -120,6 +120,8 @@ func TestAppBadInput(t *testing.T) {
 		{"name = \"x\"\nimage = \"hello:1\"\n[scale]\nmin = 5\nmax = 2\n", "scale"},
 		{"name = \"Bad_Name\"\nimage = \"hello:1\"\n", "name"},
 		{"name = \"x\"\nimage = \"nosuch:1\"\n", "image"},
+		{"name = \"x\"\nimage = \"hello:1\"\n[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/state\"\nmerge = \"append\"\n", "state.volume"},
+		{"name = \"x\"\nimage = \"hello:1\"\n[volumes]\na = \"/a\"\n[state]\ndir = \"/state\"\nmerge = \"hook\"\n", "state.hook"},
 	} {
 		r := d.shoal("app", "deploy", "-f", write("bad.toml", c.manifest))
 		if r.code != 2 || !strings.Contains(r.stderr, c.field) {
