@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
@@ -136,8 +137,7 @@ func (ctl *appCtl) mergeLoop() {
 	retries := map[string]*retry{}
 	for ctx.Err() == nil {
 		var wait time.Duration
-		ents, _ := os.ReadDir(ctl.stateDir("gone"))
-		sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+		ents := retiredAreas(ctl.stateDir("gone"))
 		for _, e := range ents {
 			ctl.mu.Lock()
 			deleting := ctl.deleting
@@ -295,4 +295,24 @@ func stateFiles(dir string) (files int, bytes int64, skipped []string) {
 		return nil
 	})
 	return files, bytes, skipped
+}
+
+// retiredAreas lists the state areas under gone in the order they were
+// retired (the rename that moved each set its change time), so that
+// appended logs follow one another as their replicas did.
+func retiredAreas(gone string) []os.DirEntry {
+	ents, _ := os.ReadDir(gone)
+	at := make(map[string]int64, len(ents))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				at[e.Name()] = st.Ctim.Nano()
+			}
+		}
+	}
+	sort.SliceStable(ents, func(i, j int) bool {
+		a, b := at[ents[i].Name()], at[ents[j].Name()]
+		return a < b || (a == b && ents[i].Name() < ents[j].Name())
+	})
+	return ents
 }
