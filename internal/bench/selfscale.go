@@ -195,9 +195,13 @@ func (e *servingEnv) replicate(ctx context.Context, rep *Report) error {
 				return err
 			}
 		}
-		return e.waitFor(ctx, "rep-thaw", 30*time.Second, "at one ready and one frozen replica", func(a api.App) bool {
+		if err := e.waitFor(ctx, "rep-thaw", 30*time.Second, "at one ready and one frozen replica", func(a api.App) bool {
 			return a.Ready == 1 && countState(a, "frozen") == 1 && len(a.Replicas) == 2
-		})
+		}); err != nil {
+			return err
+		}
+		settle(ctx, settleIdle, settleWindow, settleMax)
+		return nil
 	}
 	// Before a cold run: one ready replica only (the other asked to die).
 	oneOnly := func(ctx context.Context) error {
@@ -219,9 +223,15 @@ func (e *servingEnv) replicate(ctx context.Context, rep *Report) error {
 				break
 			}
 		}
-		return e.waitFor(ctx, "rep-start", 30*time.Second, "at one replica", func(a api.App) bool {
+		if err := e.waitFor(ctx, "rep-start", 30*time.Second, "at one replica", func(a api.App) bool {
 			return a.Ready == 1 && len(a.Replicas) == 1
-		})
+		}); err != nil {
+			return err
+		}
+		// The dead replica's namespace is released in the background
+		// (iptables work); let the host settle first.
+		settle(ctx, settleIdle, settleWindow, time.Second)
+		return nil
 	}
 	seq := 0
 	cold := func(ctx context.Context, _ int) (float64, error) {
