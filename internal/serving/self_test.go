@@ -229,3 +229,17 @@ func TestSelfHaltedCountTowardMax(t *testing.T) {
 		t.Fatalf("max 2 with one halted replica under load: %v", got)
 	}
 }
+
+// Without the self API (--self-api-port -1), replicas get neither URL nor
+// token, and their records no hash.
+func TestSelfOff(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1")
+	h.wait("one replica", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	c, _ := h.rt.get(h.replicas()[StateReady][0])
+	for _, e := range c.spec.Env {
+		if strings.HasPrefix(e, "SHOAL_API_URL=") || strings.HasPrefix(e, "SHOAL_TOKEN=") {
+			t.Fatalf("a replica without the self API has %s", e)
+		}
+	}
+}
