@@ -79,6 +79,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		self := &appapi.Server{Platform: m.SelfAPI(), Events: m, Logger: d.log, Clock: clock.Real{}}
 		d.serveSelf(selfL, self.Handler())
 		d.log.Info("self API listening for replicas", "url", selfURL)
+		d.notes = append(d.notes, "self API for replicas at "+selfURL+" (on the bridge gateway; $SHOAL_API_URL)")
 	}
 	if err := m.Start(ctx); err != nil {
 		return err
