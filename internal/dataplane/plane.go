@@ -37,6 +37,10 @@ const (
 	logFile       = "proxy.log"
 )
 
+// logMax is the size of the proxy's log over which a new proxy process
+// starts a fresh one.
+const logMax = 4 << 20
+
 // stopGrace bounds the drain of a proxy whose daemon stops gracefully.
 const stopGrace = 5 * time.Second
 
@@ -175,6 +179,10 @@ func (pl *Plane) start(addr string) error {
 	}
 	defer cf.Close()
 	logPath := filepath.Join(pl.o.RunDir, logFile)
+	if fi, err := os.Stat(logPath); err == nil && fi.Size() > logMax {
+		// The run dir is often a tmpfs: one older log is kept.
+		os.Rename(logPath, logPath+".1")
+	}
 	out, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("proxy log %s: %w", logPath, err)
