@@ -23,13 +23,13 @@ import (
 	"github.com/shoal-run/shoal/internal/proxy"
 )
 
-// loadMaxAge is how old the load of every app, fetched in one call, may be
-// when an app's load is asked for. Controllers ask every 100 ms per active
-// app; one call serves them all.
+// loadMaxAge is how old the load of every app, read in one call, may be
+// before it is read again. Controllers ask every 100 ms per active app; one
+// call serves them all.
 const loadMaxAge = 40 * time.Millisecond
 
-// loadBatchAfter: when no load was read for this long, one app's is read
-// alone rather than every app's.
+// loadBatchAfter: a snapshot of every app's load older than this is not
+// used; the app asked for is read alone.
 const loadBatchAfter = time.Second
 
 // callTimeout bounds a control call other than wait-idle.
@@ -49,10 +49,11 @@ type Client struct {
 	routes map[string]proxy.Route // by app, lower case
 	broken atomic.Bool            // a change failed to reach the proxy
 
-	loadMu  sync.Mutex
-	load    map[string]proxy.AppStats
-	loadAt  time.Time
-	loadErr error
+	loadMu     sync.Mutex
+	load       map[string]proxy.AppStats // every app's, read at loadAt
+	loadAt     time.Time
+	refreshing bool
+	loadErr    error
 }
 
 // NewClient returns a client of the control socket at path.
@@ -160,35 +161,54 @@ func (c *Client) Routes(ctx context.Context) ([]proxy.Route, error) {
 	return out, err
 }
 
-// Stats returns an app's counters. While controllers ask often (the load
-// of every app was read in the last second) they come from a snapshot of
-// every app's, read in one call and at most loadMaxAge old; otherwise (the
-// first ask after a quiet spell, such as the wake-up of a cold app) only
-// this app's are read. An unreachable proxy reports no load.
+// Stats returns an app's counters. While controllers ask often (a snapshot
+// of every app's, read in one call, is less than loadBatchAfter old) they
+// come from that snapshot, and one older than loadMaxAge is read again in
+// the background: no caller waits for the whole table. After a quiet spell
+// (the wake-up of a cold app, say) this app's are read alone, at once. An
+// unreachable proxy reports no load.
 func (c *Client) Stats(app string) proxy.AppStats {
 	app = strings.ToLower(app)
 	c.loadMu.Lock()
-	defer c.loadMu.Unlock()
 	age := time.Since(c.loadAt)
-	if age < loadMaxAge && c.load != nil {
-		return c.load[app]
-	}
-	if age >= loadBatchAfter {
-		var st proxy.AppStats
-		err := c.call(http.MethodGet, "/v1/load/"+url.PathEscape(app), nil, &st)
-		c.loadFailed(err)
-		// The next ask within loadBatchAfter reads every app's.
-		c.load, c.loadAt = nil, time.Now().Add(-loadMaxAge)
+	if c.load != nil && age < loadBatchAfter {
+		st := c.load[app]
+		if age >= loadMaxAge {
+			c.refreshLocked()
+		}
+		c.loadMu.Unlock()
 		return st
 	}
-	var all map[string]proxy.AppStats
-	err := c.call(http.MethodGet, "/v1/load", nil, &all)
-	c.loadFailed(err)
-	c.load, c.loadAt = all, time.Now()
-	return c.load[app]
+	c.refreshLocked()
+	c.loadMu.Unlock()
+	var st proxy.AppStats
+	c.loadFailed(c.call(http.MethodGet, "/v1/load/"+url.PathEscape(app), nil, &st))
+	return st
+}
+
+// refreshLocked reads every app's counters in the background unless a
+// read is under way. c.loadMu is held.
+func (c *Client) refreshLocked() {
+	if c.refreshing {
+		return
+	}
+	c.refreshing = true
+	go func() {
+		var all map[string]proxy.AppStats
+		err := c.call(http.MethodGet, "/v1/load", nil, &all)
+		c.loadFailed(err)
+		c.loadMu.Lock()
+		defer c.loadMu.Unlock()
+		c.refreshing = false
+		if err == nil {
+			c.load, c.loadAt = all, time.Now()
+		}
+	}()
 }
 
 func (c *Client) loadFailed(err error) {
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
 	if err != nil && c.loadErr == nil {
 		c.log.Warn("proxy: load not read", "err", err)
 	}

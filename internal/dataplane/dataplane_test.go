@@ -240,14 +240,51 @@ func BenchmarkControlCalls(b *testing.B) {
 	})
 	b.Run("LoadAll", func(b *testing.B) {
 		for b.Loop() {
-			c.loadAt = time.Now().Add(-loadMaxAge)
-			c.Stats("appa")
+			var all map[string]proxy.AppStats
+			if err := c.call(http.MethodGet, "/v1/load", nil, &all); err != nil || len(all) != 10 {
+				b.Fatal(err, len(all))
+			}
 		}
 	})
 	b.Run("LoadOne", func(b *testing.B) {
 		for b.Loop() {
-			c.loadAt = time.Time{}
-			c.Stats("appa")
+			var st proxy.AppStats
+			if err := c.call(http.MethodGet, "/v1/load/appa", nil, &st); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
+}
+
+// Load comes from one snapshot of every app while it is fresh; an old one
+// is read again in the background, and after a quiet spell the app asked
+// for is read alone.
+func TestStatsSnapshot(t *testing.T) {
+	s := serveInTest(t, "")
+	c := s.client
+	c.SetRoute(proxy.Route{App: "a", Endpoints: []proxy.Endpoint{{ID: "a-1", Addr: backend(t, "one")}}})
+	if st := c.Stats("a"); st.Requests != 0 {
+		t.Fatalf("first read: %+v", st)
+	}
+	// The first read started a snapshot of every app.
+	waitUntil(t, func() bool { c.loadMu.Lock(); defer c.loadMu.Unlock(); return c.load != nil && !c.refreshing })
+	s.get(t, "a")
+	c.loadMu.Lock()
+	c.loadAt = time.Now() // fresh: the snapshot answers
+	c.loadMu.Unlock()
+	if st := c.Stats("a"); st.Requests != 0 {
+		t.Fatalf("a fresh snapshot read again: %+v", st)
+	}
+	c.loadMu.Lock()
+	c.loadAt = time.Now().Add(-loadMaxAge) // old: answers, and is read again
+	c.loadMu.Unlock()
+	c.Stats("a")
+	waitUntil(t, func() bool { return c.Stats("a").Requests == 1 })
+	c.loadMu.Lock()
+	c.loadAt = time.Now().Add(-loadBatchAfter) // too old: the app is read alone
+	c.loadMu.Unlock()
+	s.get(t, "a")
+	if st := c.Stats("a"); st.Requests != 2 {
+		t.Fatalf("after a quiet spell: %+v", st)
+	}
 }
