@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
@@ -220,6 +221,8 @@ func (e *cliEnv) close(ctx context.Context) error {
 			}
 		}
 	}
+	// A daemon that had to be killed leaves its proxy process running.
+	dataplane.StopStale(ctx, e.runDir, slog.New(slog.DiscardHandler))
 	rt, err := runtime.New(ctx, runtime.Options{
 		Root:        filepath.Join(e.dataDir, "containers"),
 		RuntimeRoot: filepath.Join(e.runDir, "runc"),
