@@ -85,6 +85,7 @@ func Resilience(ctx context.Context, o Options) (_ *Report, retErr error) {
 		subject(rsKill, "kill -KILL <pid of a ready replica>; until a new replica answers through the proxy", e.killOnce),
 		subject(rsRollout, "shoal app deploy -f shoal.toml (new [env]); until 3 new replicas answer and no old one serves", e.rolloutOnce),
 		subject(rsRollback, "shoal app rollback APP; until requests reach the previous revision only", e.rollbackOnce),
+		subject(rsDaemon, "kill -KILL <daemon pid>; shoal daemon (same folders); until both replicas are listed ready again", e.daemonKillOnce),
 	})
 	if err != nil {
 		return rep, fmt.Errorf("resilience: %w", err)
@@ -93,6 +94,7 @@ func Resilience(ctx context.Context, o Options) (_ *Report, retErr error) {
 		side[name] = rs[min(warmup, len(rs)):]
 	}
 	e.renderResilience(rep, rows, side)
+	e.daemonKillNote(rep, rows, side)
 	return rep, nil
 }
 

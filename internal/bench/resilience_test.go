@@ -10,8 +10,8 @@ func init() { quickChecks["resilience"] = checkQuickResilience }
 // measured, with its failed requests, and that the targets are there.
 func checkQuickResilience(t *testing.T, rep *Report, _ string) {
 	must := map[string][]string{
-		"Under load: until traffic is served as it should be": {rsKill},
-		"Failed requests during each":                         {rsKill},
+		"Under load: until traffic is served as it should be": {rsKill, rsDaemon},
+		"Failed requests during each":                         {rsKill, rsDaemon},
 	}
 	seen := map[string]bool{}
 	for _, tab := range rep.Tables() {

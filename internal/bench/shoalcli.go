@@ -34,6 +34,7 @@ type cliEnv struct {
 	host    string // SHOAL_HOST
 	sock    string
 	logPath string
+	args    []string // of `shoal daemon`
 	daemon  *exec.Cmd
 	exited  chan struct{}
 	http    *http.Client
@@ -52,7 +53,7 @@ func startDaemon(ctx context.Context, bin, dir string) (*cliEnv, error) {
 
 // startDaemonOn starts `shoal daemon` on network n and waits until
 // /v1/health answers.
-func startDaemonOn(ctx context.Context, bin, dir string, n daemonNet) (_ *cliEnv, retErr error) {
+func startDaemonOn(ctx context.Context, bin, dir string, n daemonNet) (*cliEnv, error) {
 	e := &cliEnv{
 		net:     n,
 		bin:     bin,
@@ -71,23 +72,48 @@ func startDaemonOn(ctx context.Context, bin, dir string, n daemonNet) (_ *cliEnv
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("shoal daemon: %w", err)
 	}
-	logFile, err := os.Create(e.logPath)
-	if err != nil {
-		return nil, fmt.Errorf("shoal daemon log: %w", err)
-	}
-	defer logFile.Close()
-	args := []string{"daemon", "--data-dir", e.dataDir, "--run-dir", e.runDir, "--api", e.host,
+	e.args = []string{"daemon", "--data-dir", e.dataDir, "--run-dir", e.runDir, "--api", e.host,
 		"--runtime", "runc", "--bridge", n.bridge, "--subnet", n.subnet, "--cgroup-parent", n.cgroupParent,
 		"--log-level", "debug", "--log-format", "json"}
 	if help, _ := exec.CommandContext(ctx, bin, "daemon", "--help").CombinedOutput(); bytes.Contains(help, []byte("--proxy")) {
-		args = append(args, "--proxy", "127.0.0.1:0")
+		e.args = append(e.args, "--proxy", "127.0.0.1:0")
 	}
-	e.daemon = exec.Command(bin, args...)
+	if err := e.launch(ctx, os.O_TRUNC); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// restart stops the daemon with sig (SIGKILL: a crash), waits for it to
+// exit, and starts it again on the same folders; it returns once the new
+// daemon answers /v1/health.
+func (e *cliEnv) restart(ctx context.Context, sig syscall.Signal) error {
+	e.daemon.Process.Signal(sig)
+	select {
+	case <-e.exited:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("shoal daemon did not exit on %s", sig)
+	}
+	e.exited = make(chan struct{})
+	return e.launch(ctx, os.O_APPEND)
+}
+
+// launch starts the daemon with e.args, its output going to e.logPath
+// (truncated or appended to, by flag), and waits until /v1/health
+// answers. A daemon that does not come up is stopped and cleaned up.
+func (e *cliEnv) launch(ctx context.Context, flag int) (retErr error) {
+	logFile, err := os.OpenFile(e.logPath, os.O_WRONLY|os.O_CREATE|flag, 0o644)
+	if err != nil {
+		return fmt.Errorf("shoal daemon log: %w", err)
+	}
+	defer logFile.Close()
+	e.daemon = exec.Command(e.bin, e.args...)
 	e.daemon.Stdout, e.daemon.Stderr = logFile, logFile
 	if err := e.daemon.Start(); err != nil {
-		return nil, fmt.Errorf("start %s daemon: %w", bin, err)
+		return fmt.Errorf("start %s daemon: %w", e.bin, err)
 	}
-	go func() { e.daemon.Wait(); close(e.exited) }()
+	cmd, exited := e.daemon, e.exited
+	go func() { cmd.Wait(); close(exited) }()
 	defer func() {
 		if retErr != nil {
 			e.close(context.WithoutCancel(ctx))
@@ -96,24 +122,23 @@ func startDaemonOn(ctx context.Context, bin, dir string, n daemonNet) (_ *cliEnv
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		select {
-		case <-e.exited:
-			return nil, fmt.Errorf("shoal daemon exited at start: %s", tail(e.logPath, 10))
+		case <-exited:
+			return fmt.Errorf("shoal daemon exited at start: %s", tail(e.logPath, 10))
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		default:
 		}
 		if resp, err := e.get(ctx, "/v1/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				break
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("shoal daemon not healthy after 30s: %s", tail(e.logPath, 10))
+			return fmt.Errorf("shoal daemon not healthy after 30s: %s", tail(e.logPath, 10))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return e, nil
 }
 
 func (e *cliEnv) get(ctx context.Context, path string) (*http.Response, error) {
