@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -137,7 +138,9 @@ func setLinkUp(name string) error {
 func makeShared(dir string) (bound bool, err error) {
 	err = unix.Mount("", dir, "none", unix.MS_SHARED|unix.MS_REC, "")
 	if err == nil {
-		return false, nil
+		// A bind of dir onto itself that a daemon killed before it could
+		// undo it left: it is this manager's to undo now.
+		return selfBound(dir), nil
 	}
 	if !errors.Is(err, unix.EINVAL) {
 		return false, fmt.Errorf("state dir %s: make shared: %w", dir, err)
@@ -150,6 +153,29 @@ func makeShared(dir string) (bound bool, err error) {
 		return false, fmt.Errorf("state dir %s: make shared: %w", dir, err)
 	}
 	return true, nil
+}
+
+// selfBound reports whether the topmost mount at dir binds dir onto
+// itself: the same filesystem as the mount below it, showing the directory
+// dir is in it.
+func selfBound(dir string) bool {
+	ms, err := mountinfo.Self()
+	if err != nil {
+		return false
+	}
+	byID := make(map[int]mountinfo.Mount, len(ms))
+	var top *mountinfo.Mount
+	for i, m := range ms {
+		byID[m.ID] = m
+		if m.Point == dir {
+			top = &ms[i] // later lines are mounted on top
+		}
+	}
+	if top == nil || top.Root == "/" {
+		return false
+	}
+	parent, ok := byID[top.Parent]
+	return ok && parent.Dev == top.Dev && strings.HasSuffix(dir, top.Root)
 }
 
 // isMountPoint reports whether path is the mount point of an entry in

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // crash stops m's pool filler and forgets m without tearing anything
@@ -99,4 +101,26 @@ func TestRestoreRejectsForeignPath(t *testing.T) {
 	m := newManager(t, o)
 	err := m.Restore(context.Background(), map[string]string{"c": "/var/run/netns/other"})
 	mustInvalid(t, err, "netns path")
+}
+
+// A state dir still bound onto itself by a manager that was killed before
+// it closed is taken over: the next manager unbinds it when it closes idle.
+func TestLeftBindUndoneAtClose(t *testing.T) {
+	o := testOptions(t, 0)
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(o.StateDir, o.StateDir, "none", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := isMountPoint(o.StateDir); ok {
+		t.Fatalf("state dir %s still bound after Close", o.StateDir)
+	}
 }
