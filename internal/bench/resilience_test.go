@@ -6,12 +6,13 @@ import (
 
 func init() { quickChecks["resilience"] = checkQuickResilience }
 
-// checkQuickResilience checks that the replacement of a killed replica was
-// measured, with its failed requests, and that the targets are there.
+// checkQuickResilience checks that the replacement of a killed replica,
+// the rolling upgrade and the rollback were measured, with their failed
+// requests and the commands' times.
 func checkQuickResilience(t *testing.T, rep *Report, _ string) {
 	must := map[string][]string{
-		"Under load: until traffic is served as it should be": {rsKill, rsDaemon},
-		"Failed requests during each":                         {rsKill, rsDaemon},
+		"Under load: until traffic is served as it should be": {rsKill, rsRollout, rsRollback, rsDaemon, rsDeployCmd, rsRollbackCmd},
+		"Failed requests during each":                         {rsKill, rsRollout, rsRollback, rsDaemon},
 	}
 	seen := map[string]bool{}
 	for _, tab := range rep.Tables() {
