@@ -47,6 +47,8 @@ type appCtl struct {
 	failures   int                    // replicas that failed since one was last ready
 	strikes    int                    // failures since a replica last stayed up for stableAfter
 	backoff    time.Time              // no new replica before this
+	booting    int                    // replicas starting (startReplica until boot returns)
+	bootsDone  chan struct{}          // closed when booting drops to 0; nil when none waits
 	lastErr    string
 	lastLog    []string
 	desired    int
@@ -113,6 +115,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	if ctl.deleting {
+		ctl.clearRemains()
 		return 0
 	}
 	cfg := ctl.rec.Config
@@ -195,6 +198,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	surge := ctl.rolloutStep(now, sets, weights, active, load)
 	weights = ctl.weights() // a rollout that ended moved the traffic
 	ctl.retire(now, sets, weights, surge)
+	ctl.clearRemains() // after the starts above
 
 	if load.InFlight > 0 {
 		return tick

@@ -86,27 +86,6 @@ func TestReplicaLogsCappedAndPruned(t *testing.T) {
 		t.Fatalf("logs --tail 2 after the rotation: %q, want %q", out.String(), want)
 	}
 
-	ids := []string{first}
-	for i := 0; i < 8; i++ {
-		old := ids[len(ids)-1]
-		h.rt.exit(old, 1)
-		// The first replica served for longer than the back-off and is
-		// replaced at once; the others crash as soon as they are ready.
-		h.wait("the crash is seen", func() bool {
-			_, err := h.rt.get(old)
-			r := h.replicas()
-			return err != nil && (len(r[StateFailed]) == 1 || len(r[StateReady]) == 1 && r[StateReady][0] != old)
-		})
-		h.advance(time.Minute) // past the back-off
-		h.wait("a new replica", func() bool {
-			r := h.replicas()[StateReady]
-			return len(r) == 1 && r[0] != old
-		})
-		ids = append(ids, h.replicas()[StateReady][0])
-	}
-	// ids[8] runs; ids[7] failed last and was listed at the last prune;
-	// of the ones gone then, ids[2:7] are the five most recent.
-	want := slices.Sorted(slices.Values(ids[2:]))
 	logs := func() []string {
 		var got []string
 		ents, _ := os.ReadDir(ctl.logDir())
@@ -115,6 +94,43 @@ func TestReplicaLogsCappedAndPruned(t *testing.T) {
 		}
 		return got
 	}
+	ids := []string{first}
+	for i := 0; i < 8; i++ {
+		old := ids[len(ids)-1]
+		h.rt.exit(old, 1)
+		newReady := func() bool {
+			r := h.replicas()[StateReady]
+			return len(r) == 1 && r[0] != old
+		}
+		if i == 0 {
+			// It served for longer than the back-off: replaced at once.
+			h.wait("the first replica is replaced", func() bool { _, err := h.rt.get(old); return err != nil && newReady() })
+		} else {
+			// The others crash as soon as they are ready (a crash loop):
+			// the removal prunes the logs while the crashed one is listed
+			// (failed), and of the i gone before it keeps the five most
+			// recent.
+			h.wait("the crash is seen", func() bool {
+				_, err := h.rt.get(old)
+				return err != nil && len(h.replicas()[StateFailed]) == 1
+			})
+			h.wait("the logs are pruned", func() bool {
+				n := 0
+				for _, name := range logs() {
+					if strings.HasSuffix(name, ".log") {
+						n++
+					}
+				}
+				return n == min(i, 5)+1
+			})
+			h.advance(time.Minute) // past the back-off
+			h.wait("a new replica", newReady)
+		}
+		ids = append(ids, h.replicas()[StateReady][0])
+	}
+	// ids[8] runs; ids[7] failed last and was listed at the last prune;
+	// of the ones gone then, ids[2:7] are the five most recent.
+	want := slices.Sorted(slices.Values(ids[2:]))
 	h.wait("old logs pruned", func() bool { return len(logs()) == len(want) })
 	for i, name := range logs() {
 		if name != want[i]+".log" {
