@@ -147,8 +147,9 @@ func (e *servingEnv) resilienceTargets(rep *Report, timeTab, failTab Table, side
 			ms(roll.Median), ms(roll.P99), pct(rollF.Max)))
 	}
 	if !math.IsNaN(back.Median) {
-		p = append(p, fmt.Sprintf("A rollback moved the traffic to the previous revision %s after the command was started (p99 %s), "+
-			"of which the CLI process itself took %s; %s of the requests failed in the worst run.",
+		p = append(p, fmt.Sprintf("A rollback moved the traffic to the previous revision %s after the command was started (p99 %s); "+
+			"the CLI command itself returned after %s (the route changes while the daemon handles the call, before the CLI has "+
+			"printed and exited). %s of the requests failed in the worst run.",
 			ms(back.Median), ms(back.P99), ms(timeTab.Median(rsRollbackCmd)), pct(backF.Max)))
 	}
 	if len(p) > 0 {
