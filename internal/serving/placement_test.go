@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/placement"
 )
 
@@ -86,5 +87,34 @@ func TestPlacementLeavesLargeReplicas(t *testing.T) {
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	if c := h.rt.cpuset(h.replicas()[StateReady][0]); c != "" {
 		t.Fatalf("a replica with max_cpu 2 pinned to %q", c)
+	}
+}
+
+// A restarted daemon's placer learns the CPUs of the replicas it adopts
+// from their records, so a new replica goes to another CPU.
+func TestPlacementSurvivesRestart(t *testing.T) {
+	h := newHarnessPlaced(t, 1<<40, fakeNet{}, placement.NewCPUs([]int{0, 1}, nil))
+	h.deploy("min = 1\nmax = 2", "[resources]\ncpu = 0.25\nmax_cpu = 1")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	first := h.replicas()[StateReady][0]
+	if c := h.rt.cpuset(first); c != "0" {
+		t.Fatalf("first replica pinned to %q, want 0", c)
+	}
+	fresh := placement.NewCPUs([]int{0, 1}, nil)
+	h.m.o.Placer = fresh
+	h.restart()
+	h.wait("adopted", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	if l := fresh.Load(); l[0] != 1 || l[1] != 0 {
+		t.Fatalf("the new placer's load after adoption: %v, want CPU 0 taken", l)
+	}
+	two := 2
+	if _, err := h.m.Scale(h.m.ctx, "hello", api.ScaleRequest{Min: &two, Max: &two}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("two ready", func() bool { return len(h.replicas()[StateReady]) == 2 })
+	for _, id := range h.replicas()[StateReady] {
+		if id != first && h.rt.cpuset(id) != "1" {
+			t.Fatalf("the second replica went to %q, want the free CPU 1", h.rt.cpuset(id))
+		}
 	}
 }
