@@ -114,3 +114,22 @@ func (x *asReplica) call(ctx context.Context, method, path, body string, v any) 
 }
 
 func (x *asReplica) close() { x.client.CloseIdleConnections() }
+
+// callPaced is call that waits and tries again, up to ten times, while the
+// app's self API rate limit refuses (as an app should). It returns how
+// long the last, answered attempt took.
+func (x *asReplica) callPaced(ctx context.Context, method, path, body string, v any) (time.Duration, int, error) {
+	for i := 0; ; i++ {
+		t0 := time.Now()
+		code, err := x.call(ctx, method, path, body, v)
+		d := time.Since(t0)
+		if code != http.StatusConflict || !strings.Contains(fmt.Sprint(err), `"reason":"rate"`) || i == 9 {
+			return d, code, err
+		}
+		select {
+		case <-ctx.Done():
+			return d, code, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
