@@ -63,6 +63,7 @@ func TestSelfReplicateHaltDieUnderLoad(t *testing.T) {
 	x := asReplica(t, a, second)
 	x.call(t, "POST", "/v1/self/halt", "").expect(t, "halt", 200, "")
 	a = d.waitApp("web", "the halted replica listed", func(a api.App) bool { return replicasIn(a, "halted") == 1 })
+	time.Sleep(100 * time.Millisecond) // requests sent before the halt finish
 	settled := s.answered(second)
 	time.Sleep(300 * time.Millisecond)
 	if n := s.answered(second); n != settled {
