@@ -272,3 +272,38 @@ func TestSecondProxyRefused(t *testing.T) {
 		t.Fatalf("the first daemon's proxy after the refusal: %d", code)
 	}
 }
+
+// A daemon stopped gracefully drains its proxy process: a request in flight
+// is answered, then the process exits and its control socket goes.
+func TestGracefulStopDrainsProxy(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("cpuburn")
+	d.deploy("name = \"burn\"\nimage = \"cpuburn:1\"\n[scale]\nmin = 1\n[resources]\ncpu = 1\n")
+	d.waitApp("burn", "ready", func(a api.App) bool { return a.Ready == 1 })
+	proxyAddr := d.proxyAddr()
+	slow := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+proxyAddr+"/?ms=1500", nil)
+		req.Host = "burn.localhost"
+		resp, err := client.Do(req)
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.Status
+	}()
+	d.waitApp("burn", "the slow request is in flight", func(a api.App) bool {
+		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
+	})
+	d.stop(syscall.SIGTERM)
+	if st := <-slow; st != "200 OK" {
+		t.Fatalf("the request in flight when the daemon stopped: %s", st)
+	}
+	if p := d.proxyProcs(); len(p) != 0 {
+		t.Fatalf("proxy processes after a graceful stop: %v", p)
+	}
+	if _, err := os.Stat(filepath.Join(d.runDir, "proxy.sock")); !os.IsNotExist(err) {
+		t.Fatalf("control socket after a graceful stop: %v", err)
+	}
+}
