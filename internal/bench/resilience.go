@@ -24,6 +24,7 @@ const (
 	rsKill     = "SIGKILL of 1 of 2 ready replicas"
 	rsRollout  = "rolling upgrade of 3 replicas"
 	rsRollback = "rollback to the previous revision"
+	rsCold     = "cold start of a replica beside the same load (baseline)"
 )
 
 // Steady time of the load loop before and after each disruption.
@@ -82,6 +83,7 @@ func Resilience(ctx context.Context, o Options) (_ *Report, retErr error) {
 		}}
 	}
 	rows, err := Measure(ctx, o, warmup, runs, []Subject{
+		subject(rsCold, "GET / of an app with min = 0 through the proxy, to the first byte, while the loop loads another app of 2 replicas", e.coldOnce),
 		subject(rsKill, "kill -KILL <pid of a ready replica>; until a new replica answers through the proxy", e.killOnce),
 		subject(rsRollout, "shoal app deploy -f shoal.toml (new [env]); until 3 new replicas answer and no old one serves", e.rolloutOnce),
 		subject(rsRollback, "shoal app rollback APP; until requests reach the previous revision only", e.rollbackOnce),
@@ -130,6 +132,39 @@ func (e *servingEnv) killOnce(ctx context.Context, app string) (float64, resRun,
 	l.end()
 	total, failed, first := l.counts()
 	return Millis(at.Sub(t0))[0], resRun{total: total, failed: failed, first: first}, nil
+}
+
+// coldOnce deploys app with two ready replicas, as killOnce does, and
+// app-cold with none; with the load loop on app it times a first request
+// to app-cold, which waits for a cold start: what a killed replica's
+// replacement cannot beat.
+func (e *servingEnv) coldOnce(ctx context.Context, app string) (float64, resRun, error) {
+	if err := e.deploy(ctx, app, "image = \"hello:1\"\n[scale]\nmin = 2\nmax = 2\n"); err != nil {
+		return 0, resRun{}, err
+	}
+	defer e.remove(context.WithoutCancel(ctx), app)
+	cold := app + "-cold"
+	if err := e.deploy(ctx, cold, "image = \"hello:1\"\n[scale]\nmin = 0\nmax = 1\n"); err != nil {
+		return 0, resRun{}, err
+	}
+	defer e.remove(context.WithoutCancel(ctx), cold)
+	ready, err := e.readyReplicas(ctx, app, 2)
+	if err != nil {
+		return 0, resRun{}, err
+	}
+	l, err := e.loadOn(ctx, app, ids(ready)...)
+	if err != nil {
+		return 0, resRun{}, err
+	}
+	defer l.end()
+	first, _, _, err := e.request(ctx, cold, "/")
+	if err != nil {
+		return 0, resRun{}, err
+	}
+	time.Sleep(rsAfter)
+	l.end()
+	total, failed, firstErr := l.counts()
+	return Millis(first)[0], resRun{total: total, failed: failed, first: firstErr}, nil
 }
 
 // readyReplicas waits until app has n ready replicas and returns them.

@@ -31,8 +31,9 @@ const (
 // published figures, and the paragraphs that read them.
 func (e *servingEnv) renderResilience(rep *Report, rows []Row, side map[string][]resRun) {
 	rep.Heading("Time to heal, roll out and roll back")
-	timeTab := Table{Title: "Under load: until traffic is served as it should be", Unit: "ms", Rows: rows,
-		Note: "*SIGKILL*: one of two ready replicas' process is killed from outside; timed until the first answer of a new " +
+	timeTab := Table{Title: "Under load: until traffic is served as it should be", Unit: "ms", Rows: rows, Baseline: rsCold,
+		Note: "*Cold start (baseline)*: the first request to an app with no replica, while the load loop runs on another app of " +
+			"two replicas: the start of one replica under the same load, which a replacement cannot beat. *SIGKILL*: one of two ready replicas' process is killed from outside; timed until the first answer of a new " +
 			"replica through the proxy. *Rolling upgrade*: a deploy of a new revision (another `GREETING`) of an app of three " +
 			"replicas; timed from the command until all three new replicas have answered and the status API (polled every 10 ms) " +
 			"shows no replica of the old revision ready, draining or starting. *Rollback*: after such an upgrade, `shoal app rollback`; " +
@@ -137,9 +138,10 @@ func (e *servingEnv) resilienceTargets(rep *Report, timeTab, failTab Table, side
 		p = append(p, fmt.Sprintf("A replica killed with SIGKILL was replaced and its successor answering through the proxy %s after the "+
 			"kill at the median (p99 %s): the death is seen at once through the replica's pidfd, it leaves the route table before "+
 			"anything else happens, and its replacement starts without a crash back-off because it had served for longer than the "+
-			"back-off; the time is mostly the cold start of the new replica. Of the load loop's requests, %s failed at the median "+
-			"and %s in the worst run (the ones in flight on the killed replica that the proxy could not retry; first failure seen: %s).",
-			ms(kill.Median), ms(kill.P99), pct(killF.Median), pct(killF.Max), firstFailure(side[rsKill])))
+			"back-off. That is %s the cold start of a replica under the same load (%s at the median): %s. Of the load loop's requests, %s failed at the median and %s in the worst run (the ones in flight on the killed "+
+			"replica that the proxy could not retry; first failure seen: %s).",
+			ms(kill.Median), ms(kill.P99), FormatRatio(timeTab.Ratio(rsKill, rsCold)), ms(timeTab.Median(rsCold)),
+			healingCost(timeTab), pct(killF.Median), pct(killF.Max), firstFailure(side[rsKill])))
 	}
 	if !math.IsNaN(roll.Median) {
 		p = append(p, fmt.Sprintf("A rolling upgrade of three replicas took %s (p99 %s) from the deploy command until all three new "+
@@ -155,6 +157,18 @@ func (e *servingEnv) resilienceTargets(rep *Report, timeTab, failTab Table, side
 	if len(p) > 0 {
 		rep.Para("%s", strings.Join(p, " "))
 	}
+}
+
+// healingCost says what a replacement costs beyond a cold start.
+func healingCost(t Table) string {
+	d := t.Median(rsKill) - t.Median(rsCold)
+	if math.IsNaN(d) {
+		return "no comparison in this run"
+	}
+	if d <= 0 || t.Overlap(rsKill, rsCold) != "" {
+		return "in this run the replacement cost no more than a cold start, within the noise"
+	}
+	return fmt.Sprintf("noticing the death and starting the replacement add %s to the cold start", FormatValue(d)+" ms")
 }
 
 // firstFailure is the first failure of any run, or "none".

@@ -11,7 +11,7 @@ func init() { quickChecks["resilience"] = checkQuickResilience }
 // requests and the commands' times.
 func checkQuickResilience(t *testing.T, rep *Report, _ string) {
 	must := map[string][]string{
-		"Under load: until traffic is served as it should be": {rsKill, rsRollout, rsRollback, rsDaemon, rsDeployCmd, rsRollbackCmd},
+		"Under load: until traffic is served as it should be": {rsCold, rsKill, rsRollout, rsRollback, rsDaemon, rsDeployCmd, rsRollbackCmd},
 		"Failed requests during each":                         {rsKill, rsRollout, rsRollback, rsDaemon},
 	}
 	seen := map[string]bool{}
