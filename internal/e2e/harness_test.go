@@ -83,6 +83,8 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	}
 	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.181.%d.0/24", n)
 	d.cgroup = fmt.Sprintf("/shoal-e2e-%d-%d", os.Getpid(), n)
+	// Registered first, so it runs last, even after a cleanup that failed.
+	t.Cleanup(d.noProxyLeft)
 	d.start()
 	t.Cleanup(func() {
 		d.stop(syscall.SIGTERM)
@@ -96,7 +98,6 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 			os.Remove(filepath.Join(r, d.cgroup))
 		}
 		d.cleanHost()
-		d.noProxyLeft()
 		if t.Failed() {
 			t.Logf("daemon log:\n%s", d.log.String())
 			if b, err := os.ReadFile(filepath.Join(d.runDir, "proxy.log")); err == nil {
