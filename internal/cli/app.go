@@ -236,10 +236,10 @@ func printAppStatus(w io.Writer, a api.App) {
 		if r.Pid > 0 {
 			pid = strconv.Itoa(r.Pid)
 		}
-		rows = append(rows, []string{r.ID, strconv.Itoa(r.Revision), r.State, pid, orDash(r.Addr),
+		rows = append(rows, []string{r.ID, strconv.Itoa(r.Revision), r.State, pid, orDash(r.Addr), orDash(r.CPUSet),
 			ago(r.StartedAt), strconv.Itoa(r.InFlight), orDash(r.Reason)})
 	}
-	table(w, []string{"ID", "REVISION", "STATE", "PID", "ADDR", "STARTED", "IN-FLIGHT", "REASON"}, rows)
+	table(w, []string{"ID", "REVISION", "STATE", "PID", "ADDR", "CPUS", "STARTED", "IN-FLIGHT", "REASON"}, rows)
 }
 
 func newAppScaleCmd(g *globals) *cobra.Command {

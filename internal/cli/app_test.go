@@ -107,7 +107,7 @@ var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 func appDaemon(t *testing.T) (string, *fakeApps) {
 	fa := &fakeApps{app: api.App{Name: "hello", Image: "hello:1", Revision: 2, Min: 0, Max: 10, State: "running", Ready: 1,
 		CreatedAt: t0, UpdatedAt: t0,
-		Replicas: []api.Replica{{ID: "hello-abc", Revision: 2, State: "ready", Pid: 4242, Addr: "10.77.0.5:8080", StartedAt: t0, InFlight: 3}}}}
+		Replicas: []api.Replica{{ID: "hello-abc", Revision: 2, State: "ready", Pid: 4242, Addr: "10.77.0.5:8080", CPUSet: "1", StartedAt: t0, InFlight: 3}}}}
 	fe := &fakeEvents{evs: []api.Event{
 		{Seq: 1, Time: t0, Kind: "scale", App: "hello", Reason: "cold start", Inputs: map[string]float64{"queued": 1}},
 		{Seq: 2, Time: t0, Kind: "state", App: "other", Replica: "other-x", Reason: "ready"},
@@ -161,7 +161,7 @@ func TestAppStatusAndLs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status: %d %s", code, errs)
 	}
-	for _, want := range []string{"ID", "REVISION", "STATE", "PID", "ADDR", "STARTED", "IN-FLIGHT", "REASON", "hello-abc", "ready", "4242", "10.77.0.5:8080"} {
+	for _, want := range []string{"ID", "REVISION", "STATE", "PID", "ADDR", "CPUS", "STARTED", "IN-FLIGHT", "REASON", "hello-abc", "ready", "4242", "10.77.0.5:8080"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
