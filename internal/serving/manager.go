@@ -290,13 +290,19 @@ func (m *Manager) app(name string) *appCtl {
 // is logged, never fatal, and never holds up the caller.
 func (m *Manager) emit(kind, app, replica, reason string, inputs map[string]float64) {
 	m.log.Info("serving: "+kind, "app", app, "replica", replica, "reason", reason)
+	m.queueEvent(api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
+}
+
+// queueEvent hands e to recordEvents; when the queue is full the event is
+// dropped, with a warning.
+func (m *Manager) queueEvent(e api.Event) {
 	if m.o.Events == nil {
 		return
 	}
 	select {
-	case m.evq <- api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs}:
+	case m.evq <- e:
 	default:
-		m.log.Warn("serving: event log is behind; event dropped", "kind", kind, "app", app)
+		m.log.Warn("serving: event log is behind; event dropped", "kind", e.Kind, "app", e.App)
 	}
 }
 

@@ -186,17 +186,7 @@ func appendFile(sroot, droot *os.Root, rel string) (*os.File, int64, bool, error
 func writeJournal(work string, j appendJournal) error {
 	b, _ := json.Marshal(j)
 	tmp := filepath.Join(work, journalName+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	err := writeSynced(tmp, b)
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(work, journalName))
 	}

@@ -103,19 +103,15 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	}
 	ctl.rec.Rollout.Ready = thawed
 	ctl.publish()
-	ctl.appDirty = false
-	val, err := json.Marshal(ctl.rec)
+	val, err := ctl.takeRecord()
 	ctl.mu.Unlock()
 	if err != nil {
-		return api.App{}, fmt.Errorf("app %q: %w", name, err)
+		return api.App{}, err
 	}
 	m.emit("rollback", name, "", fmt.Sprintf("revision %d rolled back to revision %d by request: %d replicas thawed, %d started",
 		from, to, thawed, started), map[string]float64{"thawed": float64(thawed), "started": float64(started)})
 	ctl.notify()
-	if _, err := m.o.Store.Put(ctx, store.AppKey(name), val); err != nil {
-		return api.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
-	}
-	return m.Get(ctx, name)
+	return m.storeApp(ctx, name, val)
 }
 
 // SetTraffic splits an app's requests between revisions by percent.
@@ -173,11 +169,10 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 	}
 	ctl.rec.Traffic, ctl.rec.Sticky, ctl.rec.Updated = ts, req.Sticky, m.clock.Now()
 	ctl.publish()
-	ctl.appDirty = false
-	val, err := json.Marshal(ctl.rec)
+	val, err := ctl.takeRecord()
 	ctl.mu.Unlock()
 	if err != nil {
-		return api.App{}, fmt.Errorf("app %q: %w", name, err)
+		return api.App{}, err
 	}
 	why := "traffic " + trafficString(ts)
 	if req.Sticky {
@@ -185,6 +180,23 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 	}
 	m.emit("traffic", name, "", why, nil)
 	ctl.notify()
+	return m.storeApp(ctx, name, val)
+}
+
+// takeRecord returns the app record as JSON, for a write the caller makes
+// itself rather than the writer. ctl.mu is held.
+func (ctl *appCtl) takeRecord() ([]byte, error) {
+	ctl.appDirty = false
+	val, err := json.Marshal(ctl.rec)
+	if err != nil {
+		return nil, fmt.Errorf("app %q: %w", ctl.name, err)
+	}
+	return val, nil
+}
+
+// storeApp writes the app record val of takeRecord and returns the app as
+// it is now. ctl.recMu is held, ctl.mu is not.
+func (m *Manager) storeApp(ctx context.Context, name string, val []byte) (api.App, error) {
 	if _, err := m.o.Store.Put(ctx, store.AppKey(name), val); err != nil {
 		return api.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
 	}

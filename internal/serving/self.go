@@ -118,14 +118,7 @@ func (m *Manager) SelfAPI() appapi.Platform { return selfAPI{m} }
 // call every second, and refusals are logged by the self API itself.
 func (m *Manager) Record(kind, app, replica, reason string, inputs map[string]float64) {
 	m.log.Debug("serving: "+kind, "app", app, "replica", replica, "reason", reason)
-	if m.o.Events == nil {
-		return
-	}
-	select {
-	case m.evq <- api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs}:
-	default:
-		m.log.Warn("serving: event log is behind; event dropped", "kind", kind, "app", app)
-	}
+	m.queueEvent(api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
 }
 
 type selfAPI struct{ m *Manager }
