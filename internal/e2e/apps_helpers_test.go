@@ -309,6 +309,24 @@ func (s *steady) end() {
 }
 
 // waitFor polls cond until it holds (at most a minute).
+// slowRequest sends GET /?ms=ms to app through the proxy in the
+// background; the channel gets the answer's status, or the error.
+func slowRequest(proxy, app string, ms int) <-chan string {
+	slow := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/?ms=%d", proxy, ms), nil)
+		req.Host = app + ".localhost"
+		resp, err := client.Do(req)
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.Status
+	}()
+	return slow
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)

@@ -204,18 +204,7 @@ cpu = 1
 `)
 	d.waitApp("burn", "ready", func(a api.App) bool { return a.Ready == 1 })
 	proxy := d.proxyAddr()
-	slow := make(chan string, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+"/?ms=2000", nil)
-		req.Host = "burn.localhost"
-		resp, err := client.Do(req)
-		if err != nil {
-			slow <- err.Error()
-			return
-		}
-		resp.Body.Close()
-		slow <- resp.Status
-	}()
+	slow := slowRequest(proxy, "burn", 2000)
 	d.waitApp("burn", "the slow request is in flight", func(a api.App) bool {
 		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
 	})

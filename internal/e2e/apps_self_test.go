@@ -95,14 +95,7 @@ func TestSelfReplicateHaltDieUnderLoad(t *testing.T) {
 // event.
 func TestSelfRefusals(t *testing.T) {
 	d := startDaemon(t)
-	d.exampleImage("hello")
-	d.deploy(strings.Replace(selfManifest, "%s", "2", 1))
-	a := d.waitApp("web", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
-	first := asReplica(t, a, readyIDs(a)[0])
-	ans := first.call(t, "POST", "/v1/self/replicate", "")
-	ans.expect(t, "replicate", 200, "")
-	a = d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
-	second := asReplica(t, a, ans.str("replica", "id"))
+	first, second := d.selfPair(t, 2)
 
 	first.call(t, "POST", "/v1/self/replicate", "").expect(t, "replicate beyond max", 409, "max")
 	forged := strings.Repeat("A", 43)
@@ -179,14 +172,7 @@ http = "/healthz"
 // out of the route, and the store never held the token itself.
 func TestSelfTokenSurvivesRestart(t *testing.T) {
 	d := startDaemon(t)
-	d.exampleImage("hello")
-	d.deploy(strings.Replace(selfManifest, "%s", "3", 1))
-	a := d.waitApp("web", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
-	first := asReplica(t, a, readyIDs(a)[0])
-	ans := first.call(t, "POST", "/v1/self/replicate", "")
-	ans.expect(t, "replicate", 200, "")
-	a = d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
-	second := asReplica(t, a, ans.str("replica", "id"))
+	first, second := d.selfPair(t, 3)
 	second.call(t, "POST", "/v1/self/halt", "").expect(t, "halt", 200, "")
 	d.waitApp("web", "the halted replica recorded", func(a api.App) bool { return replicasIn(a, "halted") == 1 })
 	time.Sleep(200 * time.Millisecond) // the record is written after the answer

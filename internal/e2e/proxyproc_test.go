@@ -281,18 +281,7 @@ func TestGracefulStopDrainsProxy(t *testing.T) {
 	d.deploy("name = \"burn\"\nimage = \"cpuburn:1\"\n[scale]\nmin = 1\n[resources]\ncpu = 1\n")
 	d.waitApp("burn", "ready", func(a api.App) bool { return a.Ready == 1 })
 	proxyAddr := d.proxyAddr()
-	slow := make(chan string, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+proxyAddr+"/?ms=1500", nil)
-		req.Host = "burn.localhost"
-		resp, err := client.Do(req)
-		if err != nil {
-			slow <- err.Error()
-			return
-		}
-		resp.Body.Close()
-		slow <- resp.Status
-	}()
+	slow := slowRequest(proxyAddr, "burn", 1500)
 	d.waitApp("burn", "the slow request is in flight", func(a api.App) bool {
 		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
 	})

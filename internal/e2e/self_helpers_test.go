@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +165,19 @@ func (d *daemon) events(app, kind string) []api.Event {
 		}
 	}
 	return out
+}
+
+// selfPair deploys selfManifest with max maxReplicas, waits for its one
+// replica and has it replicate itself; it returns the first replica and
+// the one it started, once both are ready.
+func (d *daemon) selfPair(t *testing.T, maxReplicas int) (first, second *inReplica) {
+	t.Helper()
+	d.exampleImage("hello")
+	d.deploy(strings.Replace(selfManifest, "%s", strconv.Itoa(maxReplicas), 1))
+	a := d.waitApp("web", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
+	first = asReplica(t, a, readyIDs(a)[0])
+	ans := first.call(t, "POST", "/v1/self/replicate", "")
+	ans.expect(t, "replicate", 200, "")
+	a = d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	return first, asReplica(t, a, ans.str("replica", "id"))
 }
