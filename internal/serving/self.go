@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
@@ -40,73 +39,6 @@ func (r *replica) settle() {
 		default:
 			close(r.self.settled)
 		}
-	}
-}
-
-// mintToken gives a new replica its self API token: the secret goes to
-// its environment only, the hash to its record. ctl.mu is held.
-func (ctl *appCtl) mintToken(r *replica) {
-	r.self.settled = make(chan struct{})
-	if ctl.m.o.SelfURL == "" {
-		return
-	}
-	tok, hash := appapi.NewToken()
-	r.self.token, r.rec.TokenHash = tok, hash
-	ctl.m.addToken(hash, ctl.name, r.rec.ID)
-}
-
-// selfEnv is the self API's part of a replica's environment. The token is
-// forgotten once it is in the container's spec.
-func (ctl *appCtl) selfEnv(r *replica) []string {
-	if r.self.token == "" {
-		return nil
-	}
-	tok := r.self.token
-	r.self.token = ""
-	return []string{appapi.EnvURL + "=" + ctl.m.o.SelfURL, appapi.EnvToken + "=" + tok}
-}
-
-// tokenIndex finds the replica of a token hash. It also remembers the
-// hashes of the last replicas gone, so that their tokens are told apart
-// from forged ones.
-type tokenIndex struct {
-	mu   sync.Mutex
-	live map[string]tokenRef
-	gone map[string]tokenRef
-	past []string // gone hashes, oldest first
-}
-
-type tokenRef struct{ app, id string }
-
-const goneKept = 4096
-
-func (m *Manager) addToken(hash, app, id string) {
-	if hash == "" {
-		return
-	}
-	x := &m.self
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.live == nil {
-		x.live, x.gone = map[string]tokenRef{}, map[string]tokenRef{}
-	}
-	x.live[hash] = tokenRef{app, id}
-}
-
-func (m *Manager) forgetToken(hash string) {
-	x := &m.self
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	ref, ok := x.live[hash]
-	if !ok {
-		return
-	}
-	delete(x.live, hash)
-	x.gone[hash] = ref
-	x.past = append(x.past, hash)
-	if len(x.past) > goneKept {
-		delete(x.gone, x.past[0])
-		x.past = x.past[1:]
 	}
 }
 
@@ -382,53 +314,4 @@ func (s selfAPI) Self(ctx context.Context, c appapi.Caller) (appapi.Self, error)
 		out.Replicas = append(out.Replicas, selfReplica(o))
 	}
 	return out, nil
-}
-
-// raiseFloor keeps at least n replicas serving, as the app asked.
-// ctl.mu is held.
-func (ctl *appCtl) raiseFloor(now time.Time, n int) {
-	ctl.floor, ctl.floorAt = max(ctl.floor, n), now
-}
-
-// lowerFloor lets the count go down to n once the app gave a replica up.
-// ctl.mu is held.
-func (ctl *appCtl) lowerFloor(n int) {
-	ctl.floor = max(min(ctl.floor, n), 0)
-}
-
-// applyFloor raises the autoscaler's want to what the app asked for; the
-// app's request lapses once the app has had no request for idle_timeout
-// since it was made. Halted replicas count toward max, so the want is
-// capped at max less them. ctl.mu is held.
-func (ctl *appCtl) applyFloor(now time.Time, load Load, want int, reason string) (int, string) {
-	if ctl.floor > 0 {
-		idle := ctl.rec.Config.Scale.IdleTimeout.Duration
-		if load.InFlight == 0 && now.Sub(ctl.floorAt) >= idle && now.Sub(load.LastRequest) >= idle {
-			ctl.floor = 0
-		} else if ctl.floor > want {
-			want, reason = ctl.floor, fmt.Sprintf("the app asked for %d replica(s) through its self API (autoscaler: %s)", ctl.floor, reason)
-		}
-	}
-	if h := ctl.halted(); h > 0 && want > ctl.rec.Max-h {
-		want = max(ctl.rec.Max-h, 0)
-		reason = fmt.Sprintf("%s; %d halted replica(s) count toward max %d", reason, h, ctl.rec.Max)
-	}
-	return want, reason
-}
-
-// metricSum is the app's own metric summed over its ready replicas (the
-// average per replica times their count): a replica that has not
-// published it lately counts 0. ctl.mu is held.
-func (ctl *appCtl) metricSum(now time.Time, ready []*replica) float64 {
-	name := ctl.rec.Config.Scale.Metric
-	if name == "" {
-		return 0
-	}
-	var sum float64
-	for _, r := range ready {
-		if v, ok := r.self.metrics[name]; ok && now.Sub(v.at) < metricTTL {
-			sum += v.value
-		}
-	}
-	return sum
 }
