@@ -30,15 +30,17 @@ type App struct {
 	Max      int    `json:"max"`
 	// State is "idle" (no replica running), "running", "failing" (its
 	// replicas crash or fail their health check; see Error and Log) or
-	// "deleting".
+	// "deleting". An app whose only failures are those of the revision
+	// rolling out is "running" while another revision serves: the
+	// rollout carries the failures.
 	State     string    `json:"state"`
 	URL       string    `json:"url,omitempty"`
 	Ready     int       `json:"ready"`
 	Replicas  []Replica `json:"replicas"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
-	// Error and Log explain a failing app: the last failure and the last
-	// lines its replica wrote.
+	// Error and Log explain a failing app, or a rollout with failures:
+	// the last failure and the last lines its replica wrote.
 	Error string   `json:"error,omitempty"`
 	Log   []string `json:"log,omitempty"`
 	// Rollout is the app's last rollout of a revision (nil before the
@@ -61,11 +63,16 @@ const (
 // Rollout is the progress of one revision's rollout: its replicas start
 // and become ready (Ready of Want) before traffic moves from revision From.
 type Rollout struct {
-	Revision  int        `json:"revision"`
-	From      int        `json:"from,omitempty"`
-	State     string     `json:"state"`
-	Ready     int        `json:"ready"`
-	Want      int        `json:"want"`
+	Revision int    `json:"revision"`
+	From     int    `json:"from,omitempty"`
+	State    string `json:"state"`
+	Ready    int    `json:"ready"`
+	Want     int    `json:"want"`
+	// Failures counts the revision's replicas that failed (crashed, did
+	// not start, or never passed a check) while it rolls out; Reason is
+	// then the last failure. After [health] failures of them it is rolled
+	// back.
+	Failures  int        `json:"failures,omitempty"`
 	Reason    string     `json:"reason,omitempty"`
 	StartedAt time.Time  `json:"started_at"`
 	DoneAt    *time.Time `json:"done_at,omitempty"`

@@ -176,6 +176,9 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	if ro := ctl.rec.Rollout; ro != nil {
 		c := *ro
 		a.Rollout = &c
+		if progressing(ro) && ctl.roFailures > 0 {
+			c.Failures, c.Reason = ctl.roFailures, ctl.lastErr
+		}
 	}
 	a.Traffic = append([]api.TrafficTarget(nil), ctl.rec.Traffic...)
 	if len(a.Traffic) == 0 {
@@ -185,6 +188,10 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	switch {
 	case ctl.deleting:
 		a.State = "deleting"
+	case ctl.failures > 0 && ctl.failures <= ctl.roFailures && ctl.inRoute() > 0:
+		// Only the revision rolling out fails, and the one it would
+		// replace serves: the rollout carries the failure.
+		a.State, a.Error, a.Log = "running", ctl.lastErr, ctl.lastLog
 	case ctl.failures > 0:
 		a.State, a.Error, a.Log = "failing", ctl.lastErr, ctl.lastLog
 	case a.Ready > 0:

@@ -264,6 +264,19 @@ func (ctl *appCtl) activeServing() int {
 	return n
 }
 
+// inRoute counts the ready replicas in the route: of a revision that takes
+// traffic and passing their health check. ctl.mu is held.
+func (ctl *appCtl) inRoute() int {
+	w := ctl.weights()
+	n := 0
+	for _, r := range ctl.reps {
+		if r.rec.State == StateReady && !r.closed && w[r.rec.Revision] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // writeApp writes the app record now. ctl.recMu is held, ctl.mu is not.
 func (ctl *appCtl) writeApp(ctx context.Context, rec appRecord) error {
 	return ctl.m.putJSON(ctx, store.AppKey(ctl.name), rec)

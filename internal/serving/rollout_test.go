@@ -164,6 +164,38 @@ func TestRolloutAutoRollback(t *testing.T) {
 	}
 }
 
+// While only the revision rolling out fails and the old one serves, the
+// app is running: the rollout carries the failures and the last one.
+func TestRolloutFailuresKeepAppRunning(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 2", env("1"))
+	h.wait("two ready", func() bool { return len(h.byRevision(1, StateReady)) == 2 })
+	h.deploy("min = 2", env("2"), "[health]\nhttp = \"/fail\"\nstart_timeout = \"1s\"\nfailures = 100")
+	h.advanceUntil("a replica of revision 2 fails", 200*time.Millisecond, func() bool {
+		ro := h.app().Rollout
+		return ro != nil && ro.Failures > 0
+	})
+	a := h.app()
+	ro := a.Rollout
+	if a.State != "running" || ro.State != api.RolloutProgressing || ro.Revision != 2 || !strings.Contains(ro.Reason, "not ready after 1s") {
+		t.Fatalf("app %q (%s), rollout %+v", a.State, a.Error, ro)
+	}
+	if a.Error == "" {
+		t.Fatalf("app has no error while its rollout fails: %+v", a)
+	}
+	// With nothing else to serve (a new app's first revision), it is
+	// failing.
+	h = newHarness(t)
+	h.deploy("min = 1", "[health]\nhttp = \"/fail\"\nstart_timeout = \"1s\"\nfailures = 100")
+	h.advanceUntil("a replica of revision 1 fails", 200*time.Millisecond, func() bool {
+		ro := h.app().Rollout
+		return ro != nil && ro.Failures > 0
+	})
+	if a := h.app(); a.State != "failing" || !strings.Contains(a.Error, "not ready after 1s") {
+		t.Fatalf("new app whose replicas fail: %q (%s), rollout %+v", a.State, a.Error, a.Rollout)
+	}
+}
+
 // A rollback thaws the previous revision's frozen replicas (the same ones)
 // and moves the route to them at once, without a reconcile round; the
 // revision left behind drains and freezes.
