@@ -170,10 +170,10 @@ func newAppLsCmd(g *globals) *cobra.Command {
 			}
 			var rows [][]string
 			for _, a := range apps {
-				rows = append(rows, []string{a.Name, a.Image, strconv.Itoa(a.Revision), a.State,
+				rows = append(rows, []string{a.Name, a.Image, strconv.Itoa(a.Revision), rolloutCell(a.Rollout), a.State,
 					fmt.Sprintf("%d/%d", a.Ready, len(a.Replicas)), fmt.Sprintf("%d-%d", a.Min, a.Max), orDash(a.URL), ago(a.CreatedAt)})
 			}
-			table(cmd.OutOrStdout(), []string{"NAME", "IMAGE", "REVISION", "STATE", "READY", "SCALE", "URL", "CREATED"}, rows)
+			table(cmd.OutOrStdout(), []string{"NAME", "IMAGE", "REVISION", "ROLLOUT", "STATE", "READY", "SCALE", "URL", "CREATED"}, rows)
 			return nil
 		},
 	}

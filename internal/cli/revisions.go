@@ -201,6 +201,30 @@ func parseTraffic(args []string) (api.TrafficRequest, error) {
 	return req, nil
 }
 
+// rolloutCell is the app's last rollout in a table cell: "1→2 1/3" (from,
+// to, ready of wanted, and failures) while it progresses, else its
+// outcome ("done", "2 rolled back", "2 failed"), "-" without one.
+func rolloutCell(ro *api.Rollout) string {
+	switch {
+	case ro == nil:
+		return "-"
+	case ro.State == api.RolloutProgressing:
+		s := strconv.Itoa(ro.Revision)
+		if ro.From > 0 {
+			s = strconv.Itoa(ro.From) + "→" + s
+		}
+		s += fmt.Sprintf(" %d/%d", ro.Ready, ro.Want)
+		if ro.Failures > 0 {
+			s += fmt.Sprintf(" %d failed", ro.Failures)
+		}
+		return s
+	case ro.State == api.RolloutDone:
+		return "done"
+	default:
+		return fmt.Sprintf("%d %s", ro.Revision, strings.ReplaceAll(ro.State, "_", " "))
+	}
+}
+
 // printRollout adds the rollout and traffic lines to an app's status.
 func printRollout(w io.Writer, a api.App) {
 	if len(a.Traffic) > 0 {
@@ -221,6 +245,9 @@ func printRollout(w io.Writer, a api.App) {
 		}
 		if ro.State == api.RolloutProgressing {
 			s += fmt.Sprintf(", %d/%d ready", ro.Ready, ro.Want)
+			if ro.Failures > 0 {
+				s += fmt.Sprintf(", %d failed", ro.Failures)
+			}
 		}
 		if ro.Reason != "" {
 			s += ": " + ro.Reason

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,5 +69,41 @@ func TestAppRollbackAndTraffic(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("traffic %v: exit %d %q; want 2 naming %q", c.args, code, errs, c.want)
 		}
+	}
+}
+
+// app ls shows the rollout beside the revision: progress and failures
+// while it runs, its outcome after; --output json carries it as the API
+// does.
+func TestAppLsRollout(t *testing.T) {
+	host, fa := appDaemon(t)
+	for _, c := range []struct {
+		ro   *api.Rollout
+		want string
+	}{
+		{nil, " - "},
+		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutProgressing, Ready: 1, Want: 3}, " 2→3 1/3 "},
+		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutProgressing, Ready: 0, Want: 3, Failures: 2}, " 2→3 0/3 2 failed "},
+		{&api.Rollout{Revision: 1, State: api.RolloutProgressing, Ready: 0, Want: 1}, " 1 0/1 "},
+		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutDone, Ready: 3, Want: 3}, " done "},
+		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutRolledBack}, " 3 rolled back "},
+		{&api.Rollout{Revision: 1, State: api.RolloutFailed}, " 1 failed "},
+	} {
+		fa.app.Rollout = c.ro
+		code, out, errs := shoal(t, host, "app", "ls")
+		lines := strings.Split(out, "\n")
+		if code != 0 || len(lines) < 2 || !strings.Contains(lines[0], " REVISION  ROLLOUT ") || !strings.Contains(lines[1], c.want) {
+			t.Errorf("ls with rollout %+v: exit %d, want %q in\n%s%s", c.ro, code, c.want, out, errs)
+		}
+	}
+	fa.app.Rollout = &api.Rollout{Revision: 3, From: 2, State: api.RolloutProgressing, Ready: 0, Want: 3, Failures: 2, Reason: "boom"}
+	code, out, errs := shoal(t, host, "app", "ls", "--output", "json")
+	var apps []api.App
+	if code != 0 || json.Unmarshal([]byte(out), &apps) != nil || len(apps) != 1 || apps[0].Rollout == nil || *apps[0].Rollout != *fa.app.Rollout {
+		t.Fatalf("ls --output json: exit %d %s%s", code, out, errs)
+	}
+	code, out, _ = shoal(t, host, "app", "status", "hello")
+	if code != 0 || !strings.Contains(out, "revision 3 progressing (from revision 2), 0/3 ready, 2 failed: boom") {
+		t.Fatalf("status of a failing rollout: %d\n%s", code, out)
 	}
 }
