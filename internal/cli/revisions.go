@@ -115,8 +115,9 @@ func newAppTrafficCmd(g *globals) *cobra.Command {
 whole numbers that add up to 100, and each revision must exist. Each revision
 with a share keeps at least one replica while the app is in use, and the
 autoscaler's replica count is split by the shares. --sticky keeps a client on
-the replica it first reached (cookie shoal-replica) while that replica serves.
-Without shares, print the current split. The next deploy sends all traffic to
+the replica it first reached (cookie shoal-replica) while that replica serves;
+a call without it turns stickiness off. Either holds until the next deploy,
+which sets it from shoal.toml ([traffic] sticky = true). Without shares, print the current split. The next deploy sends all traffic to
 its new revision once that is ready.`,
 		Example: `  shoal app traffic hello 3=90 4=10
   shoal app traffic hello 3=50 4=50 --sticky

@@ -62,7 +62,7 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, er
 		}
 		rec = ctl.rec
 	}
-	prev := rec.Revision
+	prev, wasSticky := rec.Revision, rec.Sticky
 	newRev := prev == 0 || rec.Hash != hash || rec.Digest != img.Digest
 	if newRev {
 		rec.Revision++
@@ -82,6 +82,8 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, er
 	}
 	rec.Config, rec.Manifest, rec.Digest, rec.Hash, rec.Updated = cfg, req.Manifest, img.Digest, hash, now
 	rec.Min, rec.Max = cfg.Scale.Min, cfg.Scale.Max
+	// The last of a deploy and a traffic call sets the stickiness.
+	rec.Sticky = cfg.Traffic.Sticky
 	rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: req.Manifest, Digest: img.Digest, Hash: hash, Created: now}
 	if newRev {
 		if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
@@ -123,6 +125,9 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, er
 			m.emit("deploy", cfg.Name, "", fmt.Sprintf("revision %d (%s)", rec.Revision, cfg.Image), nil)
 			m.emit("rollout", cfg.Name, "", fmt.Sprintf("revision %d: rolling out, traffic stays on %s until it is ready",
 				rec.Revision, trafficString(rec.Traffic)), nil)
+		}
+		if rec.Sticky != wasSticky {
+			m.emit("traffic", cfg.Name, "", fmt.Sprintf("sticky %v by %s ([traffic] sticky)", rec.Sticky, file), nil)
 		}
 	}
 	ctl.notify()

@@ -25,6 +25,18 @@ type Config struct {
 	// State is left out of the hash's JSON when unset, so that apps
 	// without it keep their revisions' hashes.
 	State State `toml:"state" json:",omitzero"`
+	// Traffic is how the proxy spreads the app's requests. It is no part
+	// of the hash: a change applies at the next deploy without a new
+	// revision.
+	Traffic Traffic `toml:"traffic" json:",omitzero"`
+}
+
+// Traffic is the [traffic] table.
+type Traffic struct {
+	// Sticky keeps a client on the replica it first reached, by the
+	// cookie shoal-replica. A deploy sets the app's stickiness from it;
+	// `shoal app traffic` changes it until the next deploy.
+	Sticky bool `toml:"sticky"`
 }
 
 // Merge policies of the [state] table.

@@ -224,6 +224,7 @@ func bytesOf(s string) int64 {
 // Hash is a stable digest of the configuration (hex SHA-256 of its canonical
 // JSON form): two manifests that differ only in layout, key order or spelled
 // out defaults have the same hash. A new revision is made when it changes.
+// The [traffic] table is left out: it changes the route, not the replicas.
 func (c Config) Hash() string {
 	n := c
 	if len(n.Command) == 0 {
@@ -238,6 +239,8 @@ func (c Config) Hash() string {
 	if len(n.Env) == 0 {
 		n.Env = nil
 	}
+	// Routing changes apply without a revision of their own.
+	n.Traffic = Traffic{}
 	// Sizes are compared by value: "256Mi" and "268435456" are one limit.
 	n.Resources.Memory = fmt.Sprint(n.Resources.MemoryBytes())
 	n.Resources.MaxBody = fmt.Sprint(n.Resources.MaxBodyBytes())

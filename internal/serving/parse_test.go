@@ -171,6 +171,9 @@ func TestParseErrors(t *testing.T) {
 		{"env SHOAL_", base + "[env]\nSHOAL_APP = \"x\"\n", "env.SHOAL_APP", "set by shoal"},
 		{"env value type", base + "[env]\nA = 1\n", "env.A", "line 4"},
 		{"state not a table", base + "state = \"/state\"\n", "state", "expected table"},
+		{"traffic unknown key", base + "[traffic]\nstiky = true\n", "traffic.stiky", "unknown field"},
+		{"traffic sticky not a bool", base + "[traffic]\nsticky = \"yes\"\n", "traffic.sticky", "line 4"},
+		{"traffic not a table", base + "traffic = true\n", "traffic", "expected table"},
 		{"state unknown key", base + vol + "[state]\ndir = \"/state\"\nmerge = \"append\"\npolicy = \"x\"\n", "state.policy", "unknown field"},
 		{"state without dir", base + vol + "[state]\nmerge = \"append\"\n", "state.dir", "required"},
 		{"state dir relative", base + vol + "[state]\ndir = \"state\"\nmerge = \"append\"\n", "state.dir", "absolute"},
@@ -303,6 +306,10 @@ tcp = true
 	}
 	if len(a.Hash()) != 64 || a.Hash() != a.Hash() {
 		t.Fatalf("hash %q", a.Hash())
+	}
+	// [traffic] changes the route, not the replicas: no new revision.
+	if c := parse("name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[traffic]\nsticky = true\n"); !c.Traffic.Sticky || c.Hash() != a.Hash() {
+		t.Errorf("[traffic] sticky = true: sticky %v, hash %s, want %s", c.Traffic.Sticky, c.Hash(), a.Hash())
 	}
 	for _, doc := range []string{
 		"name = \"web\"\nimage = \"web:2\"\n[env]\nA = \"1\"\nB = \"2\"\n",
