@@ -37,6 +37,9 @@ func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout 
 			return a, nil // no rollout of its own: it was current already
 		}
 		line := fmt.Sprintf("revision %d: %d/%d ready", rev, ro.Ready, ro.Want)
+		if ro.Failures > 0 {
+			line += fmt.Sprintf(", %d failed: %s", ro.Failures, ro.Reason)
+		}
 		if progress != nil && line != last && ro.State == api.RolloutProgressing {
 			fmt.Fprintln(progress, line)
 			last = line

@@ -21,10 +21,11 @@ func TestAppDeployWaits(t *testing.T) {
 	fa.rollouts = []api.Rollout{
 		{Revision: 2, From: 1, State: api.RolloutProgressing, Ready: 0, Want: 3},
 		{Revision: 2, From: 1, State: api.RolloutProgressing, Ready: 2, Want: 3},
+		{Revision: 2, From: 1, State: api.RolloutProgressing, Ready: 2, Want: 3, Failures: 1, Reason: "boom"},
 		{Revision: 2, From: 1, State: api.RolloutDone, Ready: 3, Want: 3, Reason: "3/3 ready after 812ms"},
 	}
 	code, out, errs := shoal(t, host, "app", "deploy", "-f", f)
-	for _, want := range []string{"revision 2: 0/3 ready\n", "revision 2: 2/3 ready\n", "revision 2: rolled out (3/3 ready after 812ms)", "url: "} {
+	for _, want := range []string{"revision 2: 0/3 ready\n", "revision 2: 2/3 ready\n", "revision 2: 2/3 ready, 1 failed: boom\n", "revision 2: rolled out (3/3 ready after 812ms)", "url: "} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Fatalf("deploy: exit %d, output lacks %q:\n%s%s", code, want, out, errs)
 		}
