@@ -192,6 +192,10 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 	}
 	id := ctl.startReplica(rev, "replicate asked by "+c.Replica)
 	nr := ctl.reps[id]
+	if nr == nil {
+		ctl.mu.Unlock()
+		return appapi.Result{}, fmt.Errorf("app %q: revision %d cannot be read; no replica started: %w", c.App, rev, errdefs.ErrUnavailable)
+	}
 	ctl.raiseFloor(now, n+1)
 	settled, limit := nr.self.settled, ctl.rec.Config.Health.StartTimeout.Duration
 	res := appapi.Result{Replica: selfReplica(nr), How: "started"}

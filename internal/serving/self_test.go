@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/appapi"
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -241,5 +243,34 @@ func TestSelfOff(t *testing.T) {
 		if strings.HasPrefix(e, "SHOAL_API_URL=") || strings.HasPrefix(e, "SHOAL_TOKEN=") {
 			t.Fatalf("a replica without the self API has %s", e)
 		}
+	}
+}
+
+// A replicate of a revision whose record cannot be read is an error, not
+// a crash.
+func TestSelfReplicateUnreadableRevision(t *testing.T) {
+	h := newSelfHarness(t)
+	h.deploy("min = 1\nmax = 4", env("1"))
+	h.wait("revision 1 ready", func() bool { return len(h.byRevision(1, StateReady)) == 1 })
+	h.deploy("min = 1\nmax = 4", env("2"))
+	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == api.RolloutDone })
+	if _, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{
+		Traffic: []api.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 2, Percent: 50}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.wait("one ready of each", func() bool {
+		return len(h.byRevision(1, StateReady)) == 1 && len(h.byRevision(2, StateReady)) == 1
+	})
+	c := h.caller(h.byRevision(1, StateReady)[0])
+	if err := h.m.o.Store.Delete(context.Background(), store.RevisionKey("hello", 1)); err != nil {
+		t.Fatal(err)
+	}
+	ctl := h.m.app("hello")
+	ctl.mu.Lock()
+	delete(ctl.revs, 1)
+	ctl.mu.Unlock()
+	_, err := h.m.SelfAPI().Replicate(context.Background(), c, true)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "revision 1") {
+		t.Fatalf("replicate of an unreadable revision: %v", err)
 	}
 }
