@@ -2,6 +2,9 @@ package dataplane
 
 import (
 	"context"
+	"errors"
+	"io/fs"
+	"os"
 	"io"
 	"log/slog"
 	"net"
@@ -286,5 +289,18 @@ func TestStatsSnapshot(t *testing.T) {
 	s.get(t, "a")
 	if st := c.Stats("a"); st.Requests != 2 {
 		t.Fatalf("after a quiet spell: %+v", st)
+	}
+}
+
+// A proxy process that cannot start leaves no control socket behind, and
+// the error names the process's log.
+func TestOpenFailedStartLeavesNoSocket(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(context.Background(), Options{Addr: "127.0.0.1:0", RunDir: dir, Exe: "/bin/false"})
+	if err == nil || !strings.Contains(err.Error(), "exited at start") {
+		t.Fatalf("open with a proxy that exits at once: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ControlSocket)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("control socket left behind: %v", err)
 	}
 }

@@ -165,6 +165,12 @@ func (pl *Plane) start(addr string) error {
 	ul := cl.(*net.UnixListener)
 	ul.SetUnlinkOnClose(false) // the socket is the child's
 	defer cl.Close()
+	started := false
+	defer func() {
+		if !started {
+			os.Remove(pl.ctlPath) // nobody will answer on it
+		}
+	}()
 	if err := os.Chmod(pl.ctlPath, 0o600); err != nil {
 		return fmt.Errorf("proxy control socket %s: %w", pl.ctlPath, err)
 	}
@@ -218,6 +224,7 @@ func (pl *Plane) start(addr string) error {
 		info, err := pl.client.Info(ctx)
 		cancel()
 		if err == nil {
+			started = true
 			pl.mu.Lock()
 			pl.info, pl.exited, pl.adopted = info, exited, false
 			pl.mu.Unlock()
