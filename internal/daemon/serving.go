@@ -81,10 +81,10 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		d.log.Info("self API listening for replicas", "url", selfURL)
 		d.notes = append(d.notes, "self API for replicas at "+selfURL+" (on the bridge gateway; $SHOAL_API_URL)")
 	}
+	d.apps = m // closed by closeServing, also when Start fails
 	if err := m.Start(ctx); err != nil {
 		return err
 	}
-	d.apps = m
 	if d.plane != nil {
 		// Every app has set its route by now: the proxy forgets the apps
 		// this daemon no longer has.
