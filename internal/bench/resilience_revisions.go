@@ -8,28 +8,39 @@ import (
 	"github.com/shoal-run/shoal/internal/api"
 )
 
+// firstRevision deploys app's first revision, waits for its three ready
+// replicas and writes the manifest of its second; on success the caller
+// removes the app.
+func (e *servingEnv) firstRevision(ctx context.Context, app string) (old []api.Replica, v2 string, err error) {
+	v1, err := e.manifest(app, "v1")
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := e.deployFile(ctx, app, v1); err != nil {
+		return nil, "", err
+	}
+	old, err = e.readyReplicas(ctx, app, 3)
+	if err == nil {
+		v2, err = e.manifest(app, "v2")
+	}
+	if err != nil {
+		e.remove(context.WithoutCancel(ctx), app)
+		return nil, "", err
+	}
+	return old, v2, nil
+}
+
 // rolloutOnce deploys app with three ready replicas of a first revision,
 // starts the load loop, deploys a second revision (another greeting) and
 // returns the milliseconds from the deploy command until all three new
 // replicas have answered through the proxy and no replica of the first
 // revision serves (ready, draining or starting) any more.
 func (e *servingEnv) rolloutOnce(ctx context.Context, app string) (float64, resRun, error) {
-	v1, err := e.manifest(app, "v1")
+	old, v2, err := e.firstRevision(ctx, app)
 	if err != nil {
-		return 0, resRun{}, err
-	}
-	if _, err := e.deployFile(ctx, app, v1); err != nil {
 		return 0, resRun{}, err
 	}
 	defer e.remove(context.WithoutCancel(ctx), app)
-	old, err := e.readyReplicas(ctx, app, 3)
-	if err != nil {
-		return 0, resRun{}, err
-	}
-	v2, err := e.manifest(app, "v2")
-	if err != nil {
-		return 0, resRun{}, err
-	}
 	l, err := e.loadOn(ctx, app, ids(old)...)
 	if err != nil {
 		return 0, resRun{}, err
@@ -69,22 +80,11 @@ func (e *servingEnv) rolloutOnce(ctx context.Context, app string) (float64, resR
 // the command that a replica of the first revision answered and the last
 // one sent after the command that the second revision still answered.
 func (e *servingEnv) rollbackOnce(ctx context.Context, app string) (float64, resRun, error) {
-	v1, err := e.manifest(app, "v1")
+	old, v2, err := e.firstRevision(ctx, app)
 	if err != nil {
-		return 0, resRun{}, err
-	}
-	if _, err := e.deployFile(ctx, app, v1); err != nil {
 		return 0, resRun{}, err
 	}
 	defer e.remove(context.WithoutCancel(ctx), app)
-	old, err := e.readyReplicas(ctx, app, 3)
-	if err != nil {
-		return 0, resRun{}, err
-	}
-	v2, err := e.manifest(app, "v2")
-	if err != nil {
-		return 0, resRun{}, err
-	}
 	if _, err := e.deployFile(ctx, app, v2); err != nil {
 		return 0, resRun{}, err
 	}
