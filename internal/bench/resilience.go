@@ -100,18 +100,29 @@ func Resilience(ctx context.Context, o Options) (_ *Report, retErr error) {
 	return rep, nil
 }
 
+// twoReady deploys app with two replicas and returns them once both are
+// ready; on success the caller removes the app.
+func (e *servingEnv) twoReady(ctx context.Context, app string) ([]api.Replica, error) {
+	if err := e.deploy(ctx, app, "image = \"hello:1\"\n[scale]\nmin = 2\nmax = 2\n"); err != nil {
+		return nil, err
+	}
+	ready, err := e.readyReplicas(ctx, app, 2)
+	if err != nil {
+		e.remove(context.WithoutCancel(ctx), app)
+		return nil, err
+	}
+	return ready, nil
+}
+
 // killOnce deploys app with two ready replicas, starts the load loop, kills
 // one replica's process with SIGKILL and returns the milliseconds until a
 // new replica answered through the proxy.
 func (e *servingEnv) killOnce(ctx context.Context, app string) (float64, resRun, error) {
-	if err := e.deploy(ctx, app, "image = \"hello:1\"\n[scale]\nmin = 2\nmax = 2\n"); err != nil {
-		return 0, resRun{}, err
-	}
-	defer e.remove(context.WithoutCancel(ctx), app)
-	ready, err := e.readyReplicas(ctx, app, 2)
+	ready, err := e.twoReady(ctx, app)
 	if err != nil {
 		return 0, resRun{}, err
 	}
+	defer e.remove(context.WithoutCancel(ctx), app)
 	victim, other := ready[0], ready[1]
 	l, err := e.loadOn(ctx, app, victim.ID, other.ID)
 	if err != nil {

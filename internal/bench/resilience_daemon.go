@@ -19,14 +19,11 @@ const rsDaemon = "kill -9 of the daemon and its restart"
 // replicas ready again, the same processes (its proxy, a process of its
 // own, served them all along).
 func (e *servingEnv) daemonKillOnce(ctx context.Context, app string) (float64, resRun, error) {
-	if err := e.deploy(ctx, app, "image = \"hello:1\"\n[scale]\nmin = 2\nmax = 2\n"); err != nil {
-		return 0, resRun{}, err
-	}
-	defer e.remove(context.WithoutCancel(ctx), app)
-	ready, err := e.readyReplicas(ctx, app, 2)
+	ready, err := e.twoReady(ctx, app)
 	if err != nil {
 		return 0, resRun{}, err
 	}
+	defer e.remove(context.WithoutCancel(ctx), app)
 	pids := map[string]int{ready[0].ID: ready[0].Pid, ready[1].ID: ready[1].Pid}
 	l, err := e.loadOn(ctx, app, ready[0].ID, ready[1].ID)
 	if err != nil {

@@ -14,20 +14,7 @@ func checkQuickResilience(t *testing.T, rep *Report, _ string) {
 		"Under load: until traffic is served as it should be": {rsCold, rsKill, rsRollout, rsRollback, rsDaemon, rsDeployCmd, rsRollbackCmd},
 		"Failed requests during each":                         {rsKill, rsRollout, rsRollback, rsDaemon},
 	}
-	seen := map[string]bool{}
-	for _, tab := range rep.Tables() {
-		seen[tab.Title] = true
-		for _, name := range must[tab.Title] {
-			if w := tab.Row(name); !w.OK() {
-				t.Errorf("table %q row %q has no numbers: %s", tab.Title, name, w.Err)
-			}
-		}
-	}
-	for title := range must {
-		if !seen[title] {
-			t.Errorf("no table %q", title)
-		}
-	}
+	checkTables(t, rep, must)
 }
 
 func TestHelloReplica(t *testing.T) {

@@ -17,20 +17,7 @@ func checkQuickServing(t *testing.T, rep *Report, _ string) {
 		"Latency p99 under load":                    {svShoal, svNginx, svDirect},
 		"Latency under ab, before and after":        {svOutBefore},
 	}
-	seen := map[string]bool{}
-	for _, tab := range rep.Tables() {
-		seen[tab.Title] = true
-		for _, name := range must[tab.Title] {
-			if w := tab.Row(name); !w.OK() {
-				t.Errorf("table %q row %q has no numbers: %s", tab.Title, name, w.Err)
-			}
-		}
-	}
-	for title := range must {
-		if !seen[title] {
-			t.Errorf("no table %q", title)
-		}
-	}
+	checkTables(t, rep, must)
 }
 
 func TestParseWrk(t *testing.T) {
@@ -67,5 +54,25 @@ func TestBurnReplica(t *testing.T) {
 	}
 	if got := burnReplica("hello"); got != "" {
 		t.Errorf("burnReplica(hello) = %q", got)
+	}
+}
+
+// checkTables fails t unless rep has each table of must, and each of
+// those has numbers in the rows must names.
+func checkTables(t *testing.T, rep *Report, must map[string][]string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, tab := range rep.Tables() {
+		seen[tab.Title] = true
+		for _, name := range must[tab.Title] {
+			if w := tab.Row(name); !w.OK() {
+				t.Errorf("table %q row %q has no numbers: %s", tab.Title, name, w.Err)
+			}
+		}
+	}
+	for title := range must {
+		if !seen[title] {
+			t.Errorf("no table %q", title)
+		}
 	}
 }
