@@ -144,11 +144,23 @@ www = "/www"
 // failed request; the fail event carries the command's exit code.
 func TestAppCommandCheckFails(t *testing.T) {
 	d := startDaemon(t)
+	d.checkUnhealthyReplaced(webCommandCheck, func(proxy string) *steady { return healLoad(proxy, "web", 20000) },
+		`command "/bin/sh" exited with code 1`)
+}
+
+// checkUnhealthyReplaced deploys manifest, two replicas of app web that
+// serve /www/<replica> and are healthy while /www/<replica>/ok.txt is
+// there, removes one replica's ok.txt under the load that load starts,
+// and checks that the replica is replaced without a failed request, that
+// its fail event says why, and that the other replica stays in service.
+func (d *daemon) checkUnhealthyReplaced(manifest string, load func(proxy string) *steady, why string) {
+	t := d.t
+	t.Helper()
 	d.busybox("busybox:1")
-	d.deploy(webCommandCheck)
+	d.deploy(manifest)
 	a := d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
 	victim, other := a.Replicas[0].ID, a.Replicas[1].ID
-	s := healLoad(d.proxyAddr(), "web", 20000)
+	s := load(d.proxyAddr())
 	defer s.end()
 	waitFor(t, "both replicas answer", func() bool { return s.answered(victim) > 0 && s.answered(other) > 0 })
 
@@ -163,7 +175,7 @@ func TestAppCommandCheckFails(t *testing.T) {
 	waitFor(t, "the new replica answers", func() bool { return s.answered(fresh) > 0 })
 	s.end()
 	if s.failed != 0 {
-		t.Fatalf("%d of %d requests failed while a replica failed its command check; first: %s", s.failed, s.n, s.first)
+		t.Fatalf("%d of %d requests failed while a replica was unhealthy; first: %s", s.failed, s.n, s.first)
 	}
 	t.Logf("%d requests; answers by replica: %v", s.n, s.by)
 
@@ -172,9 +184,9 @@ func TestAppCommandCheckFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !slices.ContainsFunc(evs, func(e api.Event) bool {
-		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, `command "/bin/sh" exited with code 1`)
+		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, why)
 	}) {
-		t.Fatalf("no fail event for %s's command check: %+v", victim, evs)
+		t.Fatalf("no fail event for %s saying %q: %+v", victim, why, evs)
 	}
 	for _, e := range evs {
 		if e.Replica == other && (e.Kind == "fail" || e.Kind == "stop" || e.Kind == "drain") {

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,46 +83,7 @@ www = "/www"
 // failed request; the app ends with two healthy replicas again.
 func TestAppOneReplicaUnhealthy(t *testing.T) {
 	d := startDaemon(t)
-	d.busybox("busybox:1")
-	d.deploy(webPerReplica)
-	a := d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
-	victim, other := a.Replicas[0].ID, a.Replicas[1].ID
-	s := startSteady(d.proxyAddr(), "web", "/", 2, 20000, 5*time.Millisecond)
-	defer s.end()
-	waitFor(t, "both replicas answer", func() bool { return s.answered(victim) > 0 && s.answered(other) > 0 })
-
-	www := filepath.Join(d.dataDir, "apps", "web", "volumes", "www")
-	if err := os.Remove(filepath.Join(www, victim, "ok.txt")); err != nil {
-		t.Fatal(err)
-	}
-	a = d.waitApp("web", "the unhealthy replica is replaced", func(a api.App) bool {
-		return a.Ready == 2 && a.State == "running" && !slices.ContainsFunc(a.Replicas, func(r api.Replica) bool { return r.ID == victim })
-	})
-	var fresh string
-	for _, r := range a.Replicas {
-		if r.ID != other {
-			fresh = r.ID
-		}
-	}
-	waitFor(t, "the new replica answers", func() bool { return s.answered(fresh) > 0 })
-	s.end()
-	if s.failed != 0 {
-		t.Fatalf("%d of %d requests failed while one replica was unhealthy; first: %s", s.failed, s.n, s.first)
-	}
-	t.Logf("%d requests; answers by replica: %v", s.n, s.by)
-
-	var evs []api.Event
-	if err := json.Unmarshal([]byte(d.must("events", "--app", "web", "--output", "json")), &evs); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(evs, func(e api.Event) bool {
-		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, "health")
-	}) {
-		t.Fatalf("no fail event for %s's health checks: %+v", victim, evs)
-	}
-	for _, e := range evs {
-		if e.Replica == other && (e.Kind == "fail" || e.Kind == "stop" || e.Kind == "drain") {
-			t.Fatalf("the healthy replica %s was taken out of service: %+v", other, e)
-		}
-	}
+	d.checkUnhealthyReplaced(webPerReplica, func(proxy string) *steady {
+		return startSteady(proxy, "web", "/", 2, 20000, 5*time.Millisecond)
+	}, "health")
 }
