@@ -103,7 +103,7 @@ func recoverAppend(sroot, droot *os.Root, work string) error {
 	var j appendJournal
 	if err := json.Unmarshal(b, &j); err != nil {
 		// Written by rename, so never torn; unreadable means not ours.
-		return fmt.Errorf("merge journal %s is unreadable: %v", filepath.Join(work, journalName), err)
+		return fmt.Errorf("merge journal %s is unreadable: %w", filepath.Join(work, journalName), err)
 	}
 	for rel, off := range j.Offsets {
 		if _, err := sroot.Lstat(rel); errors.Is(err, fs.ErrNotExist) {
