@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -20,6 +21,12 @@ const (
 // DefaultPort is where the daemon serves the self API on the bridge
 // gateway unless told otherwise.
 const DefaultPort = 7071
+
+// MaxReplicateWait bounds how long a replicate call waits for the replica
+// it started to be ready, whatever the app's start_timeout; then it answers
+// with the replica still starting. A server of the self API gives its
+// answers longer than this to be written.
+const MaxReplicateWait = 110 * time.Second
 
 // tokenBytes is the size of a replica's secret before encoding.
 const tokenBytes = 32

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/appapi"
 )
 
 // listenSelf opens the self API's listener on the bridge gateway, the one
@@ -48,8 +50,8 @@ const (
 	selfConnsPerAddr = 16
 	selfIdleTimeout  = time.Minute
 	// A replicate call waits for a cold start (start_timeout, 60 s by
-	// default) before it answers.
-	selfWriteTimeout = 2 * time.Minute
+	// default, at most appapi.MaxReplicateWait) before it answers.
+	selfWriteTimeout = appapi.MaxReplicateWait + 10*time.Second
 )
 
 // serveSelf serves the self API on l.

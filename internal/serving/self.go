@@ -204,7 +204,8 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 	if !wait {
 		return res, nil
 	}
-	t := ctl.m.clock.NewTimer(limit + time.Second)
+	// The answer must be written before the self API's write timeout.
+	t := ctl.m.clock.NewTimer(min(limit+time.Second, appapi.MaxReplicateWait))
 	defer t.Stop()
 	select {
 	case <-settled:

@@ -274,3 +274,37 @@ func TestSelfReplicateUnreadableRevision(t *testing.T) {
 		t.Fatalf("replicate of an unreadable revision: %v", err)
 	}
 }
+
+// A replicate that waits for a replica slower than the self API may wait
+// answers in time, with the replica still starting.
+func TestSelfReplicateWaitBounded(t *testing.T) {
+	h := newSelfHarness(t)
+	h.deploy("min = 1\nmax = 2", "[health]\nhttp = \"/fail\"\nstart_timeout = \"10m\"")
+	h.wait("one replica", func() bool { return len(h.replicas()[StateStarting]) == 1 })
+	c := h.caller(h.replicas()[StateStarting][0])
+	type answer struct {
+		res appapi.Result
+		err error
+	}
+	done := make(chan answer, 1)
+	began := h.clock.Now()
+	go func() {
+		res, err := h.m.SelfAPI().Replicate(context.Background(), c, true)
+		done <- answer{res, err}
+	}()
+	var got answer
+	h.advanceUntil("the replicate answers", 5*time.Second, func() bool {
+		select {
+		case got = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if got.err != nil || got.res.How != "started" || got.res.Replica.State == StateReady {
+		t.Fatalf("replicate: %+v %v", got.res, got.err)
+	}
+	if waited := h.clock.Since(began); waited > appapi.MaxReplicateWait+5*time.Second {
+		t.Fatalf("replicate waited %s of the fake clock, more than %s", waited, appapi.MaxReplicateWait)
+	}
+}
