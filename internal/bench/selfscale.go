@@ -271,10 +271,11 @@ func (e *servingEnv) replicate(ctx context.Context, rep *Report) error {
 	if th.OK() && st.OK() {
 		rep.Para("With a frozen replica, a replicate call has a second replica ready and routed in %s ms at the median and %s ms at p99 "+
 			"(target ≤ 100 ms: %s); without one it is a cold start, %s ms at the median (%s ms for a request that wakes an app with no replica; "+
-			"target: no slower than a cold start, %s).",
+			"target: no slower than a cold start, within 10 %% or 5 ms of it: %s; %s the cold start).",
 			FormatValue(th.Stats().Median), FormatValue(th.Stats().P99), verdict(th.Stats().P99, func(v float64) bool { return v <= 100 }),
 			FormatValue(st.Stats().Median), FormatValue(tab.Median(ssCold)),
-			verdict(st.Stats().Median-tab.Median(ssCold), func(v float64) bool { return v <= math.Max(5, 0.1*tab.Median(ssCold)) }))
+			verdict(st.Stats().Median-tab.Median(ssCold), func(v float64) bool { return v <= math.Max(5, 0.1*tab.Median(ssCold)) }),
+			FormatRatio(st.Stats().Median/tab.Median(ssCold)))
 	}
 	return nil
 }

@@ -244,7 +244,7 @@ func (e *servingEnv) selfscaleSummary(rep *Report) {
 	line("replicate → second ready replica, a frozen one available, p50", "≤ 100 ms", p50, "ms", le(100))
 	line("replicate → second ready replica, a frozen one available, p99", "≤ 100 ms", p99, "ms", le(100))
 	cold := rt.Median(ssCold)
-	line("replicate → second ready replica, none frozen (median)", fmt.Sprintf("≤ a cold start (%s ms)", FormatValue(cold)),
+	line("replicate → second ready replica, none frozen (median)", fmt.Sprintf("≤ a cold start (%s ms), within 10 %% or 5 ms", FormatValue(cold)),
 		rt.Median(ssStart), "ms", le(math.Max(cold*1.1, cold+5)))
 	line("failed requests through replicate, halt and die", "0", float64(failed), "", func(v float64) bool { return v == 0 })
 	rep.Markdown(b.String())
