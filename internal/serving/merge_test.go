@@ -373,3 +373,48 @@ func BenchmarkMerge(b *testing.B) {
 		})
 	}
 }
+
+// A merge cut short leaves a journal and makes its area's change time newer
+// than areas retired after it; the area must still be merged again first,
+// or its recovery would cut off what a later area appended meanwhile.
+func TestMergeCutShortGoesFirst(t *testing.T) {
+	root := t.TempDir()
+	gone, vol := filepath.Join(root, "gone"), filepath.Join(root, "vol")
+	dataA, workA := replicaState(t, gone, "a", map[string]string{"log": "a\n"})
+	time.Sleep(10 * time.Millisecond) // distinct change times, not a timing assertion
+	dataB, workB := replicaState(t, gone, "b", map[string]string{"log": "b\n"})
+	if got := retiredAreas(gone); len(got) != 2 || got[0].Name() != "a" {
+		t.Fatalf("retired order %v, want a first", got)
+	}
+	crash := errors.New("crash")
+	mergeStep = func(step, rel string) error {
+		if step == "written" {
+			return crash
+		}
+		return nil
+	}
+	_, err := mergeFiles(context.Background(), MergeAppend, dataA, workA, vol)
+	mergeStep = func(string, string) error { return nil }
+	if !errors.Is(err, crash) {
+		t.Fatalf("cut short: %v", err)
+	}
+	if !hasJournal(filepath.Join(gone, "a")) {
+		t.Fatal("no journal after a merge cut short")
+	}
+	got := retiredAreas(gone)
+	if len(got) != 2 || got[0].Name() != "a" {
+		t.Fatalf("after the cut: order %v, want a (journal) first", got)
+	}
+	for _, e := range got {
+		data, work := dataA, workA
+		if e.Name() == "b" {
+			data, work = dataB, workB
+		}
+		if _, err := mergeFiles(context.Background(), MergeAppend, data, work, vol); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := readFile(t, filepath.Join(vol, "log")); s != "a\nb\n" {
+		t.Fatalf("volume log %q, want each line once", s)
+	}
+}

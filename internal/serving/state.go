@@ -174,6 +174,12 @@ func (ctl *appCtl) mergeLoop() {
 			}
 			ctl.m.emit("merge-failed", ctl.name, id, fmt.Sprintf("%v; state kept, tried again in %s", err, d),
 				map[string]float64{"attempts": float64(rt.n)})
+			if hasJournal(filepath.Join(ctl.stateDir("gone"), id)) {
+				// Its unfinished batch is cut back to the journal's sizes
+				// when it is tried again: no other area may append to the
+				// volume before that.
+				break
+			}
 		}
 		for id := range retries {
 			if _, err := os.Lstat(filepath.Join(ctl.stateDir("gone"), id)); err != nil {
@@ -297,9 +303,19 @@ func stateFiles(dir string) (files int, bytes int64, skipped []string) {
 	return files, bytes, skipped
 }
 
+// hasJournal reports whether the state area holds an append journal: a
+// batch that was cut short (a crash or an error) and is not rolled back.
+func hasJournal(area string) bool {
+	_, err := os.Lstat(filepath.Join(area, "work", journalName))
+	return err == nil
+}
+
 // retiredAreas lists the state areas under gone in the order they were
 // retired (the rename that moved each set its change time), so that
-// appended logs follow one another as their replicas did.
+// appended logs follow one another as their replicas did. An area with an
+// append journal comes first whatever its time: its recovery cuts targets
+// back to the sizes the journal recorded, which is right only while no
+// other merge has appended to them since.
 func retiredAreas(gone string) []os.DirEntry {
 	ents, _ := os.ReadDir(gone)
 	at := make(map[string]int64, len(ents))
@@ -310,7 +326,14 @@ func retiredAreas(gone string) []os.DirEntry {
 			}
 		}
 	}
+	journal := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		journal[e.Name()] = hasJournal(filepath.Join(gone, e.Name()))
+	}
 	sort.SliceStable(ents, func(i, j int) bool {
+		if ji, jj := journal[ents[i].Name()], journal[ents[j].Name()]; ji != jj {
+			return ji
+		}
 		a, b := at[ents[i].Name()], at[ents[j].Name()]
 		return a < b || (a == b && ents[i].Name() < ents[j].Name())
 	})
