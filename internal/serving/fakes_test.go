@@ -40,6 +40,7 @@ type fakeRuntime struct {
 
 type fakeCtr struct {
 	spec   runtime.Spec
+	pid    int
 	frozen bool
 	cpu    float64
 	// cpuUpdates are the quotas UpdateCPU set, in order.
@@ -68,7 +69,7 @@ func (f *fakeRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Contain
 		return nil, fmt.Errorf("container %q: %w", s.ID, errdefs.ErrConflict)
 	}
 	f.pid++
-	c := &fakeCtr{spec: s, cpu: s.Limits.CPUs, done: make(chan struct{})}
+	c := &fakeCtr{spec: s, pid: f.pid, cpu: s.Limits.CPUs, done: make(chan struct{})}
 	f.ctrs[s.ID] = c
 	if s.Stdout != nil {
 		c.stdout = s.Stdout.Name()
@@ -234,7 +235,7 @@ func (f *fakeRuntime) Get(id string) (*runtime.Container, error) {
 	if c.frozen {
 		st = runtime.StatusPaused
 	}
-	return &runtime.Container{ID: id, Status: st}, nil
+	return &runtime.Container{ID: id, Pid: c.pid, Status: st}, nil
 }
 
 // Exec runs a health command: it exits 1 with a line of output when the

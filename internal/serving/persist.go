@@ -106,6 +106,12 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		// The replicas adopted so far are at work already.
 		ctl.mu.Lock()
 		ctl.reps[rec.ID] = r
+		if alive && c.Pid != 0 && rec.Pid != c.Pid {
+			// Saved before its container started (the daemon was killed
+			// while the replica started): the runtime knows the PID.
+			r.rec.Pid = c.Pid
+			ctl.markDirty(rec.ID)
+		}
 		ctl.mu.Unlock()
 		m.addToken(rec.TokenHash, ctl.name, rec.ID)
 		if !alive {

@@ -393,6 +393,39 @@ func TestTrafficSurvivesRestart(t *testing.T) {
 	}
 }
 
+// A daemon killed while a replica started may leave its record without the
+// PID (saved before the container ran): the next daemon takes the PID from
+// the runtime when it adopts the replica.
+func TestAdoptTakesPidFromRuntime(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1", env("1"))
+	h.wait("one ready", func() bool { return len(h.byRevision(1, StateReady)) == 1 })
+	r := h.app().Replicas[0]
+	if r.Pid == 0 {
+		t.Fatalf("replica without a PID: %+v", r)
+	}
+	h.m.Close()
+	ctx := context.Background()
+	kv, err := h.m.o.Store.Get(ctx, store.ReplicaKey("hello", r.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec replicaRecord
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Pid = 0
+	b, _ := json.Marshal(rec)
+	if _, err := h.m.o.Store.Put(ctx, kv.Key, b); err != nil {
+		t.Fatal(err)
+	}
+	h.restart()
+	h.wait("adopted", func() bool { return len(h.byRevision(1, StateReady)) == 1 })
+	if got := h.app().Replicas[0]; got.ID != r.ID || got.Pid != r.Pid {
+		t.Fatalf("adopted replica %s with PID %d, want %s with %d", got.ID, got.Pid, r.ID, r.Pid)
+	}
+}
+
 // Replicas kept frozen for a rollback count in the host's frozen-memory
 // budget: over it, they stop like any frozen replica.
 func TestRollbackGraceWithinBudget(t *testing.T) {
