@@ -2,12 +2,10 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
@@ -40,7 +38,7 @@ func Selfscale(ctx context.Context, o Options) (_ *Report, retErr error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	e, err := newSelfscaleEnv(ctx, o, dir)
+	e, err := newServingEnv(ctx, o, dir, selfscaleNet, "hello", "selfscale")
 	if err != nil {
 		return nil, fmt.Errorf("selfscale: %w", err)
 	}
@@ -62,50 +60,6 @@ func Selfscale(ctx context.Context, o Options) (_ *Report, retErr error) {
 	}
 	e.selfscaleSummary(rep)
 	return rep, nil
-}
-
-// newSelfscaleEnv starts a daemon on the suite's network with the hello
-// and selfscale images.
-func newSelfscaleEnv(ctx context.Context, o Options, dir string) (_ *servingEnv, retErr error) {
-	e := &servingEnv{o: o, dir: dir, apps: map[string]bool{}, failures: map[string]int{}}
-	d, err := startDaemonOn(ctx, o.ShoalBin, filepath.Join(dir, "daemon"), selfscaleNet)
-	if err != nil {
-		return nil, err
-	}
-	e.d = d
-	defer func() {
-		if retErr != nil {
-			e.close(context.WithoutCancel(ctx))
-		}
-	}()
-	var info struct {
-		Proxy string `json:"proxy"`
-	}
-	out, err := e.output(ctx, "info", "-o", "json")
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Proxy == "" {
-		return nil, fmt.Errorf("shoal info: no proxy address (%v)", err)
-	}
-	e.proxy = info.Proxy
-	e.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute, DisableCompression: true,
-	}}
-	for _, app := range []string{"hello", "selfscale"} {
-		bin, err := o.ExampleBinary(ctx, app, dir)
-		if err != nil {
-			return nil, err
-		}
-		src := filepath.Join(dir, "images", app)
-		if err := copyFileMode(bin, filepath.Join(src, app), 0o755); err != nil {
-			return nil, err
-		}
-		if _, err := e.d.cli(ctx, "image", "build", src, "--tag", app+":1", "--entrypoint", "/"+app, "--port", "8080"); err != nil {
-			return nil, err
-		}
-	}
-	return e, nil
 }
 
 // caller returns a self API caller for a ready replica of app, connected.

@@ -9,11 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/api"
 )
@@ -47,35 +44,10 @@ func replicaCaller(r api.Replica) (*asReplica, error) {
 	}
 	host := strings.TrimPrefix(x.url, "http://")
 	x.client = &http.Client{Timeout: time.Minute, Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 4,
-		DialContext: func(context.Context, string, string) (net.Conn, error) { return dialIn(x.pid, host) }}}
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer{nsPath: fmt.Sprintf("/proc/%d/ns/net", x.pid)}.dial(ctx, host)
+		}}}
 	return x, nil
-}
-
-// dialIn connects to addr from inside the network namespace of process
-// pid, on a thread that joins it and ends with its goroutine.
-func dialIn(pid int, addr string) (net.Conn, error) {
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread leaves with the goroutine
-		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
-		if err != nil {
-			ch <- res{nil, err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- res{nil, fmt.Errorf("setns: %w", err)}
-			return
-		}
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		ch <- res{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
 }
 
 // connect opens a kept-alive connection ahead of a timed call, so the time
