@@ -3,6 +3,8 @@ package api
 import (
 	"errors"
 	"net/http"
+
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // activator is the part of Apps that wakes an app whose proxy holds
@@ -18,7 +20,7 @@ func (s *Server) routeActivate(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/apps/{name}/activate", func(w http.ResponseWriter, r *http.Request) {
 		a, ok := s.Apps.(activator)
 		if !ok {
-			WriteError(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon"), "")
+			httperr.Write(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon"), "")
 			return
 		}
 		a.Activate(r.PathValue("name"))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // sseKeepAlive is how often an idle event stream gets a comment line, so
@@ -22,7 +23,7 @@ func (s *Server) routeApps(mux *http.ServeMux) {
 	apps := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if s.Apps == nil {
-				WriteError(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon"), "")
+				httperr.Write(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon"), "")
 				return
 			}
 			h(w, r)
@@ -38,7 +39,7 @@ func (s *Server) routeApps(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/apps/{name}/traffic", apps(s.appTraffic))
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		if s.Events == nil {
-			WriteError(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon: no event log"), "")
+			httperr.Write(w, http.StatusServiceUnavailable, errors.New("serving is not enabled on this daemon: no event log"), "")
 			return
 		}
 		s.events(w, r)
@@ -60,7 +61,7 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusCreated, app)
+	httperr.WriteJSON(w, http.StatusCreated, app)
 }
 
 func (s *Server) listApps(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +73,7 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request) {
 	if apps == nil {
 		apps = []App{}
 	}
-	WriteJSON(w, http.StatusOK, apps)
+	httperr.WriteJSON(w, http.StatusOK, apps)
 }
 
 func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
@@ -81,7 +82,7 @@ func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, app)
+	httperr.WriteJSON(w, http.StatusOK, app)
 }
 
 func (s *Server) removeApp(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +108,7 @@ func (s *Server) scaleApp(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, app)
+	httperr.WriteJSON(w, http.StatusOK, app)
 }
 
 func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
@@ -127,7 +128,7 @@ func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, app)
+	httperr.WriteJSON(w, http.StatusOK, app)
 }
 
 func (s *Server) appTraffic(w http.ResponseWriter, r *http.Request) {
@@ -145,7 +146,7 @@ func (s *Server) appTraffic(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, app)
+	httperr.WriteJSON(w, http.StatusOK, app)
 }
 
 // countingWriter remembers whether anything was written, so an error before
@@ -241,7 +242,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		if evs == nil {
 			evs = []Event{}
 		}
-		WriteJSON(w, http.StatusOK, evs)
+		httperr.WriteJSON(w, http.StatusOK, evs)
 		return
 	}
 	// A reconnecting EventSource resumes after the last id it saw.

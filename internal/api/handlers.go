@@ -3,6 +3,8 @@ package api
 import (
 	"io"
 	"net/http"
+
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
@@ -14,7 +16,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 	if imgs == nil {
 		imgs = []Image{}
 	}
-	WriteJSON(w, http.StatusOK, imgs)
+	httperr.WriteJSON(w, http.StatusOK, imgs)
 }
 
 func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
@@ -23,7 +25,7 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, img)
+	httperr.WriteJSON(w, http.StatusOK, img)
 }
 
 func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +47,7 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusCreated, img)
+	httperr.WriteJSON(w, http.StatusCreated, img)
 }
 
 func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
@@ -59,7 +61,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusCreated, imgs)
+	httperr.WriteJSON(w, http.StatusCreated, imgs)
 }
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
@@ -73,7 +75,7 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusCreated, img)
+	httperr.WriteJSON(w, http.StatusCreated, img)
 }
 
 func (s *Server) runContainer(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +117,7 @@ func (s *Server) listContainers(w http.ResponseWriter, r *http.Request) {
 	if cs == nil {
 		cs = []Container{}
 	}
-	WriteJSON(w, http.StatusOK, cs)
+	httperr.WriteJSON(w, http.StatusOK, cs)
 }
 
 func (s *Server) removeContainer(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // JobRequest is the body of POST /v1/jobs (a JSON array of them submits a
@@ -168,7 +169,7 @@ func (s *Server) registerJobs(mux *http.ServeMux) {
 
 func (s *Server) jobFail(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, ErrQuota) {
-		WriteError(w, http.StatusTooManyRequests, err, "tenant")
+		httperr.Write(w, http.StatusTooManyRequests, err, "tenant")
 		return
 	}
 	s.fail(w, r, err)
@@ -184,7 +185,7 @@ func (s *Server) submitJobs(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			WriteError(w, http.StatusRequestEntityTooLarge, errors.New("request body is above "+strconv.Itoa(MaxJobBody>>20)+" MiB"), "body")
+			httperr.Write(w, http.StatusRequestEntityTooLarge, errors.New("request body is above "+strconv.Itoa(MaxJobBody>>20)+" MiB"), "body")
 			return
 		}
 		s.jobFail(w, r, errdefs.Invalid("body", "%v", err))
@@ -222,10 +223,10 @@ func (s *Server) submitJobs(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusOK
 	}
 	if batch {
-		WriteJSON(w, code, jobs)
+		httperr.WriteJSON(w, code, jobs)
 		return
 	}
-	WriteJSON(w, code, jobs[0])
+	httperr.WriteJSON(w, code, jobs[0])
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
@@ -244,7 +245,7 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 		s.jobFail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, j)
+	httperr.WriteJSON(w, http.StatusOK, j)
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
@@ -263,7 +264,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		s.jobFail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, jobs)
+	httperr.WriteJSON(w, http.StatusOK, jobs)
 }
 
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
@@ -272,7 +273,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		s.jobFail(w, r, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, j)
+	httperr.WriteJSON(w, http.StatusOK, j)
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {

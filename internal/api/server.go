@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // Images is what the API needs of the image service.
@@ -64,7 +65,7 @@ func (s *Server) Handler(token string) http.Handler {
 		// Build and import read a path on the daemon's host as root: only
 		// local clients on the unix socket (root, 0600) may name one.
 		localOnly := func(w http.ResponseWriter, r *http.Request) {
-			WriteError(w, http.StatusForbidden, errors.New("image build and import read paths on the daemon's host; use the unix socket on that host"), "")
+			httperr.Write(w, http.StatusForbidden, errors.New("image build and import read paths on the daemon's host; use the unix socket on that host"), "")
 		}
 		mux.HandleFunc("POST /v1/images/build", localOnly)
 		mux.HandleFunc("POST /v1/images/import", localOnly)
@@ -90,10 +91,10 @@ func (s *Server) Handler(token string) http.Handler {
 		}
 		if len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			WriteError(w, http.StatusMethodNotAllowed, errors.New("method "+r.Method+" not allowed on "+r.URL.Path+"; use "+strings.Join(allow, " or ")), "")
+			httperr.Write(w, http.StatusMethodNotAllowed, errors.New("method "+r.Method+" not allowed on "+r.URL.Path+"; use "+strings.Join(allow, " or ")), "")
 			return
 		}
-		WriteError(w, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path), "")
+		httperr.Write(w, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path), "")
 	})
 	if token == "" {
 		return mux
@@ -102,7 +103,7 @@ func (s *Server) Handler(token string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/health" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			s.log().Warn("api: refused request without a valid token", "remote", r.RemoteAddr, "path", r.URL.Path)
-			WriteError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"), "")
+			httperr.Write(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"), "")
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -116,43 +117,12 @@ func (s *Server) log() *slog.Logger {
 	return slog.Default()
 }
 
-// WriteJSON writes v with the status code.
-func WriteJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
-}
-
-// WriteError writes an Error body.
-func WriteError(w http.ResponseWriter, code int, err error, field string) {
-	WriteJSON(w, code, Error{Error: err.Error(), Field: field})
-}
-
-// StatusOf maps an error category to an HTTP status code.
-func StatusOf(err error) int {
-	switch {
-	case errdefs.IsInvalid(err):
-		return http.StatusBadRequest
-	case errdefs.IsNotFound(err):
-		return http.StatusNotFound
-	case errdefs.IsConflict(err):
-		return http.StatusConflict
-	case errors.Is(err, errdefs.ErrUnavailable):
-		return http.StatusServiceUnavailable
-	case errors.Is(err, context.Canceled):
-		return 499
-	}
-	return http.StatusInternalServerError
-}
-
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	code := StatusOf(err)
+	code := httperr.Status(err)
 	if code >= 500 {
 		s.log().Error("api request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	WriteError(w, code, err, errdefs.Field(err))
+	httperr.Write(w, code, err, errdefs.Field(err))
 }
 
 // decode reads a JSON body into v, refusing unknown fields.
@@ -173,5 +143,5 @@ func decode(r *http.Request, v any) error {
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
-	WriteJSON(w, http.StatusOK, s.Health(r.Context()))
+	httperr.WriteJSON(w, http.StatusOK, s.Health(r.Context()))
 }

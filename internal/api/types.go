@@ -4,13 +4,14 @@
 // (0600, root) and optionally on TCP behind a bearer token.
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/shoal-run/shoal/internal/httperr"
+)
 
 // Error is the JSON body of every failed request.
-type Error struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
+type Error = httperr.Body
 
 // Health is the body of GET /v1/health.
 type Health struct {

@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/httperr"
 	"github.com/shoal-run/shoal/internal/proxy"
 )
 
@@ -110,7 +110,7 @@ func (c *control) replaceRoutes(w http.ResponseWriter, r *http.Request) {
 	next := make(map[string]proxy.Route, len(routes))
 	for i, rt := range routes {
 		if rt.App == "" {
-			api.WriteError(w, http.StatusBadRequest, fmt.Errorf("route %d: no app", i), "app")
+			httperr.Write(w, http.StatusBadRequest, fmt.Errorf("route %d: no app", i), "app")
 			return
 		}
 		next[strings.ToLower(rt.App)] = rt
@@ -133,7 +133,7 @@ func (c *control) setRoute(w http.ResponseWriter, r *http.Request) {
 		rt.App = name
 	}
 	if !strings.EqualFold(rt.App, name) {
-		api.WriteError(w, http.StatusBadRequest, fmt.Errorf("route of app %q sent to %q", rt.App, name), "app")
+		httperr.Write(w, http.StatusBadRequest, fmt.Errorf("route of app %q sent to %q", rt.App, name), "app")
 		return
 	}
 	c.mu.Lock()
@@ -157,7 +157,7 @@ func (c *control) shutdown(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("grace"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			api.WriteError(w, http.StatusBadRequest, fmt.Errorf("grace %q: not a duration", s), "grace")
+			httperr.Write(w, http.StatusBadRequest, fmt.Errorf("grace %q: not a duration", s), "grace")
 			return
 		}
 		grace = d
@@ -176,10 +176,10 @@ func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			api.WriteError(w, http.StatusRequestEntityTooLarge, err, "body")
+			httperr.Write(w, http.StatusRequestEntityTooLarge, err, "body")
 			return false
 		}
-		api.WriteError(w, http.StatusBadRequest, fmt.Errorf("body: %w", err), "body")
+		httperr.Write(w, http.StatusBadRequest, fmt.Errorf("body: %w", err), "body")
 		return false
 	}
 	return true

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // The direct path forwards a plain HTTP/1.x request of known body length on
@@ -128,7 +128,7 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 			st.code = statusClientGone
 		case errors.As(err, &be):
 			st.code = http.StatusBadRequest
-			api.WriteError(w, st.code, fmt.Errorf("reading the request body: %w", be.err), "body")
+			httperr.Write(w, st.code, fmt.Errorf("reading the request body: %w", be.err), "body")
 		case replicaDied(err):
 			return sendDied, err
 		default:

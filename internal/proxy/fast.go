@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // serveRequest answers the request whose head is the first n buffered
@@ -214,7 +214,7 @@ func lastColon(b []byte) int {
 // connection closes after the answer.
 func (c *cconn) reject(code int, err error, field string, closing bool) outcome {
 	ew := &errResponse{}
-	api.WriteError(ew, code, err, field)
+	httperr.Write(ew, code, err, field)
 	return c.sendError(ew, closing)
 }
 
@@ -222,7 +222,7 @@ func (c *cconn) reject(code int, err error, field string, closing bool) outcome 
 func (c *cconn) rejectRetry(err error) outcome {
 	ew := &errResponse{}
 	ew.Header().Set("Retry-After", retryAfter)
-	api.WriteError(ew, http.StatusServiceUnavailable, err, "")
+	httperr.Write(ew, http.StatusServiceUnavailable, err, "")
 	return c.sendError(ew, false)
 }
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // DialTimeout bounds a connect to a replica; a replica that does not accept
@@ -158,17 +158,17 @@ func (p *Proxy) fail(w http.ResponseWriter, st *reqState, err error) {
 	switch {
 	case errors.As(err, &mbe):
 		st.code = http.StatusRequestEntityTooLarge
-		api.WriteError(w, st.code, fmt.Errorf("request body is over the limit of %d bytes", mbe.Limit), "body")
+		httperr.Write(w, st.code, fmt.Errorf("request body is over the limit of %d bytes", mbe.Limit), "body")
 	case st.Context.Err() != nil:
 		st.code = statusClientGone
 	case errors.Is(err, errNoReplica):
 		p.log.Warn("proxy: no replica accepted the connection", "app", st.app.name, "tried", len(st.tried), "err", err)
 		st.code = http.StatusBadGateway
-		api.WriteError(w, st.code, fmt.Errorf("app %q: %w", st.app.name, errNoReplica), "")
+		httperr.Write(w, st.code, fmt.Errorf("app %q: %w", st.app.name, errNoReplica), "")
 	default:
 		p.log.Warn("proxy: replica failed", "app", st.app.name, "endpoint", st.ep.id, "err", err)
 		st.code = http.StatusBadGateway
-		api.WriteError(w, st.code, fmt.Errorf("app %q: the replica failed to answer", st.app.name), "")
+		httperr.Write(w, st.code, fmt.Errorf("app %q: the replica failed to answer", st.app.name), "")
 	}
 }
 

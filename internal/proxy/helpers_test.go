@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // backend is a replica: an httptest server on loopback that counts requests.
@@ -133,9 +133,9 @@ func route(app string, bs ...*backend) Route {
 }
 
 // apiError decodes a JSON error body.
-func apiError(t *testing.T, body string) api.Error {
+func apiError(t *testing.T, body string) httperr.Body {
 	t.Helper()
-	var e api.Error
+	var e httperr.Body
 	if err := json.Unmarshal([]byte(body), &e); err != nil {
 		t.Fatalf("error body is not JSON: %q: %v", body, err)
 	}

@@ -27,8 +27,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // Defaults for the zero values of a Route.
@@ -157,12 +157,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name := p.appName(r.Host)
 	a := (*p.table.Load())[name]
 	if a == nil {
-		api.WriteError(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
+		httperr.Write(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
 		return
 	}
 	rt := a.route.Load()
 	if rt == nil {
-		api.WriteError(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
+		httperr.Write(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
 		return
 	}
 	start := p.clock.Now()
@@ -174,13 +174,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if rt.unavailable != "" {
 		st.code = http.StatusServiceUnavailable
-		api.WriteError(w, st.code, fmt.Errorf("app %q: %s", a.name, rt.unavailable), "")
+		httperr.Write(w, st.code, fmt.Errorf("app %q: %s", a.name, rt.unavailable), "")
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody && rt.maxBody >= 0 {
 		if r.ContentLength > rt.maxBody {
 			st.code = http.StatusRequestEntityTooLarge
-			api.WriteError(w, st.code, fmt.Errorf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, rt.maxBody), "body")
+			httperr.Write(w, st.code, fmt.Errorf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, rt.maxBody), "body")
 			return
 		}
 		if r.ContentLength < 0 {
@@ -213,10 +213,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				if ue.retry {
 					w.Header().Set("Retry-After", retryAfter)
 				}
-				api.WriteError(w, st.code, err, "")
+				httperr.Write(w, st.code, err, "")
 			case errors.Is(err, errRemoved):
 				st.code = http.StatusNotFound
-				api.WriteError(w, st.code, fmt.Errorf("no app serves host %q", r.Host), "host")
+				httperr.Write(w, st.code, fmt.Errorf("no app serves host %q", r.Host), "host")
 			default: // the client went away
 				st.code = statusClientGone
 			}
