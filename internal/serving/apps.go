@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -27,21 +28,21 @@ func (m *Manager) Deploy(ctx context.Context, req api.DeployRequest) (api.App, e
 // deploy writes the app's record (and its new revision's) and hands it to
 // the app's controller. A new revision rolls out beside the one in
 // service.
-func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, error) {
+func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (manifest.Config, error) {
 	file := req.File
 	if file == "" {
 		file = "shoal.toml"
 	}
-	cfg, err := ParseConfig([]byte(req.Manifest), file)
+	cfg, err := manifest.Parse([]byte(req.Manifest), file)
 	if err != nil {
-		return Config{}, err
+		return manifest.Config{}, err
 	}
 	img, err := m.o.Images.Get(ctx, cfg.Image)
 	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return Config{}, errdefs.Invalid("image", "%s: image %q is not in the image store; build, import or pull it first", file, cfg.Image)
+			return manifest.Config{}, errdefs.Invalid("image", "%s: image %q is not in the image store; build, import or pull it first", file, cfg.Image)
 		}
-		return Config{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
+		return manifest.Config{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
 	}
 	now := m.clock.Now()
 	hash := cfg.Hash()
@@ -58,7 +59,7 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, er
 		ctl.mu.Lock()
 		defer ctl.mu.Unlock()
 		if ctl.deleting {
-			return Config{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
+			return manifest.Config{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
 		}
 		rec = ctl.rec
 	}
@@ -87,11 +88,11 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, er
 	rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: req.Manifest, Digest: img.Digest, Hash: hash, Created: now}
 	if newRev {
 		if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
-			return Config{}, err
+			return manifest.Config{}, err
 		}
 	}
 	if err := m.putJSON(ctx, store.AppKey(cfg.Name), rec); err != nil {
-		return Config{}, err
+		return manifest.Config{}, err
 	}
 	if ctl == nil {
 		ctl = newAppCtl(m, rec)
@@ -99,12 +100,12 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (Config, er
 		m.mu.Lock()
 		if other := m.apps[cfg.Name]; other != nil {
 			m.mu.Unlock()
-			return Config{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
+			return manifest.Config{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
 		}
 		m.apps[cfg.Name] = ctl
 		m.mu.Unlock()
 		if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
-			return Config{}, fmt.Errorf("app %q: %w", cfg.Name, err)
+			return manifest.Config{}, fmt.Errorf("app %q: %w", cfg.Name, err)
 		}
 		m.run(ctl)
 		m.emit("deploy", cfg.Name, "", fmt.Sprintf("created at revision %d (%s)", rec.Revision, cfg.Image), nil)

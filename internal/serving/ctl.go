@@ -1,3 +1,7 @@
+// Package serving runs apps: it turns an app's shoal.toml into replicas
+// (containers on the runtime), keeps each replica on the homeostasis ladder
+// (starting, ready, frozen, stopped, draining), wakes apps for the proxy,
+// applies the autoscaler's decisions and records what it does in the store.
 package serving
 
 import (

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -28,7 +29,7 @@ var probeClient = &http.Client{
 
 // check checks replica r once with the app's health check: the command in
 // its container, or a probe of its address.
-func (ctl *appCtl) check(h Health, r *replica) error {
+func (ctl *appCtl) check(h manifest.Health, r *replica) error {
 	ctl.mu.Lock()
 	id, addr := r.rec.ID, r.rec.Addr
 	ctl.mu.Unlock()
@@ -43,7 +44,7 @@ func (ctl *appCtl) check(h Health, r *replica) error {
 // OCI runtime's exec, so it runs as the replica's own process would: same
 // namespaces, cgroup (its memory and pids count against the replica's
 // limits), user, capabilities, no_new_privs, seccomp filter and rlimits.
-func (ctl *appCtl) runCheck(h Health, id string) error {
+func (ctl *appCtl) runCheck(h manifest.Health, id string) error {
 	timeout := h.Timeout.Duration
 	if timeout <= 0 {
 		timeout = time.Second
@@ -93,7 +94,7 @@ func (w *tailWriter) String() string {
 
 // probe checks once whether the replica at addr is healthy with an HTTP or
 // TCP check.
-func probe(ctx context.Context, h Health, addr string) error {
+func probe(ctx context.Context, h manifest.Health, addr string) error {
 	timeout := h.Timeout.Duration
 	if timeout <= 0 {
 		timeout = time.Second
@@ -127,7 +128,7 @@ func probe(ctx context.Context, h Health, addr string) error {
 // waitReady probes a starting replica until it answers, it exits, or the
 // start timeout passes. Probes are close together at first, because most
 // apps are ready within milliseconds, and spread out later.
-func (ctl *appCtl) waitReady(r *replica, cfg Config, exited <-chan struct{}) error {
+func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan struct{}) error {
 	m := ctl.m
 	began := m.clock.Now()
 	limit := cfg.Health.StartTimeout.Duration

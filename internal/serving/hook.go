@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/statemerge"
 )
 
 // hookTimeout bounds a merge hook's run; then it is killed and the merge
@@ -29,11 +30,11 @@ const kindMerge = "merge"
 // when the command exits 0. A hook cut short by a crash is run again by the
 // next daemon (the note says so): a hook is run at least once, so it
 // should be safe to run twice. A replica that left no state runs no hook.
-func (ctl *appCtl) runHook(ctx context.Context, meta stateMeta, data, work, vol string) (mergeResult, string, error) {
+func (ctl *appCtl) runHook(ctx context.Context, meta stateMeta, data, work, vol string) (statemerge.Result, string, error) {
 	m, cfg := ctl.m, meta.Config
 	st := cfg.State
-	var res mergeResult
-	res.Files, res.Bytes, res.Skipped = stateFiles(data)
+	var res statemerge.Result
+	res.Files, res.Bytes, res.Skipped = statemerge.Count(data)
 	if ents, err := os.ReadDir(data); err == nil && len(ents) == 0 {
 		return res, "", nil // no state, no hook
 	}
@@ -55,7 +56,7 @@ func (ctl *appCtl) runHook(ctx context.Context, meta stateMeta, data, work, vol 
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return res, "", err
 	}
-	if err := writeSynced(marker, nil); err != nil {
+	if err := statemerge.WriteSynced(marker, nil); err != nil {
 		return res, "", err
 	}
 	logPath := filepath.Join(work, "hook.log")

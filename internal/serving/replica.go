@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -88,7 +89,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 
 // boot creates and starts the replica's container and waits for it to be
 // ready.
-func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
+func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string) {
 	m, id := ctl.m, r.rec.ID
 	began := m.clock.Now()
 	// fail reports a start that went wrong, unless the daemon is stopping:
@@ -192,7 +193,7 @@ func (ctl *appCtl) boot(r *replica, cfg Config, digest string) {
 }
 
 // spec builds the container of replica r.
-func (ctl *appCtl) spec(r *replica, cfg Config, digest string) (runtime.Spec, error) {
+func (ctl *appCtl) spec(r *replica, cfg manifest.Config, digest string) (runtime.Spec, error) {
 	img, err := ctl.m.o.Images.Get(ctl.ctx(), digest)
 	if err != nil {
 		return runtime.Spec{}, fmt.Errorf("image %s (%s): %w", cfg.Image, digest, err)

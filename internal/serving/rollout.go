@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -97,13 +98,13 @@ func (ctl *appCtl) revision(n int) (revisionRecord, error) {
 
 // configOf is the config and image digest of revision n: replicas of every
 // revision run with their own. ctl.mu is held.
-func (ctl *appCtl) configOf(n int) (Config, string, error) {
+func (ctl *appCtl) configOf(n int) (manifest.Config, string, error) {
 	if n == ctl.rec.Revision {
 		return ctl.rec.Config, ctl.rec.Digest, nil
 	}
 	rv, err := ctl.revision(n)
 	if err != nil {
-		return Config{}, "", err
+		return manifest.Config{}, "", err
 	}
 	return rv.Config, rv.Digest, nil
 }

@@ -8,12 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"syscall"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/statemerge"
 )
 
 // A replica of an app with [state] gets a state area of its own:
@@ -30,10 +30,10 @@ import (
 // stateMeta is the meta.json of a state area: the merge uses the policy of
 // the revision the replica ran, whatever the app's revision is by then.
 type stateMeta struct {
-	Replica  string `json:"replica"`
-	Revision int    `json:"revision"`
-	Digest   string `json:"digest"`
-	Config   Config `json:"config"`
+	Replica  string          `json:"replica"`
+	Revision int             `json:"revision"`
+	Digest   string          `json:"digest"`
+	Config   manifest.Config `json:"config"`
 }
 
 func (ctl *appCtl) stateDir(sub string) string {
@@ -41,7 +41,7 @@ func (ctl *appCtl) stateDir(sub string) string {
 }
 
 // stateMount makes replica r's live state area and returns its mount.
-func (ctl *appCtl) stateMount(r *replica, cfg Config, digest string) (runtime.Mount, error) {
+func (ctl *appCtl) stateMount(r *replica, cfg manifest.Config, digest string) (runtime.Mount, error) {
 	area := filepath.Join(ctl.stateDir("live"), r.rec.ID)
 	data := filepath.Join(area, "data")
 	// meta.json first: an area without it has no data either.
@@ -50,13 +50,13 @@ func (ctl *appCtl) stateMount(r *replica, cfg Config, digest string) (runtime.Mo
 		err = os.MkdirAll(area, 0o700)
 	}
 	if err == nil {
-		err = writeSynced(filepath.Join(area, "meta.json"), b)
+		err = statemerge.WriteSynced(filepath.Join(area, "meta.json"), b)
 	}
 	if err == nil {
 		err = os.Mkdir(data, 0o755)
 	}
 	if err == nil {
-		err = errors.Join(syncDir(area), syncDir(filepath.Dir(area)))
+		err = errors.Join(statemerge.SyncDir(area), statemerge.SyncDir(filepath.Dir(area)))
 	}
 	if err != nil {
 		return runtime.Mount{}, fmt.Errorf("state: %w", err)
@@ -84,7 +84,7 @@ func (ctl *appCtl) retireState(id string) {
 		err = os.Rename(live, filepath.Join(gone, id))
 	}
 	if err == nil {
-		err = errors.Join(syncDir(gone), syncDir(filepath.Dir(live)))
+		err = errors.Join(statemerge.SyncDir(gone), statemerge.SyncDir(filepath.Dir(live)))
 	}
 	if err != nil {
 		ctl.m.emit("merge-failed", ctl.name, id, fmt.Sprintf("state kept in %s: %v", live, err), nil)
@@ -137,7 +137,7 @@ func (ctl *appCtl) mergeLoop() {
 	retries := map[string]*retry{}
 	for ctx.Err() == nil {
 		var wait time.Duration
-		ents := retiredAreas(ctl.stateDir("gone"))
+		ents := statemerge.Retired(ctl.stateDir("gone"))
 		for _, e := range ents {
 			ctl.mu.Lock()
 			deleting := ctl.deleting
@@ -174,7 +174,7 @@ func (ctl *appCtl) mergeLoop() {
 			}
 			ctl.m.emit("merge-failed", ctl.name, id, fmt.Sprintf("%v; state kept, tried again in %s", err, d),
 				map[string]float64{"attempts": float64(rt.n)})
-			if hasJournal(filepath.Join(ctl.stateDir("gone"), id)) {
+			if statemerge.HasJournal(filepath.Join(ctl.stateDir("gone"), id)) {
 				// Its unfinished batch is cut back to the journal's sizes
 				// when it is tried again: no other area may append to the
 				// volume before that.
@@ -229,12 +229,12 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 	vol := filepath.Join(m.appDir(ctl.name), "volumes", st.Volume)
 	data, work := filepath.Join(area, "data"), filepath.Join(area, "work")
 	began := m.clock.Now()
-	var res mergeResult
+	var res statemerge.Result
 	var note string
 	switch st.Merge {
-	case MergeAppend, MergeNewest:
-		res, err = mergeFiles(ctx, st.Merge, data, work, vol)
-	case MergeHook:
+	case manifest.MergeAppend, manifest.MergeNewest:
+		res, err = statemerge.Files(ctx, st.Merge, data, work, vol)
+	case manifest.MergeHook:
 		res, note, err = ctl.runHook(ctx, meta, data, work, vol)
 	default:
 		err = fmt.Errorf("merge policy %q is unknown", st.Merge)
@@ -245,7 +245,7 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 	if err := os.RemoveAll(area); err != nil {
 		return fmt.Errorf("merged, but the state area stays: %w", err)
 	}
-	syncDir(filepath.Dir(area))
+	statemerge.SyncDir(filepath.Dir(area))
 	d := m.clock.Now().Sub(began)
 	m.metrics.merge(ctl.name, st.Merge, d)
 	if res.Files == 0 && res.Kept == 0 && len(res.Skipped) == 0 && note == "" {
@@ -258,7 +258,7 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 		why += fmt.Sprintf("; %d older than the volume's copy, left out", res.Kept)
 	}
 	if len(res.Skipped) > 0 {
-		why += fmt.Sprintf("; skipped %d entries that are not regular files: %s", len(res.Skipped), sortedSkipped(res.Skipped, 5))
+		why += fmt.Sprintf("; skipped %d entries that are not regular files: %s", len(res.Skipped), statemerge.SortedSkipped(res.Skipped, 5))
 	}
 	if note != "" {
 		why += "; " + note
@@ -266,76 +266,4 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 	m.emit("merge", ctl.name, id, why, map[string]float64{"files": float64(res.Files), "bytes": float64(res.Bytes),
 		"kept": float64(res.Kept), "skipped": float64(len(res.Skipped)), "seconds": d.Seconds()})
 	return nil
-}
-
-// writeSynced writes a small file and syncs it.
-func writeSynced(p string, b []byte) error {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// stateFiles counts the regular files under dir and their bytes.
-func stateFiles(dir string) (files int, bytes int64, skipped []string) {
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		switch {
-		case err != nil, d.IsDir():
-		case d.Type().IsRegular():
-			if fi, err := d.Info(); err == nil {
-				files++
-				bytes += fi.Size()
-			}
-		default:
-			rel, _ := filepath.Rel(dir, p)
-			skipped = append(skipped, fmt.Sprintf("%s (%s)", rel, kindOf(d.Type())))
-		}
-		return nil
-	})
-	return files, bytes, skipped
-}
-
-// hasJournal reports whether the state area holds an append journal: a
-// batch that was cut short (a crash or an error) and is not rolled back.
-func hasJournal(area string) bool {
-	_, err := os.Lstat(filepath.Join(area, "work", journalName))
-	return err == nil
-}
-
-// retiredAreas lists the state areas under gone in the order they were
-// retired (the rename that moved each set its change time), so that
-// appended logs follow one another as their replicas did. An area with an
-// append journal comes first whatever its time: its recovery cuts targets
-// back to the sizes the journal recorded, which is right only while no
-// other merge has appended to them since.
-func retiredAreas(gone string) []os.DirEntry {
-	ents, _ := os.ReadDir(gone)
-	at := make(map[string]int64, len(ents))
-	for _, e := range ents {
-		if fi, err := e.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				at[e.Name()] = st.Ctim.Nano()
-			}
-		}
-	}
-	journal := make(map[string]bool, len(ents))
-	for _, e := range ents {
-		journal[e.Name()] = hasJournal(filepath.Join(gone, e.Name()))
-	}
-	sort.SliceStable(ents, func(i, j int) bool {
-		if ji, jj := journal[ents[i].Name()], journal[ents[j].Name()]; ji != jj {
-			return ji
-		}
-		a, b := at[ents[i].Name()], at[ents[j].Name()]
-		return a < b || (a == b && ents[i].Name() < ents[j].Name())
-	})
-	return ents
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -159,7 +160,7 @@ func TestStateHook(t *testing.T) {
 	if s := readFile(t, filepath.Join(h.volume(), "merged")); s != "hooked\n" {
 		t.Fatalf("merged %q", s)
 	}
-	if strings.Join(got.Args, " ") != "sh -c cat /state/* >> /data/merged" || !got.Ephemeral || got.Limits.Pids != DefaultPids ||
+	if strings.Join(got.Args, " ") != "sh -c cat /state/* >> /data/merged" || !got.Ephemeral || got.Limits.Pids != manifest.DefaultPids ||
 		got.Layers[0] != "/nonexistent" {
 		t.Fatalf("hook container %+v", got)
 	}
@@ -222,4 +223,27 @@ func TestStateGoesWithTheApp(t *testing.T) {
 	if n := len(h.ev.of("merge")) + len(h.ev.of("merge-failed")); n != 0 {
 		t.Fatalf("%d merges of a deleted app", n)
 	}
+}
+
+// writeTree writes files (relative path → content) under dir.
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for rel, content := range files {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

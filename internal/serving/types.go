@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/manifest"
 )
 
 // Replica states: the homeostasis ladder of DESIGN.md.
@@ -23,16 +24,16 @@ const (
 
 // appRecord is an app's desired state, kept at store.AppKey(name).
 type appRecord struct {
-	Config   Config    `json:"config"`
-	Manifest string    `json:"manifest"`
-	Revision int       `json:"revision"`
-	Digest   string    `json:"digest"` // image manifest digest of the revision
-	Hash     string    `json:"hash"`   // config hash of the revision
-	Min      int       `json:"min"`    // current bounds (deploy, then `app scale`)
-	Max      int       `json:"max"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
-	Deleting bool      `json:"deleting,omitempty"`
+	Config   manifest.Config `json:"config"`
+	Manifest string          `json:"manifest"`
+	Revision int             `json:"revision"`
+	Digest   string          `json:"digest"` // image manifest digest of the revision
+	Hash     string          `json:"hash"`   // config hash of the revision
+	Min      int             `json:"min"`    // current bounds (deploy, then `app scale`)
+	Max      int             `json:"max"`
+	Created  time.Time       `json:"created"`
+	Updated  time.Time       `json:"updated"`
+	Deleting bool            `json:"deleting,omitempty"`
 	// Traffic splits requests between revisions (empty: all to Revision).
 	Traffic []api.TrafficTarget `json:"traffic,omitempty"`
 	Sticky  bool                `json:"sticky,omitempty"`
@@ -42,12 +43,12 @@ type appRecord struct {
 
 // revisionRecord is one immutable revision, kept at store.RevisionKey.
 type revisionRecord struct {
-	N        int       `json:"n"`
-	Config   Config    `json:"config"`
-	Manifest string    `json:"manifest"`
-	Digest   string    `json:"digest"`
-	Hash     string    `json:"hash"`
-	Created  time.Time `json:"created"`
+	N        int             `json:"n"`
+	Config   manifest.Config `json:"config"`
+	Manifest string          `json:"manifest"`
+	Digest   string          `json:"digest"`
+	Hash     string          `json:"hash"`
+	Created  time.Time       `json:"created"`
 }
 
 // replicaRecord is a replica as the store knows it, at store.ReplicaKey.

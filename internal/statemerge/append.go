@@ -1,4 +1,4 @@
-package serving
+package statemerge
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ const mergeBatch = 256
 // volume. The journal records every target's size first; the targets (and
 // directories that got new entries) are synced before the state files are
 // removed, and the journal goes last.
-func appendBatch(sroot, droot *os.Root, work string, batch []string, res *mergeResult) error {
+func appendBatch(sroot, droot *os.Root, work string, batch []string, res *Result) error {
 	j := appendJournal{Offsets: make(map[string]int64, len(batch))}
 	for _, rel := range batch {
 		fi, err := droot.Lstat(rel)
@@ -85,7 +85,7 @@ func appendBatch(sroot, droot *os.Root, work string, batch []string, res *mergeR
 	if err := os.Remove(filepath.Join(work, journalName)); err != nil {
 		return err
 	}
-	return syncDir(work)
+	return SyncDir(work)
 }
 
 // recoverAppend finishes the append batch that a crash cut short: each
@@ -134,7 +134,7 @@ func recoverAppend(sroot, droot *os.Root, work string) error {
 	if err := os.Remove(filepath.Join(work, journalName)); err != nil {
 		return err
 	}
-	return syncDir(work)
+	return SyncDir(work)
 }
 
 // appendFile appends the state file rel to the same path in the volume,
@@ -186,12 +186,12 @@ func appendFile(sroot, droot *os.Root, rel string) (*os.File, int64, bool, error
 func writeJournal(work string, j appendJournal) error {
 	b, _ := json.Marshal(j)
 	tmp := filepath.Join(work, journalName+".tmp")
-	err := writeSynced(tmp, b)
+	err := WriteSynced(tmp, b)
 	if err == nil {
 		err = os.Rename(tmp, filepath.Join(work, journalName))
 	}
 	if err != nil {
 		return fmt.Errorf("merge journal: %w", err)
 	}
-	return syncDir(work)
+	return SyncDir(work)
 }

@@ -1,8 +1,8 @@
-// Package serving runs apps: it turns an app's shoal.toml into replicas
-// (containers on the runtime), keeps each replica on the homeostasis ladder
-// (starting, ready, frozen, stopped, draining), wakes apps for the proxy,
-// applies the autoscaler's decisions and records what it does in the store.
-package serving
+// Package manifest parses and validates an app's shoal.toml: a strict
+// decode (an unknown key is an error naming it), the defaults of the keys a
+// file leaves out, and checks that name the key at fault. It is pure: it
+// reads only the bytes it is given.
+package manifest
 
 import (
 	"time"

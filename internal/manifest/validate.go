@@ -1,4 +1,4 @@
-package serving
+package manifest
 
 import (
 	"fmt"

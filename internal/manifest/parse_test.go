@@ -1,4 +1,4 @@
-package serving
+package manifest
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ func designExample(t *testing.T) string {
 }
 
 func TestParseDesignExample(t *testing.T) {
-	c, err := ParseConfig([]byte(designExample(t)), "shoal.toml")
+	c, err := Parse([]byte(designExample(t)), "shoal.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestParseDesignExample(t *testing.T) {
 }
 
 func TestParseDefaults(t *testing.T) {
-	c, err := ParseConfig([]byte("name = \"web\"\nimage = \"web:1\"\n"), "")
+	c, err := Parse([]byte("name = \"web\"\nimage = \"web:1\"\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatalf("max body %d", c.Resources.MaxBodyBytes())
 	}
 	// Explicit zeros are kept, not replaced by defaults.
-	c, err = ParseConfig([]byte(`name = "web"
+	c, err = Parse([]byte(`name = "web"
 image = "web:1"
 [scale]
 min = 3
@@ -80,7 +80,7 @@ pids = 0
 		t.Fatalf("explicit zeros: %+v", c)
 	}
 	// A min above the default max raises the default max.
-	c, err = ParseConfig([]byte("name = \"web\"\nimage = \"web:1\"\n[scale]\nmin = 20\n"), "")
+	c, err = Parse([]byte("name = \"web\"\nimage = \"web:1\"\n[scale]\nmin = 20\n"), "")
 	if err != nil || c.Scale.Max != 20 {
 		t.Fatalf("min 20: max %d, %v", c.Scale.Max, err)
 	}
@@ -197,7 +197,7 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(c.toml), "shoal.toml")
+			_, err := Parse([]byte(c.toml), "shoal.toml")
 			if err == nil {
 				t.Fatalf("no error for\n%s", c.toml)
 			}
@@ -233,7 +233,7 @@ func TestParseValid(t *testing.T) {
 		if name == "name of 40" {
 			doc = "name = \"a" + strings.Repeat("b", 38) + "c\"\nimage = \"web:1\"\n"
 		}
-		if _, err := ParseConfig([]byte(doc), "shoal.toml"); err != nil {
+		if _, err := Parse([]byte(doc), "shoal.toml"); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -241,7 +241,7 @@ func TestParseValid(t *testing.T) {
 
 func TestParseState(t *testing.T) {
 	const base = "name = \"web\"\nimage = \"web:1\"\n"
-	c, err := ParseConfig([]byte(base+"[volumes]\nlogs = \"/logs\"\n[state]\ndir = \"/state\"\nmerge = \"append\"\n"), "")
+	c, err := Parse([]byte(base+"[volumes]\nlogs = \"/logs\"\n[state]\ndir = \"/state\"\nmerge = \"append\"\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestParseState(t *testing.T) {
 	if !reflect.DeepEqual(c.State, want) || !c.State.Enabled() {
 		t.Fatalf("state %+v, want %+v (the only volume by default)", c.State, want)
 	}
-	c, err = ParseConfig([]byte(base+"[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/s\"\nmerge = \"hook\"\nhook = [\"sh\", \"-c\", \"x\"]\nvolume = \"b\"\n"), "")
+	c, err = Parse([]byte(base+"[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/s\"\nmerge = \"hook\"\nhook = [\"sh\", \"-c\", \"x\"]\nvolume = \"b\"\n"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestParseState(t *testing.T) {
 	}
 	// No [state]: nothing, and the hash of an app without it is what it
 	// was before the table existed.
-	c, err = ParseConfig([]byte(base+"[volumes]\na = \"/a\"\n"), "")
+	c, err = Parse([]byte(base+"[volumes]\na = \"/a\"\n"), "")
 	if err != nil || c.State.Enabled() || c.State.Volume != "" {
 		t.Fatalf("no state: %+v, %v", c.State, err)
 	}
@@ -270,7 +270,7 @@ func TestParseState(t *testing.T) {
 
 // An app metric without a target gets the default one.
 func TestParseMetricDefault(t *testing.T) {
-	c, err := ParseConfig([]byte("name = \"web\"\nimage = \"web:1\"\n[scale]\nmetric = \"queue\"\n"), "shoal.toml")
+	c, err := Parse([]byte("name = \"web\"\nimage = \"web:1\"\n[scale]\nmetric = \"queue\"\n"), "shoal.toml")
 	if err != nil || c.Scale.Metric != "queue" || c.Scale.Target != DefaultTarget {
 		t.Fatalf("%+v %v", c.Scale, err)
 	}
@@ -279,7 +279,7 @@ func TestParseMetricDefault(t *testing.T) {
 func TestHash(t *testing.T) {
 	parse := func(doc string) Config {
 		t.Helper()
-		c, err := ParseConfig([]byte(doc), "shoal.toml")
+		c, err := Parse([]byte(doc), "shoal.toml")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,11 @@
-package serving
+// Package statemerge merges what a replica left in its own state
+// directory into one of its app's volumes, by a file policy: Append (each
+// file's bytes appended to the same path) or Newest (a file replaces the
+// volume's copy when it is newer). A merge is done in batches made durable
+// one by one, with a journal for the append policy, so a merge cut short by
+// a crash is finished by running it again: no byte is lost and none is
+// merged twice. It reads and writes only the directories it is given.
+package statemerge
 
 import (
 	"context"
@@ -14,8 +21,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// mergeResult says what merging one replica's state did.
-type mergeResult struct {
+// File policies, as the [state] merge key of shoal.toml names them.
+const (
+	Append = "append"
+	Newest = "newest"
+)
+
+// Result says what merging one replica's state did.
+type Result struct {
 	Files int   // files written into the volume
 	Bytes int64 // bytes written into the volume
 	Kept  int   // files left out because the volume's copy is as new (newest)
@@ -28,20 +41,20 @@ type mergeResult struct {
 // fail to stop a merge there as a crash would.
 var mergeStep = func(step, rel string) error { return nil }
 
-// mergeFiles merges the regular files under src into the volume at dst by
-// policy (MergeAppend or MergeNewest), each to the same relative path. work
+// Files merges the regular files under src into the volume at dst by
+// policy (Append or Newest), each to the same relative path. work
 // is a directory of the replica's own on dst's file system that outlives a
 // crash: it holds the journal and temporary files. Files are merged in
 // batches; a batch's files are removed from src once their merge is
 // durable, so src holds what is left to merge, and a merge cut short (a
-// crash, an error, ctx) is finished by calling mergeFiles again with the
+// crash, an error, ctx) is finished by calling Files again with the
 // same directories: no byte is lost and none is merged twice. Nothing is
 // written outside dst: paths are resolved in dst with os.Root, so a symlink
 // in the volume cannot lead a merge out of it, and entries of src that are
 // not regular files are skipped.
-func mergeFiles(ctx context.Context, policy, src, work, dst string) (mergeResult, error) {
-	var res mergeResult
-	if policy != MergeAppend && policy != MergeNewest {
+func Files(ctx context.Context, policy, src, work, dst string) (Result, error) {
+	var res Result
+	if policy != Append && policy != Newest {
 		return res, fmt.Errorf("merge policy %q is not a file policy", policy)
 	}
 	sroot, err := os.OpenRoot(src)
@@ -74,7 +87,7 @@ func mergeFiles(ctx context.Context, policy, src, work, dst string) (mergeResult
 		}
 		batch := files[:min(mergeBatch, len(files))]
 		files = files[len(batch):]
-		if policy == MergeAppend {
+		if policy == Append {
 			err = appendBatch(sroot, droot, work, batch, &res)
 		} else {
 			err = newestBatch(sroot, droot, work, batch, &res)
@@ -191,7 +204,7 @@ func syncIn(root *os.Root, dir string) error {
 	return d.Sync()
 }
 
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
@@ -209,8 +222,8 @@ func chownLike(f *os.File, fi fs.FileInfo) {
 	}
 }
 
-// sortedSkipped is res.Skipped for an event's reason, at most n shown.
-func sortedSkipped(s []string, n int) string {
+// SortedSkipped is res.Skipped for an event's reason, at most n shown.
+func SortedSkipped(s []string, n int) string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	if len(s) > n {

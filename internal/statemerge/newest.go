@@ -1,4 +1,4 @@
-package serving
+package statemerge
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // and synced, then renamed over their targets, whose directories are
 // synced before the state files are removed. Run again after a crash, a
 // copy already in place is as new as its state file and left.
-func newestBatch(sroot, droot *os.Root, work string, batch []string, res *mergeResult) error {
+func newestBatch(sroot, droot *os.Root, work string, batch []string, res *Result) error {
 	copies := map[string]*newestCopy{}
 	var files []*os.File
 	defer func() {

@@ -1,4 +1,4 @@
-package serving
+package statemerge
 
 import (
 	"context"
@@ -57,7 +57,7 @@ func TestMergeAppend(t *testing.T) {
 			"access.log":        id + " a\n" + id + " b\n",
 			"nested/deep/x.log": id + " x\n",
 		})
-		res, err := mergeFiles(context.Background(), MergeAppend, data, work, vol)
+		res, err := Files(context.Background(), Append, data, work, vol)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestMergeAppendExactlyOnceAfterCrash(t *testing.T) {
 					writeTree(t, vol, map[string]string{"a.log": "before\n", "sub/c.log": "c0\n"})
 					data, work := replicaState(t, root, "r", files)
 					crash(t, step, n)
-					if _, err := mergeFiles(context.Background(), MergeAppend, data, work, vol); err == nil {
+					if _, err := Files(context.Background(), Append, data, work, vol); err == nil {
 						t.Fatal("the crash did not stop the merge")
 					}
 					if torn {
@@ -147,7 +147,7 @@ func TestMergeAppendExactlyOnceAfterCrash(t *testing.T) {
 						f.Close()
 					}
 					mergeStep = func(string, string) error { return nil }
-					if _, err := mergeFiles(context.Background(), MergeAppend, data, work, vol); err != nil {
+					if _, err := Files(context.Background(), Append, data, work, vol); err != nil {
 						t.Fatal(err)
 					}
 					for rel, w := range want {
@@ -160,7 +160,7 @@ func TestMergeAppendExactlyOnceAfterCrash(t *testing.T) {
 					}
 					// A third run (the area not yet removed at the crash)
 					// merges nothing more.
-					res, err := mergeFiles(context.Background(), MergeAppend, data, work, vol)
+					res, err := Files(context.Background(), Append, data, work, vol)
 					if err != nil || res.Files != 0 {
 						t.Fatalf("merged again: %+v, %v", res, err)
 					}
@@ -181,12 +181,12 @@ func TestMergeAppendBatches(t *testing.T) {
 	}
 	data, work := replicaState(t, root, "r", files)
 	crash(t, "written", mergeBatch+5)
-	res, err := mergeFiles(context.Background(), MergeAppend, data, work, vol)
+	res, err := Files(context.Background(), Append, data, work, vol)
 	if err == nil || res.Files != mergeBatch+5 {
 		t.Fatalf("first run: %+v, %v", res, err)
 	}
 	mergeStep = func(string, string) error { return nil }
-	res, err = mergeFiles(context.Background(), MergeAppend, data, work, vol)
+	res, err = Files(context.Background(), Append, data, work, vol)
 	if err != nil || res.Files != 10 {
 		t.Fatalf("second run: %+v, %v (the second batch again)", res, err)
 	}
@@ -224,7 +224,7 @@ func TestMergeNewest(t *testing.T) {
 			}
 			os.Chtimes(filepath.Join(data, rel), mt, mt)
 		}
-		res, err := mergeFiles(context.Background(), MergeNewest, data, work, vol)
+		res, err := Files(context.Background(), Newest, data, work, vol)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -256,11 +256,11 @@ func TestMergeNewestAfterCrash(t *testing.T) {
 	vol := filepath.Join(root, "vol")
 	data, work := replicaState(t, root, "r", map[string]string{"a": "A", "b": "B"})
 	crash(t, "written", 2)
-	if _, err := mergeFiles(context.Background(), MergeNewest, data, work, vol); err == nil {
+	if _, err := Files(context.Background(), Newest, data, work, vol); err == nil {
 		t.Fatal("no crash")
 	}
 	mergeStep = func(string, string) error { return nil }
-	res, err := mergeFiles(context.Background(), MergeNewest, data, work, vol)
+	res, err := Files(context.Background(), Newest, data, work, vol)
 	if err != nil || res.Files != 0 || res.Kept != 2 {
 		t.Fatalf("rerun: %+v, %v (a and b were in place already)", res, err)
 	}
@@ -270,7 +270,7 @@ func TestMergeNewestAfterCrash(t *testing.T) {
 }
 
 func TestMergeSymlinksStayInTheVolume(t *testing.T) {
-	for _, policy := range []string{MergeAppend, MergeNewest} {
+	for _, policy := range []string{Append, Newest} {
 		t.Run(policy, func(t *testing.T) {
 			root := t.TempDir()
 			vol, outside := filepath.Join(root, "vol"), filepath.Join(root, "outside")
@@ -284,14 +284,14 @@ func TestMergeSymlinksStayInTheVolume(t *testing.T) {
 			os.Symlink("../../../outside/secret", filepath.Join(data, "d", "rel-link"))
 			os.Symlink(outside, filepath.Join(data, "dirlink"))
 			syscall.Mkfifo(filepath.Join(data, "fifo"), 0o600)
-			res, err := mergeFiles(context.Background(), policy, data, work, vol)
+			res, err := Files(context.Background(), policy, data, work, vol)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Files != 1 || len(res.Skipped) != 4 {
 				t.Fatalf("%+v", res)
 			}
-			if s := sortedSkipped(res.Skipped, 5); !strings.Contains(s, "abs-link (symlink)") || !strings.Contains(s, "fifo (fifo)") {
+			if s := SortedSkipped(res.Skipped, 5); !strings.Contains(s, "abs-link (symlink)") || !strings.Contains(s, "fifo (fifo)") {
 				t.Fatalf("skipped %s", s)
 			}
 			for _, p := range []string{"abs-link", "d/rel-link", "dirlink", "fifo"} {
@@ -307,7 +307,7 @@ func TestMergeSymlinksStayInTheVolume(t *testing.T) {
 }
 
 func TestMergeRefusesVolumeLinksOut(t *testing.T) {
-	for _, policy := range []string{MergeAppend, MergeNewest} {
+	for _, policy := range []string{Append, Newest} {
 		t.Run(policy, func(t *testing.T) {
 			root := t.TempDir()
 			vol, outside := filepath.Join(root, "vol"), filepath.Join(root, "outside")
@@ -318,7 +318,7 @@ func TestMergeRefusesVolumeLinksOut(t *testing.T) {
 			os.Symlink(filepath.Join(outside, "passwd"), filepath.Join(vol, "passwd"))
 			for _, rel := range []string{"logs/x.log", "passwd"} {
 				data, work := replicaState(t, root, "r-"+filepath.Base(rel), map[string]string{rel: "evil\n"})
-				_, err := mergeFiles(context.Background(), policy, data, work, vol)
+				_, err := Files(context.Background(), policy, data, work, vol)
 				if err == nil {
 					t.Errorf("%s: merged through a link out of the volume", rel)
 				}
@@ -341,7 +341,7 @@ func TestMergeRefusesVolumeLinksOut(t *testing.T) {
 // a volume (one op); the directories are under $SHOAL_BENCH_DIR, else the
 // test's temporary directory.
 func BenchmarkMerge(b *testing.B) {
-	for _, policy := range []string{MergeAppend, MergeNewest} {
+	for _, policy := range []string{Append, Newest} {
 		b.Run(policy, func(b *testing.B) {
 			base := os.Getenv("SHOAL_BENCH_DIR")
 			if base == "" {
@@ -365,7 +365,7 @@ func BenchmarkMerge(b *testing.B) {
 					}
 				}
 				b.StartTimer()
-				res, err := mergeFiles(context.Background(), policy, data, filepath.Join(root, fmt.Sprint(i), "work"), vol)
+				res, err := Files(context.Background(), policy, data, filepath.Join(root, fmt.Sprint(i), "work"), vol)
 				if err != nil || res.Files != 100 {
 					b.Fatalf("%+v, %v", res, err)
 				}
@@ -383,7 +383,7 @@ func TestMergeCutShortGoesFirst(t *testing.T) {
 	dataA, workA := replicaState(t, gone, "a", map[string]string{"log": "a\n"})
 	time.Sleep(10 * time.Millisecond) // distinct change times, not a timing assertion
 	dataB, workB := replicaState(t, gone, "b", map[string]string{"log": "b\n"})
-	if got := retiredAreas(gone); len(got) != 2 || got[0].Name() != "a" {
+	if got := Retired(gone); len(got) != 2 || got[0].Name() != "a" {
 		t.Fatalf("retired order %v, want a first", got)
 	}
 	crash := errors.New("crash")
@@ -393,15 +393,15 @@ func TestMergeCutShortGoesFirst(t *testing.T) {
 		}
 		return nil
 	}
-	_, err := mergeFiles(context.Background(), MergeAppend, dataA, workA, vol)
+	_, err := Files(context.Background(), Append, dataA, workA, vol)
 	mergeStep = func(string, string) error { return nil }
 	if !errors.Is(err, crash) {
 		t.Fatalf("cut short: %v", err)
 	}
-	if !hasJournal(filepath.Join(gone, "a")) {
+	if !HasJournal(filepath.Join(gone, "a")) {
 		t.Fatal("no journal after a merge cut short")
 	}
-	got := retiredAreas(gone)
+	got := Retired(gone)
 	if len(got) != 2 || got[0].Name() != "a" {
 		t.Fatalf("after the cut: order %v, want a (journal) first", got)
 	}
@@ -410,7 +410,7 @@ func TestMergeCutShortGoesFirst(t *testing.T) {
 		if e.Name() == "b" {
 			data, work = dataB, workB
 		}
-		if _, err := mergeFiles(context.Background(), MergeAppend, data, work, vol); err != nil {
+		if _, err := Files(context.Background(), Append, data, work, vol); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package serving
+package manifest
 
 import (
 	"os"
@@ -21,7 +21,7 @@ func TestExampleManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := ParseConfig(b, f)
+		c, err := Parse(b, f)
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
 			continue

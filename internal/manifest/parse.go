@@ -1,4 +1,4 @@
-package serving
+package manifest
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"github.com/shoal-run/shoal/internal/units"
 )
 
-// Defaults of shoal.toml, applied by ParseConfig to the keys a file leaves out.
+// Defaults of shoal.toml, applied by Parse to the keys a file leaves out.
 const (
 	DefaultPort              = 8080
 	DefaultMax               = 10
@@ -47,11 +47,11 @@ const (
 	MinCPU      = 0.01
 )
 
-// ParseConfig decodes a shoal.toml strictly (a key the file format does not
+// Parse decodes a shoal.toml strictly (a key the file format does not
 // know is an error naming it), fills in the defaults of the keys it leaves
 // out and validates the result. file names the manifest in error messages.
 // Errors are errdefs.FieldError values naming the key ("scale.max").
-func ParseConfig(data []byte, file string) (Config, error) {
+func Parse(data []byte, file string) (Config, error) {
 	if file == "" {
 		file = "shoal.toml"
 	}
@@ -246,7 +246,7 @@ func (c Config) Hash() string {
 	n.Resources.MaxBody = fmt.Sprint(n.Resources.MaxBodyBytes())
 	b, err := json.Marshal(n) // map keys are sorted
 	if err != nil {
-		panic(fmt.Sprintf("serving: config hash: %v", err))
+		panic(fmt.Sprintf("manifest: config hash: %v", err))
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
