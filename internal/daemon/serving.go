@@ -33,7 +33,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	if cfg.FrozenMemory != "" {
 		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated
 	}
-	var target routeTarget
+	var router serving.Router
 	if cfg.Proxy != "off" {
 		// The proxy is a process of its own (the data plane): it outlives a
 		// crash of this one, which adopts it again at its next start.
@@ -46,12 +46,12 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		}
 		d.plane = pl
 		d.proxyAddr = pl.Addr()
-		target = pl.Client()
+		router = pl.Client()
 		d.gatherers = append(d.gatherers, pl.Client())
 	} else {
 		// No proxy: serving still needs a table, which nothing serves.
 		dataplane.StopStale(ctx, cfg.RunDir, d.log)
-		target = proxy.New(proxy.Options{Domain: cfg.Domain, Logger: d.log})
+		router = proxy.New(proxy.Options{Domain: cfg.Domain, Logger: d.log})
 	}
 	placer, note := cpuPlacer(d.rt)
 	d.notes = append(d.notes, note)
@@ -65,7 +65,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	m, err := serving.New(serving.Options{
 		Placer: placer,
-		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router{target}, Events: d.events,
+		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: d.events,
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	})
@@ -140,41 +140,6 @@ func (d *Daemon) closeServing() {
 		d.apps.Close()
 	}
 }
-
-// routeTarget is the proxy's table: the proxy process's control client, or
-// an in-process table when the daemon runs no proxy.
-type routeTarget interface {
-	SetRoute(r proxy.Route)
-	RemoveRoute(app string)
-	Stats(app string) proxy.AppStats
-	WaitIdle(ctx context.Context, endpointID string) error
-}
-
-// router is the proxy as serving sees it.
-type router struct{ p routeTarget }
-
-func (r router) SetRoute(rt serving.Route) {
-	pr := proxy.Route{App: rt.App, MaxBodyBytes: rt.MaxBodyBytes, QueueLimit: rt.QueueLimit,
-		QueueTimeout: rt.QueueTimeout, Unavailable: rt.Unavailable, Weights: rt.Weights, Sticky: rt.Sticky}
-	for _, e := range rt.Endpoints {
-		pr.Endpoints = append(pr.Endpoints, proxy.Endpoint{ID: e.ID, Addr: e.Addr, Revision: e.Revision})
-	}
-	r.p.SetRoute(pr)
-}
-
-func (r router) RemoveRoute(app string) { r.p.RemoveRoute(app) }
-
-func (r router) Load(app string) serving.Load {
-	st := r.p.Stats(app)
-	l := serving.Load{InFlight: int(st.InFlight), Queued: int(st.Queued), Requests: st.Requests, LastRequest: st.LastRequest,
-		Endpoints: make(map[string]serving.EndpointLoad, len(st.Endpoints))}
-	for id, e := range st.Endpoints {
-		l.Endpoints[id] = serving.EndpointLoad{InFlight: int(e.InFlight), LastRequest: e.LastRequest}
-	}
-	return l
-}
-
-func (r router) WaitIdle(ctx context.Context, id string) error { return r.p.WaitIdle(ctx, id) }
 
 // unixPath is the socket path of a unix:// address.
 func unixPath(addr string) string {

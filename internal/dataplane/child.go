@@ -41,7 +41,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	act := newActivator(c.DaemonAPI, log)
 	reg := prometheus.NewRegistry()
 	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log})
-	act.queued = func(app string) bool { return p.Stats(app).Queued > 0 }
+	act.queued = func(app string) bool { return p.Load(app).Queued > 0 }
 
 	var once sync.Once
 	stopped := make(chan struct{})

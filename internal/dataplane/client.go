@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // loadMaxAge is how old the load of every app, read in one call, may be
@@ -46,11 +46,11 @@ type Client struct {
 	// mu orders route changes: a change is sent while it is held, so the
 	// proxy applies them in the order serving made them.
 	mu     sync.Mutex
-	routes map[string]proxy.Route // by app, lower case
+	routes map[string]route.Route // by app, lower case
 	broken atomic.Bool            // a change failed to reach the proxy
 
 	loadMu     sync.Mutex
-	load       map[string]proxy.AppStats // every app's, read at loadAt
+	load       map[string]route.Load // every app's, read at loadAt
 	loadAt     time.Time
 	refreshing bool
 	loadErr    error
@@ -61,7 +61,7 @@ func NewClient(path string, log *slog.Logger) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{hc: unixClient(path, 0), log: log, routes: map[string]proxy.Route{}}
+	return &Client{hc: unixClient(path, 0), log: log, routes: map[string]route.Route{}}
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
@@ -115,7 +115,7 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 // SetRoute sets one app's route in the proxy. Once it returns the proxy
 // sends nothing new to endpoints the route left out. A proxy that cannot
 // be reached gets the whole table at the next Sync.
-func (c *Client) SetRoute(r proxy.Route) {
+func (c *Client) SetRoute(r route.Route) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.routes[strings.ToLower(r.App)] = r
@@ -155,19 +155,19 @@ func (c *Client) Sync() error {
 }
 
 // Routes returns the proxy's table as last pushed.
-func (c *Client) Routes(ctx context.Context) ([]proxy.Route, error) {
-	var out []proxy.Route
+func (c *Client) Routes(ctx context.Context) ([]route.Route, error) {
+	var out []route.Route
 	err := c.do(ctx, http.MethodGet, "/v1/routes", nil, &out)
 	return out, err
 }
 
-// Stats returns an app's counters. While controllers ask often (a snapshot
+// Load returns an app's counters. While controllers ask often (a snapshot
 // of every app's, read in one call, is less than loadBatchAfter old) they
 // come from that snapshot, and one older than loadMaxAge is read again in
 // the background: no caller waits for the whole table. After a quiet spell
 // (the wake-up of a cold app, say) this app's are read alone, at once. An
 // unreachable proxy reports no load.
-func (c *Client) Stats(app string) proxy.AppStats {
+func (c *Client) Load(app string) route.Load {
 	app = strings.ToLower(app)
 	c.loadMu.Lock()
 	age := time.Since(c.loadAt)
@@ -181,7 +181,7 @@ func (c *Client) Stats(app string) proxy.AppStats {
 	}
 	c.refreshLocked()
 	c.loadMu.Unlock()
-	var st proxy.AppStats
+	var st route.Load
 	c.loadFailed(c.call(http.MethodGet, "/v1/load/"+url.PathEscape(app), nil, &st))
 	return st
 }
@@ -194,7 +194,7 @@ func (c *Client) refreshLocked() {
 	}
 	c.refreshing = true
 	go func() {
-		var all map[string]proxy.AppStats
+		var all map[string]route.Load
 		err := c.call(http.MethodGet, "/v1/load", nil, &all)
 		c.loadFailed(err)
 		c.loadMu.Lock()

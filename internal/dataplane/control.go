@@ -27,6 +27,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/httperr"
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // Info describes a running proxy process.
@@ -48,25 +49,25 @@ type control struct {
 	stop func(grace time.Duration)
 
 	mu     sync.Mutex
-	routes map[string]proxy.Route // as last pushed, by app (lower case)
+	routes map[string]route.Route // as last pushed, by app (lower case)
 }
 
 // maxRouteBody bounds a route push (the whole table in one call).
 const maxRouteBody = 64 << 20
 
 func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(time.Duration)) *control {
-	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]proxy.Route{}}
+	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]route.Route{}}
 }
 
 // handler returns the control API:
 //
 //	GET    /v1/info                      Info
 //	GET    /v1/routes                    every route as last pushed
-//	PUT    /v1/routes                    replace the whole table ([]proxy.Route)
-//	PUT    /v1/routes/{app}              set one app's route (proxy.Route)
+//	PUT    /v1/routes                    replace the whole table ([]route.Route)
+//	PUT    /v1/routes/{app}              set one app's route (route.Route)
 //	DELETE /v1/routes/{app}              remove an app
-//	GET    /v1/load                      map app → proxy.AppStats, every app
-//	GET    /v1/load/{app}                one app's proxy.AppStats
+//	GET    /v1/load                      map app → route.Load, every app
+//	GET    /v1/load/{app}                one app's route.Load
 //	POST   /v1/endpoints/{id}/wait-idle  answers 204 once the endpoint is idle
 //	GET    /metrics                      the proxy's metrics (Prometheus text)
 //	POST   /v1/shutdown?grace=30s        drain, answer, then exit
@@ -77,9 +78,9 @@ func (c *control) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/routes", c.replaceRoutes)
 	mux.HandleFunc("PUT /v1/routes/{app}", c.setRoute)
 	mux.HandleFunc("DELETE /v1/routes/{app}", c.removeRoute)
-	mux.HandleFunc("GET /v1/load", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.p.AllStats()) })
+	mux.HandleFunc("GET /v1/load", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.p.Loads()) })
 	mux.HandleFunc("GET /v1/load/{app}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, c.p.Stats(r.PathValue("app")))
+		writeJSON(w, c.p.Load(r.PathValue("app")))
 	})
 	mux.HandleFunc("POST /v1/endpoints/{id}/wait-idle", func(w http.ResponseWriter, r *http.Request) {
 		if err := c.p.WaitIdle(r.Context(), r.PathValue("id")); err != nil {
@@ -94,7 +95,7 @@ func (c *control) handler() http.Handler {
 
 func (c *control) listRoutes(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
-	out := make([]proxy.Route, 0, len(c.routes))
+	out := make([]route.Route, 0, len(c.routes))
 	for _, rt := range c.routes {
 		out = append(out, rt)
 	}
@@ -103,11 +104,11 @@ func (c *control) listRoutes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *control) replaceRoutes(w http.ResponseWriter, r *http.Request) {
-	var routes []proxy.Route
+	var routes []route.Route
 	if !readJSON(w, r, &routes) {
 		return
 	}
-	next := make(map[string]proxy.Route, len(routes))
+	next := make(map[string]route.Route, len(routes))
 	for i, rt := range routes {
 		if rt.App == "" {
 			httperr.Write(w, http.StatusBadRequest, fmt.Errorf("route %d: no app", i), "app")
@@ -124,7 +125,7 @@ func (c *control) replaceRoutes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *control) setRoute(w http.ResponseWriter, r *http.Request) {
-	var rt proxy.Route
+	var rt route.Route
 	if !readJSON(w, r, &rt) {
 		return
 	}

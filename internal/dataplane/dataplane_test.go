@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // served is a proxy process's Serve running in the test, with a client of
@@ -79,12 +79,12 @@ func TestControlRoutesLoadMetrics(t *testing.T) {
 	if err != nil || info.Addr != s.addr || info.Pid == 0 {
 		t.Fatalf("info: %+v %v", info, err)
 	}
-	c.SetRoute(proxy.Route{App: "a", Endpoints: []proxy.Endpoint{{ID: "a-1", Addr: backend(t, "one"), Revision: 1}},
+	c.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a-1", Addr: backend(t, "one"), Revision: 1}},
 		Weights: map[int]int{1: 100}, QueueTimeout: time.Second})
 	if code, body := s.get(t, "a"); code != 200 || body != "one" {
 		t.Fatalf("through the proxy: %d %q", code, body)
 	}
-	st := c.Stats("a")
+	st := c.Load("a")
 	if st.Requests != 1 {
 		t.Fatalf("stats of a: %+v", st)
 	}
@@ -143,7 +143,7 @@ func TestControlRoutesLoadMetrics(t *testing.T) {
 func TestActivationRetriedUntilDaemonAnswers(t *testing.T) {
 	api := filepath.Join(t.TempDir(), "api.sock")
 	s := serveInTest(t, api)
-	s.client.SetRoute(proxy.Route{App: "cold", QueueTimeout: time.Minute})
+	s.client.SetRoute(route.Route{App: "cold", QueueTimeout: time.Minute})
 	done := make(chan string, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/", nil)
@@ -157,7 +157,7 @@ func TestActivationRetriedUntilDaemonAnswers(t *testing.T) {
 		resp.Body.Close()
 		done <- string(b)
 	}()
-	waitUntil(t, func() bool { return s.client.Stats("cold").Queued == 1 })
+	waitUntil(t, func() bool { return s.client.Load("cold").Queued == 1 })
 	// The daemon comes back: its first wake-up call routes the app.
 	var calls atomic.Int32
 	l, err := net.Listen("unix", api)
@@ -171,8 +171,8 @@ func TestActivationRetriedUntilDaemonAnswers(t *testing.T) {
 			return
 		}
 		if calls.Add(1) == 1 {
-			go s.client.SetRoute(proxy.Route{App: "cold", QueueTimeout: time.Minute,
-				Endpoints: []proxy.Endpoint{{ID: "cold-1", Addr: addr}}})
+			go s.client.SetRoute(route.Route{App: "cold", QueueTimeout: time.Minute,
+				Endpoints: []route.Endpoint{{ID: "cold-1", Addr: addr}}})
 		}
 		w.WriteHeader(http.StatusAccepted)
 	})}
@@ -233,17 +233,17 @@ func BenchmarkControlCalls(b *testing.B) {
 	defer func() { cancel(); <-done }()
 	c := NewClient(ctlPath, slog.New(slog.DiscardHandler))
 	for i := range 10 {
-		c.SetRoute(proxy.Route{App: "app" + string(rune('a'+i)), Endpoints: []proxy.Endpoint{
+		c.SetRoute(route.Route{App: "app" + string(rune('a'+i)), Endpoints: []route.Endpoint{
 			{ID: "r1-" + string(rune('a'+i)), Addr: "10.0.0.1:8080"}, {ID: "r2-" + string(rune('a'+i)), Addr: "10.0.0.2:8080"}}})
 	}
 	b.Run("SetRoute", func(b *testing.B) {
 		for b.Loop() {
-			c.SetRoute(proxy.Route{App: "appa", Endpoints: []proxy.Endpoint{{ID: "r1-a", Addr: "10.0.0.1:8080"}}})
+			c.SetRoute(route.Route{App: "appa", Endpoints: []route.Endpoint{{ID: "r1-a", Addr: "10.0.0.1:8080"}}})
 		}
 	})
 	b.Run("LoadAll", func(b *testing.B) {
 		for b.Loop() {
-			var all map[string]proxy.AppStats
+			var all map[string]route.Load
 			if err := c.call(http.MethodGet, "/v1/load", nil, &all); err != nil || len(all) != 10 {
 				b.Fatal(err, len(all))
 			}
@@ -251,7 +251,7 @@ func BenchmarkControlCalls(b *testing.B) {
 	})
 	b.Run("LoadOne", func(b *testing.B) {
 		for b.Loop() {
-			var st proxy.AppStats
+			var st route.Load
 			if err := c.call(http.MethodGet, "/v1/load/appa", nil, &st); err != nil {
 				b.Fatal(err)
 			}
@@ -265,8 +265,8 @@ func BenchmarkControlCalls(b *testing.B) {
 func TestStatsSnapshot(t *testing.T) {
 	s := serveInTest(t, "")
 	c := s.client
-	c.SetRoute(proxy.Route{App: "a", Endpoints: []proxy.Endpoint{{ID: "a-1", Addr: backend(t, "one")}}})
-	if st := c.Stats("a"); st.Requests != 0 {
+	c.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a-1", Addr: backend(t, "one")}}})
+	if st := c.Load("a"); st.Requests != 0 {
 		t.Fatalf("first read: %+v", st)
 	}
 	// The first read started a snapshot of every app.
@@ -275,19 +275,19 @@ func TestStatsSnapshot(t *testing.T) {
 	c.loadMu.Lock()
 	c.loadAt = time.Now() // fresh: the snapshot answers
 	c.loadMu.Unlock()
-	if st := c.Stats("a"); st.Requests != 0 {
+	if st := c.Load("a"); st.Requests != 0 {
 		t.Fatalf("a fresh snapshot read again: %+v", st)
 	}
 	c.loadMu.Lock()
 	c.loadAt = time.Now().Add(-loadMaxAge) // old: answers, and is read again
 	c.loadMu.Unlock()
-	c.Stats("a")
-	waitUntil(t, func() bool { return c.Stats("a").Requests == 1 })
+	c.Load("a")
+	waitUntil(t, func() bool { return c.Load("a").Requests == 1 })
 	c.loadMu.Lock()
 	c.loadAt = time.Now().Add(-loadBatchAfter) // too old: the app is read alone
 	c.loadMu.Unlock()
 	s.get(t, "a")
-	if st := c.Stats("a"); st.Requests != 2 {
+	if st := c.Load("a"); st.Requests != 2 {
 		t.Fatalf("after a quiet spell: %+v", st)
 	}
 }

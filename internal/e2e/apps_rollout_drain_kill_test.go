@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
-	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // drainManifest is revManifest of cpuburn (whose ?ms=N request holds a
@@ -61,7 +61,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 		})
 		if a.Revision == 2 && a.Rollout != nil && a.Rollout.State == api.RolloutDone && draining {
 			eps := d.routes()["hello"].Endpoints
-			if len(eps) > 0 && !slices.ContainsFunc(eps, func(e proxy.Endpoint) bool { return e.Revision != 2 }) {
+			if len(eps) > 0 && !slices.ContainsFunc(eps, func(e route.Endpoint) bool { return e.Revision != 2 }) {
 				// Seen on several polls: the slow request, not a short
 				// one of the load loop finishing.
 				if held++; held >= 3 {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/api"
-	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // stickyAnswer is one answer to a client that keeps the sticky cookie.
@@ -74,7 +74,7 @@ func askSticky(proxyAddr, app, cookie string) stickyAnswer {
 	}
 	req.Host = app + ".localhost"
 	if cookie != "" {
-		req.AddCookie(&http.Cookie{Name: proxy.StickyCookie, Value: cookie})
+		req.AddCookie(&http.Cookie{Name: route.StickyCookie, Value: cookie})
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -85,7 +85,7 @@ func askSticky(proxyAddr, app, cookie string) stickyAnswer {
 	_, err = io.Copy(&b, resp.Body)
 	a := stickyAnswer{replica: resp.Header.Get("X-Replica")}
 	for _, ck := range resp.Cookies() {
-		if ck.Name == proxy.StickyCookie {
+		if ck.Name == route.StickyCookie {
 			a.cookie = ck.Value
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
-	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // proxyProcs lists the proxy processes of this daemon (`shoal proxy-serve
@@ -70,18 +70,18 @@ func (d *daemon) controlClient() *http.Client {
 }
 
 // routes reads the proxy process's route table.
-func (d *daemon) routes() map[string]proxy.Route {
+func (d *daemon) routes() map[string]route.Route {
 	d.t.Helper()
 	resp, err := d.controlClient().Get("http://proxy/v1/routes")
 	if err != nil {
 		d.t.Fatalf("proxy control: %v", err)
 	}
 	defer resp.Body.Close()
-	var rs []proxy.Route
+	var rs []route.Route
 	if err := json.NewDecoder(resp.Body).Decode(&rs); err != nil {
 		d.t.Fatalf("proxy control: routes: %v", err)
 	}
-	out := map[string]proxy.Route{}
+	out := map[string]route.Route{}
 	for _, r := range rs {
 		out[r.App] = r
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // benchGet sends b.N GETs in parallel through client to url with host.
@@ -41,7 +43,7 @@ func benchSetup(b *testing.B) (backendURL, proxyURL string, client *http.Client)
 	}))
 	b.Cleanup(be.Close)
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be.URL, "http://")}}})
+	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be.URL, "http://")}}})
 	fr := httptest.NewServer(p)
 	b.Cleanup(fr.Close)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
@@ -67,7 +69,7 @@ func BenchmarkProxy(b *testing.B) {
 func BenchmarkServeHTTP(b *testing.B) {
 	be, _, _ := benchSetup(b)
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		req := httptest.NewRequest("GET", "http://a.localhost/", nil)
@@ -87,7 +89,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 func BenchmarkServe(b *testing.B) {
 	be, _, _ := benchSetup(b)
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
 	addr := serveProxy(b, p)
 	req := []byte("GET / HTTP/1.1\r\nHost: a.localhost\r\nUser-Agent: bench\r\n\r\n")
 	b.ReportAllocs()
@@ -135,7 +137,7 @@ func skipAnswer(br *bufio.Reader) error {
 }
 
 // benchPick measures choosing an endpoint for a request of route r.
-func benchPick(b *testing.B, r Route) {
+func benchPick(b *testing.B, r route.Route) {
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	p.SetRoute(r)
 	a := (*p.table.Load())[r.App]
@@ -151,10 +153,10 @@ func benchPick(b *testing.B, r Route) {
 	})
 }
 
-func pickRoute(n int) Route {
-	r := Route{App: "a"}
+func pickRoute(n int) route.Route {
+	r := route.Route{App: "a"}
 	for i := range n {
-		r.Endpoints = append(r.Endpoints, Endpoint{ID: "a" + strconv.Itoa(i), Addr: "127.0.0.1:1", Revision: 1 + i%2})
+		r.Endpoints = append(r.Endpoints, route.Endpoint{ID: "a" + strconv.Itoa(i), Addr: "127.0.0.1:1", Revision: 1 + i%2})
 	}
 	return r
 }

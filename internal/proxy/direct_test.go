@@ -16,7 +16,7 @@ func TestReusedConnectionClosedByReplica(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s", r.Method, body)
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	for i := range 5 {
 		// The replica drops its keep-alive connections between requests, as
 		// one that restarted or timed them out would.
@@ -43,7 +43,7 @@ func TestReplicaCutsAnswerShort(t *testing.T) {
 		brw.Flush()
 		conn.Close()
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	resp, err := f.client.Do(f.req(t, "GET", "a.localhost", "/", nil))
 	if err != nil {
 		return // the proxy aborted the connection: fine
@@ -69,7 +69,7 @@ func TestHeadNoContentAndHeaders(t *testing.T) {
 			io.WriteString(w, "hello")
 		}
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	for range 3 {
 		code, body, h := f.do(t, f.req(t, "HEAD", "a.localhost", "/", nil))
 		if code != 200 || body != "" || h.Get("Content-Length") != "5" || h.Get("X-App") != "yes" {
@@ -106,7 +106,7 @@ func TestClientGoneWhileReplicaThinks(t *testing.T) {
 		case <-stop:
 		}
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := f.goDo(f.req(t, "GET", "a.localhost", "/", nil).WithContext(ctx))
 	recv(t, started, "the request at the replica")
@@ -119,5 +119,5 @@ func TestClientGoneWhileReplicaThinks(t *testing.T) {
 	if err := f.p.WaitIdle(context.Background(), "a-a"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "in-flight to drop", func() bool { return f.p.Stats("a").InFlight == 0 })
+	eventually(t, "in-flight to drop", func() bool { return f.p.Load("a").InFlight == 0 })
 }

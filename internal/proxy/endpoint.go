@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // endpoint is one replica and its counters. One endpoint object lives as
@@ -79,9 +81,9 @@ func (e *endpoint) done() {
 	}
 }
 
-func (e *endpoint) stats() EndpointStats {
-	return EndpointStats{
-		InFlight:    max(e.inFlight.Load(), 0),
+func (e *endpoint) stats() route.EndpointLoad {
+	return route.EndpointLoad{
+		InFlight:    int(max(e.inFlight.Load(), 0)),
 		Requests:    e.requests.Load(),
 		LastRequest: unixTime(e.last.Load()),
 	}

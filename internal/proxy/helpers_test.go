@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/shoal-run/shoal/internal/httperr"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // backend is a replica: an httptest server on loopback that counts requests.
@@ -124,10 +125,10 @@ func (f *front) do(t *testing.T, r *http.Request) (int, string, http.Header) {
 	return resp.StatusCode, string(b), resp.Header
 }
 
-func route(app string, bs ...*backend) Route {
-	r := Route{App: app}
+func routeTo(app string, bs ...*backend) route.Route {
+	r := route.Route{App: app}
 	for i, b := range bs {
-		r.Endpoints = append(r.Endpoints, Endpoint{ID: app + "-" + string(rune('a'+i)), Addr: b.addr})
+		r.Endpoints = append(r.Endpoints, route.Endpoint{ID: app + "-" + string(rune('a'+i)), Addr: b.addr})
 	}
 	return r
 }

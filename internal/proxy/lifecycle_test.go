@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // activator records wake-ups.
@@ -20,7 +21,7 @@ func newActivator() *activator { return &activator{calls: make(chan string, 1000
 
 func (a *activator) Activate(app string) { a.calls <- app }
 
-func coldRoute(app string) Route { return Route{App: app} }
+func coldRoute(app string) route.Route { return route.Route{App: app} }
 
 func TestActivationReleasesOnSetRoute(t *testing.T) {
 	fake := clock.NewFake(time.Unix(1000, 0))
@@ -32,7 +33,7 @@ func TestActivationReleasesOnSetRoute(t *testing.T) {
 	if app := recv(t, act.calls, "Activate"); app != "a" {
 		t.Fatalf("Activate(%q)", app)
 	}
-	eventually(t, "the request to queue", func() bool { return f.p.Stats("a").Queued == 1 })
+	eventually(t, "the request to queue", func() bool { return f.p.Load("a").Queued == 1 })
 	select {
 	case r := <-done:
 		t.Fatalf("request answered while the app had no endpoint: %+v", r)
@@ -43,12 +44,12 @@ func TestActivationReleasesOnSetRoute(t *testing.T) {
 	if n := fake.Timers(); n != 1 {
 		t.Fatalf("%d timers armed, want only the queue timeout", n)
 	}
-	f.p.SetRoute(route("a", namedBackend(t, "woke")))
+	f.p.SetRoute(routeTo("a", namedBackend(t, "woke")))
 	r := recv(t, done, "the released request")
 	if r.err != nil || r.code != 200 || r.body != "woke" {
 		t.Fatalf("released request: %+v", r)
 	}
-	st := f.p.Stats("a")
+	st := f.p.Load("a")
 	if st.Queued != 0 || st.InFlight != 0 || st.Requests != 1 {
 		t.Fatalf("stats after release: %+v", st)
 	}
@@ -68,13 +69,13 @@ func TestQueueFull(t *testing.T) {
 	f.p.SetRoute(r)
 	first := f.goDo(f.req(t, "GET", "a.localhost", "/", nil))
 	second := f.goDo(f.req(t, "GET", "a.localhost", "/", nil))
-	eventually(t, "two queued requests", func() bool { return f.p.Stats("a").Queued == 2 })
+	eventually(t, "two queued requests", func() bool { return f.p.Load("a").Queued == 2 })
 	code, body, h := f.get(t, "a.localhost", "/")
 	if code != 503 || h.Get("Retry-After") == "" {
 		t.Fatalf("third request: %d %q Retry-After %q, want 503 with Retry-After", code, body, h.Get("Retry-After"))
 	}
 	apiError(t, body)
-	f.p.SetRoute(route("a", namedBackend(t, "a")))
+	f.p.SetRoute(routeTo("a", namedBackend(t, "a")))
 	for _, ch := range []<-chan result{first, second} {
 		if r := recv(t, ch, "a queued request"); r.code != 200 {
 			t.Fatalf("queued request: %+v", r)
@@ -102,7 +103,7 @@ func TestQueueTimeout(t *testing.T) {
 		t.Fatalf("timed out request: %+v, want 503 with Retry-After", res)
 	}
 	apiError(t, res.body)
-	if st := f.p.Stats("a"); st.Queued != 0 || st.InFlight != 0 {
+	if st := f.p.Load("a"); st.Queued != 0 || st.InFlight != 0 {
 		t.Fatalf("stats after timeout: %+v", st)
 	}
 }
@@ -112,13 +113,13 @@ func TestClientCancelLeavesQueue(t *testing.T) {
 	f.p.SetRoute(coldRoute("a"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := f.goDo(f.req(t, "GET", "a.localhost", "/", nil).WithContext(ctx))
-	eventually(t, "the request to queue", func() bool { return f.p.Stats("a").Queued == 1 })
+	eventually(t, "the request to queue", func() bool { return f.p.Load("a").Queued == 1 })
 	cancel()
 	if r := recv(t, done, "the canceled request"); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("canceled request: %+v", r)
 	}
 	eventually(t, "the queue to empty", func() bool {
-		st := f.p.Stats("a")
+		st := f.p.Load("a")
 		return st.Queued == 0 && st.InFlight == 0
 	})
 }
@@ -127,7 +128,7 @@ func TestRemoveRouteReleasesWaiters(t *testing.T) {
 	f := newFront(t, Options{Activator: newActivator(), Clock: clock.NewFake(time.Unix(0, 0))})
 	f.p.SetRoute(coldRoute("a"))
 	done := f.goDo(f.req(t, "GET", "a.localhost", "/", nil))
-	eventually(t, "the request to queue", func() bool { return f.p.Stats("a").Queued == 1 })
+	eventually(t, "the request to queue", func() bool { return f.p.Load("a").Queued == 1 })
 	f.p.Update(nil)
 	if r := recv(t, done, "the waiting request"); r.code != 404 {
 		t.Fatalf("waiting request of a removed app: %+v", r)
@@ -148,15 +149,15 @@ func TestTableSwapKeepsLongRequest(t *testing.T) {
 		w.Write([]byte("done"))
 	})
 	other := namedBackend(t, "other")
-	f.p.Update([]Route{route("a", slow)})
+	f.p.Update([]route.Route{routeTo("a", slow)})
 	done := f.goDo(f.req(t, "GET", "a.localhost", "/long", nil))
 	recv(t, started, "the long request")
 	// Swap the table several ways: the long request's endpoint leaves the
 	// route, the app moves, another app comes and goes.
-	f.p.Update([]Route{route("a", other), route("b", other)})
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "x", Addr: other.addr}}})
+	f.p.Update([]route.Route{routeTo("a", other), routeTo("b", other)})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "x", Addr: other.addr}}})
 	f.p.RemoveRoute("b")
-	f.p.Update([]Route{{App: "a", Endpoints: []Endpoint{{ID: "y", Addr: other.addr}}}})
+	f.p.Update([]route.Route{{App: "a", Endpoints: []route.Endpoint{{ID: "y", Addr: other.addr}}}})
 	if code, body, _ := f.get(t, "a.localhost", "/"); code != 200 || body != "other" {
 		t.Fatalf("new route: %d %q", code, body)
 	}
@@ -170,7 +171,7 @@ func TestClosedEndpointGetsNoNewRequests(t *testing.T) {
 	f := newFront(t, Options{})
 	e := namedBackend(t, "e")
 	g := namedBackend(t, "g")
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "E", Addr: e.addr}, {ID: "G", Addr: g.addr}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "E", Addr: e.addr}, {ID: "G", Addr: g.addr}}})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -196,7 +197,7 @@ func TestClosedEndpointGetsNoNewRequests(t *testing.T) {
 		}()
 	}
 	eventually(t, "load on E", func() bool { return e.hits.Load() > 50 })
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "G", Addr: g.addr}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "G", Addr: g.addr}}})
 	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer wcancel()
 	if err := f.p.WaitIdle(wctx, "E"); err != nil {
@@ -210,16 +211,16 @@ func TestClosedEndpointGetsNoNewRequests(t *testing.T) {
 	if n := e.hits.Load(); n != atE {
 		t.Fatalf("E got %d requests after it was closed and idle", n-atE)
 	}
-	if _, ok := f.p.Stats("a").Endpoints["E"]; ok {
+	if _, ok := f.p.Load("a").Endpoints["E"]; ok {
 		t.Error("closed idle endpoint still listed")
 	}
 
 	// E comes back: it is open again and keeps its counters.
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "E", Addr: e.addr}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "E", Addr: e.addr}}})
 	if code, body, _ := f.get(t, "a.localhost", "/"); code != 200 || body != "e" {
 		t.Fatalf("reopened E: %d %q", code, body)
 	}
-	if st := f.p.Stats("a").Endpoints["E"]; st.Requests != uint64(atE)+1 {
+	if st := f.p.Load("a").Endpoints["E"]; st.Requests != uint64(atE)+1 {
 		t.Fatalf("E counters: %+v, want %d requests", st, atE+1)
 	}
 }
@@ -235,14 +236,14 @@ func TestWaitIdleAfterInFlightRequest(t *testing.T) {
 		io.WriteString(w, "slow")
 	})
 	g := namedBackend(t, "g")
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "E", Addr: e.addr}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "E", Addr: e.addr}}})
 	done := f.goDo(f.req(t, "GET", "a.localhost", "/", nil))
 	recv(t, started, "the request on E")
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "G", Addr: g.addr}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "G", Addr: g.addr}}})
 
 	idle := make(chan error, 1)
 	go func() { idle <- f.p.WaitIdle(context.Background(), "E") }()
-	st := f.p.Stats("a")
+	st := f.p.Load("a")
 	if st.Endpoints["E"].InFlight != 1 {
 		t.Fatalf("closed E with a request in flight: %+v", st.Endpoints)
 	}
@@ -274,7 +275,7 @@ func TestWaitIdleAfterInFlightRequest(t *testing.T) {
 		t.Fatalf("WaitIdle on a busy endpoint with a canceled context = %v", err)
 	}
 	ep.inFlight.Add(-1)
-	if got := f.p.Stats("a").LastRequest; !got.Equal(time.Unix(501, 0)) {
+	if got := f.p.Load("a").LastRequest; !got.Equal(time.Unix(501, 0)) {
 		t.Fatalf("LastRequest = %v, want the fake time the last request ended", got)
 	}
 }

@@ -31,53 +31,9 @@ import (
 	"github.com/shoal-run/shoal/internal/httperr"
 )
 
-// Defaults for the zero values of a Route.
-const (
-	DefaultMaxBodyBytes = 10 << 20
-	DefaultQueueLimit   = 100
-	DefaultQueueTimeout = 30 * time.Second
-)
-
 // retryAfter is the Retry-After value, in seconds, of a 503 sent while an app
 // is cold.
 const retryAfter = "1"
-
-// Endpoint is one ready replica. IDs are unique across apps.
-type Endpoint struct {
-	ID   string
-	Addr string // host:port
-	// Revision is the app revision the replica runs; Route.Weights refers
-	// to it.
-	Revision int
-}
-
-// Route is one app's routing entry.
-type Route struct {
-	App       string
-	Endpoints []Endpoint // ready replicas only
-	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes and a
-	// negative value means no limit.
-	MaxBodyBytes int64
-	// QueueLimit is how many requests are held while the app has no
-	// endpoint; 0 means DefaultQueueLimit.
-	QueueLimit int
-	// QueueTimeout is how long a request is held; 0 means
-	// DefaultQueueTimeout. Then it is answered 503 with Retry-After.
-	QueueTimeout time.Duration
-	// Unavailable, when not empty, answers every request 503 with this
-	// reason (e.g. "app is being deleted").
-	Unavailable string
-	// Weights maps a revision to its share of the traffic, in percent. Nil
-	// or empty: every endpoint alike. A request goes to a revision drawn by
-	// weight among those with weight > 0 and at least one endpoint (their
-	// weights renormalised); if none has an endpoint, to any endpoint.
-	Weights map[int]int
-	// Sticky keeps a client on the endpoint it first reached: the answer
-	// sets the cookie shoal-replica=<endpoint ID>, and a request that
-	// carries it goes to that endpoint while it is in the route, whatever
-	// the weights.
-	Sticky bool
-}
 
 // Activator wakes an app that has no ready endpoint (thaws a frozen replica
 // or starts one). Activate must not block long; it is called for every

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 func TestRoutingByHost(t *testing.T) {
@@ -23,7 +25,7 @@ func TestRoutingByHost(t *testing.T) {
 		seen, seenHost = r.Header.Clone(), r.Host
 		io.WriteString(w, "b")
 	})
-	f.p.Update([]Route{route("a", a), route("B", b)})
+	f.p.Update([]route.Route{routeTo("a", a), routeTo("B", b)})
 
 	for _, tc := range []struct{ host, want string }{
 		{"a.localhost", "a"},
@@ -83,7 +85,7 @@ func TestRoutingByHost(t *testing.T) {
 
 func TestUnavailable(t *testing.T) {
 	f := newFront(t, Options{})
-	r := route("a", namedBackend(t, "a"))
+	r := routeTo("a", namedBackend(t, "a"))
 	r.Unavailable = "app is being deleted"
 	f.p.SetRoute(r)
 	code, body, _ := f.get(t, "a.localhost", "/")
@@ -95,7 +97,7 @@ func TestUnavailable(t *testing.T) {
 func TestP2CSpreadsLoad(t *testing.T) {
 	f := newFront(t, Options{})
 	bs := []*backend{namedBackend(t, "0"), namedBackend(t, "1"), namedBackend(t, "2")}
-	f.p.SetRoute(route("a", bs...))
+	f.p.SetRoute(routeTo("a", bs...))
 	const n = 300
 	for range n {
 		if code, _, _ := f.get(t, "a.localhost", "/"); code != 200 {
@@ -107,7 +109,7 @@ func TestP2CSpreadsLoad(t *testing.T) {
 			t.Errorf("backend %d got %d of %d requests", i, h, n)
 		}
 	}
-	st := f.p.Stats("a")
+	st := f.p.Load("a")
 	if st.Requests != n || st.InFlight != 0 || len(st.Endpoints) != 3 {
 		t.Errorf("stats %+v", st)
 	}
@@ -133,7 +135,7 @@ func TestP2CPrefersLessLoaded(t *testing.T) {
 			io.WriteString(w, name)
 		})
 	}
-	f.p.SetRoute(route("a", mk("x"), mk("y")))
+	f.p.SetRoute(routeTo("a", mk("x"), mk("y")))
 	done := f.goDo(f.req(t, "GET", "a.localhost", "/hold", nil))
 	busy := recv(t, held, "the held request")
 	// With two endpoints both are drawn; the idle one always wins.
@@ -156,7 +158,7 @@ func TestRetryOnDeadEndpoint(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "live:%s", b)
 	})
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{
 		{ID: "dead1", Addr: deadAddr(t)},
 		{ID: "live", Addr: live.addr},
 		{ID: "dead2", Addr: deadAddr(t)},
@@ -179,13 +181,13 @@ func TestRetryOnDeadEndpoint(t *testing.T) {
 	if n := counterValue(f.p.metrics.retries.WithLabelValues("a")); n == 0 {
 		t.Error("no retry counted")
 	}
-	for id, e := range f.p.Stats("a").Endpoints {
+	for id, e := range f.p.Load("a").Endpoints {
 		if e.InFlight != 0 {
 			t.Errorf("endpoint %s has %d in flight", id, e.InFlight)
 		}
 	}
 
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "dead1", Addr: deadAddr(t)}, {ID: "dead2", Addr: deadAddr(t)}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "dead1", Addr: deadAddr(t)}, {ID: "dead2", Addr: deadAddr(t)}}})
 	code, body, _ := f.get(t, "a.localhost", "/")
 	if code != 502 {
 		t.Fatalf("all dead: %d %q, want 502", code, body)
@@ -202,7 +204,7 @@ func TestBodyLimit(t *testing.T) {
 		}
 		fmt.Fprint(w, n)
 	})
-	r := route("a", b)
+	r := routeTo("a", b)
 	r.MaxBodyBytes = 100
 	f.p.SetRoute(r)
 
@@ -238,7 +240,7 @@ func TestStreamingFlushes(t *testing.T) {
 			<-next // the next chunk is written only after the client saw this one
 		}
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req := f.req(t, "GET", "a.localhost", "/", nil).WithContext(ctx)
@@ -274,7 +276,7 @@ func TestUpgradePassesThrough(t *testing.T) {
 		brw.Flush()
 		io.Copy(conn, brw) // echo until the client closes
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 
 	conn, err := net.Dial("tcp", f.addr)
 	if err != nil {
@@ -298,17 +300,17 @@ func TestUpgradePassesThrough(t *testing.T) {
 			t.Fatalf("echo %q, want %q", g, msg)
 		}
 	}
-	if st := f.p.Stats("a"); st.InFlight != 1 {
+	if st := f.p.Load("a"); st.InFlight != 1 {
 		t.Errorf("an open upgraded connection counts as in flight: %+v", st)
 	}
 	conn.Close()
-	eventually(t, "the upgraded connection to end", func() bool { return f.p.Stats("a").InFlight == 0 })
+	eventually(t, "the upgraded connection to end", func() bool { return f.p.Load("a").InFlight == 0 })
 }
 
 func TestMetricsExposed(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f := newFront(t, Options{Registerer: reg})
-	f.p.SetRoute(route("a", namedBackend(t, "a")))
+	f.p.SetRoute(routeTo("a", namedBackend(t, "a")))
 	var wg sync.WaitGroup
 	for range 5 {
 		wg.Add(1)

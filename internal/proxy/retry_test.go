@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // dyingBackend is a replica that dies under every request: it reads the
@@ -63,7 +65,7 @@ func TestRetryWhenReplicaDiesBeforeAnswering(t *testing.T) {
 			dying, live := newDyingBackend(t, reset), echo(t)
 			// All weight on the dying replica's revision, so that every
 			// request goes to it first; its retry may go to any other.
-			f.p.SetRoute(Route{App: "a", Weights: map[int]int{1: 100}, Endpoints: []Endpoint{
+			f.p.SetRoute(route.Route{App: "a", Weights: map[int]int{1: 100}, Endpoints: []route.Endpoint{
 				{ID: "a-dying", Addr: dying.addr, Revision: 1},
 				{ID: "a-live", Addr: live.addr, Revision: 2},
 			}})
@@ -102,7 +104,7 @@ func TestRetryWhenReplicaDiesBeforeAnswering(t *testing.T) {
 			if n := counterValue(retries); n != float64(retried) {
 				t.Errorf("shoal_proxy_retries_total{app=\"a\"} = %v, want %d", n, retried)
 			}
-			for id, e := range f.p.Stats("a").Endpoints {
+			for id, e := range f.p.Load("a").Endpoints {
 				if e.InFlight != 0 {
 					t.Errorf("endpoint %s has %d in flight", id, e.InFlight)
 				}
@@ -114,11 +116,11 @@ func TestRetryWhenReplicaDiesBeforeAnswering(t *testing.T) {
 func TestRetryGivesUpAfterTwoOtherReplicas(t *testing.T) {
 	f := newFront(t, Options{})
 	ds := []*dyingBackend{newDyingBackend(t, false), newDyingBackend(t, true), newDyingBackend(t, false), newDyingBackend(t, true)}
-	var eps []Endpoint
+	var eps []route.Endpoint
 	for i, d := range ds {
-		eps = append(eps, Endpoint{ID: "a-" + string(rune('0'+i)), Addr: d.addr, Revision: 1})
+		eps = append(eps, route.Endpoint{ID: "a-" + string(rune('0'+i)), Addr: d.addr, Revision: 1})
 	}
-	f.p.SetRoute(Route{App: "a", Endpoints: eps})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: eps})
 	for name, url := range fronts(t, f) {
 		for _, d := range ds {
 			d.conns.Store(0)
@@ -144,14 +146,14 @@ func TestRetryGivesUpAfterTwoOtherReplicas(t *testing.T) {
 func TestStickyReplicaDiesBeforeAnswering(t *testing.T) {
 	f := newFront(t, Options{})
 	dying, live := newDyingBackend(t, true), namedBackend(t, "a-live")
-	f.p.SetRoute(Route{App: "a", Sticky: true, Endpoints: []Endpoint{
+	f.p.SetRoute(route.Route{App: "a", Sticky: true, Endpoints: []route.Endpoint{
 		{ID: "a-dying", Addr: dying.addr, Revision: 1},
 		{ID: "a-dead", Addr: deadAddr(t), Revision: 1},
 		{ID: "a-live", Addr: live.addr, Revision: 1},
 	}})
 	for name, url := range fronts(t, f) {
 		for _, id := range []string{"a-dying", "a-dead"} {
-			code, body, sc := send(t, f, url, "GET", StickyCookie+"="+id, nil)
+			code, body, sc := send(t, f, url, "GET", route.StickyCookie+"="+id, nil)
 			if code != 200 || body != "a-live" || stuckTo(t, sc) != "a-live" {
 				t.Fatalf("%s: cookie for %s: %d from %q, Set-Cookie %q; want the live replica and a cookie naming it", name, id, code, body, sc)
 			}

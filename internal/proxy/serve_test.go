@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // rawConn is a client connection to the proxy spoken to byte by byte.
@@ -71,7 +73,7 @@ func echo(t *testing.T) *backend {
 
 func TestServePipelined(t *testing.T) {
 	f := newFront(t, Options{})
-	f.p.SetRoute(route("a", echo(t)))
+	f.p.SetRoute(routeTo("a", echo(t)))
 	rc := f.dial(t)
 	rc.send("GET /1 HTTP/1.1\r\nHost: a.localhost\r\n\r\n" +
 		"POST /2?x=y HTTP/1.1\r\nHost: a.localhost\r\nContent-Length: 4\r\n\r\nbody" +
@@ -90,7 +92,7 @@ func TestServePipelined(t *testing.T) {
 			t.Fatalf("pipelined answer %d %q, want 200 %q", resp.StatusCode, body, want)
 		}
 	}
-	if st := f.p.Stats("a"); st.Requests != 4 || st.InFlight != 0 {
+	if st := f.p.Load("a"); st.Requests != 4 || st.InFlight != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -105,7 +107,7 @@ func TestServeChunkedAnswer(t *testing.T) {
 		}
 		w.Header().Set("X-Sum", "3 parts")
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	rc := f.dial(t)
 	for range 2 { // the connection carries on after a chunked answer
 		rc.send("GET / HTTP/1.1\r\nHost: a.localhost\r\n\r\n")
@@ -133,7 +135,7 @@ func TestServeCloseDelimitedAnswer(t *testing.T) {
 		brw.WriteString("HTTP/1.1 200 OK\r\nX-Old: yes\r\n\r\nuntil the end")
 		brw.Flush()
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	rc := f.dial(t)
 	for range 2 {
 		rc.send("GET / HTTP/1.1\r\nHost: a.localhost\r\n\r\n")
@@ -157,7 +159,7 @@ func TestServeBodilessAnswers(t *testing.T) {
 			io.WriteString(w, "twelve bytes")
 		}
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	rc := f.dial(t)
 	rc.send("HEAD / HTTP/1.1\r\nHost: a.localhost\r\n\r\n")
 	resp, body := rc.read("HEAD")
@@ -194,7 +196,7 @@ func TestServeConnectionClose(t *testing.T) {
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
-	f.p.SetRoute(Route{App: "a", Endpoints: []Endpoint{{ID: "a", Addr: srv.Listener.Addr().String()}}})
+	f.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a", Addr: srv.Listener.Addr().String()}}})
 
 	// The replica closes its connection: the client's stays open.
 	rc := f.dial(t)
@@ -223,7 +225,7 @@ func TestServeConnectionClose(t *testing.T) {
 
 func TestServeBodyLimitKeepsConnection(t *testing.T) {
 	f := newFront(t, Options{})
-	r := route("a", echo(t))
+	r := routeTo("a", echo(t))
 	r.MaxBodyBytes = 10
 	f.p.SetRoute(r)
 	rc := f.dial(t)
@@ -250,7 +252,7 @@ func TestServeBodyLimitKeepsConnection(t *testing.T) {
 
 func TestServeLargeBodyStreams(t *testing.T) {
 	f := newFront(t, Options{})
-	f.p.SetRoute(route("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	f.p.SetRoute(routeTo("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
 		fmt.Fprint(w, n)
 	})))
@@ -265,7 +267,7 @@ func TestServeLargeBodyStreams(t *testing.T) {
 func TestServeHandsOffToNetHTTP(t *testing.T) {
 	f := newFront(t, Options{})
 	var seen atomic.Value
-	f.p.SetRoute(route("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	f.p.SetRoute(routeTo("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		seen.Store(r.Header.Get("Cookie"))
 		b, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(w, "%s %s %s", r.Method, r.URL.RequestURI(), b)
@@ -295,7 +297,7 @@ func TestServeHandsOffToNetHTTP(t *testing.T) {
 
 func TestServeBadRequests(t *testing.T) {
 	f := newFront(t, Options{})
-	f.p.SetRoute(route("a", echo(t)))
+	f.p.SetRoute(routeTo("a", echo(t)))
 	for _, tc := range []struct {
 		name, req string
 		code      int
@@ -317,7 +319,7 @@ func TestServeBadRequests(t *testing.T) {
 			t.Errorf("%s: %d, want %d", tc.name, resp.StatusCode, tc.code)
 		}
 	}
-	if st := f.p.Stats("a"); st.Requests != 0 {
+	if st := f.p.Load("a"); st.Requests != 0 {
 		t.Errorf("bad requests reached the app: %+v", st)
 	}
 }
@@ -325,7 +327,7 @@ func TestServeBadRequests(t *testing.T) {
 func TestServeLargeAnswerHead(t *testing.T) {
 	f := newFront(t, Options{})
 	big := strings.Repeat("h", 12<<10)
-	f.p.SetRoute(route("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	f.p.SetRoute(routeTo("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Big", big)
 		w.Header().Set("Connection", "X-Gone")
 		w.Header().Set("X-Gone", "hop")
@@ -350,7 +352,7 @@ func TestServeClientGoneMidAnswer(t *testing.T) {
 		<-r.Context().Done() // the proxy closed the replica's connection
 		close(canceled)
 	})
-	f.p.SetRoute(route("a", b))
+	f.p.SetRoute(routeTo("a", b))
 	rc := f.dial(t)
 	rc.send("GET / HTTP/1.1\r\nHost: a.localhost\r\n\r\n")
 	resp, err := http.ReadResponse(rc.br, nil)
@@ -363,14 +365,14 @@ func TestServeClientGoneMidAnswer(t *testing.T) {
 	}
 	rc.c.Close()
 	recv(t, canceled, "the replica's request to end")
-	eventually(t, "in-flight to drop", func() bool { return f.p.Stats("a").InFlight == 0 })
+	eventually(t, "in-flight to drop", func() bool { return f.p.Load("a").InFlight == 0 })
 }
 
 func TestShutdownDrains(t *testing.T) {
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
-	p.SetRoute(route("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	p.SetRoute(routeTo("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			started <- struct{}{}
 			<-release
@@ -434,7 +436,7 @@ func TestServeSlowClientLetsGo(t *testing.T) {
 	f := shortFront(t, timeouts{header: time.Minute, idle: time.Minute, io: 200 * time.Millisecond})
 	const size = 256 << 20
 	ended := make(chan struct{})
-	f.p.SetRoute(route("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+	f.p.SetRoute(routeTo("a", newBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		defer close(ended)
 		w.Header().Set("Content-Length", fmt.Sprint(size))
 		chunk := make([]byte, 64<<10)
@@ -449,12 +451,12 @@ func TestServeSlowClientLetsGo(t *testing.T) {
 	// The client reads nothing: the proxy gives up on it and lets the
 	// replica's connection go.
 	recv(t, ended, "the replica's handler to end")
-	eventually(t, "in-flight to drop", func() bool { return f.p.Stats("a").InFlight == 0 })
+	eventually(t, "in-flight to drop", func() bool { return f.p.Load("a").InFlight == 0 })
 }
 
 func TestServeHeadAndIdleTimeouts(t *testing.T) {
 	f := shortFront(t, timeouts{header: 100 * time.Millisecond, idle: 100 * time.Millisecond, io: time.Minute})
-	f.p.SetRoute(route("a", echo(t)))
+	f.p.SetRoute(routeTo("a", echo(t)))
 	rc := f.dial(t)
 	rc.send("GET / HTTP/1.1\r\nHo")
 	if !rc.closed() {

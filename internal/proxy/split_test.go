@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // fronts returns the proxy's two front ends as base URLs: its own server
@@ -51,7 +53,7 @@ func TestWeightedSplit(t *testing.T) {
 	// Revision 3 has two replicas, revision 4 one: the weights are per
 	// revision, not per replica.
 	old1, old2, canary := namedBackend(t, "3"), namedBackend(t, "3"), namedBackend(t, "4")
-	f.p.SetRoute(Route{App: "a", Weights: map[int]int{3: 90, 4: 10}, Endpoints: []Endpoint{
+	f.p.SetRoute(route.Route{App: "a", Weights: map[int]int{3: 90, 4: 10}, Endpoints: []route.Endpoint{
 		{ID: "a-1", Addr: old1.addr, Revision: 3},
 		{ID: "a-2", Addr: old2.addr, Revision: 3},
 		{ID: "a-3", Addr: canary.addr, Revision: 4},
@@ -83,7 +85,7 @@ func TestZeroWeightGetsNothing(t *testing.T) {
 	f := newFront(t, Options{})
 	b3, b4, b5 := namedBackend(t, "3"), namedBackend(t, "4"), namedBackend(t, "5")
 	// Revision 4 has weight 0 and revision 5 none: both get nothing.
-	f.p.SetRoute(Route{App: "a", Weights: map[int]int{3: 100, 4: 0}, Endpoints: []Endpoint{
+	f.p.SetRoute(route.Route{App: "a", Weights: map[int]int{3: 100, 4: 0}, Endpoints: []route.Endpoint{
 		{ID: "a-3", Addr: b3.addr, Revision: 3},
 		{ID: "a-4", Addr: b4.addr, Revision: 4},
 		{ID: "a-5", Addr: b5.addr, Revision: 5},
@@ -101,11 +103,11 @@ func TestZeroWeightGetsNothing(t *testing.T) {
 func TestWeightedRevisionWithoutEndpoints(t *testing.T) {
 	f := newFront(t, Options{})
 	b3, b4 := namedBackend(t, "3"), namedBackend(t, "4")
-	eps := []Endpoint{{ID: "a-3", Addr: b3.addr, Revision: 3}, {ID: "a-4", Addr: b4.addr, Revision: 4}}
+	eps := []route.Endpoint{{ID: "a-3", Addr: b3.addr, Revision: 3}, {ID: "a-4", Addr: b4.addr, Revision: 4}}
 
 	// Revision 5 has weight but no replica: revision 3 takes all that has
 	// weight (renormalised), revision 4 still nothing.
-	f.p.SetRoute(Route{App: "a", Weights: map[int]int{3: 20, 5: 80}, Endpoints: eps})
+	f.p.SetRoute(route.Route{App: "a", Weights: map[int]int{3: 20, 5: 80}, Endpoints: eps})
 	for range 100 {
 		if code, body, _ := send(t, f, f.url, "GET", "", nil); code != 200 || body != "3" {
 			t.Fatalf("got %d %q, want 200 from revision 3", code, body)
@@ -113,7 +115,7 @@ func TestWeightedRevisionWithoutEndpoints(t *testing.T) {
 	}
 
 	// No revision with weight has a replica: every replica serves.
-	f.p.SetRoute(Route{App: "a", Weights: map[int]int{5: 100}, Endpoints: eps})
+	f.p.SetRoute(route.Route{App: "a", Weights: map[int]int{5: 100}, Endpoints: eps})
 	b3.hits.Store(0)
 	const n = 200
 	for range n {
@@ -127,10 +129,10 @@ func TestWeightedRevisionWithoutEndpoints(t *testing.T) {
 // stuckTo returns the endpoint a Set-Cookie value names, checking its form.
 func stuckTo(t *testing.T, setCookie string) string {
 	t.Helper()
-	v, ok := strings.CutPrefix(setCookie, StickyCookie+"=")
+	v, ok := strings.CutPrefix(setCookie, route.StickyCookie+"=")
 	id, ok2 := strings.CutSuffix(v, "; Path=/; HttpOnly")
 	if !ok || !ok2 || id == "" {
-		t.Fatalf("Set-Cookie %q, want %s=<id>; Path=/; HttpOnly", setCookie, StickyCookie)
+		t.Fatalf("Set-Cookie %q, want %s=<id>; Path=/; HttpOnly", setCookie, route.StickyCookie)
 	}
 	return id
 }
@@ -138,13 +140,13 @@ func stuckTo(t *testing.T, setCookie string) string {
 func TestStickySessions(t *testing.T) {
 	f := newFront(t, Options{})
 	bs := map[string]*backend{}
-	var eps []Endpoint
+	var eps []route.Endpoint
 	add := func(id string, rev int) {
 		bs[id] = namedBackend(t, id)
-		eps = append(eps, Endpoint{ID: id, Addr: bs[id].addr, Revision: rev})
+		eps = append(eps, route.Endpoint{ID: id, Addr: bs[id].addr, Revision: rev})
 	}
-	without := func(id string) []Endpoint {
-		var out []Endpoint
+	without := func(id string) []route.Endpoint {
+		var out []route.Endpoint
 		for _, e := range eps {
 			if e.ID != id {
 				out = append(out, e)
@@ -153,7 +155,7 @@ func TestStickySessions(t *testing.T) {
 		return out
 	}
 	set := func() {
-		f.p.SetRoute(Route{App: "a", Sticky: true, Weights: map[int]int{1: 100}, Endpoints: eps})
+		f.p.SetRoute(route.Route{App: "a", Sticky: true, Weights: map[int]int{1: 100}, Endpoints: eps})
 	}
 	for _, id := range []string{"a-1", "a-2", "a-3"} {
 		add(id, 1)
@@ -169,7 +171,7 @@ func TestStickySessions(t *testing.T) {
 			if body != id {
 				t.Fatalf("answered by %q, cookie names %q", body, id)
 			}
-			cookie := "theme=dark; " + StickyCookie + "=" + id + "; lang=en"
+			cookie := "theme=dark; " + route.StickyCookie + "=" + id + "; lang=en"
 			// Other replicas come and go; the client stays.
 			for i := range 30 {
 				switch i {
@@ -196,7 +198,7 @@ func TestStickySessions(t *testing.T) {
 			}
 			// A cookie that names a replica of a revision without weight.
 			old := eps[len(eps)-1].ID
-			if code, body, sc := send(t, f, base, "GET", StickyCookie+"="+old, nil); code != 200 || body != old || sc != "" {
+			if code, body, sc := send(t, f, base, "GET", route.StickyCookie+"="+old, nil); code != 200 || body != old || sc != "" {
 				t.Fatalf("cookie for %q: %d from %q, Set-Cookie %q", old, code, body, sc)
 			}
 			// The replica leaves: a fresh pick and a new cookie.
@@ -210,7 +212,7 @@ func TestStickySessions(t *testing.T) {
 			if next == id || body != next {
 				t.Fatalf("after %q left: answered by %q, new cookie names %q", id, body, next)
 			}
-			if code, body, sc := send(t, f, base, "GET", StickyCookie+"="+next, nil); code != 200 || body != next || sc != "" {
+			if code, body, sc := send(t, f, base, "GET", route.StickyCookie+"="+next, nil); code != 200 || body != next || sc != "" {
 				t.Fatalf("with the new cookie: %d from %q, Set-Cookie %q", code, body, sc)
 			}
 		})

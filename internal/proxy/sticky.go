@@ -1,11 +1,12 @@
 package proxy
 
+import (
+	"github.com/shoal-run/shoal/internal/route"
+)
+
 // Sticky sessions: a route with Sticky set answers a request sent to a
 // freshly picked endpoint with a cookie naming it, and a request that
 // carries the cookie goes to that endpoint while it is in the route.
-
-// StickyCookie is the name of the cookie that keeps a client on a replica.
-const StickyCookie = "shoal-replica"
 
 // stickyAttrs follow the endpoint ID in the Set-Cookie value.
 const stickyAttrs = "; Path=/; HttpOnly"
@@ -21,7 +22,7 @@ func setCookieValue(id string) string {
 			return ""
 		}
 	}
-	return StickyCookie + "=" + id + stickyAttrs
+	return route.StickyCookie + "=" + id + stickyAttrs
 }
 
 // cookieOctet tells whether c may stand unquoted in a cookie value.
@@ -45,8 +46,8 @@ func stickyID[T string | []byte](h T) T {
 		for len(pair) > 0 && (pair[0] == ' ' || pair[0] == '\t') {
 			pair = pair[1:]
 		}
-		n := len(StickyCookie)
-		if len(pair) > n && pair[n] == '=' && string(pair[:n]) == StickyCookie {
+		n := len(route.StickyCookie)
+		if len(pair) > n && pair[n] == '=' && string(pair[:n]) == route.StickyCookie {
 			v := pair[n+1:]
 			for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
 				v = v[:len(v)-1]

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // pruneAfter is how long a closed, idle endpoint keeps its counters before
@@ -58,7 +60,7 @@ func (a *app) notify() {
 }
 
 // Update replaces the whole table: apps not in routes are removed.
-func (p *Proxy) Update(routes []Route) {
+func (p *Proxy) Update(routes []route.Route) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := *p.table.Load()
@@ -97,7 +99,7 @@ func (p *Proxy) Update(routes []Route) {
 }
 
 // SetRoute adds or changes the route of one app.
-func (p *Proxy) SetRoute(r Route) {
+func (p *Proxy) SetRoute(r route.Route) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	name := strings.ToLower(r.App)
@@ -154,7 +156,7 @@ func (p *Proxy) newApp(name string) *app {
 // are closed by the caller after it, so a request never spins on a closed
 // endpoint of a route that is still current. keep holds every endpoint ID
 // that stays routed anywhere.
-func (p *Proxy) setLocked(a *app, r Route, keep map[string]bool) []*endpoint {
+func (p *Proxy) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoint {
 	snap := &routeSnap{
 		endpoints:    make([]*endpoint, 0, len(r.Endpoints)),
 		maxBody:      r.MaxBodyBytes,
@@ -163,13 +165,13 @@ func (p *Proxy) setLocked(a *app, r Route, keep map[string]bool) []*endpoint {
 		unavailable:  r.Unavailable,
 	}
 	if snap.maxBody == 0 {
-		snap.maxBody = DefaultMaxBodyBytes
+		snap.maxBody = route.DefaultMaxBodyBytes
 	}
 	if snap.queueLimit <= 0 {
-		snap.queueLimit = DefaultQueueLimit
+		snap.queueLimit = route.DefaultQueueLimit
 	}
 	if snap.queueTimeout <= 0 {
-		snap.queueTimeout = DefaultQueueTimeout
+		snap.queueTimeout = route.DefaultQueueTimeout
 	}
 	var closing []*endpoint
 	revs := make([]int, 0, len(r.Endpoints)) // of snap.endpoints
@@ -249,37 +251,18 @@ func (p *Proxy) pruneLocked() {
 	}
 }
 
-// AppStats are the counters of one app.
-type AppStats struct {
-	InFlight    int64 // includes Queued
-	Queued      int64
-	Requests    uint64 // total since the app was added
-	LastRequest time.Time
-	// Endpoints holds the app's routed endpoints and the closed ones that
-	// still have requests in flight.
-	Endpoints map[string]EndpointStats
-}
-
-// EndpointStats are the counters of one endpoint. They survive route changes.
-type EndpointStats struct {
-	InFlight    int64
-	Requests    uint64
-	LastRequest time.Time // when a request to it last started or ended
-}
-
-// Stats returns the counters of an app; the zero AppStats for an unknown app.
-// LastRequest is when a request last arrived or finished.
-func (p *Proxy) Stats(name string) AppStats {
+// Load returns the counters of an app; the zero Load for an unknown app.
+func (p *Proxy) Load(name string) route.Load {
 	a := (*p.table.Load())[strings.ToLower(name)]
 	if a == nil {
-		return AppStats{}
+		return route.Load{}
 	}
-	s := AppStats{
-		InFlight:    a.inFlight.Load(),
-		Queued:      a.queued.Load(),
+	s := route.Load{
+		InFlight:    int(a.inFlight.Load()),
+		Queued:      int(a.queued.Load()),
 		Requests:    a.requests.Load(),
 		LastRequest: unixTime(a.last.Load()),
-		Endpoints:   map[string]EndpointStats{},
+		Endpoints:   map[string]route.EndpointLoad{},
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -292,12 +275,12 @@ func (p *Proxy) Stats(name string) AppStats {
 	return s
 }
 
-// AllStats returns the counters of every app in the table, in one call.
-func (p *Proxy) AllStats() map[string]AppStats {
+// Loads returns the counters of every app in the table, in one call.
+func (p *Proxy) Loads() map[string]route.Load {
 	t := *p.table.Load()
-	out := make(map[string]AppStats, len(t))
+	out := make(map[string]route.Load, len(t))
 	for name := range t {
-		out[name] = p.Stats(name)
+		out[name] = p.Load(name)
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // tick is how often an app with running or frozen replicas samples its load
@@ -57,7 +58,7 @@ type appCtl struct {
 	lastLog    []string
 	desired    int
 	deleting   bool
-	remote     map[string]Endpoint // ready replicas of other nodes, from the store
+	remote     map[string]route.Endpoint // ready replicas of other nodes, from the store
 	// floor is the active replica count the app asked for through the
 	// self API (replicate raises it, halt and die lower it), set at
 	// floorAt; 0 leaves the count to the autoscaler.
@@ -239,7 +240,7 @@ func (s *revSet) active() int {
 
 // serve converges the replicas of a revision that takes traffic to want
 // (never below least). ctl.mu is held.
-func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, load Load) {
+func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, load route.Load) {
 	cfg := ctl.rec.Config
 	fresh := func(r *replica) bool {
 		return cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration
@@ -353,7 +354,7 @@ func clamp(v, lo, hi int) int {
 // publish gives the router the app's ready replicas. ctl.mu is held.
 func (ctl *appCtl) publish() {
 	cfg := ctl.rec.Config
-	rt := Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
+	rt := route.Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
 		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
 	if ctl.deleting {
 		rt.Unavailable = "app " + ctl.name + " is being deleted"
@@ -370,7 +371,7 @@ func (ctl *appCtl) publish() {
 	sort.Strings(ids)
 	for _, id := range ids {
 		r := ctl.reps[id]
-		rt.Endpoints = append(rt.Endpoints, Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
+		rt.Endpoints = append(rt.Endpoints, route.Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
 	}
 	for _, ep := range ctl.remote {
 		if ctl.reps[ep.ID] == nil && weights[ep.Revision] > 0 {

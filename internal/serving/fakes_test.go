@@ -21,6 +21,7 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -314,12 +315,12 @@ func (fakeImages) Get(_ context.Context, ref string) (image.Image, error) {
 // fakeRouter records the routes it is given; its load is set by the test.
 type fakeRouter struct {
 	mu      sync.Mutex
-	routes  map[string]Route
-	history []Route // every route set, in order
-	load    Load
+	routes  map[string]route.Route
+	history []route.Route // every route set, in order
+	load    route.Load
 }
 
-func (r *fakeRouter) SetRoute(rt Route) {
+func (r *fakeRouter) SetRoute(rt route.Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.routes[rt.App] = rt
@@ -327,17 +328,17 @@ func (r *fakeRouter) SetRoute(rt Route) {
 }
 
 // route returns app's route.
-func (r *fakeRouter) route(app string) Route {
+func (r *fakeRouter) route(app string) route.Route {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.routes[app]
 }
 
 // since returns the routes set from the n-th on, and how many there are.
-func (r *fakeRouter) since(n int) ([]Route, int) {
+func (r *fakeRouter) since(n int) ([]route.Route, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Route(nil), r.history[n:]...), len(r.history)
+	return append([]route.Route(nil), r.history[n:]...), len(r.history)
 }
 
 func (r *fakeRouter) RemoveRoute(app string) {
@@ -346,7 +347,7 @@ func (r *fakeRouter) RemoveRoute(app string) {
 	delete(r.routes, app)
 }
 
-func (r *fakeRouter) Load(string) Load {
+func (r *fakeRouter) Load(string) route.Load {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.load
@@ -371,7 +372,7 @@ func (r *fakeRouter) WaitIdle(ctx context.Context, id string) error {
 }
 
 // setLoad sets the load the router reports.
-func (r *fakeRouter) setLoad(l Load) {
+func (r *fakeRouter) setLoad(l route.Load) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.load = l
@@ -457,7 +458,7 @@ func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *
 	}
 	t.Cleanup(func() { st.Close() })
 	fc := clock.NewFake(time.Unix(1e9, 0))
-	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]Route{}}, ev: &fakeEvents{},
+	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]route.Route{}}, ev: &fakeEvents{},
 		reg: prometheus.NewRegistry(), clock: fc, port: port}
 	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: netw, Router: h.r,
 		Events: h.ev, Placer: placer, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // healthNet hands each replica its own loopback address, where a listener
@@ -84,8 +85,8 @@ func TestUnhealthyReplicaDrains(t *testing.T) {
 			h.deploy("min = 1\nmax = 1\ndrain_timeout = \"10s\"", "[health]\ninterval = \"1s\"\nfailures = 2")
 			h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 			old := h.replicas()[StateReady][0]
-			h.r.setLoad(Load{InFlight: 1, LastRequest: h.clock.Now(),
-				Endpoints: map[string]EndpointLoad{old: {InFlight: 1, LastRequest: h.clock.Now()}}})
+			h.r.setLoad(route.Load{InFlight: 1, LastRequest: h.clock.Now(),
+				Endpoints: map[string]route.EndpointLoad{old: {InFlight: 1, LastRequest: h.clock.Now()}}})
 
 			hn.sick(old)
 			h.advanceUntil("the unhealthy replica drains", time.Second, func() bool {
@@ -120,7 +121,7 @@ func TestUnhealthyReplicaDrains(t *testing.T) {
 				return err != nil && len(r) == 1 && len(r[StateReady]) == 1
 			}
 			if finish {
-				h.r.setLoad(Load{LastRequest: h.clock.Now()})
+				h.r.setLoad(route.Load{LastRequest: h.clock.Now()})
 				h.wait("the drained replica is stopped", gone)
 				return
 			}

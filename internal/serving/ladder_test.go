@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -175,7 +176,7 @@ func TestLadderScaleOutAndIn(t *testing.T) {
 	h := newHarness(t)
 	h.deploy("max = 3\ntarget_concurrency = 10\nidle_timeout = \"1m\"")
 	h.r.mu.Lock()
-	h.r.load = Load{InFlight: 100}
+	h.r.load = route.Load{InFlight: 100}
 	h.r.mu.Unlock()
 	h.m.Activate("hello")
 	for i := 0; i < 20 && len(h.replicas()[StateReady]) < 3; i++ {
@@ -183,7 +184,7 @@ func TestLadderScaleOutAndIn(t *testing.T) {
 	}
 	h.wait("three replicas", func() bool { return len(h.replicas()[StateReady]) == 3 })
 	h.r.mu.Lock()
-	h.r.load = Load{}
+	h.r.load = route.Load{}
 	h.r.mu.Unlock()
 	for i := 0; i < 100 && len(h.replicas()[StateFrozen]) < 3; i++ {
 		h.advance(time.Second)
@@ -219,7 +220,7 @@ func TestFrozenMemoryBudget(t *testing.T) {
 	h := newHarnessFrozen(t, 2<<20+1)
 	h.deploy("max = 3\ntarget_concurrency = 1\nidle_timeout = \"1m\"\nfreeze_timeout = \"1h\"")
 	h.r.mu.Lock()
-	h.r.load = Load{InFlight: 3}
+	h.r.load = route.Load{InFlight: 3}
 	h.r.mu.Unlock()
 	h.m.Activate("hello")
 	for i := 0; i < 20 && len(h.replicas()[StateReady]) < 3; i++ {
@@ -227,7 +228,7 @@ func TestFrozenMemoryBudget(t *testing.T) {
 	}
 	h.wait("three replicas", func() bool { return len(h.replicas()[StateReady]) == 3 })
 	h.r.mu.Lock()
-	h.r.load = Load{}
+	h.r.load = route.Load{}
 	h.r.mu.Unlock()
 	for i := 0; i < 100 && len(h.replicas()[StateReady]) > 0; i++ {
 		h.advance(time.Second)
@@ -244,13 +245,13 @@ func TestIdleFreezeDoesNotOscillate(t *testing.T) {
 	h := newHarness(t)
 	h.deploy(`idle_timeout = "2s"`)
 	h.r.mu.Lock()
-	h.r.load = Load{InFlight: 1, LastRequest: h.clock.Now()}
+	h.r.load = route.Load{InFlight: 1, LastRequest: h.clock.Now()}
 	h.r.mu.Unlock()
 	h.m.Activate("hello")
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	h.advance(tick)
 	h.r.mu.Lock()
-	h.r.load = Load{LastRequest: h.clock.Now()}
+	h.r.load = route.Load{LastRequest: h.clock.Now()}
 	h.r.mu.Unlock()
 	h.advance(2 * time.Second)
 	h.wait("frozen", func() bool { return len(h.replicas()[StateFrozen]) == 1 })

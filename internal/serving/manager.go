@@ -19,6 +19,7 @@ import (
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/placement"
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -59,54 +60,13 @@ type Network interface {
 	Release(ctx context.Context, a *network.Attachment) error
 }
 
-// Endpoint is a ready replica the router may send requests to.
-type Endpoint struct {
-	ID   string
-	Addr string
-	// Revision is the app revision the replica runs.
-	Revision int
-}
-
-// Route is what the router needs to know of one app.
-type Route struct {
-	App          string
-	Endpoints    []Endpoint
-	MaxBodyBytes int64
-	QueueLimit   int
-	QueueTimeout time.Duration
-	Unavailable  string
-	// Weights maps a revision to its share of the traffic, in percent. Nil
-	// or empty: every endpoint alike. Revisions with weight 0 or without an
-	// endpoint get nothing; the others' weights are renormalised.
-	Weights map[int]int
-	// Sticky keeps a client on the replica it first reached, by cookie,
-	// while that replica is in the route.
-	Sticky bool
-}
-
-// Load is the router's view of an app's traffic.
-type Load struct {
-	InFlight int // including queued requests
-	Queued   int
-	Requests uint64 // since the router started
-	// LastRequest is when a request last arrived or finished.
-	LastRequest time.Time
-	Endpoints   map[string]EndpointLoad
-}
-
-// EndpointLoad is the router's view of one replica's traffic.
-type EndpointLoad struct {
-	InFlight    int
-	LastRequest time.Time
-}
-
 // Router is the proxy's side of serving: it routes to ready replicas and
 // reports their load. A replica left out of a SetRoute gets no new request
 // once SetRoute returns; WaitIdle returns when its last request is done.
 type Router interface {
-	SetRoute(r Route)
+	SetRoute(r route.Route)
 	RemoveRoute(app string)
-	Load(app string) Load
+	Load(app string) route.Load
 	WaitIdle(ctx context.Context, endpointID string) error
 }
 

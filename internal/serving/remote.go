@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -28,11 +29,11 @@ func (m *Manager) watchRemote() {
 			m.sleep(time.Second)
 			continue
 		}
-		remote := map[string]map[string]Endpoint{}
+		remote := map[string]map[string]route.Endpoint{}
 		for _, kv := range kvs {
 			if app, ep, ok := m.remoteEndpoint(kv.Value); ok {
 				if remote[app] == nil {
-					remote[app] = map[string]Endpoint{}
+					remote[app] = map[string]route.Endpoint{}
 				}
 				remote[app][ep.ID] = ep
 			}
@@ -58,15 +59,15 @@ func (m *Manager) watchRemote() {
 
 // remoteEndpoint is the endpoint of a replica record if it is another
 // node's ready replica.
-func (m *Manager) remoteEndpoint(val []byte) (string, Endpoint, bool) {
+func (m *Manager) remoteEndpoint(val []byte) (string, route.Endpoint, bool) {
 	var rec replicaRecord
 	if json.Unmarshal(val, &rec) != nil || rec.Node == m.o.Node || rec.State != StateReady || rec.Addr == "" {
-		return "", Endpoint{}, false
+		return "", route.Endpoint{}, false
 	}
-	return rec.App, Endpoint{ID: rec.ID, Addr: rec.Addr, Revision: rec.Revision}, true
+	return rec.App, route.Endpoint{ID: rec.ID, Addr: rec.Addr, Revision: rec.Revision}, true
 }
 
-func (m *Manager) setRemote(remote map[string]map[string]Endpoint) {
+func (m *Manager) setRemote(remote map[string]map[string]route.Endpoint) {
 	m.mu.Lock()
 	ctls := make(map[string]*appCtl, len(m.apps))
 	for n, c := range m.apps {
@@ -78,13 +79,13 @@ func (m *Manager) setRemote(remote map[string]map[string]Endpoint) {
 	}
 }
 
-func (m *Manager) setRemoteApp(app string, eps map[string]Endpoint) {
+func (m *Manager) setRemoteApp(app string, eps map[string]route.Endpoint) {
 	if c := m.app(app); c != nil {
 		c.setRemote(eps)
 	}
 }
 
-func (ctl *appCtl) setRemote(eps map[string]Endpoint) {
+func (ctl *appCtl) setRemote(eps map[string]route.Endpoint) {
 	ctl.mu.Lock()
 	defer ctl.mu.Unlock()
 	if len(eps) == 0 && len(ctl.remote) == 0 {
@@ -111,8 +112,8 @@ func splitReplicaKey(key string) (app, id string, ok bool) {
 	return strings.Cut(rest, "/")
 }
 
-func copyEndpoints(in map[string]Endpoint) map[string]Endpoint {
-	out := make(map[string]Endpoint, len(in)+1)
+func copyEndpoints(in map[string]route.Endpoint) map[string]route.Endpoint {
+	out := make(map[string]route.Endpoint, len(in)+1)
 	for k, v := range in {
 		out[k] = v
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -132,7 +133,7 @@ func progressing(ro *api.Rollout) bool { return ro != nil && ro.State == api.Rol
 // traffic moves to it. A revision whose replicas fail `failures` times
 // before that is rolled back. It returns the revision that surges (starts
 // replicas without taking traffic), or 0. ctl.mu is held.
-func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[int]int, active int, load Load) int {
+func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[int]int, active int, load route.Load) int {
 	if !progressing(ctl.rec.Rollout) {
 		return 0
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/autoscale"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // scaler feeds an app's load to its autoscale.Decider.
@@ -35,7 +36,7 @@ func newScaler(rec appRecord, c clock.Clock) *scaler {
 
 // observe records one sample of the app's load; metric is the app's own
 // metric summed over its ready replicas ([scale] metric), 0 without one.
-func (s *scaler) observe(at time.Time, l Load, metric float64) {
+func (s *scaler) observe(at time.Time, l route.Load, metric float64) {
 	n := l.Requests - s.requests
 	if l.Requests < s.requests {
 		n = l.Requests

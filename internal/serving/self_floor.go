@@ -3,6 +3,8 @@ package serving
 import (
 	"fmt"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // raiseFloor keeps at least n replicas serving, as the app asked.
@@ -21,7 +23,7 @@ func (ctl *appCtl) lowerFloor(n int) {
 // app's request lapses once the app has had no request for idle_timeout
 // since it was made. Halted replicas count toward max, so the want is
 // capped at max less them. ctl.mu is held.
-func (ctl *appCtl) applyFloor(now time.Time, load Load, want int, reason string) (int, string) {
+func (ctl *appCtl) applyFloor(now time.Time, load route.Load, want int, reason string) (int, string) {
 	if ctl.floor > 0 {
 		idle := ctl.rec.Config.Scale.IdleTimeout.Duration
 		if load.InFlight == 0 && now.Sub(ctl.floorAt) >= idle && now.Sub(load.LastRequest) >= idle {

@@ -11,6 +11,7 @@ import (
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -139,7 +140,7 @@ func TestSelfHaltDie(t *testing.T) {
 	second := res.Replica.ID
 	c := h.caller(second)
 	// A request is in flight to the second replica when it halts.
-	h.r.setLoad(Load{InFlight: 1, Endpoints: map[string]EndpointLoad{second: {InFlight: 1}}})
+	h.r.setLoad(route.Load{InFlight: 1, Endpoints: map[string]route.EndpointLoad{second: {InFlight: 1}}})
 	if res, err := h.m.SelfAPI().Halt(context.Background(), c); err != nil || res.Replica.State != StateHalted {
 		t.Fatalf("halt: %+v %v", res, err)
 	}
@@ -159,7 +160,7 @@ func TestSelfHaltDie(t *testing.T) {
 	if ctr, _ := h.rt.get(second); ctr == nil {
 		t.Fatal("stopped with a request in flight")
 	}
-	h.r.setLoad(Load{})
+	h.r.setLoad(route.Load{})
 	h.wait("the dead replica is removed", func() bool { _, err := h.rt.get(second); return err != nil })
 	if cl, ok := h.m.SelfAPI().Identify(appapi.HashToken(tokenOf(h, first))); !ok || cl.Gone {
 		t.Fatalf("the first replica's token: %+v", cl)
@@ -223,7 +224,7 @@ func TestSelfHaltedCountTowardMax(t *testing.T) {
 	_, err = h.m.SelfAPI().Replicate(context.Background(), h.caller(first), true)
 	refusal(t, err, "max")
 	// Load that wants both replicas gets only the one max leaves.
-	h.r.setLoad(Load{InFlight: 10, LastRequest: h.clock.Now()})
+	h.r.setLoad(route.Load{InFlight: 10, LastRequest: h.clock.Now()})
 	for i := 0; i < 20; i++ {
 		h.advance(tick)
 	}

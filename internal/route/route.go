@@ -1,0 +1,76 @@
+// Package route holds what serving and the proxy share of an app's routing:
+// the Route serving publishes for each app (its ready endpoints, traffic
+// weights, stickiness and limits) and the Load the proxy reports back. Both
+// travel as JSON over the proxy process's control socket, so their field
+// names are a wire format: a daemon and a proxy of another build read them.
+package route
+
+import "time"
+
+// Defaults for the zero values of a Route.
+const (
+	DefaultMaxBodyBytes = 10 << 20
+	DefaultQueueLimit   = 100
+	DefaultQueueTimeout = 30 * time.Second
+)
+
+// StickyCookie is the name of the cookie that keeps a client on a replica
+// of a sticky route; its value is the endpoint's ID.
+const StickyCookie = "shoal-replica"
+
+// Endpoint is one ready replica. IDs are unique across apps.
+type Endpoint struct {
+	ID   string
+	Addr string // host:port
+	// Revision is the app revision the replica runs; Route.Weights refers
+	// to it.
+	Revision int
+}
+
+// Route is one app's routing entry.
+type Route struct {
+	App       string
+	Endpoints []Endpoint // ready replicas only
+	// MaxBodyBytes bounds a request body; 0 means DefaultMaxBodyBytes and a
+	// negative value means no limit.
+	MaxBodyBytes int64
+	// QueueLimit is how many requests are held while the app has no
+	// endpoint; 0 means DefaultQueueLimit.
+	QueueLimit int
+	// QueueTimeout is how long a request is held; 0 means
+	// DefaultQueueTimeout. Then it is answered 503 with Retry-After.
+	QueueTimeout time.Duration
+	// Unavailable, when not empty, answers every request 503 with this
+	// reason (e.g. "app is being deleted").
+	Unavailable string
+	// Weights maps a revision to its share of the traffic, in percent. Nil
+	// or empty: every endpoint alike. A request goes to a revision drawn by
+	// weight among those with weight > 0 and at least one endpoint (their
+	// weights renormalised); if none has an endpoint, to any endpoint.
+	Weights map[int]int
+	// Sticky keeps a client on the endpoint it first reached: the answer
+	// sets the cookie StickyCookie=<endpoint ID>, and a request that
+	// carries it goes to that endpoint while it is in the route, whatever
+	// the weights.
+	Sticky bool
+}
+
+// Load is the proxy's view of one app's traffic.
+type Load struct {
+	InFlight int // including Queued
+	Queued   int
+	Requests uint64 // since the proxy added the app
+	// LastRequest is when a request last arrived or finished.
+	LastRequest time.Time
+	// Endpoints holds the app's routed endpoints and the ones that left
+	// the route but still have requests in flight.
+	Endpoints map[string]EndpointLoad
+}
+
+// EndpointLoad is the proxy's view of one endpoint's traffic. It survives
+// route changes.
+type EndpointLoad struct {
+	InFlight    int
+	Requests    uint64
+	LastRequest time.Time // when a request to it last started or ended
+}

@@ -1,0 +1,33 @@
+package route
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// The field names are read by daemons and proxies of other builds.
+func TestWireFormat(t *testing.T) {
+	rt := Route{App: "web", Endpoints: []Endpoint{{ID: "web-1", Addr: "10.0.0.2:8080", Revision: 2}},
+		MaxBodyBytes: 1, QueueLimit: 2, QueueTimeout: time.Second, Unavailable: "gone",
+		Weights: map[int]int{2: 100}, Sticky: true}
+	b, err := json.Marshal(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"App":"web","Endpoints":[{"ID":"web-1","Addr":"10.0.0.2:8080","Revision":2}],"MaxBodyBytes":1,"QueueLimit":2,"QueueTimeout":1000000000,"Unavailable":"gone","Weights":{"2":100},"Sticky":true}`
+	if string(b) != want {
+		t.Fatalf("route JSON\n got %s\nwant %s", b, want)
+	}
+	at := time.Unix(5, 0).UTC()
+	l := Load{InFlight: 3, Queued: 1, Requests: 9, LastRequest: at,
+		Endpoints: map[string]EndpointLoad{"web-1": {InFlight: 2, Requests: 8, LastRequest: at}}}
+	b, err = json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"InFlight":3,"Queued":1,"Requests":9,"LastRequest":"1970-01-01T00:00:05Z","Endpoints":{"web-1":{"InFlight":2,"Requests":8,"LastRequest":"1970-01-01T00:00:05Z"}}}`
+	if string(b) != want {
+		t.Fatalf("load JSON\n got %s\nwant %s", b, want)
+	}
+}
