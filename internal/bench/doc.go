@@ -73,6 +73,9 @@
 // (shoal's default), a plain copy of the root file system and a bind volume:
 // create time and small-file reads and writes from 10 to 100 000 files, and
 // SQLite queries and table copies from ~150 kB to ~100 MB. Both run their
-// workloads through Worker (`shoal bench-worker`), a copy of the static shoal
-// binary inside the container, so both sides run the same code.
+// workloads through package worker (`shoal bench-worker`), a copy of the
+// static shoal binary inside the container, so both sides run the same code.
+//
+// The harness is built into the shoal-bench binary (cmd/shoal-bench), never
+// into shoal: `shoal bench` runs the shoal-bench next to it.
 package bench

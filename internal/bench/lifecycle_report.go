@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/bench/worker"
 )
 
 // Targets the lifecycle suite checks shoal against.
@@ -182,14 +184,8 @@ func verdict(v float64, ok func(float64) bool) string {
 	}
 }
 
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	s = strings.ReplaceAll(s, "|", "\\|")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
+// oneLine folds s onto one table-safe line (see worker.OneLine).
+func oneLine(s string) string { return worker.OneLine(s) }
 
 // medianOf returns the median of samples, 0 for none.
 func medianOf(d []time.Duration) time.Duration { return Summarize(d).Median }

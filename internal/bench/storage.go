@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/shoal-run/shoal/internal/bench/worker"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
@@ -115,7 +116,7 @@ func (e *storageEnv) files(ctx context.Context, rep *Report) error {
 		if err := exec.CommandContext(ctx, "cp", "-a", e.base, rootfs).Run(); err != nil {
 			return fmt.Errorf("storage: copy rootfs: %w", err)
 		}
-		if _, err := writeFiles(filepath.Join(rootfs, "data"), n); err != nil {
+		if _, err := worker.WriteFiles(filepath.Join(rootfs, "data"), n); err != nil {
 			return fmt.Errorf("storage: %w", err)
 		}
 		layers, err := e.k.image(ctx, rootfs, fmt.Sprintf("shoal-bench/files:%d", n))

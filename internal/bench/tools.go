@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -93,4 +94,20 @@ func copyFileMode(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// isStatic reports whether the ELF binary at path has no program
+// interpreter, so it runs in a root file system without libraries.
+func isStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
 }

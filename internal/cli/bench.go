@@ -3,108 +3,93 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"strings"
+	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/bench"
+	"github.com/shoal-run/shoal/internal/bench/worker"
 )
 
 func init() { extraCommands = append(extraCommands, newBenchCmd) }
 
-func benchSuiteNames() []string {
-	var names []string
-	for _, s := range bench.Suites() {
-		names = append(names, s.Name)
-	}
-	return names
-}
+// benchBinary is the harness's file name, looked for next to shoal.
+const benchBinary = "shoal-bench"
 
+// newBenchCmd runs the benchmark harness, a binary of its own
+// (cmd/shoal-bench) next to the shoal executable, so that shoal itself
+// carries none of it. The harness measures the shoal that started it.
 func newBenchCmd(*globals) *cobra.Command {
-	var o bench.Options
-	var out string
-	cmd := &cobra.Command{
-		Use:   "bench SUITE",
+	return &cobra.Command{
+		Use:   "bench SUITE [flags]",
 		Short: "Run a benchmark suite and regenerate docs/benchmarks.md",
-		Long: `Run a benchmark suite beside its baselines, measured in one run, and write
-its section (docs/bench/SUITE.md, SVG plots under docs/) and docs/benchmarks.md
-with medians, p99, spread and ratios. Suites: ` + strings.Join(benchSuiteNames(), ", ") + `,
-or all (every suite in that order; a suite that fails gets a section saying
-why and the others still run). Suites start their own daemon on a temporary
-data dir; they need root. BENCH_QUICK=1 (or --quick) runs every suite small.`,
+		Long: `Run a benchmark suite beside its baselines and write docs/benchmarks.md.
+
+The harness is the shoal-bench binary, which must lie next to this shoal
+executable: "make build" puts both in bin/; copy shoal-bench beside an
+installed shoal to benchmark it. With shoal-bench there, "shoal bench --help"
+lists the suites and their flags.`,
 		Example: `  shoal bench lifecycle
   BENCH_QUICK=1 shoal bench all --out docs`,
-		Args: exactArgs(1),
+		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var run []bench.Suite
-			if args[0] == "all" {
-				run = bench.Suites()
-			} else if s, ok := bench.Lookup(args[0]); ok {
-				run = []bench.Suite{s}
-			} else {
-				return usageErrorf("unknown suite %q: use one of %s or all", args[0], strings.Join(benchSuiteNames(), ", "))
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("bench: find this executable: %w", err)
 			}
-			if o.Runs < 0 {
-				return usageErrorf("--runs %d: must not be negative", o.Runs)
+			if real, err := filepath.EvalSymlinks(exe); err == nil {
+				exe = real
 			}
-			if os.Getenv("BENCH_QUICK") == "1" {
-				o.Quick = true
-			}
-			if os.Geteuid() != 0 {
-				return fmt.Errorf("benchmarks start real containers: run as root")
-			}
-			if o.ShoalBin == "" {
-				exe, err := os.Executable()
-				if err != nil {
-					return err
+			harness, err := findBenchBinary(exe)
+			if err != nil {
+				if wantsHelp(args) {
+					_ = cmd.Help()
+					fmt.Fprintf(cmd.ErrOrStderr(), "\n%v\n", err)
+					return nil
 				}
-				o.ShoalBin = exe
+				return err
 			}
-			o.Out = cmd.ErrOrStderr()
-			if err := os.MkdirAll(out, 0o755); err != nil {
-				return fmt.Errorf("--out %s: %w", out, err)
+			argv := append([]string{harness, "--shoal", exe}, args...)
+			if err := syscall.Exec(harness, argv, os.Environ()); err != nil {
+				return fmt.Errorf("bench: run %s: %w", harness, err)
 			}
-			var errs []error
-			for _, s := range run {
-				so := o
-				so.Command = "shoal bench " + s.Name
-				if o.Runs > 0 {
-					so.Command += fmt.Sprintf(" --runs %d", o.Runs)
-				}
-				if o.Quick {
-					so.Command = "BENCH_QUICK=1 " + so.Command
-				}
-				rep, err := bench.RunSuite(cmd.Context(), s, so)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("bench %s: %w", s.Name, err))
-					fmt.Fprintf(cmd.ErrOrStderr(), "bench %s: %v\n", s.Name, err)
-					if cmd.Context().Err() != nil {
-						break
-					}
-					rep = bench.Failed(cmd.Context(), s, so, err)
-				}
-				if err := rep.WriteDocs(out); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: wrote %s/bench/%s.md (%s)\n", s.Name, out, s.Name, rep.Elapsed.Round(1e9))
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/benchmarks.md\n", out)
-			return errors.Join(errs...)
+			return nil
 		},
 	}
-	f := cmd.Flags()
-	f.IntVar(&o.Runs, "runs", 0, "recorded runs per subject (default: each suite's own, fewer with --quick)")
-	f.BoolVar(&o.Quick, "quick", false, "a short run of every suite (same as BENCH_QUICK=1)")
-	f.StringVar(&out, "out", "docs", "folder of benchmarks.md and its charts")
-	f.StringVar(&o.DataDir, "data-dir", "", "scratch folder for the suites (default: a new folder under /var/tmp, removed afterwards)")
-	f.StringVar(&o.Examples, "examples", "", "folder of the example apps' binaries (default $SHOAL_EXAMPLES, then bin/examples beside this binary; built when missing)")
-	return cmd
+}
+
+// findBenchBinary returns the shoal-bench next to the shoal executable exe,
+// or an error that says where it was looked for and how to get it.
+func findBenchBinary(exe string) (string, error) {
+	p := filepath.Join(filepath.Dir(exe), benchBinary)
+	fi, err := os.Stat(p)
+	if err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return p, nil
+	}
+	why := "missing"
+	if err == nil {
+		why = "not an executable file"
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		why = err.Error()
+	}
+	return "", fmt.Errorf("bench: %s, the benchmark harness, is not next to %s (%s): build it with `make build` (bin/%s) and keep it beside shoal", p, exe, why, benchBinary)
+}
+
+// wantsHelp reports whether args ask for help.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "help" {
+			return true
+		}
+	}
+	return false
 }
 
 func init() { extraCommands = append(extraCommands, newBenchWorkerCmd) }
 
-// newBenchWorkerCmd is the benchmarks' workload (bench.Worker), run on the
+// newBenchWorkerCmd is the benchmarks' workload (worker.Run), run on the
 // host and inside containers from the same binary. It is hidden: people do
 // not call it.
 func newBenchWorkerCmd(*globals) *cobra.Command {
@@ -114,7 +99,7 @@ func newBenchWorkerCmd(*globals) *cobra.Command {
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return bench.Worker(args, cmd.OutOrStdout())
+			return worker.Run(args, cmd.OutOrStdout())
 		},
 	}
 }

@@ -1,8 +1,13 @@
-package bench
+// Package worker is the benchmarks' workload, `shoal bench-worker MODE
+// ARGS...`. It stays in the shoal binary (standard library only, a few
+// hundred lines) so that the host and storage suites run the binary under
+// test both on the host and, copied into a root file system, inside shoal
+// containers; the harness itself (package bench and its suites) is built
+// into shoal-bench only.
+package worker
 
 import (
 	"bufio"
-	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -15,7 +20,7 @@ import (
 	"time"
 )
 
-// Worker is the workload side of the host and storage suites, run as
+// Run is the workload side of the host and storage suites, run as
 // `shoal bench-worker MODE ARGS...` both on the host and, from a copy of the
 // same static binary, inside shoal containers, so that both sides run the
 // same code and time themselves:
@@ -27,7 +32,7 @@ import (
 //	serve ADDR             TCP server: "R" connections echo bytes, "S" connections sink
 //
 // Times are printed as Go durations, rates as plain numbers.
-func Worker(args []string, stdout io.Writer) error {
+func Run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return fmt.Errorf("bench-worker: a mode is required")
 	}
@@ -42,7 +47,7 @@ func Worker(args []string, stdout io.Writer) error {
 		cmd.Stderr = &stderr
 		t0 := time.Now()
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, oneLine(stderr.String()))
+			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, OneLine(stderr.String()))
 		}
 		fmt.Fprintln(stdout, time.Since(t0))
 	case "membw":
@@ -63,7 +68,7 @@ func Worker(args []string, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("bench-worker files-write: N: %w", err)
 		}
-		d, err := writeFiles(args[0], n)
+		d, err := WriteFiles(args[0], n)
 		if err != nil {
 			return err
 		}
@@ -108,9 +113,9 @@ func memcopy(block int, total int64) float64 {
 	return float64(n*int64(block)) / time.Since(t0).Seconds() / 1e6
 }
 
-// writeFiles writes n files of 1 KiB into dir (made if missing), spread
+// WriteFiles writes n files of 1 KiB into dir (made if missing), spread
 // over subfolders of 1000, and syncs the file system.
-func writeFiles(dir string, n int) (time.Duration, error) {
+func WriteFiles(dir string, n int) (time.Duration, error) {
 	buf := make([]byte, 1024)
 	for i := range buf {
 		buf[i] = 'a' + byte(i%26)
@@ -210,18 +215,13 @@ func serve(addr string) error {
 	}
 }
 
-// isStatic reports whether the ELF binary at path has no program
-// interpreter, so it runs in a root file system without libraries.
-func isStatic(path string) (bool, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return false, err
+// OneLine folds s onto one line that is safe in a Markdown table cell,
+// at most 300 bytes.
+func OneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.ReplaceAll(s, "|", "\\|")
+	if len(s) > 300 {
+		s = s[:300] + "…"
 	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			return false, nil
-		}
-	}
-	return true, nil
+	return s
 }

@@ -1,4 +1,4 @@
-package bench
+package worker
 
 import (
 	"os"
