@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -45,26 +47,97 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (manifest.C
 		return manifest.Config{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
 	}
 	now := m.clock.Now()
-	hash := cfg.Hash()
 	m.mu.Lock()
 	ctl := m.apps[cfg.Name]
 	m.mu.Unlock()
-	rec := appRecord{Created: now}
 	if ctl != nil {
-		// The record is changed and written under ctl.mu, so that no
-		// reconcile round's change to it is lost, and under ctl.recMu, so
-		// that the writer never writes an older one after it.
+		// ctl.recMu keeps the writer from writing an older record after
+		// this one.
 		ctl.recMu.Lock()
 		defer ctl.recMu.Unlock()
-		ctl.mu.Lock()
-		defer ctl.mu.Unlock()
-		if ctl.deleting {
-			return manifest.Config{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
-		}
-		rec = ctl.rec
 	}
-	prev, wasSticky := rec.Revision, rec.Sticky
-	newRev := prev == 0 || rec.Hash != hash || rec.Digest != img.Digest
+	for {
+		rec := appRecord{Created: now}
+		var base []byte
+		if ctl != nil {
+			ctl.mu.Lock()
+			deleting := ctl.deleting
+			rec = ctl.rec
+			base, _ = json.Marshal(rec)
+			ctl.unlock()
+			if deleting {
+				return manifest.Config{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
+			}
+		}
+		wasSticky := rec.Sticky
+		rec, rv, newRev := nextRecord(rec, cfg, req.Manifest, img.Digest, now)
+		// The records are written without ctl.mu.
+		if newRev {
+			if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
+				return manifest.Config{}, err
+			}
+		}
+		if err := m.putJSON(ctx, store.AppKey(cfg.Name), rec); err != nil {
+			return manifest.Config{}, err
+		}
+		if ctl == nil {
+			ctl = newAppCtl(m, rec)
+			ctl.revs[rec.Revision] = rv
+			m.mu.Lock()
+			if other := m.apps[cfg.Name]; other != nil {
+				m.mu.Unlock()
+				return manifest.Config{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
+			}
+			m.apps[cfg.Name] = ctl
+			m.mu.Unlock()
+			if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
+				return manifest.Config{}, fmt.Errorf("app %q: %w", cfg.Name, err)
+			}
+			m.run(ctl)
+			m.emit("deploy", cfg.Name, "", fmt.Sprintf("created at revision %d (%s)", rec.Revision, cfg.Image), nil)
+			ctl.mu.Lock()
+			ctl.publish()
+			ctl.unlock()
+			break
+		}
+		ctl.mu.Lock()
+		if cur, _ := json.Marshal(ctl.rec); !bytes.Equal(cur, base) {
+			// A reconcile round changed the record while it was written
+			// (a rollout moved on): the deploy applies to that one.
+			ctl.unlock()
+			continue
+		}
+		ctl.rec = rec
+		ctl.revs[rec.Revision] = rv
+		if newRev {
+			ctl.roFailures = 0
+		}
+		if err := ctl.scaler.d.SetPolicy(policy(rec)); err != nil {
+			m.log.Warn("serving: autoscale policy", "app", cfg.Name, "err", err)
+		}
+		ctl.publish()
+		ctl.unlock()
+		if newRev {
+			m.emit("deploy", cfg.Name, "", fmt.Sprintf("revision %d (%s)", rec.Revision, cfg.Image), nil)
+			m.emit("rollout", cfg.Name, "", fmt.Sprintf("revision %d: rolling out, traffic stays on %s until it is ready",
+				rec.Revision, trafficString(rec.Traffic)), nil)
+		}
+		if rec.Sticky != wasSticky {
+			m.emit("traffic", cfg.Name, "", fmt.Sprintf("sticky %v by %s ([traffic] sticky)", rec.Sticky, file), nil)
+		}
+		break
+	}
+	ctl.notify()
+	return cfg, nil
+}
+
+// nextRecord is app record rec after a deploy of cfg (its manifest text
+// and image digest), with the revision the deploy makes, and whether
+// that revision is new.
+func nextRecord(rec appRecord, cfg manifest.Config, text, digest string, now time.Time) (appRecord, revisionRecord, bool) {
+	hash := cfg.Hash()
+	prev := rec.Revision
+	newRev := prev == 0 || rec.Hash != hash || rec.Digest != digest
 	if newRev {
 		rec.Revision++
 		// Traffic stays where it is until the new revision is ready.
@@ -81,58 +154,12 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (manifest.C
 		}
 		rec.Rollout = &api.Rollout{Revision: rec.Revision, From: from, State: api.RolloutProgressing, StartedAt: now}
 	}
-	rec.Config, rec.Manifest, rec.Digest, rec.Hash, rec.Updated = cfg, req.Manifest, img.Digest, hash, now
+	rec.Config, rec.Manifest, rec.Digest, rec.Hash, rec.Updated = cfg, text, digest, hash, now
 	rec.Min, rec.Max = cfg.Scale.Min, cfg.Scale.Max
 	// The last of a deploy and a traffic call sets the stickiness.
 	rec.Sticky = cfg.Traffic.Sticky
-	rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: req.Manifest, Digest: img.Digest, Hash: hash, Created: now}
-	if newRev {
-		if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
-			return manifest.Config{}, err
-		}
-	}
-	if err := m.putJSON(ctx, store.AppKey(cfg.Name), rec); err != nil {
-		return manifest.Config{}, err
-	}
-	if ctl == nil {
-		ctl = newAppCtl(m, rec)
-		ctl.revs[rec.Revision] = rv
-		m.mu.Lock()
-		if other := m.apps[cfg.Name]; other != nil {
-			m.mu.Unlock()
-			return manifest.Config{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
-		}
-		m.apps[cfg.Name] = ctl
-		m.mu.Unlock()
-		if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
-			return manifest.Config{}, fmt.Errorf("app %q: %w", cfg.Name, err)
-		}
-		m.run(ctl)
-		m.emit("deploy", cfg.Name, "", fmt.Sprintf("created at revision %d (%s)", rec.Revision, cfg.Image), nil)
-		ctl.mu.Lock()
-		ctl.publish()
-		ctl.mu.Unlock()
-	} else {
-		ctl.rec = rec
-		ctl.revs[rec.Revision] = rv
-		if newRev {
-			ctl.roFailures = 0
-		}
-		if err := ctl.scaler.d.SetPolicy(policy(rec)); err != nil {
-			m.log.Warn("serving: autoscale policy", "app", cfg.Name, "err", err)
-		}
-		ctl.publish()
-		if newRev {
-			m.emit("deploy", cfg.Name, "", fmt.Sprintf("revision %d (%s)", rec.Revision, cfg.Image), nil)
-			m.emit("rollout", cfg.Name, "", fmt.Sprintf("revision %d: rolling out, traffic stays on %s until it is ready",
-				rec.Revision, trafficString(rec.Traffic)), nil)
-		}
-		if rec.Sticky != wasSticky {
-			m.emit("traffic", cfg.Name, "", fmt.Sprintf("sticky %v by %s ([traffic] sticky)", rec.Sticky, file), nil)
-		}
-	}
-	ctl.notify()
-	return cfg, nil
+	rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: text, Digest: digest, Hash: hash, Created: now}
+	return rec, rv, newRev
 }
 
 // List returns every app.
@@ -161,7 +188,7 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	}
 	load := m.o.Router.Load(name)
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	a := api.App{
 		Name: name, Image: ctl.rec.Config.Image, Revision: ctl.rec.Revision, Min: ctl.rec.Min, Max: ctl.rec.Max,
 		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []api.Replica{}, URL: m.url(name),
@@ -229,7 +256,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	defer ctl.recMu.Unlock()
 	ctl.mu.Lock()
 	rec := ctl.rec
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if req.Min != nil {
 		rec.Min = *req.Min
 	}
@@ -247,7 +274,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	ctl.mu.Lock()
 	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, m.clock.Now()
 	rec = ctl.rec
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if err := m.putJSON(ctx, store.AppKey(name), rec); err != nil {
 		return api.App{}, err
 	}
@@ -255,7 +282,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {
 		ctl.m.log.Warn("serving: autoscale policy", "app", name, "err", err)
 	}
-	ctl.mu.Unlock()
+	ctl.unlock()
 	m.emit("scale", name, "", fmt.Sprintf("bounds set to min %d, max %d", rec.Min, rec.Max), nil)
 	ctl.notify()
 	return m.Get(ctx, name)
@@ -271,7 +298,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	ctl.recMu.Lock()
 	ctl.mu.Lock()
 	if ctl.deleting {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		ctl.recMu.Unlock()
 		return fmt.Errorf("app %q is already being deleted: %w", name, errdefs.ErrConflict)
 	}
@@ -279,7 +306,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	ctl.rec.Deleting = true
 	rec := ctl.rec
 	ctl.publish()
-	ctl.mu.Unlock()
+	ctl.unlock()
 	err := m.putJSON(ctx, store.AppKey(name), rec)
 	ctl.recMu.Unlock()
 	if err != nil {
@@ -297,13 +324,14 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		reps = append(reps, r)
 		r.stopping, r.closed, r.busy = true, true, true
 	}
+	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
 	ctl.publish()
-	ctl.mu.Unlock()
+	ctl.unlock()
 	done := make(chan struct{}, len(reps))
 	for _, r := range reps {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), ctl.rec.Config.Scale.DrainTimeout.Duration)
-			m.o.Router.WaitIdle(ctx, r.rec.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			ctl.node.Drain(ctx, r.rec.ID, grace)
 			cancel()
 			ctl.halt(r)
 			done <- struct{}{}
@@ -330,7 +358,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, os.RemoveAll(m.appDir(ctl.name)))
-	m.o.Router.RemoveRoute(ctl.name)
+	ctl.pub.remove(m.o.Router, ctl.name)
 	m.mu.Lock()
 	if m.apps[ctl.name] == ctl {
 		delete(m.apps, ctl.name)

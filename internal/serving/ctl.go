@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -26,6 +25,8 @@ const tick = 100 * time.Millisecond
 type appCtl struct {
 	m    *Manager
 	name string
+	node Node     // where the app's replicas run
+	pub  routePub // orders the app's routes
 
 	wake    chan struct{} // the proxy has a request and no ready replica
 	changed chan struct{} // a replica changed state
@@ -64,11 +65,17 @@ type appCtl struct {
 	// floorAt; 0 leaves the count to the autoscaler.
 	floor   int
 	floorAt time.Time
+
+	// What a holder of ctl.mu leaves to do once it is released (unlock):
+	// the route to publish, thaws to make, goroutines to start.
+	routeDirty bool
+	thaws      []*replica
+	acts       []func()
 }
 
 func newAppCtl(m *Manager, rec appRecord) *appCtl {
 	ctl := &appCtl{
-		m: m, name: rec.Config.Name, rec: rec,
+		m: m, name: rec.Config.Name, rec: rec, node: m.node,
 		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), dirty: make(chan struct{}, 1),
 		merges: make(chan struct{}, 1), stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{},
 		revs: map[int]revisionRecord{}, deleting: rec.Deleting,
@@ -117,8 +124,9 @@ func (ctl *appCtl) reconcile() time.Duration {
 	now := m.clock.Now()
 	defer ctl.roundAt.Store(now.UnixNano())
 	load := m.o.Router.Load(ctl.name)
+	usage := ctl.usage()
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	if ctl.deleting {
 		ctl.clearRemains()
 		return 0
@@ -143,6 +151,10 @@ func (ctl *appCtl) reconcile() time.Duration {
 				}
 			case StateReady:
 				s.freezing++ // thawed as soon as its freeze is done
+			case StateFrozen:
+				if r.thawing {
+					s.freezing++ // ready once ctl.mu is released
+				}
 			}
 			continue
 		}
@@ -174,7 +186,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	}
 	sort.Ints(revs)
 	ctl.scaler.observe(now, load, ctl.metricSum(now, ready))
-	dec := ctl.decide(active, ready)
+	dec := ctl.decide(active, ready, usage)
 	ctl.applyCPU(dec)
 	want, reason := dec.Replicas, dec.Reason
 	// The autoscaler remembers its window; an app that has had no request
@@ -256,10 +268,9 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 		if !fresh(r) {
 			continue
 		}
-		if ctl.thaw(r) {
-			s.ready = append(s.ready, r)
-			active++
-		}
+		ctl.thaw(r)
+		s.ready = append(s.ready, r)
+		active++
 	}
 	for n := active + s.freezing; n < want && now.After(ctl.backoff); n++ {
 		ctl.startReplica(rev, "scale out")
@@ -351,8 +362,12 @@ func clamp(v, lo, hi int) int {
 	return v
 }
 
-// publish gives the router the app's ready replicas. ctl.mu is held.
-func (ctl *appCtl) publish() {
+// publish has the app's route published once ctl.mu is released.
+// ctl.mu is held.
+func (ctl *appCtl) publish() { ctl.routeDirty = true }
+
+// route is the app's route: its ready replicas. ctl.mu is held.
+func (ctl *appCtl) route() route.Route {
 	cfg := ctl.rec.Config
 	rt := route.Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
 		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
@@ -378,7 +393,7 @@ func (ctl *appCtl) publish() {
 			rt.Endpoints = append(rt.Endpoints, ep)
 		}
 	}
-	ctl.m.o.Router.SetRoute(rt)
+	return rt
 }
 
 // markDirty queues replica id's record (or its deletion) for the writer.
@@ -388,9 +403,5 @@ func (ctl *appCtl) markDirty(id string) {
 }
 
 func (ctl *appCtl) notify() { ctl.poke(ctl.changed) }
-
-// bridge is how replicas are networked: the proxy reaches them on the host
-// bridge.
-const bridge = network.Bridge
 
 func (ctl *appCtl) ctx() context.Context { return ctl.m.ctx }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // errExitedEarly: the container exited before it was ready; the exit
@@ -27,45 +26,12 @@ var probeClient = &http.Client{
 	},
 }
 
-// check checks replica r once with the app's health check: the command in
-// its container, or a probe of its address.
+// check checks replica r once with the app's health check, on its node.
 func (ctl *appCtl) check(h manifest.Health, r *replica) error {
 	ctl.mu.Lock()
 	id, addr := r.rec.ID, r.rec.Addr
-	ctl.mu.Unlock()
-	if h.Command != nil {
-		return ctl.runCheck(h, id)
-	}
-	return probe(ctl.ctx(), h, addr)
-}
-
-// runCheck runs the health command in replica id's container, bounded by
-// the check's timeout; exit code 0 is healthy. The command goes through the
-// OCI runtime's exec, so it runs as the replica's own process would: same
-// namespaces, cgroup (its memory and pids count against the replica's
-// limits), user, capabilities, no_new_privs, seccomp filter and rlimits.
-func (ctl *appCtl) runCheck(h manifest.Health, id string) error {
-	timeout := h.Timeout.Duration
-	if timeout <= 0 {
-		timeout = time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctl.ctx(), timeout)
-	defer cancel()
-	out := &tailWriter{max: 256}
-	st, err := ctl.m.o.Runtime.Exec(ctx, id, runtime.ExecSpec{Args: h.Command, Stdout: out, Stderr: out})
-	switch {
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && ctl.ctx().Err() == nil:
-		return fmt.Errorf("command %q did not finish in %s", h.Command[0], timeout)
-	case err != nil:
-		return fmt.Errorf("command %q: %w", h.Command[0], err)
-	case st.Code != 0:
-		msg := fmt.Sprintf("command %q exited with code %d", h.Command[0], st.Code)
-		if o := out.String(); o != "" {
-			msg += ": " + o
-		}
-		return errors.New(msg)
-	}
-	return nil
+	ctl.unlock()
+	return ctl.node.Check(ctl.ctx(), id, addr, h)
 }
 
 // tailWriter keeps the last max bytes written to it.
@@ -145,11 +111,11 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 			return errExitedEarly
 		default:
 		}
-		if last = probe(ctl.ctx(), port, r.rec.Addr); last == nil {
+		if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
 			if cfg.Health.Command == nil {
 				return nil
 			}
-			if last = ctl.runCheck(cfg.Health, r.rec.ID); last == nil {
+			if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, cfg.Health); last == nil {
 				return nil
 			}
 		}
@@ -192,7 +158,7 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 		if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil {
 			h = cfg.Health
 		}
-		ctl.mu.Unlock()
+		ctl.unlock()
 		t := m.clock.NewTimer(h.Interval.Duration)
 		select {
 		case <-t.C():
@@ -208,7 +174,7 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 		r.checking.Lock()
 		ctl.mu.Lock()
 		check := r.rec.State == StateReady && !r.busy
-		ctl.mu.Unlock()
+		ctl.unlock()
 		if !check {
 			r.checking.Unlock()
 			fails = 0
@@ -239,7 +205,7 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 // setClosed takes a ready replica out of the route table or puts it back.
 func (ctl *appCtl) setClosed(r *replica, closed bool) {
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	if r.rec.State == StateReady && !r.busy && r.closed != closed {
 		r.closed = closed
 		ctl.publish()

@@ -120,7 +120,7 @@ func (ctl *appCtl) pruneLogs() {
 			gone = append(gone, lf.id)
 		}
 	}
-	ctl.mu.Unlock()
+	ctl.unlock()
 	for _, id := range gone[:max(len(gone)-keepLogs, 0)] {
 		for _, p := range []string{ctl.logPath(id), ctl.logPath(id) + ".1"} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -107,6 +107,7 @@ type Options struct {
 // proxy's activator through Activate.
 type Manager struct {
 	o       Options
+	node    Node // this host, where the apps' replicas run
 	log     *slog.Logger
 	clock   clock.Clock
 	metrics *metrics
@@ -144,6 +145,7 @@ func New(o Options) (*Manager, error) {
 		o.FrozenMemory = memTotal() / 4
 	}
 	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}, evq: make(chan api.Event, 4096)}
+	m.node = newLocalNode(o)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
 	if o.Events != nil {
@@ -177,7 +179,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		// its first request wakes it.
 		ctl.mu.Lock()
 		ctl.publish()
-		ctl.mu.Unlock()
+		ctl.unlock()
 		m.mu.Lock()
 		m.apps[rec.Config.Name] = ctl
 		m.mu.Unlock()
@@ -232,7 +234,7 @@ func (m *Manager) Owns(id string) bool {
 	for _, ctl := range ctls {
 		ctl.mu.Lock()
 		_, ok := ctl.reps[id]
-		ctl.mu.Unlock()
+		ctl.unlock()
 		if ok {
 			return true
 		}

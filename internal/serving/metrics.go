@@ -73,7 +73,7 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range ctl.reps {
 			counts[r.rec.State]++
 		}
-		ctl.mu.Unlock()
+		ctl.unlock()
 		for s, n := range counts {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), ctl.name, s)
 		}

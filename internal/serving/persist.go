@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -51,7 +50,7 @@ func (ctl *appCtl) flush() {
 		ops = append(ops, o)
 	}
 	clear(ctl.unsaved)
-	ctl.mu.Unlock()
+	ctl.unlock()
 	ctx := context.Background()
 	if appVal != nil {
 		if _, err := ctl.m.o.Store.Put(ctx, store.AppKey(ctl.name), appVal); err != nil {
@@ -86,6 +85,10 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 	if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
 		return fmt.Errorf("app %q: %w", ctl.name, err)
 	}
+	if err := ctl.loadRevisions(ctx); err != nil {
+		// Replicas of the current revision still start.
+		m.log.Error("serving: revisions", "app", ctl.name, "err", err)
+	}
 	now := m.clock.Now()
 	var running []adoptee
 	for _, kv := range kvs {
@@ -99,35 +102,31 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			continue
 		}
 		r := &replica{rec: rec, lastActive: now, closed: true}
-		r.att, _ = m.o.Network.Lookup(rec.ID)
-		c, err := m.o.Runtime.Get(rec.ID)
-		alive := err == nil && c.Status != runtime.StatusStopped && rec.State != StateFailed &&
-			rec.State != StateStopped && rec.State != StateDraining && rec.Addr != ""
+		ad := ctl.node.Adopt(rec)
+		alive := ad.Running && rec.State != StateFailed && rec.State != StateStopped && rec.State != StateDraining &&
+			rec.Addr != ""
 		// The replicas adopted so far are at work already.
 		ctl.mu.Lock()
 		ctl.reps[rec.ID] = r
-		if alive && c.Pid != 0 && rec.Pid != c.Pid {
+		if alive && ad.Pid != 0 && rec.Pid != ad.Pid {
 			// Saved before its container started (the daemon was killed
-			// while the replica started): the runtime knows the PID.
-			r.rec.Pid = c.Pid
+			// while the replica started): the node knows the PID.
+			r.rec.Pid = ad.Pid
 			ctl.markDirty(rec.ID)
 		}
-		ctl.mu.Unlock()
+		ctl.unlock()
 		m.addToken(rec.TokenHash, ctl.name, rec.ID)
 		if !alive {
 			r.stopping, r.busy = true, true
 			go ctl.remove(r, true)
 			continue
 		}
-		if rec.CPUSet != "" {
-			m.o.Placer.Adopt(rec.ID, ctl.name, rec.CPUSet)
-		}
 		exited := make(chan struct{})
 		go ctl.watch(r, exited)
-		if c.Status == runtime.StatusPaused {
+		if ad.Frozen {
 			ctl.mu.Lock()
 			r.rec.State, r.frozenAt = StateFrozen, now
-			ctl.mu.Unlock()
+			ctl.unlock()
 			go ctl.healthLoop(r, exited)
 			continue
 		}
@@ -154,7 +153,7 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 		if c, _, err := ctl.configOf(r.rec.Revision); err == nil {
 			cfg = c
 		}
-		ctl.mu.Unlock()
+		ctl.unlock()
 		go func() {
 			if err := ctl.waitReady(r, cfg, exited); err != nil {
 				if err != errExitedEarly && m.ctx.Err() == nil {
@@ -168,7 +167,7 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			r.lastActive = m.clock.Now()
 			ctl.markDirty(r.rec.ID)
 			ctl.publish()
-			ctl.mu.Unlock()
+			ctl.unlock()
 			m.emit("adopt", ctl.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
 			go ctl.healthLoop(r, exited)
 			ctl.notify()
@@ -203,7 +202,7 @@ func (ctl *appCtl) probeAdopted(as []adoptee) {
 		if c, _, err := ctl.configOf(as[i].r.rec.Revision); err == nil {
 			cfg = c
 		}
-		ctl.mu.Unlock()
+		ctl.unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -213,7 +212,7 @@ func (ctl *appCtl) probeAdopted(as []adoptee) {
 	wg.Wait()
 	now := ctl.m.clock.Now()
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	for _, a := range as {
 		if a.ready {
 			a.r.closed = false
@@ -224,3 +223,28 @@ func (ctl *appCtl) probeAdopted(as []adoptee) {
 }
 
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+// loadRevisions reads every revision of the app from the store, so that
+// the controller never waits for the store under ctl.mu: revisions are
+// immutable, and a deploy adds its own.
+func (ctl *appCtl) loadRevisions(ctx context.Context) error {
+	kvs, err := ctl.m.o.Store.List(ctx, store.RevisionsPrefix(ctl.name))
+	if err != nil {
+		return fmt.Errorf("app %q: list revisions: %w", ctl.name, err)
+	}
+	revs := make(map[int]revisionRecord, len(kvs))
+	for _, kv := range kvs {
+		var rv revisionRecord
+		if err := json.Unmarshal(kv.Value, &rv); err != nil {
+			ctl.m.log.Error("serving: unreadable revision record; skipped", "key", kv.Key, "err", err)
+			continue
+		}
+		revs[rv.N] = rv
+	}
+	ctl.mu.Lock()
+	for n, rv := range revs {
+		ctl.revs[n] = rv
+	}
+	ctl.unlock()
+	return nil
+}

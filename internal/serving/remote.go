@@ -87,7 +87,7 @@ func (m *Manager) setRemoteApp(app string, eps map[string]route.Endpoint) {
 
 func (ctl *appCtl) setRemote(eps map[string]route.Endpoint) {
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	if len(eps) == 0 && len(ctl.remote) == 0 {
 		return
 	}

@@ -5,28 +5,25 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/network"
-	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // replica is one replica of an app on this node.
 type replica struct {
 	rec      replicaRecord
-	att      *network.Attachment
-	busy     bool // an operation is under way (start, freeze, drain, stop)
+	busy     bool // an operation is under way (start, freeze, thaw, drain, stop)
+	thawing  bool // frozen, thawed once ctl.mu is released
 	closed   bool // out of the route table
 	stopping bool // an exit is expected
 	failed   bool // taken out of service for failing; listed as failed once stopped
 	remains  bool // dead; its container and address wait for clearRemains
+	removed  bool // its container and address are gone
 	unlist   bool // failed, but a replica became ready since: unlisted once removed
 	// checking is held while a health check runs, and by a freeze, so a
 	// command check is never frozen half-way.
@@ -70,7 +67,6 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, State: StatePending, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
-	r.rec.CPUSet = ctl.m.o.Placer.Place(placement.Request{ID: id, App: ctl.name, MaxCPU: cfg.Resources.MaxCPU})
 	ctl.mintToken(r)
 	ctl.reps[id] = r
 	ctl.markDirty(id)
@@ -79,17 +75,18 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 	// leave its namespace attached with nobody to release it.
 	ctl.m.wg.Add(1)
 	ctl.booting++
-	go func() {
+	env := ctl.selfEnv(r)
+	ctl.spawn(func() {
 		defer ctl.m.wg.Done()
 		defer ctl.bootDone()
-		ctl.boot(r, cfg, digest)
-	}()
+		ctl.boot(r, cfg, digest, env)
+	})
 	return id
 }
 
-// boot creates and starts the replica's container and waits for it to be
+// boot has the node start the replica's container and waits for it to be
 // ready.
-func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string) {
+func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []string) {
 	m, id := ctl.m, r.rec.ID
 	began := m.clock.Now()
 	// fail reports a start that went wrong, unless the daemon is stopping:
@@ -101,55 +98,37 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string) {
 		}
 		ctl.failed(r, err, false)
 	}
-	spec, err := ctl.spec(r, cfg, digest)
+	mounts, err := ctl.mounts(r, cfg, digest)
 	if err != nil {
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
-	att, err := m.o.Network.Acquire(ctl.ctx(), id, bridge)
-	if err != nil {
-		fail(fmt.Errorf("replica %s: network: %w", id, err))
-		return
-	}
+	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
+		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logPath(id)})
 	ctl.mu.Lock()
-	if r.stopping {
-		// Removed (its app deleted) while the namespace was made: remove
-		// has run already and found no attachment to release.
-		ctl.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := m.o.Network.Release(ctx, att); err != nil {
-			m.log.Warn("serving: release replica network", "replica", id, "err", err)
-		}
+	stopping := r.stopping
+	if err == nil && !stopping {
+		r.rec.Addr, r.rec.Pid, r.rec.CPUSet = st.Addr, st.Pid, st.CPUSet
+		r.rec.State = StateStarting
+		ctl.markDirty(id)
+	}
+	ctl.unlock()
+	switch {
+	case stopping:
+		// Removed (its app deleted) while it started: what the node made
+		// since is removed now.
+		ctl.remove(r, true)
+		return
+	case err != nil:
+		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
-	r.att = att
-	r.rec.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(cfg.Port))
-	ctl.mu.Unlock()
-	spec.NetNSPath = att.NSPath
-	logf, err := os.OpenFile(ctl.logPath(id), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		fail(fmt.Errorf("replica %s: log: %w", id, err))
-		return
-	}
-	spec.Stdout, spec.Stderr = logf, logf
-	c, err := m.o.Runtime.Run(ctl.ctx(), spec)
-	logf.Close()
-	if err != nil {
-		fail(fmt.Errorf("replica %s: start: %w", id, err))
-		return
-	}
-	ctl.mu.Lock()
-	r.rec.Pid = c.Pid
-	r.rec.State = StateStarting
-	ctl.markDirty(id)
-	ctl.mu.Unlock()
 	exited := make(chan struct{})
 	go ctl.watch(r, exited)
 	err = ctl.waitReady(r, cfg, exited)
 	ctl.mu.Lock()
-	stopping := r.stopping
-	ctl.mu.Unlock()
+	stopping = r.stopping
+	ctl.unlock()
 	switch {
 	case stopping:
 		ctl.remove(r, true) // stopped while it started (app deleted)
@@ -174,7 +153,7 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string) {
 		if o.rec.State != StateFailed || oid == id {
 			continue
 		}
-		if o.att == nil {
+		if o.removed {
 			delete(ctl.reps, oid) // cleaned up; the app is healthy again
 			ctl.markDirty(oid)
 		} else {
@@ -184,7 +163,7 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string) {
 	ctl.markDirty(id)
 	ctl.publish()
 	r.settle()
-	ctl.mu.Unlock()
+	ctl.unlock()
 	go ctl.healthLoop(r, exited)
 	d := now.Sub(began)
 	m.metrics.coldStart(ctl.name, "start", d)
@@ -192,61 +171,34 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string) {
 	ctl.notify()
 }
 
-// spec builds the container of replica r.
-func (ctl *appCtl) spec(r *replica, cfg manifest.Config, digest string) (runtime.Spec, error) {
-	img, err := ctl.m.o.Images.Get(ctl.ctx(), digest)
-	if err != nil {
-		return runtime.Spec{}, fmt.Errorf("image %s (%s): %w", cfg.Image, digest, err)
-	}
-	args := append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
-	if len(cfg.Command) > 0 {
-		args = append(append([]string{}, img.Config.Entrypoint...), cfg.Command...)
-	}
-	if len(args) == 0 {
-		return runtime.Spec{}, fmt.Errorf("image %s has no entrypoint or command; set command in the manifest", cfg.Image)
-	}
-	env := append([]string{}, img.Config.Env...)
-	for k, v := range cfg.Env {
-		env = append(env, k+"="+v)
-	}
-	env = append(env, "PORT="+strconv.Itoa(cfg.Port), "SHOAL_APP="+cfg.Name, "SHOAL_REPLICA="+r.rec.ID,
-		"SHOAL_REVISION="+strconv.Itoa(r.rec.Revision))
-	env = append(env, ctl.selfEnv(r)...)
+// mounts makes the app's volumes and the replica's state area, and
+// returns their mounts.
+func (ctl *appCtl) mounts(r *replica, cfg manifest.Config, digest string) ([]runtime.Mount, error) {
 	var mounts []runtime.Mount
 	for name, dst := range cfg.Volumes {
 		src := filepath.Join(ctl.m.appDir(ctl.name), "volumes", name)
 		if err := os.MkdirAll(src, 0o755); err != nil {
-			return runtime.Spec{}, fmt.Errorf("volume %s: %w", name, err)
+			return nil, fmt.Errorf("volume %s: %w", name, err)
 		}
 		mounts = append(mounts, runtime.Mount{Source: src, Destination: dst})
 	}
 	if cfg.State.Enabled() {
 		mt, err := ctl.stateMount(r, cfg, digest)
 		if err != nil {
-			return runtime.Spec{}, err
+			return nil, err
 		}
 		mounts = append(mounts, mt)
 	}
-	cwd := img.Config.WorkingDir
-	if cwd == "" {
-		cwd = "/"
-	}
-	return runtime.Spec{
-		ID: r.rec.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
-		Hostname: r.rec.ID, Mounts: mounts,
-		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, CPUSet: r.rec.CPUSet, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
-		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(r.rec.Revision),
-			labelDigest: digest, labelImage: cfg.Image},
-	}, nil
+	return mounts, nil
 }
 
 // watch waits for the replica's container to exit.
 func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
-	st, err := ctl.m.o.Runtime.Wait(context.Background(), r.rec.ID)
+	st, err := ctl.node.Wait(context.Background(), r.rec.ID)
 	close(exited)
 	ctl.mu.Lock()
 	expected := r.stopping
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if expected || ctl.m.ctx.Err() != nil {
 		return
 	}
@@ -264,7 +216,7 @@ func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
 	err = fmt.Errorf("replica %s %s", r.rec.ID, why)
 	ctl.mu.Lock()
 	served := r.rec.ReadyAt != nil
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if !served {
 		ctl.failed(r, err, false)
 		return
@@ -278,7 +230,7 @@ func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
 	if ctl.takeOut(r, err) {
 		ctl.mu.Lock()
 		r.remains = true
-		ctl.mu.Unlock()
+		ctl.unlock()
 		ctl.notify()
 	}
 }
@@ -289,10 +241,10 @@ func (ctl *appCtl) clearRemains() {
 	for _, r := range ctl.reps {
 		if r.remains {
 			r.remains = false
-			go func() {
+			ctl.spawn(func() {
 				ctl.waitBoots(bootWait)
 				ctl.remove(r, false)
-			}()
+			})
 		}
 	}
 }
@@ -305,7 +257,7 @@ const bootWait = 5 * time.Second
 // last.
 func (ctl *appCtl) bootDone() {
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	if ctl.booting--; ctl.booting == 0 && ctl.bootsDone != nil {
 		close(ctl.bootsDone)
 		ctl.bootsDone = nil
@@ -317,14 +269,14 @@ func (ctl *appCtl) bootDone() {
 func (ctl *appCtl) waitBoots(limit time.Duration) {
 	ctl.mu.Lock()
 	if ctl.booting == 0 {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return
 	}
 	if ctl.bootsDone == nil {
 		ctl.bootsDone = make(chan struct{})
 	}
 	done := ctl.bootsDone
-	ctl.mu.Unlock()
+	ctl.unlock()
 	t := ctl.m.clock.NewTimer(limit)
 	defer t.Stop()
 	select {

@@ -17,20 +17,21 @@ func (ctl *appCtl) failed(r *replica, err error, kill bool) {
 // failure counted, its CPU free, and the controller woken to replace it.
 // It reports false when r was already on its way out.
 func (ctl *appCtl) takeOut(r *replica, err error) bool {
+	tail := tailLog(ctl.logPath(r.rec.ID), 20)
 	ctl.mu.Lock()
 	if r.stopping {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return false
 	}
 	r.stopping, r.closed = true, true
 	r.rec.State = StateFailed
-	ctl.countFailure(r, err)
+	ctl.countFailure(r, err, tail)
 	ctl.publish()
 	r.settle()
-	ctl.mu.Unlock()
+	ctl.unlock()
 	// The replacement need not wait for the container's removal and the
 	// release of its address, and may take its CPU.
-	ctl.m.o.Placer.Release(r.rec.ID)
+	ctl.node.Release(r.rec.ID)
 	ctl.notify()
 	return true
 }
@@ -41,20 +42,22 @@ func (ctl *appCtl) takeOut(r *replica, err error) bool {
 // first, so the requests it is serving finish (up to drain_timeout) before
 // it is stopped.
 func (ctl *appCtl) unhealthy(r *replica, err error) {
+	tail := tailLog(ctl.logPath(r.rec.ID), 20)
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	if r.stopping {
 		return
 	}
 	r.failed = true
-	ctl.countFailure(r, err)
+	ctl.countFailure(r, err, tail)
 	ctl.drain(r, "failed its health checks")
 	ctl.notify()
 }
 
 // countFailure records the failure of replica r: its reason, the app's
-// failure count and back-off, a metric and a fail event. ctl.mu is held.
-func (ctl *appCtl) countFailure(r *replica, err error) {
+// failure count and back-off, a metric and a fail event; tail is the end
+// of its log. ctl.mu is held.
+func (ctl *appCtl) countFailure(r *replica, err error, tail []string) {
 	r.rec.Reason = err.Error()
 	ctl.failures++
 	if ro := ctl.rec.Rollout; progressing(ro) && r.rec.Revision == ro.Revision {
@@ -74,7 +77,7 @@ func (ctl *appCtl) countFailure(r *replica, err error) {
 	}
 	ctl.backoff = from.Add(backoffFor(ctl.strikes))
 	ctl.lastErr = err.Error()
-	ctl.lastLog = tailLog(ctl.logPath(r.rec.ID), 20)
+	ctl.lastLog = tail
 	ctl.markDirty(r.rec.ID)
 	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
 	ctl.m.emit("fail", ctl.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
@@ -91,49 +94,40 @@ func backoffFor(n int) time.Duration {
 	return min(100*time.Millisecond<<min(n-1, 9), 30*time.Second)
 }
 
-// remove stops (when kill) and deletes the replica's container, releases
-// its address and forgets it.
+// remove stops (when kill) and removes the replica's container and
+// address, and forgets it.
 func (ctl *appCtl) remove(r *replica, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m, id := ctl.m, r.rec.ID
 	if kill {
-		m.o.Runtime.Stop(ctx, id, 0)
+		ctl.node.Stop(ctx, id, 0)
 	}
-	if err := m.o.Runtime.Delete(ctx, id); err != nil && !isNotFound(err) {
+	if err := ctl.node.Remove(ctx, id); err != nil {
 		// Its state stays live: it may still be written to. A restarted
 		// daemon removes the container and merges the state.
-		m.log.Warn("serving: delete replica container", "replica", id, "err", err)
+		m.log.Warn("serving: remove replica", "replica", id, "err", err)
 	} else {
 		ctl.retireState(id) // nothing writes to it any more
 	}
-	m.o.Placer.Release(id)
-	ctl.mu.Lock()
-	att := r.att
-	r.att = nil
-	r.settle()
-	ctl.mu.Unlock()
 	m.forgetToken(r.rec.TokenHash)
-	if att != nil {
-		if err := m.o.Network.Release(ctx, att); err != nil {
-			m.log.Warn("serving: release replica network", "replica", id, "err", err)
-		}
-	}
 	ctl.mu.Lock()
+	r.removed = true
+	r.settle()
 	// A failed replica stays listed (with its reason) until the next one of
 	// the app is ready or fails.
 	if r.rec.State != StateFailed || r.unlist {
 		delete(ctl.reps, id)
 	} else {
 		for oid, o := range ctl.reps {
-			if oid != id && o.rec.State == StateFailed && o.att == nil {
+			if oid != id && o.rec.State == StateFailed && o.removed {
 				delete(ctl.reps, oid)
 				ctl.markDirty(oid)
 			}
 		}
 	}
 	ctl.markDirty(id)
-	ctl.mu.Unlock()
+	ctl.unlock()
 	ctl.pruneLogs()
 	ctl.notify()
 }

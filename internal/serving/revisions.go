@@ -28,7 +28,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	defer ctl.recMu.Unlock()
 	ctl.mu.Lock()
 	cur, deleting := ctl.rec.Revision, ctl.deleting
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if deleting {
 		return api.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
 	}
@@ -47,11 +47,17 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 			return api.App{}, errdefs.Invalid("to", "app %q has no revision before %d to roll back to", name, cur)
 		}
 	}
+	if err := ctl.fetchRevision(ctx, to); err != nil {
+		if errdefs.IsNotFound(err) {
+			return api.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
+		}
+		return api.App{}, err
+	}
 	load := m.o.Router.Load(name)
 	ctl.mu.Lock()
 	rv, err := ctl.revision(to)
 	if err != nil {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		if errdefs.IsNotFound(err) {
 			return api.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
 		}
@@ -91,10 +97,9 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 		if active >= need {
 			break
 		}
-		if ctl.thaw(r) {
-			active++
-			thawed++
-		}
+		ctl.thaw(r)
+		active++
+		thawed++
 	}
 	started := 0
 	for ; active < need; active++ {
@@ -104,7 +109,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	ctl.rec.Rollout.Ready = thawed
 	ctl.publish()
 	val, err := ctl.takeRecord()
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if err != nil {
 		return api.App{}, err
 	}
@@ -147,16 +152,24 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 		return api.App{}, errdefs.Invalid("traffic", "the percents add up to %d; they must add up to 100", sum)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Revision < ts[j].Revision })
+	for i, t := range req.Traffic {
+		if err := ctl.fetchRevision(ctx, t.Revision); err != nil {
+			if errdefs.IsNotFound(err) {
+				return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
+			}
+			return api.App{}, err
+		}
+	}
 	ctl.recMu.Lock()
 	defer ctl.recMu.Unlock()
 	ctl.mu.Lock()
 	if ctl.deleting {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return api.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
 	}
 	for i, t := range req.Traffic {
 		if _, err := ctl.revision(t.Revision); err != nil {
-			ctl.mu.Unlock()
+			ctl.unlock()
 			if errdefs.IsNotFound(err) {
 				return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
 			}
@@ -164,13 +177,13 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 		}
 	}
 	if ro := ctl.rec.Rollout; progressing(ro) {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return api.App{}, fmt.Errorf("app %q: revision %d is rolling out; wait for it or roll back: %w", name, ro.Revision, errdefs.ErrConflict)
 	}
 	ctl.rec.Traffic, ctl.rec.Sticky, ctl.rec.Updated = ts, req.Sticky, m.clock.Now()
 	ctl.publish()
 	val, err := ctl.takeRecord()
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if err != nil {
 		return api.App{}, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
@@ -79,22 +80,36 @@ func split(n int, weights map[int]int, floor int) map[int]int {
 	return out
 }
 
-// revision returns revision n of the app, from the store the first time.
-// ctl.mu is held.
+// revision returns revision n of the app. Every revision is read at start
+// or made by a deploy; one that is missing is not found. ctl.mu is held.
 func (ctl *appCtl) revision(n int) (revisionRecord, error) {
 	if rv, ok := ctl.revs[n]; ok {
 		return rv, nil
 	}
-	kv, err := ctl.m.o.Store.Get(ctl.ctx(), store.RevisionKey(ctl.name, n))
+	return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", ctl.name, n, errdefs.ErrNotFound)
+}
+
+// fetchRevision reads revision n from the store unless the controller
+// has it, without ctl.mu.
+func (ctl *appCtl) fetchRevision(ctx context.Context, n int) error {
+	ctl.mu.Lock()
+	_, ok := ctl.revs[n]
+	ctl.unlock()
+	if ok {
+		return nil
+	}
+	kv, err := ctl.m.o.Store.Get(ctx, store.RevisionKey(ctl.name, n))
 	if err != nil {
-		return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", ctl.name, n, err)
+		return fmt.Errorf("app %q: revision %d: %w", ctl.name, n, err)
 	}
 	var rv revisionRecord
 	if err := json.Unmarshal(kv.Value, &rv); err != nil {
-		return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", ctl.name, n, err)
+		return fmt.Errorf("app %q: revision %d: %w", ctl.name, n, err)
 	}
+	ctl.mu.Lock()
 	ctl.revs[n] = rv
-	return rv, nil
+	ctl.unlock()
+	return nil
 }
 
 // configOf is the config and image digest of revision n: replicas of every
@@ -174,10 +189,9 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 			if n >= want {
 				break
 			}
-			if ctl.thaw(r) {
-				s.ready = append(s.ready, r)
-				n++
-			}
+			ctl.thaw(r)
+			s.ready = append(s.ready, r)
+			n++
 		}
 		for ; n+s.freezing < want && now.After(ctl.backoff); n++ {
 			ctl.startReplica(rev, fmt.Sprintf("rollout of revision %d", rev))

@@ -45,40 +45,72 @@ func (s *scaler) observe(at time.Time, l route.Load, metric float64) {
 	s.d.Observe(autoscale.Sample{At: at, Concurrency: float64(l.InFlight), Requests: int(n), Metric: metric})
 }
 
+// cpuUsage is a replica's CPU throttling: its CFS periods, and how many
+// of them were throttled.
+type cpuUsage struct{ periods, throttled uint64 }
+
+// usage reads the CPU throttling of the app's ready replicas from their
+// node, without ctl.mu.
+func (ctl *appCtl) usage() map[string]cpuUsage {
+	ctl.mu.Lock()
+	var ids []string
+	for id, r := range ctl.reps {
+		if r.rec.State == StateReady && !r.busy {
+			ids = append(ids, id)
+		}
+	}
+	ctl.unlock()
+	out := make(map[string]cpuUsage, len(ids))
+	for _, id := range ids {
+		if p, t, err := ctl.node.Usage(id); err == nil {
+			out[id] = cpuUsage{p, t}
+		}
+	}
+	return out
+}
+
 // decide asks the decider for the active replica count and CPU quotas, from
 // the throttling counters of the ready replicas. ctl.mu is held.
-func (ctl *appCtl) decide(active int, ready []*replica) autoscale.Decision {
+func (ctl *appCtl) decide(active int, ready []*replica, usage map[string]cpuUsage) autoscale.Decision {
 	cur := autoscale.Current{Replicas: active}
 	for _, r := range ready {
-		st, err := ctl.m.o.Runtime.Stats(r.rec.ID)
-		if err != nil {
+		u, ok := usage[r.rec.ID]
+		if !ok {
 			continue
 		}
-		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: st.NrPeriods, Throttled: st.NrThrottled})
+		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: u.periods, Throttled: u.throttled})
 	}
 	return ctl.scaler.d.Decide(cur)
 }
 
-// applyCPU changes replicas' CPU quotas live, as the decider asked.
-// ctl.mu is held.
+// applyCPU has replicas' CPU quotas changed live, as the decider asked,
+// once ctl.mu is released. ctl.mu is held.
 func (ctl *appCtl) applyCPU(dec autoscale.Decision) {
 	for id, q := range dec.CPU {
 		r := ctl.reps[id]
 		if r == nil || r.rec.State != StateReady {
 			continue
 		}
-		if err := ctl.m.o.Runtime.UpdateCPU(id, q); err != nil {
-			ctl.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
-			continue
-		}
-		dir := "up"
-		if q < r.rec.CPU {
-			dir = "down"
-		}
-		ctl.m.metrics.cpuChanges.WithLabelValues(ctl.name, dir).Inc()
-		ctl.m.emit("cpu", ctl.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, dec.Reason),
-			map[string]float64{"from": r.rec.CPU, "to": q})
-		r.rec.CPU = q
-		ctl.markDirty(id)
+		ctl.later(func() { ctl.setCPU(r, q, dec.Reason) })
 	}
+}
+
+// setCPU changes replica r's CPU quota to q on its node.
+func (ctl *appCtl) setCPU(r *replica, q float64, why string) {
+	id := r.rec.ID
+	if err := ctl.node.SetCPU(id, q); err != nil {
+		ctl.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
+		return
+	}
+	ctl.mu.Lock()
+	defer ctl.unlock()
+	dir := "up"
+	if q < r.rec.CPU {
+		dir = "down"
+	}
+	ctl.m.metrics.cpuChanges.WithLabelValues(ctl.name, dir).Inc()
+	ctl.m.emit("cpu", ctl.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, why),
+		map[string]float64{"from": r.rec.CPU, "to": q})
+	r.rec.CPU = q
+	ctl.markDirty(id)
 }

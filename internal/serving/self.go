@@ -74,7 +74,7 @@ func (s selfAPI) Identify(hash string) (appapi.Caller, bool) {
 		return c, true
 	}
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	r := ctl.reps[ref.id]
 	if r == nil {
 		c.Gone = true
@@ -95,12 +95,12 @@ func (s selfAPI) caller(c appapi.Caller) (*appCtl, *replica, error) {
 	}
 	ctl.mu.Lock()
 	if ctl.deleting {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return nil, nil, fmt.Errorf("app %q is being deleted: %w", c.App, errdefs.ErrUnavailable)
 	}
 	r := ctl.reps[c.Replica]
 	if r == nil {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return nil, nil, fmt.Errorf("replica %q: %w", c.Replica, errdefs.ErrNotFound)
 	}
 	return ctl, r, nil
@@ -149,14 +149,14 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		return appapi.Result{}, err
 	}
 	if r.stopping {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s", c.Replica, r.rec.State)
 	}
 	// Halted replicas still run: they count toward max, or an app could
 	// halt and replicate its way past it.
 	n, h := ctl.serving(), ctl.halted()
 	if n+h >= ctl.rec.Max {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return appapi.Result{}, appapi.Refuse("max", "app %s already runs %d replica(s) (%d serving, %d halted), its max is %d", c.App, n+h, n, h, ctl.rec.Max)
 	}
 	now := ctl.m.clock.Now()
@@ -166,40 +166,48 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 	if ctl.weights()[rev] == 0 {
 		rev = ctl.rec.Revision
 	}
-	// A frozen replica is the fast way: the most recently used first.
-	var frozen []*replica
-	for _, o := range ctl.reps {
-		if o.rec.State == StateFrozen && !o.busy && !o.stopping && o.rec.Revision == rev {
-			frozen = append(frozen, o)
+	// A frozen replica is the fast way: the most recently used first. Its
+	// thaw is made once ctl.mu is released; one that fails is stopped, and
+	// the next is tried.
+	for {
+		var o *replica
+		for _, x := range ctl.reps {
+			if x.rec.State == StateFrozen && !x.busy && !x.stopping && x.rec.Revision == rev &&
+				(o == nil || x.lastActive.After(o.lastActive)) {
+				o = x
+			}
 		}
-	}
-	sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
-	for _, o := range frozen {
-		if ctl.thaw(o) {
+		if o == nil {
+			break
+		}
+		ctl.thaw(o)
+		ctl.unlock()
+		ctl.mu.Lock()
+		if o.rec.State == StateReady && !o.busy {
 			ctl.raiseFloor(now, n+1)
 			d := ctl.m.clock.Since(now)
 			res := appapi.Result{Replica: selfReplica(o), How: "thawed", Seconds: max(d.Seconds(), 1e-6)}
-			ctl.mu.Unlock()
+			ctl.unlock()
 			ctl.notify()
 			return res, nil
 		}
 	}
 	if now.Before(ctl.backoff) {
 		left := ctl.backoff.Sub(now)
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return appapi.Result{}, &appapi.Refusal{Reason: "backoff", RetryAfter: int(left/time.Second) + 1,
 			Msg: fmt.Sprintf("app %s is backing off after failed replicas (%s more): %s", c.App, left.Round(time.Millisecond), ctl.lastErr)}
 	}
 	id := ctl.startReplica(rev, "replicate asked by "+c.Replica)
 	nr := ctl.reps[id]
 	if nr == nil {
-		ctl.mu.Unlock()
+		ctl.unlock()
 		return appapi.Result{}, fmt.Errorf("app %q: revision %d cannot be read; no replica started: %w", c.App, rev, errdefs.ErrUnavailable)
 	}
 	ctl.raiseFloor(now, n+1)
 	settled, limit := nr.self.settled, ctl.rec.Config.Health.StartTimeout.Duration
 	res := appapi.Result{Replica: selfReplica(nr), How: "started"}
-	ctl.mu.Unlock()
+	ctl.unlock()
 	ctl.notify()
 	if !wait {
 		return res, nil
@@ -214,7 +222,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		return res, nil
 	}
 	ctl.mu.Lock()
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	res.Replica = selfReplica(nr)
 	switch {
 	case nr.rec.State == StateReady && nr.rec.ReadyAt != nil:
@@ -230,7 +238,7 @@ func (s selfAPI) Halt(ctx context.Context, c appapi.Caller) (appapi.Result, erro
 	if err != nil {
 		return appapi.Result{}, err
 	}
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	switch {
 	case r.rec.State == StateHalted:
 		return appapi.Result{Replica: selfReplica(r), How: "halted"}, nil
@@ -254,7 +262,7 @@ func (s selfAPI) Die(ctx context.Context, c appapi.Caller) (appapi.Result, error
 	if err != nil {
 		return appapi.Result{}, err
 	}
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	switch {
 	case r.rec.State == StateDraining || r.rec.State == StateStopped:
 		return appapi.Result{Replica: selfReplica(r), How: "draining"}, nil
@@ -285,7 +293,7 @@ func (s selfAPI) Metric(ctx context.Context, c appapi.Caller, name string, value
 	if err != nil {
 		return err
 	}
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	if r.self.metrics == nil {
 		r.self.metrics = map[string]metricSample{}
 	}
@@ -301,7 +309,7 @@ func (s selfAPI) Self(ctx context.Context, c appapi.Caller) (appapi.Self, error)
 	if err != nil {
 		return appapi.Self{}, err
 	}
-	defer ctl.mu.Unlock()
+	defer ctl.unlock()
 	out := appapi.Self{ID: r.rec.ID, App: ctl.name, Revision: r.rec.Revision, State: r.rec.State,
 		Min: ctl.rec.Min, Max: ctl.rec.Max, Replicas: []appapi.Replica{}}
 	for name, v := range r.self.metrics {

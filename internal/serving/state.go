@@ -74,7 +74,7 @@ func (ctl *appCtl) retireState(id string) {
 	}
 	ctl.mu.Lock()
 	deleting := ctl.deleting
-	ctl.mu.Unlock()
+	ctl.unlock()
 	if deleting {
 		return
 	}
@@ -105,7 +105,7 @@ func (ctl *appCtl) retireOrphanStates() {
 	for _, e := range ents {
 		ctl.mu.Lock()
 		known := ctl.reps[e.Name()] != nil
-		ctl.mu.Unlock()
+		ctl.unlock()
 		if !known {
 			ctl.retireState(e.Name())
 		}
@@ -141,7 +141,7 @@ func (ctl *appCtl) mergeLoop() {
 		for _, e := range ents {
 			ctl.mu.Lock()
 			deleting := ctl.deleting
-			ctl.mu.Unlock()
+			ctl.unlock()
 			if ctx.Err() != nil || deleting {
 				return
 			}

@@ -1,0 +1,86 @@
+package serving
+
+import (
+	"context"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// Node carries out, where a replica runs, what the app's controller
+// decides for it. The controller holds the app's state and makes every
+// decision; it reaches the runtime, the network and placement only
+// through a Node, and never while it holds its lock. localNode is this
+// host's; a node reached over the network plugs in here.
+//
+// Start, Freeze, Thaw, Drain and Stop walk a replica along the ladder;
+// Remove frees what a replica that stopped still holds. The rest is what
+// the controller must see of a running replica (Wait, Check, Usage),
+// the vertical scaler's SetCPU, Adopt after a daemon restart and Release,
+// which frees a dead replica's place before its removal so that its
+// replacement may take it.
+type Node interface {
+	// Start places the replica, gives it an address and runs its
+	// container; it returns once the container runs, ready or not. What
+	// it made before an error is freed by Remove.
+	Start(ctx context.Context, s ReplicaSpec) (Started, error)
+	// Freeze freezes a replica that takes no traffic and returns the
+	// memory it holds frozen.
+	Freeze(id string) (memory int64, err error)
+	// Thaw thaws a frozen replica.
+	Thaw(id string) error
+	// Drain returns when no request to replica id is in flight, or with an
+	// error once grace has passed.
+	Drain(ctx context.Context, id string, grace time.Duration) error
+	// Stop ends replica id's process: SIGTERM, then SIGKILL after grace
+	// (at once for 0).
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Remove deletes replica id's container, then frees its place and
+	// address. The container's error comes back first: a container not
+	// removed may still write to its state.
+	Remove(ctx context.Context, id string) error
+	// Wait returns when replica id's process exits.
+	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
+	// Check checks replica id once with h: the command in its container,
+	// or a probe of its address.
+	Check(ctx context.Context, id, addr string, h manifest.Health) error
+	// Usage is replica id's CPU throttling (CFS periods, throttled ones).
+	Usage(id string) (periods, throttled uint64, err error)
+	// SetCPU changes replica id's CPU quota live.
+	SetCPU(id string, cpus float64) error
+	// Adopt finds replica rec, left by an earlier daemon: whether it
+	// runs, whether frozen, and its PID; it takes its place back.
+	Adopt(rec replicaRecord) Adopted
+	// Release frees replica id's place.
+	Release(id string)
+}
+
+// ReplicaSpec is what a node needs to start a replica.
+type ReplicaSpec struct {
+	ID       string
+	App      string
+	Revision int
+	Digest   string // the image, by manifest digest
+	Config   manifest.Config
+	// Env is added to the image's and the config's environment.
+	Env []string
+	// Mounts are the app's volumes and the replica's state area.
+	Mounts []runtime.Mount
+	// Log is the file that takes the container's stdout and stderr.
+	Log string
+}
+
+// Started is a replica whose container runs.
+type Started struct {
+	Addr   string // host:port the proxy and health checks reach
+	Pid    int
+	CPUSet string // the CPUs it is pinned to, or ""
+}
+
+// Adopted is what a node found of a replica at a restart.
+type Adopted struct {
+	Running bool // its container runs (or is frozen)
+	Frozen  bool
+	Pid     int
+}

@@ -1,0 +1,131 @@
+package serving
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
+)
+
+// The controller's lock discipline: ctl.mu guards the app's state and is
+// held only while that state is read and decided on. Nothing that calls
+// out of the controller (the router, a node, a long store write) runs
+// under it: a holder records what is to be done (publish, thaw, spawn,
+// later) and unlock does it once ctl.mu is released, in this order:
+//
+//  1. thaws, each a node call, whose replicas then go ready under ctl.mu;
+//  2. the app's route, made under ctl.mu and numbered, so that of two
+//     routes published at once the newer always wins (routePub);
+//  3. the actions: goroutines started and calls made only now, so that a
+//     replica being drained or frozen is out of the published route
+//     before anything waits for its last request.
+
+// unlock releases ctl.mu and does what its holder left to do. Every
+// holder of ctl.mu releases it through unlock.
+func (ctl *appCtl) unlock() {
+	for len(ctl.thaws) > 0 {
+		thaws := ctl.thaws
+		ctl.thaws = nil
+		ctl.mu.Unlock()
+		errs := make([]error, len(thaws))
+		took := make([]time.Duration, len(thaws))
+		for i, r := range thaws {
+			began := ctl.m.clock.Now()
+			errs[i] = ctl.node.Thaw(r.rec.ID)
+			took[i] = ctl.m.clock.Since(began)
+		}
+		ctl.mu.Lock()
+		for i, r := range thaws {
+			ctl.thawed(r, errs[i], took[i])
+		}
+	}
+	var rt route.Route
+	var seq uint64
+	if ctl.routeDirty {
+		ctl.routeDirty = false
+		rt, seq = ctl.route(), ctl.pub.next()
+	}
+	acts := ctl.acts
+	ctl.acts = nil
+	ctl.mu.Unlock()
+	if seq > 0 {
+		ctl.pub.publish(ctl.m.o.Router, seq, rt)
+	}
+	for _, f := range acts {
+		f()
+	}
+}
+
+// spawn starts f in a goroutine once ctl.mu is released and the route
+// published. ctl.mu is held.
+func (ctl *appCtl) spawn(f func()) { ctl.acts = append(ctl.acts, func() { go f() }) }
+
+// later calls f once ctl.mu is released and the route published.
+// ctl.mu is held.
+func (ctl *appCtl) later(f func()) { ctl.acts = append(ctl.acts, f) }
+
+// thaw brings a frozen replica back into the route table: the activation
+// fast path, a cgroup write, then the route. The write is made once ctl.mu
+// is released; until then the replica is busy thawing, counted as
+// serving. ctl.mu is held.
+func (ctl *appCtl) thaw(r *replica) {
+	r.busy, r.thawing = true, true
+	ctl.thaws = append(ctl.thaws, r)
+}
+
+// thawed finishes the thaw of r, which took d and failed with err or not.
+// ctl.mu is held.
+func (ctl *appCtl) thawed(r *replica, err error, d time.Duration) {
+	r.thawing = false
+	if r.stopping {
+		return // its app is being deleted: stopped, not thawed
+	}
+	r.busy = false
+	if err != nil {
+		ctl.m.log.Warn("serving: thaw failed; stopping the replica", "replica", r.rec.ID, "err", err)
+		ctl.stopReplica(r, fmt.Sprintf("thaw failed: %v", err))
+		return
+	}
+	r.rec.State, r.closed, r.lastActive = StateReady, false, ctl.m.clock.Now()
+	ctl.markDirty(r.rec.ID)
+	ctl.publish()
+	ctl.m.metrics.coldStart(ctl.name, "thaw", d)
+	ctl.m.emit("thaw", ctl.name, r.rec.ID, "needed to serve", map[string]float64{"seconds": d.Seconds()})
+}
+
+// routePub publishes an app's routes in the order they were made: a
+// route older than one published already is dropped, so a slow publisher
+// never puts back a replica that has left the route since. A publish
+// returns once a route at least as new as its own is out.
+type routePub struct {
+	mu   sync.Mutex // held while the router is told
+	seq  uint64     // the last route numbered (under ctl.mu)
+	done uint64     // the last route published
+}
+
+// next numbers a new route. ctl.mu is held.
+func (p *routePub) next() uint64 {
+	p.seq++
+	return p.seq
+}
+
+func (p *routePub) publish(r Router, seq uint64, rt route.Route) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq <= p.done {
+		return
+	}
+	r.SetRoute(rt)
+	p.done = seq
+}
+
+// remove takes the app's route away for good: no route is published
+// after it.
+func (p *routePub) remove(r Router, app string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r.RemoveRoute(app)
+	p.done = math.MaxUint64
+}
