@@ -140,7 +140,7 @@ func skipAnswer(br *bufio.Reader) error {
 func benchPick(b *testing.B, r route.Route) {
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	p.SetRoute(r)
-	a := (*p.table.Load())[r.App]
+	a := (*p.apps.Load())[r.App]
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {

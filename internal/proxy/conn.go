@@ -58,14 +58,9 @@ type cconn struct {
 
 	rdl, wdl time.Time // deadlines set on c; the zero time when unknown
 
-	req    request
-	ans    answer
-	out    []byte // the request as sent to the replica
-	unread int64  // bytes of the request body still in the connection
-	st     reqState
-	start  time.Time // of the request in st
-	num    [20]byte  // for formatting numbers without allocating
-	w      watcher
+	num [20]byte // for formatting numbers without allocating
+	w   watcher
+	x   fastReq // the request being served
 }
 
 func newCconn(f *server, c net.Conn) *cconn {
@@ -78,6 +73,7 @@ func newCconn(f *server, c net.Conn) *cconn {
 		cc.proto = "https"
 	}
 	cc.w.c = cc
+	cc.x.c = cc
 	return cc
 }
 
@@ -128,9 +124,9 @@ func (c *cconn) serve() {
 		if err != nil {
 			return
 		}
-		oc := c.serveRequest(n)
-		if cap(c.out) > 4<<10 {
-			c.out = nil // a large body's buffer is not kept
+		oc := c.x.serve(n)
+		if cap(c.x.out) > 4<<10 {
+			c.x.out = nil // a large body's buffer is not kept
 		}
 		switch oc {
 		case handOff:
@@ -190,20 +186,6 @@ func (c *cconn) writeTimeout() {
 		c.wdl = want
 		c.c.SetWriteDeadline(want)
 	}
-}
-
-// readBody appends the n-byte request body to c.out.
-func (c *cconn) readBody(n int64) error {
-	if int64(c.br.Buffered()) < n {
-		c.readTimeout(c.f.timeouts.io)
-	}
-	l := len(c.out)
-	c.out = append(c.out, make([]byte, n)...)
-	_, err := io.ReadFull(c.br, c.out[l:])
-	if err == nil {
-		c.unread = 0
-	}
-	return err
 }
 
 // skipBody discards an n-byte request body that was not forwarded and

@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // The direct path forwards a plain HTTP/1.x request of known body length on
@@ -28,80 +26,56 @@ func direct(r *http.Request) bool {
 // aLongTimeAgo is a deadline that makes blocked I/O return at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// forward sends r to st.ep, to other endpoints of the app when a connect
-// fails, once more on a new connection when a reused one turns out closed
-// before any answer to a request that is safe to repeat, and to other
-// endpoints when the replica fails before any answer to an idempotent
-// request without a body.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, st *reqState) {
-	ctx := r.Context()
-	retryStale := r.ContentLength == 0 && (r.Method == "GET" || r.Method == "HEAD" || r.Method == "OPTIONS")
-	retryDeath := r.ContentLength == 0 && idempotent(r.Method)
-	deaths := 0
-	fresh := false
-	for {
-		bc, err := st.ep.pool.get(ctx, st.ep.addr, fresh, !retryStale)
-		if err != nil {
-			if ctx.Err() != nil {
-				st.code = statusClientGone
-				return
-			}
-			if !p.retryOn(w, st, fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)) {
-				return
-			}
-			fresh = false
-			continue
-		}
-		res, err := p.exchange(w, r, st, bc, retryStale && bc.reused)
-		switch res {
-		case sendDone:
-			return
-		case sendStale:
-			retryStale, fresh = false, true
-		case sendDied:
-			if !retryDeath || deaths >= maxDeathRetries {
-				p.fail(w, st, err)
-				return
-			}
-			deaths++
-			if !p.retryOn(w, st, err) {
-				return
-			}
-			retryStale = r.ContentLength == 0 && (r.Method == "GET" || r.Method == "HEAD" || r.Method == "OPTIONS")
-			fresh = false
+// stdReq is a request net/http read, as admission's inbound and the
+// forwarder's leg.
+type stdReq struct {
+	p  *Proxy
+	w  http.ResponseWriter
+	r  *http.Request
+	st reqState
+}
+
+func (x *stdReq) host() string { return x.r.Host }
+
+// admitted bounds a body of unknown length by the route's limit.
+func (x *stdReq) admitted(rt *routeSnap) *refusal {
+	r := x.r
+	if r.ContentLength < 0 && rt.maxBody >= 0 && r.Body != nil && r.Body != http.NoBody {
+		r.Body = http.MaxBytesReader(x.w, r.Body, rt.maxBody)
+	}
+	return nil
+}
+
+func (x *stdReq) stuck(rt *routeSnap) *endpoint {
+	for _, h := range x.r.Header["Cookie"] {
+		if id := stickyID(h); id != "" {
+			return rt.stuck(id)
 		}
 	}
+	return nil
 }
 
-// idempotent tells whether a request with this method may be sent twice.
-func idempotent(method string) bool {
-	switch method {
-	case "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE":
-		return true
+func (x *stdReq) hold() context.Context { return x.st.Context }
+
+func (x *stdReq) gone(st *reqState) bool { return st.Context.Err() != nil }
+
+func (x *stdReq) fail(st *reqState, err error) { x.p.failure(st, err).write(x.w) }
+
+// send sends the request on a pooled connection to st.ep.
+func (x *stdReq) send(st *reqState, fresh, stale bool) (sendResult, error) {
+	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh, !stale)
+	if err != nil {
+		return sendRefused, err
 	}
-	return false
+	return x.exchange(bc, stale && bc.reused)
 }
 
-// retryOn moves the request from the endpoint that failed it to another
-// one of the app. When there is none it answers with err and returns false.
-func (p *Proxy) retryOn(w http.ResponseWriter, st *reqState, err error) bool {
-	st.tried = append(st.tried, st.ep)
-	next := st.app.pick(st.tried)
-	if next == nil {
-		p.fail(w, st, err)
-		return false
-	}
-	st.app.m.retries.Inc()
-	st.ep.done()
-	st.ep = next
-	return true
-}
-
-// exchange sends r on bc and copies the answer to w. mayRetry says that bc
-// is a reused connection on which r may be sent again. When the replica
-// fails before any byte of its answer, exchange writes nothing to w and
-// reports sendDied with the error.
-func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, bc *bconn, mayRetry bool) (sendResult, error) {
+// exchange sends the request on bc and copies the answer to the client.
+// mayRetry says that bc is a reused connection on which the request may be
+// sent again. When the replica fails before any byte of its answer,
+// exchange writes nothing and reports sendDied with the error.
+func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
+	w, r, st := x.w, x.r, &x.st
 	ctx := r.Context()
 	if bc.dl {
 		bc.c.SetReadDeadline(time.Time{})
@@ -127,12 +101,11 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 		case ctx.Err() != nil:
 			st.code = statusClientGone
 		case errors.As(err, &be):
-			st.code = http.StatusBadRequest
-			httperr.Write(w, st.code, fmt.Errorf("reading the request body: %w", be.err), "body")
+			st.refuse(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", be.err), "body").write(w)
 		case replicaDied(err):
 			return sendDied, err
 		default:
-			p.fail(w, st, err)
+			x.fail(st, err)
 		}
 		return sendDone, nil
 	}
@@ -156,7 +129,7 @@ func (p *Proxy) exchange(w http.ResponseWriter, r *http.Request, st *reqState, b
 		if ctx.Err() != nil {
 			st.code = statusClientGone
 		} else {
-			p.fail(w, st, err)
+			x.fail(st, err)
 		}
 		return sendDone, nil
 	}

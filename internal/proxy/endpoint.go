@@ -116,10 +116,10 @@ func (e *endpoint) waitIdle(ctx context.Context) error {
 // WaitIdle returns once the endpoint has no request in flight, or with the
 // context's error. An unknown endpoint is idle. Called after the endpoint
 // left its app's route, it tells when the replica may be frozen or stopped.
-func (p *Proxy) WaitIdle(ctx context.Context, endpointID string) error {
-	p.mu.Lock()
-	e := p.endpoints[endpointID]
-	p.mu.Unlock()
+func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
+	t.mu.Lock()
+	e := t.endpoints[endpointID]
+	t.mu.Unlock()
 	if e == nil {
 		return nil
 	}

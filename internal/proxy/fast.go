@@ -2,140 +2,135 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/shoal-run/shoal/internal/httperr"
 )
 
-// serveRequest answers the request whose head is the first n buffered
-// bytes: it routes it as ServeHTTP does and forwards it in the same
-// goroutine.
-func (c *cconn) serveRequest(n int) outcome {
-	r := &c.req
+// fastReq is the request a client connection serves on the fast path: its
+// parsed head, the bytes sent to the replica and its state. It is
+// admission's inbound and the forwarder's leg.
+type fastReq struct {
+	c      *cconn
+	req    request
+	ans    answer
+	out    []byte // the request as sent to the replica
+	unread int64  // bytes of the request body still in the connection
+	sticky []byte // the sticky cookie's value, copied out of the head
+	st     reqState
+	oc     outcome // what becomes of the connection once the request is sent
+}
+
+// serve answers the request whose head is the first n buffered bytes: it
+// is admitted and forwarded as ServeHTTP does, in the same goroutine.
+func (x *fastReq) serve(n int) outcome {
+	c := x.c
+	r := &x.req
 	head, _ := c.br.Peek(n)
 	if !r.parse(head) {
 		return handOff
 	}
 	p := c.f.p
 	a := p.lookupHost(r.host)
-	var rt *routeSnap
-	if a != nil {
-		rt = a.route.Load()
+	x.buildRequest()
+	x.sticky = x.sticky[:0]
+	if a != nil && len(r.cookies) > 0 {
+		if rt := a.route.Load(); rt != nil && rt.byID != nil {
+			x.copySticky()
+		}
 	}
-	if rt == nil {
-		err := fmt.Errorf("no app serves host %q", r.host)
-		c.br.Discard(n)
-		c.unread = r.cl
-		return c.reject(http.StatusNotFound, err, "host", false)
-	}
-	c.buildRequest()
 	c.br.Discard(n)
-	c.unread = r.cl
-
-	c.start = p.clock.Now()
-	a.requests.Add(1)
-	a.inFlight.Add(1)
-	a.last.Store(c.start.UnixNano())
-	st := &c.st
-	*st = reqState{Context: c.f.ctx, app: a, tried: st.tried[:0]}
+	x.unread = r.cl
+	st := &x.st
+	*st = reqState{Context: c.f.ctx, tried: st.tried[:0]}
 	defer func() {
 		c.w.stop()
-		c.finish()
+		x.finish()
 		clear(st.tried)
 	}()
+	if f := p.admit(st, a, r.cl, x); f != nil {
+		return x.refuse(f)
+	}
+	x.oc = keepConn
+	p.forward(st, x, r.safe, r.idem, r.cl)
+	return x.oc
+}
 
-	if rt.unavailable != "" {
-		st.code = http.StatusServiceUnavailable
-		return c.reject(st.code, fmt.Errorf("app %q: %s", a.name, rt.unavailable), "", false)
-	}
-	if rt.maxBody >= 0 && r.cl > rt.maxBody {
-		st.code = http.StatusRequestEntityTooLarge
-		return c.reject(st.code, fmt.Errorf("request body of %d bytes is over the limit of %d bytes", r.cl, rt.maxBody), "body", false)
-	}
-	if r.cl > 0 && r.cl <= inlineBody {
-		if err := c.readBody(r.cl); err != nil {
-			st.code = http.StatusBadRequest
-			c.reject(st.code, fmt.Errorf("reading the request body: %w", err), "body", true)
-			return closeConn
+// copySticky keeps the sticky cookie's value, which the head's buffer
+// does not keep once the body is read.
+func (x *fastReq) copySticky() {
+	for _, h := range x.req.cookies {
+		if id := stickyID(h); len(id) > 0 {
+			x.sticky = append(x.sticky, id...)
+			return
 		}
 	}
-
-	var ep *endpoint
-	if rt.byID != nil {
-		st.sticky = true
-		for _, h := range r.cookies {
-			if id := stickyID(h); len(id) > 0 {
-				ep = rt.stuckBytes(id)
-				st.stuck = ep
-				break
-			}
-		}
-	}
-	if ep == nil {
-		ep = a.pick(nil)
-	}
-	if ep == nil {
-		ctx, cancel := context.WithCancel(c.f.ctx)
-		defer cancel()
-		c.w.setCancel(cancel)
-		c.w.start()
-		st.Context = ctx
-		var err error
-		if ep, err = p.wait(ctx, a); err != nil {
-			return c.waitFailed(err)
-		}
-	}
-	st.ep = ep
-	return c.forward()
 }
 
 // finish ends the request's accounting once: before the last bytes of
 // its answer are sent, so that a client that has its answer sees the
 // request counted as done.
-func (c *cconn) finish() {
-	if st := &c.st; st.app != nil {
-		c.f.p.finish(st, c.start)
-		st.ep, st.app = nil, nil
-	}
-}
+func (x *fastReq) finish() { x.c.f.p.finish(&x.st) }
 
-// waitFailed answers a request that found no endpoint.
-func (c *cconn) waitFailed(err error) outcome {
-	st := &c.st
-	var ue *unavailableError
-	switch {
-	case errors.As(err, &ue):
-		st.code = http.StatusServiceUnavailable
-		if ue.retry {
-			return c.rejectRetry(err)
-		}
-		return c.reject(st.code, err, "", false)
-	case errors.Is(err, errRemoved):
-		st.code = http.StatusNotFound
-		return c.reject(st.code, fmt.Errorf("no app serves host %q", c.hostOf()), "host", false)
-	default: // the client went away
-		st.code = statusClientGone
-		return closeConn
-	}
-}
-
-// hostOf returns the Host of the request being forwarded from c.out.
-func (c *cconn) hostOf() string {
-	_, rest, _ := strings.Cut(string(c.out), "\r\nHost: ")
+// host returns the Host of the request, from x.out.
+func (x *fastReq) host() string {
+	_, rest, _ := strings.Cut(string(x.out), "\r\nHost: ")
 	host, _, _ := strings.Cut(rest, "\r\n")
 	return host
 }
 
-// buildRequest writes the request head for the replica into c.out: the
+// admitted reads a small request body, so that the request goes to the
+// replica in one write and can be sent again after a failed connect.
+func (x *fastReq) admitted(rt *routeSnap) *refusal {
+	if cl := x.req.cl; cl > 0 && cl <= inlineBody {
+		if err := x.readBody(cl); err != nil {
+			f := x.st.refuse(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err), "body")
+			f.close = true
+			return f
+		}
+	}
+	return nil
+}
+
+func (x *fastReq) stuck(rt *routeSnap) *endpoint {
+	if len(x.sticky) == 0 {
+		return nil
+	}
+	return rt.stuckBytes(x.sticky)
+}
+
+// hold watches the client connection while the request waits, so that a
+// client that hangs up leaves the queue.
+func (x *fastReq) hold() context.Context {
+	ctx, cancel := context.WithCancel(x.c.f.ctx)
+	x.c.w.setCancel(cancel)
+	x.c.w.start()
+	return ctx
+}
+
+// readBody appends the n-byte request body to x.out.
+func (x *fastReq) readBody(n int64) error {
+	c := x.c
+	if int64(c.br.Buffered()) < n {
+		c.readTimeout(c.f.timeouts.io)
+	}
+	l := len(x.out)
+	x.out = append(x.out, make([]byte, n)...)
+	_, err := io.ReadFull(c.br, x.out[l:])
+	if err == nil {
+		x.unread = 0
+	}
+	return err
+}
+
+// buildRequest writes the request head for the replica into x.out: the
 // hop-by-hop headers removed and X-Forwarded-For, -Host and -Proto set.
-func (c *cconn) buildRequest() {
-	r := &c.req
-	b := append(c.out[:0], r.method...)
+func (x *fastReq) buildRequest() {
+	r := &x.req
+	b := append(x.out[:0], r.method...)
 	b = append(b, ' ')
 	b = append(b, r.uri...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
@@ -153,11 +148,11 @@ func (c *cconn) buildRequest() {
 		b = append(b, v...)
 		b = append(b, ", "...)
 	}
-	b = append(b, c.client...)
+	b = append(b, x.c.client...)
 	b = append(b, "\r\nX-Forwarded-Host: "...)
 	b = append(b, r.host...)
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
-	b = append(b, c.proto...)
+	b = append(b, x.c.proto...)
 	b = append(b, "\r\n"...)
 	m := string(r.method)
 	if r.cl > 0 || m == "POST" || m == "PUT" || m == "PATCH" {
@@ -165,7 +160,7 @@ func (c *cconn) buildRequest() {
 		b = strconv.AppendInt(b, r.cl, 10)
 		b = append(b, "\r\n"...)
 	}
-	c.out = append(b, "\r\n"...)
+	x.out = append(b, "\r\n"...)
 }
 
 // lookupHost returns the app a Host header names, or nil; as appName,
@@ -197,7 +192,7 @@ func (p *Proxy) lookupHost(host []byte) *app {
 	default:
 		return nil
 	}
-	return (*p.table.Load())[string(name)]
+	return (*p.apps.Load())[string(name)]
 }
 
 func lastColon(b []byte) int {
@@ -209,27 +204,25 @@ func lastColon(b []byte) int {
 	return -1
 }
 
-// reject answers the request with a JSON error. The request body not yet
-// read is skipped when small; otherwise, or when closing is set, the
-// connection closes after the answer.
-func (c *cconn) reject(code int, err error, field string, closing bool) outcome {
+// refuse answers the request with the refusal's JSON error, unless the
+// client went away. The request body not yet read is skipped when small;
+// otherwise, or when the refusal says so, the connection closes after the
+// answer.
+func (x *fastReq) refuse(f *refusal) outcome {
+	if f.err == nil {
+		return closeConn
+	}
+	x.c.w.pause() // the body left may be read
 	ew := &errResponse{}
-	httperr.Write(ew, code, err, field)
-	return c.sendError(ew, closing)
-}
-
-// rejectRetry answers 503 with Retry-After.
-func (c *cconn) rejectRetry(err error) outcome {
-	ew := &errResponse{}
-	ew.Header().Set("Retry-After", retryAfter)
-	httperr.Write(ew, http.StatusServiceUnavailable, err, "")
-	return c.sendError(ew, false)
+	f.write(ew)
+	return x.sendError(ew, f.close)
 }
 
 // sendError writes an answer made by the handler code's error writers.
-func (c *cconn) sendError(ew *errResponse, closing bool) outcome {
-	left := c.unread
-	keep := !closing && !c.req.close && left <= maxDrain && !c.f.shutting.Load()
+func (x *fastReq) sendError(ew *errResponse, closing bool) outcome {
+	c := x.c
+	left := x.unread
+	keep := !closing && !x.req.close && left <= maxDrain && !c.f.shutting.Load()
 	code := ew.code
 	if code == 0 {
 		code = http.StatusOK
@@ -257,10 +250,10 @@ func (c *cconn) sendError(ew *errResponse, closing bool) outcome {
 		c.bw.WriteString("\r\nConnection: close")
 	}
 	c.bw.WriteString("\r\n\r\n")
-	if !c.req.isHead {
+	if !x.req.isHead {
 		c.bw.Write(ew.body)
 	}
-	c.finish()
+	x.finish()
 	if c.bw.Flush() != nil {
 		return closeConn
 	}

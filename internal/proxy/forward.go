@@ -1,49 +1,118 @@
 package proxy
 
 import (
-	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"sync"
-	"time"
-
-	"github.com/shoal-run/shoal/internal/httperr"
+	"syscall"
 )
 
-// DialTimeout bounds a connect to a replica; a replica that does not accept
-// in this time is tried as failed and the request goes to another one.
-const DialTimeout = time.Second
+// The forwarder sends an admitted request to its endpoint and owns the
+// retry policy, whichever front end serves the request: the fast path
+// (fastReq), net/http (stdReq) and the reverse proxy's transport for
+// upgrades and chunked uploads (rtLeg) each only send once and say how it
+// went.
 
-// NewTransport returns the transport the proxy shares for all replicas:
-// HTTP/1.1 only, keep-alive with a large idle pool per replica, no
-// compression, no environment proxy, and a short connect timeout whose
-// failures are marked so that they are retried on another replica.
-func NewTransport() *http.Transport {
-	d := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, &dialError{err: err}
+// maxDeathRetries bounds how often a request is sent again after a replica
+// failed it before answering.
+const maxDeathRetries = 2
+
+// sendResult says what became of one try at sending a request.
+type sendResult int
+
+const (
+	sendDone    sendResult = iota // answered, or failed for good and answered so
+	sendRefused                   // the connect failed: nothing was sent
+	sendStale                     // a reused connection was closed before any answer
+	sendDied                      // the replica's connection failed before any answer
+)
+
+// leg is one front end's way to send a request to st.ep.
+type leg interface {
+	// send tries once: on a new connection when fresh is set; stale says
+	// that a reused connection the replica closed may be used (the
+	// request is then sent again, see sendStale), otherwise such a
+	// connection is skipped.
+	send(st *reqState, fresh, stale bool) (sendResult, error)
+	// fail answers the request that could not be forwarded, with err.
+	fail(st *reqState, err error)
+	// gone tells whether the client went away.
+	gone(st *reqState) bool
+}
+
+// forward sends the admitted request st to its endpoint through l, and
+// sends it again when that is safe:
+//   - to another endpoint of the app when a connect fails (nothing was
+//     sent), until one accepts or every one was tried;
+//   - once more on a new connection to the same endpoint when a reused
+//     one turns out closed before any answer, for a safe method without
+//     a body;
+//   - to another endpoint, at most maxDeathRetries times, when the replica
+//     failed before any answer to an idempotent method without a body.
+//
+// safe and idempotent classify the request's method (methodKind); a
+// request with a body (cl != 0) is never sent twice. Every move to another
+// endpoint counts in shoal_proxy_retries_total.
+func (p *Proxy) forward(st *reqState, l leg, safe, idempotent bool, cl int64) {
+	if cl != 0 {
+		safe, idempotent = false, false
+	}
+	stale := safe
+	deaths := 0
+	fresh := false
+	for {
+		res, err := l.send(st, fresh, stale)
+		switch res {
+		case sendDone:
+			return
+		case sendRefused:
+			err = fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)
+			if l.gone(st) || !st.retry() {
+				l.fail(st, err)
+				return
 			}
-			return c, nil
-		},
-		MaxIdleConns:          0, // no total limit
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true,
-		ForceAttemptHTTP2:     false,
-		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
-		ExpectContinueTimeout: time.Second,
-		ReadBufferSize:        16 << 10,
-		WriteBufferSize:       16 << 10,
+			fresh = false
+		case sendStale:
+			stale, fresh = false, true
+		case sendDied:
+			if !idempotent || deaths >= maxDeathRetries || !st.retry() {
+				l.fail(st, err)
+				return
+			}
+			deaths++
+			stale, fresh = safe, false
+		}
 	}
 }
+
+// retry moves the request from the endpoint that failed it to another one
+// of the app, counting a retry; false when there is none.
+func (st *reqState) retry() bool {
+	st.tried = append(st.tried, st.ep)
+	next := st.app.pick(st.tried)
+	if next == nil {
+		return false
+	}
+	st.app.m.retries.Inc()
+	st.ep.done()
+	st.ep = next
+	return true
+}
+
+// methodKind classifies a request method: safe (GET, HEAD, OPTIONS) and
+// idempotent (the safe ones, PUT, DELETE, TRACE).
+func methodKind(method string) (safe, idempotent bool) {
+	switch method {
+	case "GET", "HEAD", "OPTIONS":
+		return true, true
+	case "PUT", "DELETE", "TRACE":
+		return false, true
+	}
+	return false, false
+}
+
+// errNoReplica is the error of a request whose every connect failed.
+var errNoReplica = errors.New("no replica accepted the connection")
 
 // dialError marks a failed connect: nothing was sent to the replica.
 type dialError struct{ err error }
@@ -56,126 +125,9 @@ func isDialError(err error) bool {
 	return errors.As(err, &de)
 }
 
-// errNoReplica is the error of a request whose every connect failed.
-var errNoReplica = errors.New("no replica accepted the connection")
-
-// director points the outbound request at the endpoint the request holds
-// and sets X-Forwarded-Host and -Proto (the reverse proxy appends the
-// client to X-Forwarded-For).
-func director(out *http.Request) {
-	st := stateOf(out)
-	out.URL.Scheme = "http"
-	out.URL.Host = st.ep.addr
-	h := out.Header
-	h["X-Forwarded-Host"] = []string{out.Host}
-	if out.TLS != nil {
-		h["X-Forwarded-Proto"] = protoHTTPS
-	} else {
-		h["X-Forwarded-Proto"] = protoHTTP
-	}
-	if out.Body != nil {
-		st.body = &retryBody{rc: out.Body}
-		out.Body = st.body
-	}
+// replicaDied tells whether err is a replica connection closed or reset
+// under a request, rather than a timeout.
+func replicaDied(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
 }
-
-// Header values shared by every request; they are only read.
-var (
-	protoHTTP  = []string{"http"}
-	protoHTTPS = []string{"https"}
-)
-
-// retryTransport sends a request to the endpoint it holds and, when the
-// connect fails before anything was sent, to another endpoint of the app,
-// until one accepts or all were tried.
-type retryTransport struct {
-	base http.RoundTripper
-}
-
-func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	st := stateOf(req)
-	if st == nil {
-		return t.base.RoundTrip(req)
-	}
-	for {
-		resp, err := t.base.RoundTrip(req)
-		if err == nil || !isDialError(err) || (st.body != nil && st.body.read) {
-			return resp, err
-		}
-		failed := st.ep
-		st.tried = append(st.tried, failed)
-		next := st.app.pick(st.tried)
-		if next == nil {
-			return nil, fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)
-		}
-		st.app.m.retries.Inc()
-		failed.done()
-		st.ep = next
-		r2 := new(http.Request)
-		*r2 = *req
-		u := *req.URL
-		u.Host = next.addr
-		r2.URL = &u
-		req = r2
-	}
-}
-
-// retryBody lets a request body survive a failed connect: the transport
-// closes the body it was given on any error, and a retry needs it unread.
-// The server closes the real body when the handler returns.
-type retryBody struct {
-	rc   io.ReadCloser
-	read bool
-}
-
-func (b *retryBody) Read(p []byte) (int, error) {
-	b.read = true
-	return b.rc.Read(p)
-}
-
-func (b *retryBody) Close() error { return nil }
-
-// modifyResponse records the status of the replica's answer and adds the
-// sticky cookie when it is due.
-func modifyResponse(resp *http.Response) error {
-	if st := stateOf(resp.Request); st != nil {
-		st.code = resp.StatusCode
-		if v := st.setCookie(); v != "" {
-			resp.Header.Add("Set-Cookie", v)
-		}
-	}
-	return nil
-}
-
-// errorHandler answers a request that the reverse proxy could not forward.
-func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	p.fail(w, stateOf(r), err)
-}
-
-// fail answers a request that could not be forwarded.
-func (p *Proxy) fail(w http.ResponseWriter, st *reqState, err error) {
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		st.code = http.StatusRequestEntityTooLarge
-		httperr.Write(w, st.code, fmt.Errorf("request body is over the limit of %d bytes", mbe.Limit), "body")
-	case st.Context.Err() != nil:
-		st.code = statusClientGone
-	case errors.Is(err, errNoReplica):
-		p.log.Warn("proxy: no replica accepted the connection", "app", st.app.name, "tried", len(st.tried), "err", err)
-		st.code = http.StatusBadGateway
-		httperr.Write(w, st.code, fmt.Errorf("app %q: %w", st.app.name, errNoReplica), "")
-	default:
-		p.log.Warn("proxy: replica failed", "app", st.app.name, "endpoint", st.ep.id, "err", err)
-		st.code = http.StatusBadGateway
-		httperr.Write(w, st.code, fmt.Errorf("app %q: the replica failed to answer", st.app.name), "")
-	}
-}
-
-// bufferPool lends the reverse proxy its copy buffers.
-type bufferPool struct{}
-
-var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"log/slog"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,7 +11,7 @@ import (
 // read from the proxy's own counters when scraped, so the hot path pays for
 // counters and histograms only.
 type metrics struct {
-	p          *Proxy
+	t          *table
 	requests   *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	activation *prometheus.HistogramVec
@@ -24,9 +25,9 @@ type metrics struct {
 
 const ns = "shoal_proxy_"
 
-func newMetrics(p *Proxy, reg prometheus.Registerer) *metrics {
+func newMetrics(t *table, reg prometheus.Registerer, log *slog.Logger) *metrics {
 	m := &metrics{
-		p: p,
+		t: t,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ns + "requests_total",
 			Help: "Requests answered, by app and HTTP status (499: the client went away).",
@@ -59,7 +60,7 @@ func newMetrics(p *Proxy, reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.duration, m.activation, m.retries, m.cold, gauges{m}} {
 			if err := reg.Register(c); err != nil {
-				p.log.Warn("proxy: metrics not registered", "err", err)
+				log.Warn("proxy: metrics not registered", "err", err)
 			}
 		}
 	}
@@ -96,7 +97,7 @@ func (g gauges) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (g gauges) Collect(ch chan<- prometheus.Metric) {
-	for name, a := range *g.m.p.table.Load() {
+	for name, a := range *g.m.t.apps.Load() {
 		ch <- prometheus.MustNewConstMetric(g.m.inFlight, prometheus.GaugeValue, float64(a.inFlight.Load()), name)
 		ch <- prometheus.MustNewConstMetric(g.m.queued, prometheus.GaugeValue, float64(a.queued.Load()), name)
 		n := 0

@@ -45,18 +45,8 @@ func (r *request) parse(head []byte) bool {
 		return false
 	}
 	r.method, line = line[:sp], line[sp+1:]
-	switch string(r.method) {
-	case "HEAD":
-		r.isHead, r.safe = true, true
-	case "GET", "OPTIONS":
-		r.safe = true
-	}
-	switch {
-	case r.safe:
-		r.idem = true
-	case string(r.method) == "PUT", string(r.method) == "DELETE", string(r.method) == "TRACE":
-		r.idem = true
-	}
+	r.isHead = string(r.method) == "HEAD"
+	r.safe, r.idem = methodKind(string(r.method))
 	sp = bytes.IndexByte(line, ' ')
 	if sp <= 0 || line[0] != '/' || string(line[sp+1:]) != "HTTP/1.1" {
 		return false

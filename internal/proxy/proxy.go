@@ -15,20 +15,15 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-run/shoal/internal/clock"
-	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // retryAfter is the Retry-After value, in seconds, of a 503 sent while an app
@@ -55,160 +50,65 @@ type Options struct {
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
-// on the connections it accepts itself in Serve.
+// on the connections it accepts itself in Serve. Its routing table (and so
+// SetRoute, Update, RemoveRoute, Load, Loads and WaitIdle) is the embedded
+// table.
 type Proxy struct {
+	table
 	activator Activator
 	domain    string // ".<domain>", lower case, or ""
 	log       *slog.Logger
-	clock     clock.Clock
-	metrics   *metrics
 	rp        *httputil.ReverseProxy
-
-	table atomic.Pointer[map[string]*app] // app name → app; read without locks
-
-	mu        sync.Mutex           // serializes table changes
-	endpoints map[string]*endpoint // by ID; guarded by mu
 
 	front server // the listener side of Serve
 }
 
 // New returns a Proxy with an empty table.
 func New(o Options) *Proxy {
-	p := &Proxy{
-		activator: o.Activator,
-		log:       o.Logger,
-		clock:     o.Clock,
-		endpoints: map[string]*endpoint{},
-	}
+	p := &Proxy{activator: o.Activator, log: o.Logger}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
-	if p.clock == nil {
-		p.clock = clock.Real{}
+	c := o.Clock
+	if c == nil {
+		c = clock.Real{}
 	}
+	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log))
 	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
 		p.domain = "." + d
 	}
-	p.metrics = newMetrics(p, o.Registerer)
 	base := o.Transport
 	if base == nil {
 		base = NewTransport()
 	}
 	p.rp = &httputil.ReverseProxy{
 		Director:       director,
-		Transport:      &retryTransport{base: base},
+		Transport:      &retryTransport{p: p, base: base},
 		BufferPool:     bufferPool{},
 		ModifyResponse: modifyResponse,
 		ErrorHandler:   p.errorHandler,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	empty := map[string]*app{}
-	p.table.Store(&empty)
 	p.front.init(p)
 	return p
 }
 
 // ServeHTTP routes r to a replica of the app its Host names.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	name := p.appName(r.Host)
-	a := (*p.table.Load())[name]
-	if a == nil {
-		httperr.Write(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
+	x := &stdReq{p: p, w: w, r: r}
+	st := &x.st
+	st.Context = r.Context()
+	defer p.finish(st)
+	if f := p.admit(st, (*p.apps.Load())[p.appName(r.Host)], r.ContentLength, x); f != nil {
+		f.write(w)
 		return
 	}
-	rt := a.route.Load()
-	if rt == nil {
-		httperr.Write(w, http.StatusNotFound, fmt.Errorf("no app serves host %q", r.Host), "host")
-		return
-	}
-	start := p.clock.Now()
-	a.requests.Add(1)
-	a.inFlight.Add(1)
-	a.last.Store(start.UnixNano())
-	st := &reqState{Context: r.Context(), app: a, code: 0}
-	defer p.finish(st, start)
-
-	if rt.unavailable != "" {
-		st.code = http.StatusServiceUnavailable
-		httperr.Write(w, st.code, fmt.Errorf("app %q: %s", a.name, rt.unavailable), "")
-		return
-	}
-	if r.Body != nil && r.Body != http.NoBody && rt.maxBody >= 0 {
-		if r.ContentLength > rt.maxBody {
-			st.code = http.StatusRequestEntityTooLarge
-			httperr.Write(w, st.code, fmt.Errorf("request body of %d bytes is over the limit of %d bytes", r.ContentLength, rt.maxBody), "body")
-			return
-		}
-		if r.ContentLength < 0 {
-			r.Body = http.MaxBytesReader(w, r.Body, rt.maxBody)
-		}
-	}
-
-	var ep *endpoint
-	if rt.byID != nil {
-		st.sticky = true
-		for _, h := range r.Header["Cookie"] {
-			if id := stickyID(h); id != "" {
-				ep = rt.stuck(id)
-				st.stuck = ep
-				break
-			}
-		}
-	}
-	if ep == nil {
-		ep = a.pick(nil)
-	}
-	if ep == nil {
-		var err error
-		ep, err = p.wait(r.Context(), a)
-		if err != nil {
-			var ue *unavailableError
-			switch {
-			case errors.As(err, &ue):
-				st.code = http.StatusServiceUnavailable
-				if ue.retry {
-					w.Header().Set("Retry-After", retryAfter)
-				}
-				httperr.Write(w, st.code, err, "")
-			case errors.Is(err, errRemoved):
-				st.code = http.StatusNotFound
-				httperr.Write(w, st.code, fmt.Errorf("no app serves host %q", r.Host), "host")
-			default: // the client went away
-				st.code = statusClientGone
-			}
-			return
-		}
-	}
-	st.ep = ep
 	if direct(r) {
-		p.forward(w, r, st)
+		safe, idempotent := methodKind(r.Method)
+		p.forward(st, x, safe, idempotent, r.ContentLength)
 		return
 	}
 	p.rp.ServeHTTP(w, r.WithContext(st))
-}
-
-// statusClientGone is recorded for a request whose client went away before
-// an answer (nginx's 499).
-const statusClientGone = 499
-
-// finish releases what a request holds and records it.
-func (p *Proxy) finish(st *reqState, start time.Time) {
-	now := p.clock.Now()
-	a := st.app
-	if st.ep != nil {
-		st.ep.release(now)
-	}
-	a.inFlight.Add(-1)
-	a.last.Store(now.UnixNano())
-	code := st.code
-	if code == 0 {
-		if err := st.Context.Err(); err != nil {
-			code = statusClientGone
-		} else {
-			code = http.StatusBadGateway
-		}
-	}
-	a.observe(code, now.Sub(start))
 }
 
 // appName returns the app a Host header names, or "".
@@ -245,11 +145,12 @@ func hasUpper(s string) bool {
 // reverse proxy's hooks without another allocation.
 type reqState struct {
 	context.Context
-	app   *app
+	app   *app // set while admit's count of the request is open
 	ep    *endpoint
 	tried []*endpoint
 	body  *retryBody
 	code  int
+	start time.Time
 	// sticky is set when the route is sticky; stuck is then the endpoint
 	// the request's cookie named and got, or nil.
 	sticky bool

@@ -28,32 +28,33 @@ func readAnswerHead(bc *bconn) (int, error) {
 
 // relay reads the replica's answer and writes it to the client.
 // keepBackend is set when bc can carry another request.
-func (c *cconn) relay(bc *bconn, keepBackend *bool) outcome {
-	a := &c.ans
+func (x *fastReq) relay(bc *bconn, keepBackend *bool) outcome {
+	c := x.c
+	a := &x.ans
 	var n int
 	for {
 		var err error
 		if n, err = readAnswerHead(bc); err != nil {
-			return c.fail(err)
+			return x.failed(err)
 		}
 		if n == 0 {
-			return c.relaySlow(bc, keepBackend)
+			return x.relaySlow(bc, keepBackend)
 		}
 		head, _ := bc.br.Peek(n)
 		if !a.parse(head) {
-			return c.relaySlow(bc, keepBackend)
+			return x.relaySlow(bc, keepBackend)
 		}
 		if a.code == http.StatusSwitchingProtocols {
-			return c.fail(errors.New("replica switched protocols unasked"))
+			return x.failed(errors.New("replica switched protocols unasked"))
 		}
 		if a.code >= 200 {
 			break
 		}
 		bc.br.Discard(n)
 	}
-	c.st.code = a.code
-	closing := c.req.close || c.f.shutting.Load()
-	bodyless := c.req.isHead || a.code == http.StatusNoContent || a.code == http.StatusNotModified
+	x.st.code = a.code
+	closing := x.req.close || c.f.shutting.Load()
+	bodyless := x.req.isHead || a.code == http.StatusNoContent || a.code == http.StatusNotModified
 	c.writeTimeout()
 	c.bw.WriteString("HTTP/1.1 ")
 	c.bw.Write(a.status)
@@ -65,7 +66,7 @@ func (c *cconn) relay(bc *bconn, keepBackend *bool) outcome {
 		c.bw.Write(l.line)
 		c.bw.WriteString("\r\n")
 	}
-	c.writeSetCookie()
+	x.writeSetCookie()
 	chunked := !bodyless && (a.chunked || a.cl < 0)
 	c.writeFraming(chunked, a.cl, closing)
 	bc.br.Discard(n)
@@ -85,12 +86,13 @@ func (c *cconn) relay(bc *bconn, keepBackend *bool) outcome {
 			c.bw.WriteString("0\r\n\r\n")
 		}
 	}
-	return c.finishAnswer(res, !a.close, closing, keepBackend)
+	return x.finishAnswer(res, !a.close, closing, keepBackend)
 }
 
 // writeSetCookie adds the sticky cookie to an answer head when it is due.
-func (c *cconn) writeSetCookie() {
-	if v := c.st.setCookie(); v != "" {
+func (x *fastReq) writeSetCookie() {
+	c := x.c
+	if v := x.st.setCookie(); v != "" {
 		c.bw.WriteString("Set-Cookie: ")
 		c.bw.WriteString(v)
 		c.bw.WriteString("\r\n")
@@ -116,9 +118,10 @@ func (c *cconn) writeFraming(chunked bool, cl int64, closing bool) {
 
 // finishAnswer flushes a relayed answer and decides what becomes of both
 // connections.
-func (c *cconn) finishAnswer(res copyResult, backendReusable, closing bool, keepBackend *bool) outcome {
+func (x *fastReq) finishAnswer(res copyResult, backendReusable, closing bool, keepBackend *bool) outcome {
+	c := x.c
 	if res == copied {
-		c.finish()
+		x.finish()
 		if c.bw.Flush() != nil {
 			res = clientFailed
 		}
@@ -131,7 +134,7 @@ func (c *cconn) finishAnswer(res copyResult, backendReusable, closing bool, keep
 		return keepConn
 	}
 	if res == backendFailed && !c.w.gone.Load() {
-		c.f.p.log.Warn("proxy: replica cut its answer short", "app", c.st.app.name, "endpoint", c.st.ep.id)
+		c.f.p.log.Warn("proxy: replica cut its answer short", "app", x.st.app.name, "endpoint", x.st.ep.id)
 	}
 	// The client's answer is cut short rather than made to look whole.
 	return closeConn
@@ -248,26 +251,27 @@ var (
 
 // relaySlow relays an answer whose head the fast parser did not accept,
 // read by http.ReadResponse.
-func (c *cconn) relaySlow(bc *bconn, keepBackend *bool) outcome {
+func (x *fastReq) relaySlow(bc *bconn, keepBackend *bool) outcome {
+	c := x.c
 	req := reqGET
-	if c.req.isHead {
+	if x.req.isHead {
 		req = reqHEAD
 	}
 	resp, err := http.ReadResponse(bc.br, req)
 	for err == nil && resp.StatusCode < 200 {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
-			return c.fail(errors.New("replica switched protocols unasked"))
+			return x.failed(errors.New("replica switched protocols unasked"))
 		}
 		resp, err = http.ReadResponse(bc.br, req)
 	}
 	if err != nil {
-		return c.fail(err)
+		return x.failed(err)
 	}
 	// resp.Body is not closed: Close would read the rest of an unfinished
 	// body; the connection is closed instead.
-	c.st.code = resp.StatusCode
-	closing := c.req.close || c.f.shutting.Load()
-	bodyless := c.req.isHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
+	x.st.code = resp.StatusCode
+	closing := x.req.close || c.f.shutting.Load()
+	bodyless := x.req.isHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
 	c.writeTimeout()
 	c.bw.WriteString("HTTP/1.1 ")
 	c.bw.WriteString(resp.Status)
@@ -284,7 +288,7 @@ func (c *cconn) relaySlow(bc *bconn, keepBackend *bool) outcome {
 			c.bw.WriteString("\r\n")
 		}
 	}
-	c.writeSetCookie()
+	x.writeSetCookie()
 	chunked := !bodyless && resp.ContentLength < 0
 	if chunked {
 		for k := range resp.Trailer {
@@ -317,5 +321,5 @@ func (c *cconn) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	default:
 		res = c.copyLen(resp.Body, resp.ContentLength, false)
 	}
-	return c.finishAnswer(res, !resp.Close, closing, keepBackend)
+	return x.finishAnswer(res, !resp.Close, closing, keepBackend)
 }

@@ -9,8 +9,29 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
+
+// table is the proxy's routing table: app name → app under one atomic
+// pointer, read without locks and swapped copy-on-write when apps come or
+// go, and every endpoint by ID.
+type table struct {
+	apps atomic.Pointer[map[string]*app]
+
+	mu        sync.Mutex           // serializes table changes
+	endpoints map[string]*endpoint // by ID; guarded by mu
+
+	clock   clock.Clock
+	metrics *metrics
+}
+
+func (t *table) init(c clock.Clock, m *metrics) {
+	t.clock, t.metrics = c, m
+	t.endpoints = map[string]*endpoint{}
+	empty := map[string]*app{}
+	t.apps.Store(&empty)
+}
 
 // pruneAfter is how long a closed, idle endpoint keeps its counters before
 // the proxy forgets it.
@@ -60,10 +81,10 @@ func (a *app) notify() {
 }
 
 // Update replaces the whole table: apps not in routes are removed.
-func (p *Proxy) Update(routes []route.Route) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old := *p.table.Load()
+func (t *table) Update(routes []route.Route) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.apps.Load()
 	next := make(map[string]*app, len(routes))
 	var closing []*endpoint
 	var wake []*app
@@ -77,77 +98,77 @@ func (p *Proxy) Update(routes []route.Route) {
 		name := strings.ToLower(r.App)
 		a := old[name]
 		if a == nil {
-			a = p.newApp(name)
+			a = t.newApp(name)
 		}
-		closing = append(closing, p.setLocked(a, r, keep)...)
+		closing = append(closing, t.setLocked(a, r, keep)...)
 		next[name] = a
 		wake = append(wake, a)
 	}
 	var gone []*app
 	for name, a := range old {
 		if next[name] == nil {
-			closing = append(closing, p.removeLocked(a)...)
+			closing = append(closing, t.removeLocked(a)...)
 			gone = append(gone, a)
 		}
 	}
-	p.table.Store(&next)
-	p.closeAndWake(closing, append(wake, gone...))
+	t.apps.Store(&next)
+	t.closeAndWake(closing, append(wake, gone...))
 	for _, a := range gone {
-		p.metrics.forget(a.name)
+		t.metrics.forget(a.name)
 	}
-	p.pruneLocked()
+	t.pruneLocked()
 }
 
 // SetRoute adds or changes the route of one app.
-func (p *Proxy) SetRoute(r route.Route) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (t *table) SetRoute(r route.Route) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	name := strings.ToLower(r.App)
-	old := *p.table.Load()
+	old := *t.apps.Load()
 	a := old[name]
 	added := a == nil
 	if added {
-		a = p.newApp(name)
+		a = t.newApp(name)
 	}
 	keep := make(map[string]bool, len(r.Endpoints))
 	for _, e := range r.Endpoints {
 		keep[e.ID] = true
 	}
-	closing := p.setLocked(a, r, keep)
+	closing := t.setLocked(a, r, keep)
 	if added {
 		next := maps.Clone(old)
 		next[name] = a
-		p.table.Store(&next)
+		t.apps.Store(&next)
 	}
-	p.closeAndWake(closing, []*app{a})
-	p.pruneLocked()
+	t.closeAndWake(closing, []*app{a})
+	t.pruneLocked()
 }
 
 // RemoveRoute removes an app: its host answers 404 and its endpoints are
 // closed. Requests in flight finish.
-func (p *Proxy) RemoveRoute(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (t *table) RemoveRoute(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	name = strings.ToLower(name)
-	old := *p.table.Load()
+	old := *t.apps.Load()
 	a := old[name]
 	if a == nil {
 		return
 	}
 	next := maps.Clone(old)
 	delete(next, name)
-	closing := p.removeLocked(a)
-	p.table.Store(&next)
-	p.closeAndWake(closing, []*app{a})
-	p.metrics.forget(name)
-	p.pruneLocked()
+	closing := t.removeLocked(a)
+	t.apps.Store(&next)
+	t.closeAndWake(closing, []*app{a})
+	t.metrics.forget(name)
+	t.pruneLocked()
 }
 
-func (p *Proxy) newApp(name string) *app {
+func (t *table) newApp(name string) *app {
 	a := &app{name: name, eps: map[string]*endpoint{}}
 	ch := make(chan struct{})
 	a.changed.Store(&ch)
-	a.m = p.metrics.forApp(name)
+	a.m = t.metrics.forApp(name)
 	return a
 }
 
@@ -156,7 +177,7 @@ func (p *Proxy) newApp(name string) *app {
 // are closed by the caller after it, so a request never spins on a closed
 // endpoint of a route that is still current. keep holds every endpoint ID
 // that stays routed anywhere.
-func (p *Proxy) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoint {
+func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoint {
 	snap := &routeSnap{
 		endpoints:    make([]*endpoint, 0, len(r.Endpoints)),
 		maxBody:      r.MaxBodyBytes,
@@ -181,7 +202,7 @@ func (p *Proxy) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 			continue
 		}
 		seen[re.ID] = true
-		e := p.endpoints[re.ID]
+		e := t.endpoints[re.ID]
 		if e != nil && e.addr != re.Addr {
 			// Same replica ID at a new address: a new endpoint; the old one
 			// drains.
@@ -190,7 +211,7 @@ func (p *Proxy) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		}
 		if e == nil {
 			e = newEndpoint(re.ID, re.Addr)
-			p.endpoints[re.ID] = e
+			t.endpoints[re.ID] = e
 		}
 		e.open()
 		a.eps[re.ID] = e
@@ -206,7 +227,7 @@ func (p *Proxy) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 	}
 	if old := a.route.Load(); old != nil {
 		for _, e := range old.endpoints {
-			if !keep[e.id] || p.endpoints[e.id] != e {
+			if !keep[e.id] || t.endpoints[e.id] != e {
 				closing = append(closing, e)
 			}
 		}
@@ -216,7 +237,7 @@ func (p *Proxy) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 }
 
 // removeLocked marks a removed and returns its endpoints to close.
-func (p *Proxy) removeLocked(a *app) []*endpoint {
+func (t *table) removeLocked(a *app) []*endpoint {
 	old := a.route.Swap(nil)
 	if old == nil {
 		return nil
@@ -224,8 +245,8 @@ func (p *Proxy) removeLocked(a *app) []*endpoint {
 	return old.endpoints
 }
 
-func (p *Proxy) closeAndWake(closing []*endpoint, apps []*app) {
-	now := p.clock.Now()
+func (t *table) closeAndWake(closing []*endpoint, apps []*app) {
+	now := t.clock.Now()
 	for _, e := range closing {
 		e.close(now)
 	}
@@ -235,16 +256,16 @@ func (p *Proxy) closeAndWake(closing []*endpoint, apps []*app) {
 }
 
 // pruneLocked forgets endpoints that have been closed and idle for a while.
-func (p *Proxy) pruneLocked() {
-	now := p.clock.Now()
-	for id, e := range p.endpoints {
+func (t *table) pruneLocked() {
+	now := t.clock.Now()
+	for id, e := range t.endpoints {
 		if e.prunable(now) {
-			delete(p.endpoints, id)
+			delete(t.endpoints, id)
 		}
 	}
-	for _, a := range *p.table.Load() {
+	for _, a := range *t.apps.Load() {
 		for id, e := range a.eps {
-			if e.prunable(now) || p.endpoints[id] != e {
+			if e.prunable(now) || t.endpoints[id] != e {
 				delete(a.eps, id)
 			}
 		}
@@ -252,8 +273,8 @@ func (p *Proxy) pruneLocked() {
 }
 
 // Load returns the counters of an app; the zero Load for an unknown app.
-func (p *Proxy) Load(name string) route.Load {
-	a := (*p.table.Load())[strings.ToLower(name)]
+func (t *table) Load(name string) route.Load {
+	a := (*t.apps.Load())[strings.ToLower(name)]
 	if a == nil {
 		return route.Load{}
 	}
@@ -264,8 +285,8 @@ func (p *Proxy) Load(name string) route.Load {
 		LastRequest: unixTime(a.last.Load()),
 		Endpoints:   map[string]route.EndpointLoad{},
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for id, e := range a.eps {
 		if e.closed.Load() && e.inFlight.Load() <= 0 {
 			continue
@@ -276,11 +297,11 @@ func (p *Proxy) Load(name string) route.Load {
 }
 
 // Loads returns the counters of every app in the table, in one call.
-func (p *Proxy) Loads() map[string]route.Load {
-	t := *p.table.Load()
-	out := make(map[string]route.Load, len(t))
-	for name := range t {
-		out[name] = p.Load(name)
+func (t *table) Loads() map[string]route.Load {
+	apps := *t.apps.Load()
+	out := make(map[string]route.Load, len(apps))
+	for name := range apps {
+		out[name] = t.Load(name)
 	}
 	return out
 }
