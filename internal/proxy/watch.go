@@ -70,10 +70,12 @@ func (w *watcher) pause() {
 	}
 }
 
-// stop ends watching and forgets the request's state.
+// stop ends watching, cancels the context of a request that was held
+// (see fastReq.hold), and forgets the request's state.
 func (w *watcher) stop() {
 	w.pause()
 	if w.cancel != nil {
+		w.cancel()
 		w.setCancel(nil)
 	}
 	w.gone.Store(false)
