@@ -20,6 +20,15 @@ import (
 
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/errdefs"
+
+	// The suites register themselves with bench.
+	_ "github.com/shoal-run/shoal/internal/bench/host"
+	_ "github.com/shoal-run/shoal/internal/bench/jobs"
+	_ "github.com/shoal-run/shoal/internal/bench/lifecycle"
+	_ "github.com/shoal-run/shoal/internal/bench/resilience"
+	_ "github.com/shoal-run/shoal/internal/bench/selfscale"
+	_ "github.com/shoal-run/shoal/internal/bench/serving"
+	_ "github.com/shoal-run/shoal/internal/bench/storage"
 )
 
 func main() {

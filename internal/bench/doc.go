@@ -5,10 +5,10 @@
 // A suite measures shoal beside named baselines in the same run (bare runc,
 // podman, the bare host, ...), summarises the samples, and renders a
 // Markdown section with plots. Suites register themselves from an init
-// function in their own file of this package:
+// function in their own package:
 //
 //	func init() {
-//		Register(Suite{Name: "jobs", Title: "Jobs: untrusted code to completion", Run: Jobs})
+//		bench.Register(bench.Suite{Name: "jobs", Title: "Jobs: untrusted code to completion", Run: Jobs})
 //	}
 //
 // `shoal bench NAME` runs one suite, `shoal bench all` (and `make bench`)
@@ -26,8 +26,8 @@
 // slowboot and cpuburn apps, ShoalBin for the binary under test, Logf for
 // progress. A suite must remove everything it made (containers, mounts,
 // cgroups, namespaces, bridges), also on error, and keep its quick mode
-// well under a minute: TestQuickSuites runs every registered suite in quick
-// mode in `make test`.
+// well under a minute: each suite's TestQuick (benchtest.Quick) runs it in
+// quick mode in `make test`.
 //
 // Run builds a Report:
 //
@@ -56,26 +56,14 @@
 // the run time and the machine (Machine: CPU model, cores, memory, kernel,
 // cgroup version, tool versions) above the suite's content.
 //
-// # The suites here
+// # The suites
 //
-// The lifecycle suite (Lifecycle) measures a container's life from creation
-// to removal: `shoal run --rm` through the real CLI and daemon, the runtime
-// API's phases in-process (create, start, exec, delete), bare `runc run` and
-// its phases, and `podman run --rm` of the same root filesystem; and the
-// first HTTP response of the hello example app (shoal with network none and
-// bridge, a bare process, bare runc, podman; crun where it works).
-//
-// The host suite (Host) runs the same workloads as a bare process and in a
-// shoal container: xz of a generated corpus at 1 and 2 threads, memory copy
-// bandwidth by block size, dd and sysbench fileio, TCP request-response and
-// throughput over loopback and over the bridge, boot to ready; and says why
-// no VM column is measured. The storage suite (Storage) compares overlay
-// (shoal's default), a plain copy of the root file system and a bind volume:
-// create time and small-file reads and writes from 10 to 100 000 files, and
-// SQLite queries and table copies from ~150 kB to ~100 MB. Both run their
-// workloads through package worker (`shoal bench-worker`), a copy of the
-// static shoal binary inside the container, so both sides run the same code.
-//
-// The harness is built into the shoal-bench binary (cmd/shoal-bench), never
-// into shoal: `shoal bench` runs the shoal-bench next to it.
+// Each suite is a package of its own under internal/bench (lifecycle,
+// serving, resilience, jobs, storage, host, selfscale) that registers
+// itself from an init function; what several suites share (a daemon of the
+// binary under test, the runc and podman baselines, in-process runtime
+// boxes) is in package kit, the workload they run in containers in package
+// worker, and the quick run every suite's test makes in package benchtest.
+// cmd/shoal-bench imports every suite. The harness is built into that
+// binary, never into shoal: `shoal bench` runs the shoal-bench next to it.
 package bench

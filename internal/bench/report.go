@@ -19,16 +19,6 @@ type Report struct {
 	Started time.Time
 	Elapsed time.Duration
 
-	// Runs and Warmup are the lifecycle suite's run counts.
-	Runs   int
-	Warmup int
-	// Results are the lifecycle suite's subjects.
-	Results []*Result
-	// Inner holds durations measured inside shoal for some subjects (the
-	// runtime's own debug timings), keyed by subject and then by
-	// "created.bundle", "created.runtime", "deleted.runtime", ...
-	Inner map[string]map[string][]time.Duration
-
 	body   strings.Builder
 	tables []Table
 	charts map[string][]byte
@@ -124,8 +114,8 @@ func (r *Report) WriteDocs(docsDir string) error {
 
 // Failed renders a section for a suite that could not produce a report.
 func Failed(ctx context.Context, s Suite, o Options, err error) *Report {
-	o, _ = o.withDefaults(s.Name)
+	o, _ = o.WithDefaults(s.Name)
 	r := NewReport(ctx, s.Name, s.Title, o)
-	r.Para("The suite failed on this machine: %s", oneLine(err.Error()))
+	r.Para("The suite failed on this machine: %s", OneLine(err.Error()))
 	return r
 }

@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// settle waits until the host's CPUs are mostly idle, so that work a subject
+// Settle waits until the host's CPUs are mostly idle, so that work a subject
 // leaves running in the background (a network pool refilling, a bridge
 // attachment being torn down, a podman monitor exiting) does not slow the
 // next subject down. It returns after maxWait at the latest.
-func settle(ctx context.Context, idle float64, window, maxWait time.Duration) {
+func Settle(ctx context.Context, idle float64, window, maxWait time.Duration) {
 	deadline := time.Now().Add(maxWait)
 	prevIdle, prevTotal, ok := cpuTimes()
 	if !ok {
@@ -59,3 +59,11 @@ func cpuTimes() (idle, total uint64, ok bool) {
 	}
 	return idle, total, true
 }
+
+// Before each recorded run the host must have been this idle over a window,
+// or SettleMax must have passed.
+const (
+	SettleIdle   = 0.9
+	SettleWindow = 20 * time.Millisecond
+	SettleMax    = 200 * time.Millisecond
+)

@@ -135,9 +135,9 @@ func (o Options) Logf(format string, a ...any) {
 	}
 }
 
-// withDefaults fills in what a suite may rely on: Out, DataDir, Command
+// WithDefaults fills in what a suite may rely on: Out, DataDir, Command
 // (for suite), and ShoalBin when this executable is shoal.
-func (o Options) withDefaults(suite string) (Options, error) {
+func (o Options) WithDefaults(suite string) (Options, error) {
 	if o.Runs < 0 {
 		return o, errdefs.Invalid("runs", "%d must not be negative", o.Runs)
 	}
@@ -173,7 +173,7 @@ func (o Options) withDefaults(suite string) (Options, error) {
 // RunSuite runs s with o's defaults filled in and stamps the report with
 // the suite's name, title, command and elapsed time.
 func RunSuite(ctx context.Context, s Suite, o Options) (*Report, error) {
-	o, err := o.withDefaults(s.Name)
+	o, err := o.WithDefaults(s.Name)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Name, err)
 	}

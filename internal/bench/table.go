@@ -121,7 +121,7 @@ func (t Table) markdown() string {
 			if reason == "" {
 				reason = "no samples"
 			}
-			p("| %s | %s | not run: %s |||||", w.Name, cmd, oneLine(reason))
+			p("| %s | %s | not run: %s |||||", w.Name, cmd, OneLine(reason))
 			if t.Baseline != "" {
 				p("|")
 			}
@@ -237,7 +237,7 @@ func Measure(ctx context.Context, o Options, warmup, runs int, subjects []Subjec
 			seq++
 			recorded := k >= warmup
 			if recorded {
-				settle(ctx, settleIdle, settleWindow, settleMax)
+				Settle(ctx, SettleIdle, SettleWindow, SettleMax)
 				o.Logf("%s: %d/%d", s.Name, k-warmup+1, runs)
 			} else {
 				o.Logf("%s: warm-up %d/%d", s.Name, k+1, warmup)

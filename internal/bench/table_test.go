@@ -75,11 +75,14 @@ func TestMeasureInterleavesAndKeepsErrors(t *testing.T) {
 }
 
 func TestRegistryOrder(t *testing.T) {
+	noop := func(context.Context, Options) (*Report, error) { return nil, nil }
+	Register(Suite{Name: "zz-test", Run: noop})
+	Register(Suite{Name: "lifecycle", Run: noop})
 	var names []string
 	for _, s := range Suites() {
 		names = append(names, s.Name)
 	}
-	if len(names) == 0 || names[0] != "lifecycle" {
+	if len(names) != 2 || names[0] != "lifecycle" {
 		t.Errorf("suites = %v, want lifecycle first", names)
 	}
 	if !lessSuite("lifecycle", "serving") || !lessSuite("storage", "host") || !lessSuite("host", "aaa") || !lessSuite("aaa", "bbb") {
@@ -90,5 +93,5 @@ func TestRegistryOrder(t *testing.T) {
 			t.Error("a duplicate registration did not panic")
 		}
 	}()
-	Register(Suite{Name: "lifecycle", Run: Lifecycle})
+	Register(Suite{Name: "lifecycle", Run: noop})
 }
