@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // wakingApps is fakeApps that records wake-ups.
@@ -17,7 +19,7 @@ func (w *wakingApps) Activate(app string) { w.woken = append(w.woken, app) }
 // POST /v1/apps/{name}/activate wakes the app and answers 202; without
 // serving it answers 503.
 func TestActivateRoute(t *testing.T) {
-	wa := &wakingApps{fakeApps: &fakeApps{apps: map[string]App{}}}
+	wa := &wakingApps{fakeApps: &fakeApps{apps: map[string]types.App{}}}
 	ts := httptest.NewServer((&Server{Apps: wa}).Handler(""))
 	defer ts.Close()
 	resp, err := http.Post(ts.URL+"/v1/apps/web/activate", "", nil)

@@ -3,140 +3,20 @@ package api
 import (
 	"context"
 	"io"
-	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
 )
-
-// DeployRequest is the body of POST /v1/apps: an app's shoal.toml, as text.
-// File names the manifest in error messages (default "shoal.toml").
-type DeployRequest struct {
-	Manifest string `json:"manifest"`
-	File     string `json:"file,omitempty"`
-}
-
-// ScaleRequest is the body of POST /v1/apps/{name}/scale; a nil bound is
-// left as it is.
-type ScaleRequest struct {
-	Min *int `json:"min,omitempty"`
-	Max *int `json:"max,omitempty"`
-}
-
-// App is an app and its replicas, the body of GET /v1/apps/{name} and of
-// each row of GET /v1/apps.
-type App struct {
-	Name     string `json:"name"`
-	Image    string `json:"image"`
-	Revision int    `json:"revision"`
-	Min      int    `json:"min"`
-	Max      int    `json:"max"`
-	// State is "idle" (no replica running), "running", "failing" (its
-	// replicas crash or fail their health check; see Error and Log) or
-	// "deleting". An app whose only failures are those of the revision
-	// rolling out is "running" while another revision serves: the
-	// rollout carries the failures.
-	State     string    `json:"state"`
-	URL       string    `json:"url,omitempty"`
-	Ready     int       `json:"ready"`
-	Replicas  []Replica `json:"replicas"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// Error and Log explain a failing app, or a rollout with failures:
-	// the last failure and the last lines its replica wrote.
-	Error string   `json:"error,omitempty"`
-	Log   []string `json:"log,omitempty"`
-	// Rollout is the app's last rollout of a revision (nil before the
-	// first deploy's record was written by a daemon that keeps them).
-	Rollout *Rollout `json:"rollout,omitempty"`
-	// Traffic is how requests are split between revisions, in percent.
-	Traffic []TrafficTarget `json:"traffic,omitempty"`
-	// Sticky keeps a client on its replica (cookie shoal-replica).
-	Sticky bool `json:"sticky,omitempty"`
-}
-
-// Rollout states.
-const (
-	RolloutProgressing = "progressing" // the revision's replicas are starting
-	RolloutDone        = "done"        // traffic moved to the revision
-	RolloutRolledBack  = "rolled_back" // it never became ready; traffic stayed on From
-	RolloutFailed      = "failed"      // it never became ready and no earlier revision exists
-)
-
-// Rollout is the progress of one revision's rollout: its replicas start
-// and become ready (Ready of Want) before traffic moves from revision From.
-type Rollout struct {
-	Revision int    `json:"revision"`
-	From     int    `json:"from,omitempty"`
-	State    string `json:"state"`
-	Ready    int    `json:"ready"`
-	Want     int    `json:"want"`
-	// Failures counts the revision's replicas that failed (crashed, did
-	// not start, or never passed a check) while it rolls out; Reason is
-	// then the last failure. After [health] failures of them it is rolled
-	// back.
-	Failures  int        `json:"failures,omitempty"`
-	Reason    string     `json:"reason,omitempty"`
-	StartedAt time.Time  `json:"started_at"`
-	DoneAt    *time.Time `json:"done_at,omitempty"`
-}
-
-// TrafficTarget is one revision's share of an app's requests.
-type TrafficTarget struct {
-	Revision int `json:"revision"`
-	Percent  int `json:"percent"`
-}
-
-// RollbackRequest is the body of POST /v1/apps/{name}/rollback; To 0 is
-// the revision before the current one.
-type RollbackRequest struct {
-	To int `json:"to,omitempty"`
-}
-
-// TrafficRequest is the body of PUT /v1/apps/{name}/traffic: percents of
-// existing revisions that add up to 100.
-type TrafficRequest struct {
-	Traffic []TrafficTarget `json:"traffic"`
-	Sticky  bool            `json:"sticky,omitempty"`
-}
-
-// Replica is one replica of an app.
-type Replica struct {
-	ID       string `json:"id"`
-	Revision int    `json:"revision"`
-	// State is pending, starting, ready, frozen, halted, draining, stopped or
-	// failed.
-	State     string     `json:"state"`
-	Pid       int        `json:"pid"` // 0 until its process runs
-	Addr      string     `json:"addr,omitempty"`
-	StartedAt time.Time  `json:"started_at"`
-	ReadyAt   *time.Time `json:"ready_at,omitempty"`
-	CPU       float64    `json:"cpu,omitempty"` // current quota in cores
-	// CPUSet is the CPUs the replica is pinned to ("" when it is not).
-	CPUSet   string `json:"cpuset,omitempty"`
-	InFlight int    `json:"in_flight"`
-	Reason   string `json:"reason,omitempty"`
-}
-
-// Event is one entry of the event log (GET /v1/events): a scaling decision
-// or a replica's change of state, with the reason and the inputs behind it.
-type Event struct {
-	Seq     int64              `json:"seq"`
-	Time    time.Time          `json:"time"`
-	Kind    string             `json:"kind"`
-	App     string             `json:"app,omitempty"`
-	Replica string             `json:"replica,omitempty"`
-	Reason  string             `json:"reason"`
-	Inputs  map[string]float64 `json:"inputs,omitempty"`
-}
 
 // Apps is what the API needs of the serving service.
 type Apps interface {
-	Deploy(ctx context.Context, req DeployRequest) (App, error)
-	List(ctx context.Context) ([]App, error)
-	Get(ctx context.Context, name string) (App, error)
-	Scale(ctx context.Context, name string, req ScaleRequest) (App, error)
+	Deploy(ctx context.Context, req types.DeployRequest) (types.App, error)
+	List(ctx context.Context) ([]types.App, error)
+	Get(ctx context.Context, name string) (types.App, error)
+	Scale(ctx context.Context, name string, req types.ScaleRequest) (types.App, error)
 	// Rollback sends all traffic to an earlier revision at once.
-	Rollback(ctx context.Context, name string, req RollbackRequest) (App, error)
+	Rollback(ctx context.Context, name string, req types.RollbackRequest) (types.App, error)
 	// SetTraffic splits traffic between revisions.
-	SetTraffic(ctx context.Context, name string, req TrafficRequest) (App, error)
+	SetTraffic(ctx context.Context, name string, req types.TrafficRequest) (types.App, error)
 	// Logs writes the last tail lines (0: all kept) of the app's replicas.
 	Logs(ctx context.Context, name string, tail int, w io.Writer) error
 	Remove(ctx context.Context, name string) error
@@ -146,6 +26,6 @@ type Apps interface {
 // after seq (0: from the oldest kept), for one app or all ("" app); Watch
 // streams those and every later one until ctx ends.
 type Events interface {
-	List(ctx context.Context, after int64, app string) ([]Event, error)
-	Watch(ctx context.Context, after int64, app string) (<-chan Event, error)
+	List(ctx context.Context, after int64, app string) ([]types.Event, error)
+	Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error)
 }

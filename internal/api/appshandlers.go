@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
 )
@@ -47,7 +48,7 @@ func (s *Server) routeApps(mux *http.ServeMux) {
 }
 
 func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
-	var req DeployRequest
+	var req types.DeployRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -71,7 +72,7 @@ func (s *Server) listApps(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if apps == nil {
-		apps = []App{}
+		apps = []types.App{}
 	}
 	httperr.WriteJSON(w, http.StatusOK, apps)
 }
@@ -94,7 +95,7 @@ func (s *Server) removeApp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) scaleApp(w http.ResponseWriter, r *http.Request) {
-	var req ScaleRequest
+	var req types.ScaleRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -112,7 +113,7 @@ func (s *Server) scaleApp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
-	var req RollbackRequest
+	var req types.RollbackRequest
 	if r.ContentLength != 0 {
 		if err := decode(r, &req); err != nil {
 			s.fail(w, r, err)
@@ -132,7 +133,7 @@ func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) appTraffic(w http.ResponseWriter, r *http.Request) {
-	var req TrafficRequest
+	var req types.TrafficRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -240,7 +241,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if evs == nil {
-			evs = []Event{}
+			evs = []types.Event{}
 		}
 		httperr.WriteJSON(w, http.StatusOK, evs)
 		return

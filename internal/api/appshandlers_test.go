@@ -13,54 +13,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // fakeApps is an in-process Apps for testing the HTTP mapping only.
 type fakeApps struct {
 	mu   sync.Mutex
-	apps map[string]App
-	last ScaleRequest
+	apps map[string]types.App
+	last types.ScaleRequest
 }
 
-func (f *fakeApps) Deploy(_ context.Context, req DeployRequest) (App, error) {
+func (f *fakeApps) Deploy(_ context.Context, req types.DeployRequest) (types.App, error) {
 	if strings.Contains(req.Manifest, "mxa") {
-		return App{}, fmt.Errorf("%s: %w", req.File, errdefs.Invalid("scale.mxa", "unknown field"))
+		return types.App{}, fmt.Errorf("%s: %w", req.File, errdefs.Invalid("scale.mxa", "unknown field"))
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a := App{Name: "web", Image: "web:1", Revision: len(f.apps) + 1, Max: 10, State: "idle"}
+	a := types.App{Name: "web", Image: "web:1", Revision: len(f.apps) + 1, Max: 10, State: "idle"}
 	f.apps[a.Name] = a
 	return a, nil
 }
 
-func (f *fakeApps) List(context.Context) ([]App, error) {
+func (f *fakeApps) List(context.Context) ([]types.App, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []App
+	var out []types.App
 	for _, a := range f.apps {
 		out = append(out, a)
 	}
 	return out, nil
 }
 
-func (f *fakeApps) Get(_ context.Context, name string) (App, error) {
+func (f *fakeApps) Get(_ context.Context, name string) (types.App, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a, ok := f.apps[name]
 	if !ok {
-		return App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
 	return a, nil
 }
 
-func (f *fakeApps) Scale(ctx context.Context, name string, req ScaleRequest) (App, error) {
+func (f *fakeApps) Scale(ctx context.Context, name string, req types.ScaleRequest) (types.App, error) {
 	a, err := f.Get(ctx, name)
 	if err != nil {
-		return App{}, err
+		return types.App{}, err
 	}
 	if req.Max != nil && *req.Max < 1 {
-		return App{}, errdefs.Invalid("max", "must be at least 1")
+		return types.App{}, errdefs.Invalid("max", "must be at least 1")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -93,29 +94,29 @@ func (f *fakeApps) Remove(ctx context.Context, name string) error {
 	return nil
 }
 
-func (f *fakeApps) Rollback(ctx context.Context, name string, req RollbackRequest) (App, error) {
+func (f *fakeApps) Rollback(ctx context.Context, name string, req types.RollbackRequest) (types.App, error) {
 	a, err := f.Get(ctx, name)
 	if err != nil {
-		return App{}, err
+		return types.App{}, err
 	}
 	to := req.To
 	if to == 0 {
 		to = a.Revision - 1
 	}
 	if to < 1 || to > a.Revision {
-		return App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
+		return types.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a.Revision, a.Traffic = to, []TrafficTarget{{Revision: to, Percent: 100}}
+	a.Revision, a.Traffic = to, []types.TrafficTarget{{Revision: to, Percent: 100}}
 	f.apps[name] = a
 	return a, nil
 }
 
-func (f *fakeApps) SetTraffic(ctx context.Context, name string, req TrafficRequest) (App, error) {
+func (f *fakeApps) SetTraffic(ctx context.Context, name string, req types.TrafficRequest) (types.App, error) {
 	a, err := f.Get(ctx, name)
 	if err != nil {
-		return App{}, err
+		return types.App{}, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -128,11 +129,11 @@ func (f *fakeApps) SetTraffic(ctx context.Context, name string, req TrafficReque
 // whatever is added until ctx ends.
 type fakeEvents struct {
 	mu       sync.Mutex
-	evs      []Event
-	watchers []chan Event
+	evs      []types.Event
+	watchers []chan types.Event
 }
 
-func (f *fakeEvents) add(e Event) {
+func (f *fakeEvents) add(e types.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e.Seq = int64(len(f.evs) + 1)
@@ -142,10 +143,10 @@ func (f *fakeEvents) add(e Event) {
 	}
 }
 
-func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]Event, error) {
+func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]types.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []Event
+	var out []types.Event
 	for _, e := range f.evs {
 		if e.Seq > after && (app == "" || e.App == app) {
 			out = append(out, e)
@@ -154,9 +155,9 @@ func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]Event, 
 	return out, nil
 }
 
-func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan Event, error) {
-	in := make(chan Event, 100)
-	out := make(chan Event)
+func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error) {
+	in := make(chan types.Event, 100)
+	out := make(chan types.Event)
 	f.mu.Lock()
 	for _, e := range f.evs {
 		in <- e
@@ -184,7 +185,7 @@ func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan
 }
 
 func appServer(t *testing.T) (*httptest.Server, *fakeApps, *fakeEvents) {
-	fa := &fakeApps{apps: map[string]App{}}
+	fa := &fakeApps{apps: map[string]types.App{}}
 	fe := &fakeEvents{}
 	ts := httptest.NewServer((&Server{Apps: fa, Events: fe}).Handler(""))
 	t.Cleanup(ts.Close)
@@ -250,7 +251,7 @@ func TestAppRoutes(t *testing.T) {
 			continue
 		}
 		if c.code >= 400 {
-			var e Error
+			var e types.Error
 			if err := json.Unmarshal(body, &e); err != nil || e.Field != c.field || e.Error == "" {
 				t.Errorf("%s: error body %s; want field %q", c.name, body, c.field)
 			}
@@ -269,7 +270,7 @@ func TestAppsNotEnabled(t *testing.T) {
 	defer ts.Close()
 	for _, p := range []string{"/v1/apps", "/v1/apps/web", "/v1/events"} {
 		resp, body := do(t, "GET", ts.URL+p, "")
-		var e Error
+		var e types.Error
 		if resp.StatusCode != 503 || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, "serving is not enabled") {
 			t.Errorf("GET %s without serving: %d %s", p, resp.StatusCode, body)
 		}
@@ -278,9 +279,9 @@ func TestAppsNotEnabled(t *testing.T) {
 
 func TestEventsList(t *testing.T) {
 	ts, _, fe := appServer(t)
-	fe.add(Event{Kind: "scale", App: "a", Reason: "up", Inputs: map[string]float64{"rps": 4}})
-	fe.add(Event{Kind: "state", App: "b", Reason: "ready"})
-	fe.add(Event{Kind: "state", App: "a", Reason: "frozen"})
+	fe.add(types.Event{Kind: "scale", App: "a", Reason: "up", Inputs: map[string]float64{"rps": 4}})
+	fe.add(types.Event{Kind: "state", App: "b", Reason: "ready"})
+	fe.add(types.Event{Kind: "state", App: "a", Reason: "frozen"})
 	for _, c := range []struct {
 		q    string
 		want string
@@ -289,7 +290,7 @@ func TestEventsList(t *testing.T) {
 		{"?follow=false", "[1 2 3]"},
 	} {
 		resp, body := do(t, "GET", ts.URL+"/v1/events"+c.q, "")
-		var evs []Event
+		var evs []types.Event
 		if err := json.Unmarshal(body, &evs); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("events%s: %d %s", c.q, resp.StatusCode, body)
 		}
@@ -310,16 +311,16 @@ func TestEventsList(t *testing.T) {
 }
 
 // readSSE reads n events from a server-sent event stream.
-func readSSE(t *testing.T, r *bufio.Reader, n int) []Event {
+func readSSE(t *testing.T, r *bufio.Reader, n int) []types.Event {
 	t.Helper()
-	var out []Event
+	var out []types.Event
 	for len(out) < n {
 		line, err := r.ReadString('\n')
 		if err != nil {
 			t.Fatalf("stream ended after %d events: %v", len(out), err)
 		}
 		if data, ok := strings.CutPrefix(line, "data: "); ok {
-			var e Event
+			var e types.Event
 			if err := json.Unmarshal([]byte(data), &e); err != nil {
 				t.Fatalf("data line %q: %v", line, err)
 			}
@@ -331,8 +332,8 @@ func readSSE(t *testing.T, r *bufio.Reader, n int) []Event {
 
 func TestEventsStream(t *testing.T) {
 	ts, _, fe := appServer(t)
-	fe.add(Event{Kind: "scale", App: "a", Reason: "up"})
-	fe.add(Event{Kind: "scale", App: "b", Reason: "up"})
+	fe.add(types.Event{Kind: "scale", App: "a", Reason: "up"})
+	fe.add(types.Event{Kind: "scale", App: "b", Reason: "up"})
 	for _, c := range []struct {
 		name   string
 		query  string
@@ -361,8 +362,8 @@ func TestEventsStream(t *testing.T) {
 				t.Fatalf("first event %+v", got[0])
 			}
 			// A later event arrives while the request is open (it is flushed).
-			fe.add(Event{Kind: "state", App: "b", Reason: "ready"})
-			fe.add(Event{Kind: "state", App: "a", Reason: "frozen"})
+			fe.add(types.Event{Kind: "state", App: "b", Reason: "ready"})
+			fe.add(types.Event{Kind: "state", App: "a", Reason: "frozen"})
 			if got := readSSE(t, r, 1); got[0].Reason != "frozen" || got[0].App != "a" {
 				t.Fatalf("followed event %+v", got[0])
 			}
@@ -373,7 +374,7 @@ func TestEventsStream(t *testing.T) {
 func TestEventsStreamResumes(t *testing.T) {
 	ts, _, fe := appServer(t)
 	for i := 0; i < 3; i++ {
-		fe.add(Event{Kind: "k", Reason: fmt.Sprint(i)})
+		fe.add(types.Event{Kind: "k", Reason: fmt.Sprint(i)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

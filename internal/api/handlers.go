@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/httperr"
 )
 
@@ -14,7 +15,7 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if imgs == nil {
-		imgs = []Image{}
+		imgs = []types.Image{}
 	}
 	httperr.WriteJSON(w, http.StatusOK, imgs)
 }
@@ -37,7 +38,7 @@ func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
-	var req BuildRequest
+	var req types.BuildRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -51,7 +52,7 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
-	var req ImportRequest
+	var req types.ImportRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -65,7 +66,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
-	var req PullRequest
+	var req types.PullRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
@@ -79,17 +80,17 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) runContainer(w http.ResponseWriter, r *http.Request) {
-	var req RunRequest
+	var req types.RunRequest
 	if err := decode(r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	var fw *FrameWriter
 	attach := func() (io.Writer, io.Writer) {
-		w.Header().Set("Content-Type", StreamContentType)
+		w.Header().Set("Content-Type", types.StreamContentType)
 		w.WriteHeader(http.StatusOK)
 		fw = NewFrameWriter(w)
-		return fw.Writer(FrameStdout), fw.Writer(FrameStderr)
+		return fw.Writer(types.FrameStdout), fw.Writer(types.FrameStderr)
 	}
 	exit, err := s.Containers.Run(r.Context(), req, attach)
 	if fw == nil {
@@ -115,7 +116,7 @@ func (s *Server) listContainers(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if cs == nil {
-		cs = []Container{}
+		cs = []types.Container{}
 	}
 	httperr.WriteJSON(w, http.StatusOK, cs)
 }

@@ -1,3 +1,8 @@
+// Package api is shoal's HTTP JSON API server: it maps the requests of the
+// v1 API onto the daemon's services and writes their answers, including the
+// framed output stream of a container. The JSON types it speaks are in
+// package types. It listens on a unix socket (0600, root) and optionally on
+// TCP behind a bearer token.
 package api
 
 import (
@@ -13,17 +18,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // Images is what the API needs of the image service.
 type Images interface {
-	List(ctx context.Context) ([]Image, error)
-	Get(ctx context.Context, ref string) (Image, error)
-	Build(ctx context.Context, req BuildRequest) (Image, error)
-	Import(ctx context.Context, req ImportRequest) ([]Image, error)
-	Pull(ctx context.Context, req PullRequest) (Image, error)
+	List(ctx context.Context) ([]types.Image, error)
+	Get(ctx context.Context, ref string) (types.Image, error)
+	Build(ctx context.Context, req types.BuildRequest) (types.Image, error)
+	Import(ctx context.Context, req types.ImportRequest) ([]types.Image, error)
+	Pull(ctx context.Context, req types.PullRequest) (types.Image, error)
 	Remove(ctx context.Context, ref string) error
 }
 
@@ -33,8 +39,8 @@ type Images interface {
 // returned before attach was called is reported as an HTTP error; after
 // that, it is carried in the exit frame.
 type Containers interface {
-	Run(ctx context.Context, req RunRequest, attach func() (stdout, stderr io.Writer)) (Exit, error)
-	List(ctx context.Context) ([]Container, error)
+	Run(ctx context.Context, req types.RunRequest, attach func() (stdout, stderr io.Writer)) (types.Exit, error)
+	List(ctx context.Context) ([]types.Container, error)
 	Remove(ctx context.Context, id string) error
 }
 
@@ -45,7 +51,7 @@ type Server struct {
 	Apps       Apps   // nil: the app routes answer 503
 	Events     Events // nil: /v1/events answers 503
 	Jobs       Jobs   // nil: no job routes
-	Health     func(ctx context.Context) Health
+	Health     func(ctx context.Context) types.Health
 	Registry   prometheus.Gatherer
 	Logger     *slog.Logger
 }

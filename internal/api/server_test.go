@@ -10,21 +10,22 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // fakeImages is an in-process Images for testing the HTTP mapping only.
 type fakeImages struct{ Images }
 
-func (fakeImages) Get(_ context.Context, ref string) (Image, error) {
+func (fakeImages) Get(_ context.Context, ref string) (types.Image, error) {
 	if ref == "a/b:1" {
-		return Image{Ref: ref}, nil
+		return types.Image{Ref: ref}, nil
 	}
-	return Image{}, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	return types.Image{}, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 }
 
-func (fakeImages) Build(_ context.Context, req BuildRequest) (Image, error) {
-	return Image{}, errdefs.Invalid("tag", "%q is not NAME:TAG", req.Tag)
+func (fakeImages) Build(_ context.Context, req types.BuildRequest) (types.Image, error) {
+	return types.Image{}, errdefs.Invalid("tag", "%q is not NAME:TAG", req.Tag)
 }
 
 func TestLocalErrorMapping(t *testing.T) {
@@ -45,7 +46,7 @@ func TestLocalErrorMapping(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var e Error
+		var e types.Error
 		json.NewDecoder(resp.Body).Decode(&e)
 		resp.Body.Close()
 		if resp.StatusCode != c.code || e.Field != c.field || e.Error == "" {
@@ -55,10 +56,10 @@ func TestLocalErrorMapping(t *testing.T) {
 }
 
 func TestServerErrorMapping(t *testing.T) {
-	s := &Server{Images: fakeImages{}, Health: func(context.Context) Health { return Health{Status: "ok"} }}
+	s := &Server{Images: fakeImages{}, Health: func(context.Context) types.Health { return types.Health{Status: "ok"} }}
 	ts := httptest.NewServer(s.Handler("sekret"))
 	defer ts.Close()
-	do := func(method, path, body string, auth bool) (int, Error) {
+	do := func(method, path, body string, auth bool) (int, types.Error) {
 		req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader(body))
 		if auth {
 			req.Header.Set("Authorization", "Bearer sekret")
@@ -68,7 +69,7 @@ func TestServerErrorMapping(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
-		var e Error
+		var e types.Error
 		b, _ := io.ReadAll(resp.Body)
 		json.Unmarshal(b, &e)
 		return resp.StatusCode, e

@@ -4,20 +4,22 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
 	fw := NewFrameWriter(&buf)
-	big := bytes.Repeat([]byte("x"), maxFrame+10)
-	fw.Writer(FrameStdout).Write([]byte("out1 "))
-	fw.Writer(FrameStderr).Write([]byte("err"))
-	fw.Writer(FrameStdout).Write(big)
-	if err := fw.WriteExit(Exit{ID: "c1", Code: 137, OOMKilled: true}); err != nil {
+	big := bytes.Repeat([]byte("x"), types.MaxFrame+10)
+	fw.Writer(types.FrameStdout).Write([]byte("out1 "))
+	fw.Writer(types.FrameStderr).Write([]byte("err"))
+	fw.Writer(types.FrameStdout).Write(big)
+	if err := fw.WriteExit(types.Exit{ID: "c1", Code: 137, OOMKilled: true}); err != nil {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	e, err := ReadFrames(&buf, &out, &errb)
+	e, err := types.ReadFrames(&buf, &out, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,16 +33,16 @@ func TestFramesRoundTrip(t *testing.T) {
 
 func TestFramesTruncated(t *testing.T) {
 	var buf bytes.Buffer
-	NewFrameWriter(&buf).Writer(FrameStdout).Write([]byte("partial"))
+	NewFrameWriter(&buf).Writer(types.FrameStdout).Write([]byte("partial"))
 	var out bytes.Buffer
-	if _, err := ReadFrames(&buf, &out, &out); err == nil || !strings.Contains(err.Error(), "exit status") {
+	if _, err := types.ReadFrames(&buf, &out, &out); err == nil || !strings.Contains(err.Error(), "exit status") {
 		t.Fatalf("stream without an exit frame: err %v", err)
 	}
 	if out.String() != "partial" {
 		t.Fatalf("output before the cut was lost: %q", out.String())
 	}
 	bad := bytes.NewReader([]byte{9, 0, 0, 0, 1, 'x'})
-	if _, err := ReadFrames(bad, &out, &out); err == nil || !strings.Contains(err.Error(), "unknown frame") {
+	if _, err := types.ReadFrames(bad, &out, &out); err == nil || !strings.Contains(err.Error(), "unknown frame") {
 		t.Fatalf("unknown frame type: err %v", err)
 	}
 }

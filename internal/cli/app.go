@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 func init() { extraCommands = append(extraCommands, newAppCmd) }
@@ -66,8 +66,8 @@ became ready and was rolled back. --detach returns at once.`,
 			if err != nil {
 				return err
 			}
-			var app api.App
-			if err := g.call(cmd, "POST", "/v1/apps", api.DeployRequest{Manifest: manifest, File: file}, &app); err != nil {
+			var app types.App
+			if err := g.call(cmd, "POST", "/v1/apps", types.DeployRequest{Manifest: manifest, File: file}, &app); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
@@ -80,7 +80,7 @@ became ready and was rolled back. --detach returns at once.`,
 				if out == "json" {
 					progress = nil
 				}
-				var a api.App
+				var a types.App
 				a, werr = g.waitRollout(cmd, app.Name, app.Revision, timeout, progress)
 				if a.Name != "" {
 					app = a
@@ -137,7 +137,7 @@ func readManifest(cmd *cobra.Command, file string) (string, error) {
 // appURL is where the daemon's proxy serves an app, or "" when the daemon
 // runs no proxy.
 func (g *globals) appURL(cmd *cobra.Command, name string) string {
-	var h api.Health
+	var h types.Health
 	if err := g.call(cmd, "GET", "/v1/health", nil, &h); err != nil || h.Proxy == "" {
 		return ""
 	}
@@ -161,7 +161,7 @@ func newAppLsCmd(g *globals) *cobra.Command {
   shoal app ls --output json`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var apps []api.App
+			var apps []types.App
 			if err := g.get(cmd, out, "/v1/apps", &apps); err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ wrote.`,
   shoal app status hello --output json | jq '.replicas[] | {id, state, pid}'`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var a api.App
+			var a types.App
 			if err := g.get(cmd, out, appPath(args[0]), &a); err != nil {
 				return err
 			}
@@ -209,7 +209,7 @@ wrote.`,
 	return cmd
 }
 
-func printAppStatus(w io.Writer, a api.App) {
+func printAppStatus(w io.Writer, a types.App) {
 	fmt.Fprintf(w, "name:      %s\nimage:     %s\nrevision:  %d\nstate:     %s\nscale:     %d-%d (%d ready)\n",
 		a.Name, a.Image, a.Revision, a.State, a.Min, a.Max, a.Ready)
 	if a.URL != "" {
@@ -253,7 +253,7 @@ them. --min 0 lets an idle app scale to zero. A bound not given is kept.`,
   shoal app scale hello --min 0`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var req api.ScaleRequest
+			var req types.ScaleRequest
 			if cmd.Flags().Changed("min") {
 				if lo < 0 {
 					return usageErrorf("--min %d: must be 0 or more", lo)
@@ -272,7 +272,7 @@ them. --min 0 lets an idle app scale to zero. A bound not given is kept.`,
 			if req.Min != nil && req.Max != nil && lo > hi {
 				return usageErrorf("--min %d is above --max %d", lo, hi)
 			}
-			var a api.App
+			var a types.App
 			if err := g.call(cmd, "POST", appPath(args[0], "/scale"), req, &a); err != nil {
 				return err
 			}

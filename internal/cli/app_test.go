@@ -14,32 +14,33 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // fakeApps and fakeEvents stand in for the serving service behind the real
 // API handler: these tests cover the commands' flags, requests and output.
 type fakeApps struct {
-	app      api.App
+	app      types.App
 	manifest string
-	scale    api.ScaleRequest
-	rollback api.RollbackRequest
-	traffic  api.TrafficRequest
+	scale    types.ScaleRequest
+	rollback types.RollbackRequest
+	traffic  types.TrafficRequest
 	// rollouts are what Get reports, one per call (the last one sticks).
-	rollouts []api.Rollout
+	rollouts []types.Rollout
 }
 
-func (f *fakeApps) Deploy(_ context.Context, req api.DeployRequest) (api.App, error) {
+func (f *fakeApps) Deploy(_ context.Context, req types.DeployRequest) (types.App, error) {
 	if strings.Contains(req.Manifest, "mxa") {
-		return api.App{}, fmt.Errorf("%s: %w", req.File, errdefs.Invalid("scale.mxa", "unknown field"))
+		return types.App{}, fmt.Errorf("%s: %w", req.File, errdefs.Invalid("scale.mxa", "unknown field"))
 	}
 	f.manifest = req.Manifest
 	return f.app, nil
 }
-func (f *fakeApps) List(context.Context) ([]api.App, error) { return []api.App{f.app}, nil }
-func (f *fakeApps) Get(_ context.Context, name string) (api.App, error) {
+func (f *fakeApps) List(context.Context) ([]types.App, error) { return []types.App{f.app}, nil }
+func (f *fakeApps) Get(_ context.Context, name string) (types.App, error) {
 	if name != f.app.Name {
-		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
 	if len(f.rollouts) > 0 {
 		ro := f.rollouts[0]
@@ -50,19 +51,19 @@ func (f *fakeApps) Get(_ context.Context, name string) (api.App, error) {
 	}
 	return f.app, nil
 }
-func (f *fakeApps) Rollback(_ context.Context, name string, req api.RollbackRequest) (api.App, error) {
+func (f *fakeApps) Rollback(_ context.Context, name string, req types.RollbackRequest) (types.App, error) {
 	f.rollback = req
 	a := f.app
-	a.Revision, a.Rollout = 1, &api.Rollout{Revision: 1, From: 2, State: api.RolloutDone}
+	a.Revision, a.Rollout = 1, &types.Rollout{Revision: 1, From: 2, State: types.RolloutDone}
 	return a, nil
 }
-func (f *fakeApps) SetTraffic(_ context.Context, name string, req api.TrafficRequest) (api.App, error) {
+func (f *fakeApps) SetTraffic(_ context.Context, name string, req types.TrafficRequest) (types.App, error) {
 	f.traffic = req
 	a := f.app
 	a.Traffic, a.Sticky = req.Traffic, req.Sticky
 	return a, nil
 }
-func (f *fakeApps) Scale(_ context.Context, name string, req api.ScaleRequest) (api.App, error) {
+func (f *fakeApps) Scale(_ context.Context, name string, req types.ScaleRequest) (types.App, error) {
 	f.scale = req
 	a := f.app
 	if req.Min != nil {
@@ -79,10 +80,10 @@ func (f *fakeApps) Logs(_ context.Context, name string, tail int, w io.Writer) e
 }
 func (f *fakeApps) Remove(context.Context, string) error { return nil }
 
-type fakeEvents struct{ evs []api.Event }
+type fakeEvents struct{ evs []types.Event }
 
-func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]api.Event, error) {
-	var out []api.Event
+func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]types.Event, error) {
+	var out []types.Event
 	for _, e := range f.evs {
 		if e.Seq > after && (app == "" || e.App == app) {
 			out = append(out, e)
@@ -92,9 +93,9 @@ func (f *fakeEvents) List(_ context.Context, after int64, app string) ([]api.Eve
 }
 
 // Watch sends the kept events and ends, which ends the stream.
-func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan api.Event, error) {
+func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error) {
 	evs, _ := f.List(ctx, after, app)
-	ch := make(chan api.Event, len(evs))
+	ch := make(chan types.Event, len(evs))
 	for _, e := range evs {
 		ch <- e
 	}
@@ -105,14 +106,14 @@ func (f *fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan
 var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 
 func appDaemon(t *testing.T) (string, *fakeApps) {
-	fa := &fakeApps{app: api.App{Name: "hello", Image: "hello:1", Revision: 2, Min: 0, Max: 10, State: "running", Ready: 1,
+	fa := &fakeApps{app: types.App{Name: "hello", Image: "hello:1", Revision: 2, Min: 0, Max: 10, State: "running", Ready: 1,
 		CreatedAt: t0, UpdatedAt: t0,
-		Replicas: []api.Replica{{ID: "hello-abc", Revision: 2, State: "ready", Pid: 4242, Addr: "10.77.0.5:8080", CPUSet: "1", StartedAt: t0, InFlight: 3}}}}
-	fe := &fakeEvents{evs: []api.Event{
+		Replicas: []types.Replica{{ID: "hello-abc", Revision: 2, State: "ready", Pid: 4242, Addr: "10.77.0.5:8080", CPUSet: "1", StartedAt: t0, InFlight: 3}}}}
+	fe := &fakeEvents{evs: []types.Event{
 		{Seq: 1, Time: t0, Kind: "scale", App: "hello", Reason: "cold start", Inputs: map[string]float64{"queued": 1}},
 		{Seq: 2, Time: t0, Kind: "state", App: "other", Replica: "other-x", Reason: "ready"},
 	}}
-	s := &api.Server{Apps: fa, Events: fe, Health: func(context.Context) api.Health { return api.Health{Status: "ok", Proxy: "127.0.0.1:18080"} }}
+	s := &api.Server{Apps: fa, Events: fe, Health: func(context.Context) types.Health { return types.Health{Status: "ok", Proxy: "127.0.0.1:18080"} }}
 	ts := httptest.NewServer(s.Handler(""))
 	t.Cleanup(ts.Close)
 	return ts.URL, fa
@@ -167,7 +168,7 @@ func TestAppStatusAndLs(t *testing.T) {
 		}
 	}
 	code, out, _ = shoal(t, host, "app", "status", "hello", "--output", "json")
-	var a api.App
+	var a types.App
 	if code != 0 || json.Unmarshal([]byte(out), &a) != nil || a.Replicas[0].Pid != 4242 || !a.Replicas[0].StartedAt.Equal(t0) {
 		t.Fatalf("status json: %d %s", code, out)
 	}
@@ -208,13 +209,13 @@ func TestEventsCmd(t *testing.T) {
 		t.Fatalf("events: %d %q %q", code, out, errs)
 	}
 	code, out, _ = shoal(t, host, "events", "--app", "hello", "--output", "json")
-	var evs []api.Event
+	var evs []types.Event
 	if code != 0 || json.Unmarshal([]byte(out), &evs) != nil || len(evs) != 1 || evs[0].Seq != 1 {
 		t.Fatalf("events --app json: %d %s", code, out)
 	}
 	code, out, errs = shoal(t, host, "events", "--follow", "--output", "json", "--after", "1")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	var e api.Event
+	var e types.Event
 	if code != 0 || len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.Seq != 2 {
 		t.Fatalf("events --follow: %d %q %q", code, out, errs)
 	}

@@ -13,7 +13,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // DefaultHost is where the CLI looks for the daemon when neither --host nor
@@ -126,7 +126,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*http
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		var e api.Error
+		var e types.Error
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = fmt.Sprintf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))

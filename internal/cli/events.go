@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 func init() { extraCommands = append(extraCommands, newEventsCmd) }
@@ -47,7 +47,7 @@ with --output json it prints one JSON object per line.`,
 				q.Set("app", app)
 			}
 			if !follow {
-				var evs []api.Event
+				var evs []types.Event
 				if err := g.call(cmd, "GET", "/v1/events?"+q.Encode(), nil, &evs); err != nil {
 					return err
 				}
@@ -75,7 +75,7 @@ with --output json it prints one JSON object per line.`,
 
 var eventHeader = []string{"SEQ", "TIME", "KIND", "APP", "REPLICA", "REASON", "INPUTS"}
 
-func eventRow(e api.Event) []string {
+func eventRow(e types.Event) []string {
 	return []string{strconv.FormatInt(e.Seq, 10), e.Time.Local().Format("15:04:05.000"), e.Kind,
 		orDash(e.App), orDash(e.Replica), e.Reason, formatInputs(e.Inputs)}
 }
@@ -114,7 +114,7 @@ func (g *globals) followEvents(cmd *cobra.Command, path, out string) error {
 		fmt.Fprintf(w, "%-6s %-12s %-10s %-14s %-14s %s\n", "SEQ", "TIME", "KIND", "APP", "REPLICA", "REASON (INPUTS)")
 	}
 	err = readSSE(resp.Body, func(data []byte) error {
-		var e api.Event
+		var e types.Event
 		if err := json.Unmarshal(data, &e); err != nil {
 			return fmt.Errorf("event stream: %w", err)
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/units"
 )
 
@@ -27,7 +27,7 @@ func newImageCmd(g *globals) *cobra.Command {
 }
 
 func newImageBuildCmd(g *globals) *cobra.Command {
-	var req api.BuildRequest
+	var req types.BuildRequest
 	var ports []string
 	cmd := &cobra.Command{
 		Use:   "build DIR --tag NAME:TAG",
@@ -57,7 +57,7 @@ of DIR. DIR is read by the daemon, so it must be on the daemon's host.`,
 				}
 			}
 			req.Dir = dir
-			var img api.Image
+			var img types.Image
 			if err := g.call(cmd, "POST", "/v1/images/build", req, &img); err != nil {
 				return err
 			}
@@ -91,8 +91,8 @@ of the input is refused.`,
 			if err != nil {
 				return err
 			}
-			var imgs []api.Image
-			if err := g.call(cmd, "POST", "/v1/images/import", api.ImportRequest{Path: p, Tag: tag}, &imgs); err != nil {
+			var imgs []types.Image
+			if err := g.call(cmd, "POST", "/v1/images/import", types.ImportRequest{Path: p, Tag: tag}, &imgs); err != nil {
 				return err
 			}
 			for _, img := range imgs {
@@ -114,8 +114,8 @@ func newImagePullCmd(g *globals) *cobra.Command {
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
-			var img api.Image
-			if err := g.call(cmd, "POST", "/v1/images/pull", api.PullRequest{Ref: args[0], Insecure: insecure}, &img); err != nil {
+			var img types.Image
+			if err := g.call(cmd, "POST", "/v1/images/pull", types.PullRequest{Ref: args[0], Insecure: insecure}, &img); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
@@ -134,7 +134,7 @@ func newImageLsCmd(g *globals) *cobra.Command {
 		Short:   "List images",
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var imgs []api.Image
+			var imgs []types.Image
 			if err := g.get(cmd, out, "/v1/images", &imgs); err != nil {
 				return err
 			}
@@ -160,7 +160,7 @@ func newImageInspectCmd(g *globals) *cobra.Command {
 		Short: "Show an image's digest, config and layers",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var img api.Image
+			var img types.Image
 			if err := g.get(cmd, out, "/v1/images/"+url.PathEscape(args[0]), &img); err != nil {
 				return err
 			}

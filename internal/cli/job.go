@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 func init() { extraCommands = append(extraCommands, newJobCmd) }
@@ -31,9 +31,9 @@ persistently, fairly between tenants, and by priority within a tenant.`,
 // whole requests (several steps, or a batch of jobs) from --from and apply
 // the flags that were set on top of them.
 type jobFlags struct {
-	req       api.JobRequest
-	step      api.JobStep
-	lim       api.JobLimits
+	req       types.JobRequest
+	step      types.JobStep
+	lim       types.JobLimits
 	files     []string
 	stdin     string
 	fromJSON  string
@@ -61,7 +61,7 @@ func (f *jobFlags) add(cmd *cobra.Command) {
 
 // requests are what the command sends: one request, or the batch a --from
 // file holds (batch true: sent and answered as a JSON array).
-func (f *jobFlags) requests(cmd *cobra.Command, args []string) ([]api.JobRequest, bool, error) {
+func (f *jobFlags) requests(cmd *cobra.Command, args []string) ([]types.JobRequest, bool, error) {
 	if f.fromJSON != "" {
 		if len(args) > 0 {
 			return nil, false, usageErrorf("--from %s: give either a request file or IMAGE CMD..., not both", f.fromJSON)
@@ -72,13 +72,13 @@ func (f *jobFlags) requests(cmd *cobra.Command, args []string) ([]api.JobRequest
 	if err != nil {
 		return nil, false, err
 	}
-	return []api.JobRequest{req}, false, nil
+	return []types.JobRequest{req}, false, nil
 }
 
 // build makes the one-step request of IMAGE CMD... and the flags.
-func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, error) {
+func (f *jobFlags) build(cmd *cobra.Command, args []string) (types.JobRequest, error) {
 	if len(args) < 1 || len(commandArgs(args)) == 0 {
-		return api.JobRequest{}, usageErrorf("%s needs IMAGE and a command (or --from FILE)\nRun '%s --help' for usage", cmd.CommandPath(), cmd.CommandPath())
+		return types.JobRequest{}, usageErrorf("%s needs IMAGE and a command (or --from FILE)\nRun '%s --help' for usage", cmd.CommandPath(), cmd.CommandPath())
 	}
 	req := f.req
 	req.Image = args[0]
@@ -100,7 +100,7 @@ func (f *jobFlags) build(cmd *cobra.Command, args []string) (api.JobRequest, err
 	if len(files) > 0 {
 		req.Files = files
 	}
-	req.Steps = []api.JobStep{step}
+	req.Steps = []types.JobStep{step}
 	return req, nil
 }
 
@@ -180,7 +180,7 @@ exits with the same code. A batch is submitted with "shoal job submit".
 			path += "?wait=true"
 		}
 		if batch {
-			var js []api.Job
+			var js []types.Job
 			if err := g.call(cmd, "POST", path, reqs, &js); err != nil {
 				return err
 			}
@@ -192,7 +192,7 @@ exits with the same code. A batch is submitted with "shoal job submit".
 			}
 			return nil
 		}
-		var j api.Job
+		var j types.Job
 		if err := g.call(cmd, "POST", path, reqs[0], &j); err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ exits with the same code. A batch is submitted with "shoal job submit".
 
 // printJobResult writes the steps' output and a line per step that did not
 // end ok.
-func printJobResult(cmd *cobra.Command, j api.Job) {
+func printJobResult(cmd *cobra.Command, j types.Job) {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	for i, s := range j.Steps {
 		io.WriteString(stdout, s.Stdout)
@@ -228,8 +228,8 @@ func printJobResult(cmd *cobra.Command, j api.Job) {
 			name = fmt.Sprint(i)
 		}
 		switch s.Status {
-		case api.StepOK, api.StepSkipped:
-		case api.StepNonzeroExit:
+		case types.StepOK, types.StepSkipped:
+		case types.StepNonzeroExit:
 			if s.Error != "" {
 				fmt.Fprintf(stderr, "shoal: job %s step %s: %s\n", j.ID, name, s.Error)
 			}
@@ -244,7 +244,7 @@ func printJobResult(cmd *cobra.Command, j api.Job) {
 			fmt.Fprintf(stderr, "shoal: job %s step %s: output truncated at its cap\n", j.ID, name)
 		}
 	}
-	if j.State != api.JobDone {
+	if j.State != types.JobDone {
 		fmt.Fprintf(stderr, "shoal: job %s %s %s\n", j.ID, j.State, j.Error)
 	}
 }
@@ -253,15 +253,15 @@ func printJobResult(cmd *cobra.Command, j api.Job) {
 // that ran ended ok; else like the last step that did not: its exit code,
 // or 1 when a limit ended it; 1 when the job did not finish (cancelled,
 // failed).
-func jobExitCode(j api.Job) int {
-	if j.State != api.JobDone {
+func jobExitCode(j types.Job) int {
+	if j.State != types.JobDone {
 		return 1
 	}
 	code := 0
 	for _, s := range j.Steps {
 		switch s.Status {
-		case api.StepOK, api.StepSkipped:
-		case api.StepNonzeroExit:
+		case types.StepOK, types.StepSkipped:
+		case types.StepNonzeroExit:
 			code = s.ExitCode
 			if code == 0 {
 				code = 1
@@ -288,7 +288,7 @@ func newJobGetCmd(g *globals) *cobra.Command {
 			if wait {
 				path += "?wait=true"
 			}
-			var j api.Job
+			var j types.Job
 			if err := g.get(cmd, out, path, &j); err != nil {
 				return err
 			}
@@ -344,7 +344,7 @@ func newJobLsCmd(g *globals) *cobra.Command {
 			if len(q) > 0 {
 				path += "?" + q.Encode()
 			}
-			var js []api.Job
+			var js []types.Job
 			if err := g.get(cmd, out, path, &js); err != nil {
 				return err
 			}
@@ -376,7 +376,7 @@ func newJobCancelCmd(g *globals) *cobra.Command {
 		Short: "Cancel a queued or running job",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var j api.Job
+			var j types.Job
 			if err := g.call(cmd, "POST", "/v1/jobs/"+url.PathEscape(args[0])+"/cancel", nil, &j); err != nil {
 				return err
 			}

@@ -13,37 +13,38 @@ import (
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // fakeJobs stands in for the job service behind the real API handler: it
 // keeps what was submitted and answers every job with result's steps.
 type fakeJobs struct {
-	sent   []api.JobRequest
-	result api.Job
+	sent   []types.JobRequest
+	result types.Job
 }
 
-func (f *fakeJobs) Submit(_ context.Context, reqs []api.JobRequest) ([]api.Job, error) {
+func (f *fakeJobs) Submit(_ context.Context, reqs []types.JobRequest) ([]types.Job, error) {
 	f.sent = reqs
-	var js []api.Job
+	var js []types.Job
 	for i, r := range reqs {
-		js = append(js, api.Job{ID: fmt.Sprintf("j%d", i+1), Tenant: r.Tenant, Image: r.Image, State: api.JobQueued})
+		js = append(js, types.Job{ID: fmt.Sprintf("j%d", i+1), Tenant: r.Tenant, Image: r.Image, State: types.JobQueued})
 	}
 	return js, nil
 }
-func (f *fakeJobs) Get(_ context.Context, id string) (api.Job, error) { return f.Wait(nil, id) }
-func (f *fakeJobs) Wait(_ context.Context, id string) (api.Job, error) {
+func (f *fakeJobs) Get(_ context.Context, id string) (types.Job, error) { return f.Wait(nil, id) }
+func (f *fakeJobs) Wait(_ context.Context, id string) (types.Job, error) {
 	j := f.result
 	j.ID = id
 	return j, nil
 }
-func (f *fakeJobs) List(context.Context, api.JobFilter) ([]api.Job, error) { return nil, nil }
-func (f *fakeJobs) Cancel(_ context.Context, id string) (api.Job, error) {
-	return api.Job{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
+func (f *fakeJobs) List(context.Context, types.JobFilter) ([]types.Job, error) { return nil, nil }
+func (f *fakeJobs) Cancel(_ context.Context, id string) (types.Job, error) {
+	return types.Job{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
 }
 
 func jobDaemon(t *testing.T) (string, *fakeJobs) {
-	fj := &fakeJobs{result: api.Job{State: api.JobDone, OK: true, Steps: []api.StepResult{{Status: api.StepOK, Stdout: "hello\n"}}}}
+	fj := &fakeJobs{result: types.Job{State: types.JobDone, OK: true, Steps: []types.StepResult{{Status: types.StepOK, Stdout: "hello\n"}}}}
 	ts := httptest.NewServer((&api.Server{Jobs: fj}).Handler(""))
 	t.Cleanup(ts.Close)
 	return ts.URL, fj
@@ -90,10 +91,10 @@ func TestJobFromFileFlags(t *testing.T) {
 	}
 	// Limits set by flags win over the job's and the step's own; the rest
 	// of the file's limits stay.
-	if want := (api.JobLimits{Memory: "64Mi", Timeout: "5s", Pids: 20, WorkSize: "16Mi"}); r.Limits != want {
+	if want := (types.JobLimits{Memory: "64Mi", Timeout: "5s", Pids: 20, WorkSize: "16Mi"}); r.Limits != want {
 		t.Errorf("job limits %+v, want %+v", r.Limits, want)
 	}
-	if want := (api.JobLimits{Timeout: "5s", Pids: 20}); r.Steps[0].Limits == nil || *r.Steps[0].Limits != want {
+	if want := (types.JobLimits{Timeout: "5s", Pids: 20}); r.Steps[0].Limits == nil || *r.Steps[0].Limits != want {
 		t.Errorf("step 0 limits %+v, want %+v", r.Steps[0].Limits, want)
 	}
 	if r.Steps[1].Limits != nil || r.Steps[1].If != "success" || r.Steps[0].Name != "student" {
@@ -104,7 +105,7 @@ func TestJobFromFileFlags(t *testing.T) {
 	if code, _, errs := shoal(t, host, "job", "submit", "-f", file); code != 0 {
 		t.Fatalf("submit -f: %d %q", code, errs)
 	}
-	var want api.JobRequest
+	var want types.JobRequest
 	json.Unmarshal([]byte(twoSteps), &want)
 	if !reflect.DeepEqual(fj.sent[0], want) {
 		t.Errorf("sent %+v, want the file's %+v", fj.sent[0], want)
@@ -167,7 +168,7 @@ func TestJobSubmitBatch(t *testing.T) {
 		t.Fatalf("sent %+v", fj.sent)
 	}
 	code, out, _ = shoal(t, host, "job", "submit", "-o", "json", "-f", batch)
-	var js []api.Job
+	var js []types.Job
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js) != 2 || js[1].ID != "j2" {
 		t.Fatalf("submit batch json: %d %q", code, out)
 	}
@@ -178,15 +179,15 @@ func TestJobRunExitCode(t *testing.T) {
 	host, fj := jobDaemon(t)
 	for _, c := range []struct {
 		name string
-		job  api.Job
+		job  types.Job
 		code int
 	}{
-		{"ok", api.Job{State: api.JobDone, OK: true, Steps: []api.StepResult{{Status: api.StepOK}}}, 0},
-		{"exit 3", api.Job{State: api.JobDone, Steps: []api.StepResult{{Status: api.StepNonzeroExit, ExitCode: 3}}}, 3},
-		{"exit 3 then a skipped step", api.Job{State: api.JobDone, Steps: []api.StepResult{{Status: api.StepNonzeroExit, ExitCode: 3}, {Status: api.StepSkipped}}}, 3},
-		{"timeout", api.Job{State: api.JobDone, Steps: []api.StepResult{{Status: api.StepOK}, {Status: api.StepTimeout, ExitCode: 137}}}, 1},
-		{"cancelled", api.Job{State: api.JobCancelled, Steps: []api.StepResult{{Status: api.StepKilled}}}, 1},
-		{"failed", api.Job{State: api.JobFailed, Error: "image gone"}, 1},
+		{"ok", types.Job{State: types.JobDone, OK: true, Steps: []types.StepResult{{Status: types.StepOK}}}, 0},
+		{"exit 3", types.Job{State: types.JobDone, Steps: []types.StepResult{{Status: types.StepNonzeroExit, ExitCode: 3}}}, 3},
+		{"exit 3 then a skipped step", types.Job{State: types.JobDone, Steps: []types.StepResult{{Status: types.StepNonzeroExit, ExitCode: 3}, {Status: types.StepSkipped}}}, 3},
+		{"timeout", types.Job{State: types.JobDone, Steps: []types.StepResult{{Status: types.StepOK}, {Status: types.StepTimeout, ExitCode: 137}}}, 1},
+		{"cancelled", types.Job{State: types.JobCancelled, Steps: []types.StepResult{{Status: types.StepKilled}}}, 1},
+		{"failed", types.Job{State: types.JobFailed, Error: "image gone"}, 1},
 	} {
 		fj.result = c.job
 		var codes []int
@@ -195,7 +196,7 @@ func TestJobRunExitCode(t *testing.T) {
 			code := Main([]string{"--host", host, "job", "run", "-o", out, "busybox:1", "true"}, &stdout, &stderr)
 			codes = append(codes, code)
 			if out == "json" {
-				var j api.Job
+				var j types.Job
 				if err := json.Unmarshal(stdout.Bytes(), &j); err != nil || j.State != c.job.State {
 					t.Errorf("%s: json output %q", c.name, stdout.String())
 				}
@@ -206,7 +207,7 @@ func TestJobRunExitCode(t *testing.T) {
 		}
 	}
 	// submit exits 0 once queued, whatever the job does later.
-	fj.result = api.Job{State: api.JobDone, Steps: []api.StepResult{{Status: api.StepNonzeroExit, ExitCode: 3}}}
+	fj.result = types.Job{State: types.JobDone, Steps: []types.StepResult{{Status: types.StepNonzeroExit, ExitCode: 3}}}
 	if code, _, _ := shoal(t, host, "job", "submit", "-o", "json", "busybox:1", "false"); code != 0 {
 		t.Errorf("submit -o json: exit %d", code)
 	}

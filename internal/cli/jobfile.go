@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // jobFileHelp is the part of job run's and job submit's help about -f.
@@ -34,7 +34,7 @@ var jobLimitFlags = []string{"memory", "cpus", "pids", "timeout", "cpu-time", "m
 
 // fromFile reads the --from file and applies the flags the user set on top
 // of it. batch is true when the file holds a JSON array.
-func (f *jobFlags) fromFile(cmd *cobra.Command) (reqs []api.JobRequest, batch bool, err error) {
+func (f *jobFlags) fromFile(cmd *cobra.Command) (reqs []types.JobRequest, batch bool, err error) {
 	if f.fromJSON == "-" && f.stdin == "-" {
 		return nil, false, usageErrorf("--from - and --stdin - both read standard input: give one of them a file")
 	}
@@ -54,18 +54,18 @@ func (f *jobFlags) fromFile(cmd *cobra.Command) (reqs []api.JobRequest, batch bo
 
 // decodeJobFile decodes one job request or an array of them, strictly:
 // unknown fields and anything after the JSON value are errors.
-func decodeJobFile(b []byte) ([]api.JobRequest, bool, error) {
+func decodeJobFile(b []byte) ([]types.JobRequest, bool, error) {
 	batch := bytes.HasPrefix(bytes.TrimLeft(b, " \t\r\n"), []byte("["))
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var reqs []api.JobRequest
+	var reqs []types.JobRequest
 	var err error
 	if batch {
 		err = dec.Decode(&reqs)
 	} else {
-		var one api.JobRequest
+		var one types.JobRequest
 		err = dec.Decode(&one)
-		reqs = []api.JobRequest{one}
+		reqs = []types.JobRequest{one}
 	}
 	if err != nil {
 		return nil, false, err
@@ -81,7 +81,7 @@ func decodeJobFile(b []byte) ([]api.JobRequest, bool, error) {
 
 // overlay applies the flags that were set on the command line to every
 // request read from a file, as jobFileHelp says.
-func (f *jobFlags) overlay(cmd *cobra.Command, reqs []api.JobRequest) error {
+func (f *jobFlags) overlay(cmd *cobra.Command, reqs []types.JobRequest) error {
 	set := cmd.Flags().Changed
 	var stdin []byte
 	if set("stdin") {
@@ -144,7 +144,7 @@ func (f *jobFlags) overlay(cmd *cobra.Command, reqs []api.JobRequest) error {
 }
 
 // setLimits copies the limit flags that were set into l.
-func (f *jobFlags) setLimits(cmd *cobra.Command, l *api.JobLimits) {
+func (f *jobFlags) setLimits(cmd *cobra.Command, l *types.JobLimits) {
 	for _, name := range jobLimitFlags {
 		if !cmd.Flags().Changed(name) {
 			continue

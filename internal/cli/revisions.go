@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // rolloutPoll is how often a waiting deploy asks for the rollout's progress.
@@ -19,11 +19,11 @@ const rolloutPoll = 50 * time.Millisecond
 // printing a line each time its progress changes (progress may be nil for
 // silence). It returns the app as it was at the end, and an error (exit 1)
 // when the revision was rolled back, failed or is not done in time.
-func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout time.Duration, progress io.Writer) (api.App, error) {
+func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout time.Duration, progress io.Writer) (types.App, error) {
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
-		var a api.App
+		var a types.App
 		if err := g.call(cmd, "GET", appPath(name), nil, &a); err != nil {
 			return a, err
 		}
@@ -40,19 +40,19 @@ func (g *globals) waitRollout(cmd *cobra.Command, name string, rev int, timeout 
 		if ro.Failures > 0 {
 			line += fmt.Sprintf(", %d failed: %s", ro.Failures, ro.Reason)
 		}
-		if progress != nil && line != last && ro.State == api.RolloutProgressing {
+		if progress != nil && line != last && ro.State == types.RolloutProgressing {
 			fmt.Fprintln(progress, line)
 			last = line
 		}
 		switch ro.State {
-		case api.RolloutDone:
+		case types.RolloutDone:
 			if progress != nil {
 				fmt.Fprintf(progress, "revision %d: rolled out (%s)\n", rev, ro.Reason)
 			}
 			return a, nil
-		case api.RolloutRolledBack:
+		case types.RolloutRolledBack:
 			return a, fmt.Errorf("revision %d rolled back to revision %d: %s", rev, ro.From, ro.Reason)
-		case api.RolloutFailed:
+		case types.RolloutFailed:
 			return a, fmt.Errorf("revision %d failed: %s", rev, ro.Reason)
 		}
 		if time.Now().After(deadline) {
@@ -88,8 +88,8 @@ drains and is kept frozen in turn.`,
 			if to < 0 {
 				return usageErrorf("--to %d: must be a revision number (1 or more)", to)
 			}
-			var a api.App
-			if err := g.call(cmd, "POST", appPath(args[0], "/rollback"), api.RollbackRequest{To: to}, &a); err != nil {
+			var a types.App
+			if err := g.call(cmd, "POST", appPath(args[0], "/rollback"), types.RollbackRequest{To: to}, &a); err != nil {
 				return err
 			}
 			if out == "json" {
@@ -130,7 +130,7 @@ its new revision once that is ready.`,
 			if err := checkOutput(out); err != nil {
 				return err
 			}
-			var a api.App
+			var a types.App
 			if len(args) == 1 {
 				if cmd.Flags().Changed("sticky") {
 					return usageErrorf("--sticky needs the shares: shoal app traffic %s REVISION=PERCENT...", args[0])
@@ -175,8 +175,8 @@ its new revision once that is ready.`,
 
 // parseTraffic reads REVISION=PERCENT arguments; mistakes are usage errors
 // naming the argument.
-func parseTraffic(args []string) (api.TrafficRequest, error) {
-	var req api.TrafficRequest
+func parseTraffic(args []string) (types.TrafficRequest, error) {
+	var req types.TrafficRequest
 	sum := 0
 	seen := map[int]bool{}
 	for _, a := range args {
@@ -197,7 +197,7 @@ func parseTraffic(args []string) (api.TrafficRequest, error) {
 		}
 		seen[rev] = true
 		sum += pct
-		req.Traffic = append(req.Traffic, api.TrafficTarget{Revision: rev, Percent: pct})
+		req.Traffic = append(req.Traffic, types.TrafficTarget{Revision: rev, Percent: pct})
 	}
 	if sum != 100 {
 		return req, usageErrorf("the percents add up to %d; they must add up to 100", sum)
@@ -208,11 +208,11 @@ func parseTraffic(args []string) (api.TrafficRequest, error) {
 // rolloutCell is the app's last rollout in a table cell: "1→2 1/3" (from,
 // to, ready of wanted, and failures) while it progresses, else its
 // outcome ("done", "2 rolled back", "2 failed"), "-" without one.
-func rolloutCell(ro *api.Rollout) string {
+func rolloutCell(ro *types.Rollout) string {
 	switch {
 	case ro == nil:
 		return "-"
-	case ro.State == api.RolloutProgressing:
+	case ro.State == types.RolloutProgressing:
 		s := strconv.Itoa(ro.Revision)
 		if ro.From > 0 {
 			s = strconv.Itoa(ro.From) + "→" + s
@@ -222,7 +222,7 @@ func rolloutCell(ro *api.Rollout) string {
 			s += fmt.Sprintf(" %d failed", ro.Failures)
 		}
 		return s
-	case ro.State == api.RolloutDone:
+	case ro.State == types.RolloutDone:
 		return "done"
 	default:
 		return fmt.Sprintf("%d %s", ro.Revision, strings.ReplaceAll(ro.State, "_", " "))
@@ -230,7 +230,7 @@ func rolloutCell(ro *api.Rollout) string {
 }
 
 // printRollout adds the rollout and traffic lines to an app's status.
-func printRollout(w io.Writer, a api.App) {
+func printRollout(w io.Writer, a types.App) {
 	if len(a.Traffic) > 0 {
 		parts := make([]string, 0, len(a.Traffic))
 		for _, t := range a.Traffic {
@@ -247,7 +247,7 @@ func printRollout(w io.Writer, a api.App) {
 		if ro.From > 0 {
 			s += fmt.Sprintf(" (from revision %d)", ro.From)
 		}
-		if ro.State == api.RolloutProgressing {
+		if ro.State == types.RolloutProgressing {
 			s += fmt.Sprintf(", %d/%d ready", ro.Ready, ro.Want)
 			if ro.Failures > 0 {
 				s += fmt.Sprintf(", %d failed", ro.Failures)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // deploy waits for the rollout, printing each step of its progress, and
@@ -18,11 +18,11 @@ func TestAppDeployWaits(t *testing.T) {
 	host, fa := appDaemon(t)
 	f := filepath.Join(t.TempDir(), "shoal.toml")
 	os.WriteFile(f, []byte("name = \"hello\"\nimage = \"hello:1\"\n"), 0o644)
-	fa.rollouts = []api.Rollout{
-		{Revision: 2, From: 1, State: api.RolloutProgressing, Ready: 0, Want: 3},
-		{Revision: 2, From: 1, State: api.RolloutProgressing, Ready: 2, Want: 3},
-		{Revision: 2, From: 1, State: api.RolloutProgressing, Ready: 2, Want: 3, Failures: 1, Reason: "boom"},
-		{Revision: 2, From: 1, State: api.RolloutDone, Ready: 3, Want: 3, Reason: "3/3 ready after 812ms"},
+	fa.rollouts = []types.Rollout{
+		{Revision: 2, From: 1, State: types.RolloutProgressing, Ready: 0, Want: 3},
+		{Revision: 2, From: 1, State: types.RolloutProgressing, Ready: 2, Want: 3},
+		{Revision: 2, From: 1, State: types.RolloutProgressing, Ready: 2, Want: 3, Failures: 1, Reason: "boom"},
+		{Revision: 2, From: 1, State: types.RolloutDone, Ready: 3, Want: 3, Reason: "3/3 ready after 812ms"},
 	}
 	code, out, errs := shoal(t, host, "app", "deploy", "-f", f)
 	for _, want := range []string{"revision 2: 0/3 ready\n", "revision 2: 2/3 ready\n", "revision 2: 2/3 ready, 1 failed: boom\n", "revision 2: rolled out (3/3 ready after 812ms)", "url: "} {
@@ -30,12 +30,12 @@ func TestAppDeployWaits(t *testing.T) {
 			t.Fatalf("deploy: exit %d, output lacks %q:\n%s%s", code, want, out, errs)
 		}
 	}
-	fa.rollouts = []api.Rollout{{Revision: 2, From: 1, State: api.RolloutRolledBack, Reason: "3 replicas of revision 2 failed before it was ready: boom"}}
+	fa.rollouts = []types.Rollout{{Revision: 2, From: 1, State: types.RolloutRolledBack, Reason: "3 replicas of revision 2 failed before it was ready: boom"}}
 	code, _, errs = shoal(t, host, "app", "deploy", "-f", f)
 	if code != 1 || !strings.Contains(errs, "revision 2 rolled back to revision 1: 3 replicas of revision 2 failed before it was ready: boom") {
 		t.Fatalf("deploy of a revision rolled back: exit %d %q", code, errs)
 	}
-	fa.rollouts = []api.Rollout{{Revision: 2, From: 1, State: api.RolloutProgressing, Want: 3}}
+	fa.rollouts = []types.Rollout{{Revision: 2, From: 1, State: types.RolloutProgressing, Want: 3}}
 	code, out, errs = shoal(t, host, "app", "deploy", "-f", f, "--detach")
 	if code != 0 || strings.Contains(out, "ready") {
 		t.Fatalf("deploy --detach: exit %d %q %q", code, out, errs)
@@ -52,7 +52,7 @@ func TestAppRollbackAndTraffic(t *testing.T) {
 		t.Fatalf("rollback --to -1: %d %q", code, errs)
 	}
 	code, out, errs = shoal(t, host, "app", "traffic", "hello", "1=90", "2=10", "--sticky")
-	want := []api.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 10}}
+	want := []types.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 10}}
 	if code != 0 || !slices.Equal(fa.traffic.Traffic, want) || !fa.traffic.Sticky || !strings.Contains(out, "90%") {
 		t.Fatalf("traffic: %d %q %q, sent %+v", code, out, errs, fa.traffic)
 	}
@@ -79,16 +79,16 @@ func TestAppRollbackAndTraffic(t *testing.T) {
 func TestAppLsRollout(t *testing.T) {
 	host, fa := appDaemon(t)
 	for _, c := range []struct {
-		ro   *api.Rollout
+		ro   *types.Rollout
 		want string
 	}{
 		{nil, " - "},
-		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutProgressing, Ready: 1, Want: 3}, " 2→3 1/3 "},
-		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutProgressing, Ready: 0, Want: 3, Failures: 2}, " 2→3 0/3 2 failed "},
-		{&api.Rollout{Revision: 1, State: api.RolloutProgressing, Ready: 0, Want: 1}, " 1 0/1 "},
-		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutDone, Ready: 3, Want: 3}, " done "},
-		{&api.Rollout{Revision: 3, From: 2, State: api.RolloutRolledBack}, " 3 rolled back "},
-		{&api.Rollout{Revision: 1, State: api.RolloutFailed}, " 1 failed "},
+		{&types.Rollout{Revision: 3, From: 2, State: types.RolloutProgressing, Ready: 1, Want: 3}, " 2→3 1/3 "},
+		{&types.Rollout{Revision: 3, From: 2, State: types.RolloutProgressing, Ready: 0, Want: 3, Failures: 2}, " 2→3 0/3 2 failed "},
+		{&types.Rollout{Revision: 1, State: types.RolloutProgressing, Ready: 0, Want: 1}, " 1 0/1 "},
+		{&types.Rollout{Revision: 3, From: 2, State: types.RolloutDone, Ready: 3, Want: 3}, " done "},
+		{&types.Rollout{Revision: 3, From: 2, State: types.RolloutRolledBack}, " 3 rolled back "},
+		{&types.Rollout{Revision: 1, State: types.RolloutFailed}, " 1 failed "},
 	} {
 		fa.app.Rollout = c.ro
 		code, out, errs := shoal(t, host, "app", "ls")
@@ -97,9 +97,9 @@ func TestAppLsRollout(t *testing.T) {
 			t.Errorf("ls with rollout %+v: exit %d, want %q in\n%s%s", c.ro, code, c.want, out, errs)
 		}
 	}
-	fa.app.Rollout = &api.Rollout{Revision: 3, From: 2, State: api.RolloutProgressing, Ready: 0, Want: 3, Failures: 2, Reason: "boom"}
+	fa.app.Rollout = &types.Rollout{Revision: 3, From: 2, State: types.RolloutProgressing, Ready: 0, Want: 3, Failures: 2, Reason: "boom"}
 	code, out, errs := shoal(t, host, "app", "ls", "--output", "json")
-	var apps []api.App
+	var apps []types.App
 	if code != 0 || json.Unmarshal([]byte(out), &apps) != nil || len(apps) != 1 || apps[0].Rollout == nil || *apps[0].Rollout != *fa.app.Rollout {
 		t.Fatalf("ls --output json: exit %d %s%s", code, out, errs)
 	}

@@ -4,18 +4,17 @@ import (
 	"fmt"
 	"math"
 	"net/url"
-
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/units"
 )
 
 func newRunCmd(g *globals) *cobra.Command {
-	var req api.RunRequest
+	var req types.RunRequest
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "run [flags] IMAGE [CMD...]",
@@ -63,7 +62,7 @@ Without --rm the stopped container stays listed by "shoal ps -a" until
 				return err
 			}
 			defer resp.Body.Close()
-			exit, err := api.ReadFrames(resp.Body, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			exit, err := types.ReadFrames(resp.Body, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			if err != nil {
 				if cmd.Context().Err() != nil {
 					return exitError{130}
@@ -107,7 +106,7 @@ func newPsCmd(g *globals) *cobra.Command {
 		Short: "List containers",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var cs []api.Container
+			var cs []types.Container
 			if err := g.get(cmd, out, "/v1/containers", &cs); err != nil {
 				return err
 			}
@@ -168,7 +167,7 @@ func newInfoCmd(g *globals) *cobra.Command {
 		Short: "Show the daemon's health, runtime, store and data directory",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var h api.Health
+			var h types.Health
 			if err := g.get(cmd, out, "/v1/health", &h); err != nil {
 				return err
 			}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
@@ -77,11 +77,11 @@ func newContainerService(rt *runtime.Runtime, imgs *image.Store, nm *network.Man
 
 // Run starts a container for req, streams its output through attach and
 // waits for it to exit.
-func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach func() (io.Writer, io.Writer)) (api.Exit, error) {
+func (s *containerService) Run(ctx context.Context, req types.RunRequest, attach func() (io.Writer, io.Writer)) (types.Exit, error) {
 	t0 := time.Now()
 	p, err := s.plan(ctx, req)
 	if err != nil {
-		return api.Exit{}, err
+		return types.Exit{}, err
 	}
 	started := false
 	defer func() {
@@ -96,20 +96,20 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 	p.spec.Ephemeral = p.remove
 	att, err := s.net.Acquire(ctx, id, p.mode)
 	if err != nil {
-		return api.Exit{}, fmt.Errorf("container %s: network %s: %w", id, p.mode, err)
+		return types.Exit{}, fmt.Errorf("container %s: network %s: %w", id, p.mode, err)
 	}
 	p.spec.NetNSPath = att.NSPath
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		s.releaseNet(att)
-		return api.Exit{}, err
+		return types.Exit{}, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
 		s.releaseNet(att)
-		return api.Exit{}, err
+		return types.Exit{}, err
 	}
 	p.spec.Stdout, p.spec.Stderr = outW, errW
 	_, err = s.rt.Run(ctx, p.spec)
@@ -120,7 +120,7 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 		errR.Close()
 		s.rt.Delete(context.Background(), id)
 		s.releaseNet(att)
-		return api.Exit{}, fmt.Errorf("container %s: start: %w", id, err)
+		return types.Exit{}, fmt.Errorf("container %s: start: %w", id, err)
 	}
 	s.trackNet(id, att)
 	s.unpin(p.digest) // the runtime now lists the container
@@ -175,7 +175,7 @@ func (s *containerService) Run(ctx context.Context, req api.RunRequest, attach f
 // wait waits for the container to exit, killing it when the timeout passes
 // or the client goes away. left is true when the daemon is stopping and the
 // container was left running.
-func (s *containerService) wait(ctx context.Context, id string, timeout time.Duration) (exit api.Exit, left bool) {
+func (s *containerService) wait(ctx context.Context, id string, timeout time.Duration) (exit types.Exit, left bool) {
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
@@ -197,7 +197,7 @@ func (s *containerService) wait(ctx context.Context, id string, timeout time.Dur
 	for {
 		select {
 		case r := <-done:
-			e := api.Exit{ID: id, Code: r.st.Code, OOMKilled: r.st.OOMKilled, TimedOut: timedOut}
+			e := types.Exit{ID: id, Code: r.st.Code, OOMKilled: r.st.OOMKilled, TimedOut: timedOut}
 			if r.st.Signal != 0 {
 				e.Signal = r.st.Signal.String()
 			}
@@ -214,7 +214,7 @@ func (s *containerService) wait(ctx context.Context, id string, timeout time.Dur
 			s.rt.Signal(id, syscall.SIGKILL)
 		case <-ctx.Done():
 			if s.stopping.Load() {
-				return api.Exit{ID: id, Code: 125, Error: "the daemon is stopping; the container keeps running"}, true
+				return types.Exit{ID: id, Code: 125, Error: "the daemon is stopping; the container keeps running"}, true
 			}
 			s.rt.Signal(id, syscall.SIGKILL)
 			ctx = context.Background()
@@ -265,12 +265,12 @@ func (s *containerService) watchAdopted(cs []*runtime.Container) {
 	}
 }
 
-func (s *containerService) List(ctx context.Context) ([]api.Container, error) {
+func (s *containerService) List(ctx context.Context) ([]types.Container, error) {
 	cs, err := s.rt.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Container, 0, len(cs))
+	out := make([]types.Container, 0, len(cs))
 	s.mu.Lock()
 	removing := make(map[string]bool, len(s.removing))
 	for id := range s.removing {
@@ -281,7 +281,7 @@ func (s *containerService) List(ctx context.Context) ([]api.Container, error) {
 		if removing[c.ID] {
 			continue
 		}
-		a := api.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labelImage]}
+		a := types.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labelImage]}
 		json.Unmarshal([]byte(c.Labels[labelCommand]), &a.Command)
 		out = append(out, a)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
@@ -314,8 +315,8 @@ func (d *Daemon) close() {
 	}
 }
 
-func (d *Daemon) health(ctx context.Context) api.Health {
-	h := api.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
+func (d *Daemon) health(ctx context.Context) types.Health {
+	h := types.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
 		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Proxy: d.proxyAddr, Notes: d.notes}
 	if d.plane != nil {
 		in, adopted := d.plane.Info()

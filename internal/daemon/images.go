@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
 )
@@ -18,8 +18,8 @@ type imageService struct {
 	users func(ctx context.Context) (map[string]string, error)
 }
 
-func toAPIImage(i image.Image) api.Image {
-	a := api.Image{
+func toAPIImage(i image.Image) types.Image {
+	a := types.Image{
 		Ref: i.Ref, Digest: i.Digest, ID: i.ID, Size: i.Size, Created: i.Created, Layers: len(i.Layers),
 		Entrypoint: i.Config.Entrypoint, Cmd: i.Config.Cmd, Env: i.Config.Env, WorkingDir: i.Config.WorkingDir,
 	}
@@ -30,12 +30,12 @@ func toAPIImage(i image.Image) api.Image {
 	return a
 }
 
-func (s *imageService) List(ctx context.Context) ([]api.Image, error) {
+func (s *imageService) List(ctx context.Context) ([]types.Image, error) {
 	imgs, err := s.s.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.Image, 0, len(imgs))
+	out := make([]types.Image, 0, len(imgs))
 	for _, i := range imgs {
 		out = append(out, toAPIImage(i))
 	}
@@ -43,31 +43,31 @@ func (s *imageService) List(ctx context.Context) ([]api.Image, error) {
 	return out, nil
 }
 
-func (s *imageService) Get(ctx context.Context, ref string) (api.Image, error) {
+func (s *imageService) Get(ctx context.Context, ref string) (types.Image, error) {
 	i, err := s.s.Get(ctx, ref)
 	if err != nil {
-		return api.Image{}, err
+		return types.Image{}, err
 	}
 	return toAPIImage(i), nil
 }
 
-func (s *imageService) Build(ctx context.Context, req api.BuildRequest) (api.Image, error) {
+func (s *imageService) Build(ctx context.Context, req types.BuildRequest) (types.Image, error) {
 	if req.Dir == "" {
-		return api.Image{}, errdefs.Invalid("dir", "is required")
+		return types.Image{}, errdefs.Invalid("dir", "is required")
 	}
 	if req.Tag == "" {
-		return api.Image{}, errdefs.Invalid("tag", "is required")
+		return types.Image{}, errdefs.Invalid("tag", "is required")
 	}
 	i, err := s.s.Build(ctx, req.Dir, image.BuildOptions{
 		Tag: req.Tag, Entrypoint: req.Entrypoint, Cmd: req.Cmd, Env: req.Env, Workdir: req.Workdir, Ports: req.Ports,
 	})
 	if err != nil {
-		return api.Image{}, fmt.Errorf("build %s: %w", req.Dir, err)
+		return types.Image{}, fmt.Errorf("build %s: %w", req.Dir, err)
 	}
 	return toAPIImage(i), nil
 }
 
-func (s *imageService) Import(ctx context.Context, req api.ImportRequest) ([]api.Image, error) {
+func (s *imageService) Import(ctx context.Context, req types.ImportRequest) ([]types.Image, error) {
 	if req.Path == "" {
 		return nil, errdefs.Invalid("path", "is required")
 	}
@@ -75,20 +75,20 @@ func (s *imageService) Import(ctx context.Context, req api.ImportRequest) ([]api
 	if err != nil {
 		return nil, fmt.Errorf("import %s: %w", req.Path, err)
 	}
-	out := make([]api.Image, 0, len(imgs))
+	out := make([]types.Image, 0, len(imgs))
 	for _, i := range imgs {
 		out = append(out, toAPIImage(i))
 	}
 	return out, nil
 }
 
-func (s *imageService) Pull(ctx context.Context, req api.PullRequest) (api.Image, error) {
+func (s *imageService) Pull(ctx context.Context, req types.PullRequest) (types.Image, error) {
 	if req.Ref == "" {
-		return api.Image{}, errdefs.Invalid("ref", "is required")
+		return types.Image{}, errdefs.Invalid("ref", "is required")
 	}
 	i, err := s.s.Pull(ctx, req.Ref, image.PullOptions{Insecure: req.Insecure})
 	if err != nil {
-		return api.Image{}, fmt.Errorf("pull %s: %w", req.Ref, err)
+		return types.Image{}, fmt.Errorf("pull %s: %w", req.Ref, err)
 	}
 	return toAPIImage(i), nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -23,7 +23,7 @@ type runPlan struct {
 	digest  string // image pinned while the container starts
 }
 
-func (s *containerService) plan(ctx context.Context, req api.RunRequest) (_ *runPlan, retErr error) {
+func (s *containerService) plan(ctx context.Context, req types.RunRequest) (_ *runPlan, retErr error) {
 	if req.Image == "" {
 		return nil, errdefs.Invalid("image", "is required")
 	}

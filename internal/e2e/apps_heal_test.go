@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // healLoad is the bounded load loop of the healing tests: 4 workers, at
@@ -21,7 +21,7 @@ func healLoad(proxy, app string, limit int) *steady {
 }
 
 // others returns the ids of a's replicas other than skip.
-func others(a api.App, skip string) []string {
+func others(a types.App, skip string) []string {
 	var out []string
 	for _, r := range a.Replicas {
 		if r.ID != skip {
@@ -48,7 +48,7 @@ image = "hello:1"
 min = 2
 max = 2
 `)
-	a := d.waitApp("hello", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	a := d.waitApp("hello", "two ready replicas", func(a types.App) bool { return a.Ready == 2 })
 	checkSpread(t, a)
 	victim, pid := a.Replicas[0].ID, a.Replicas[0].Pid
 	other := a.Replicas[1].ID
@@ -60,8 +60,8 @@ max = 2
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill replica %s (pid %d): %v", victim, pid, err)
 	}
-	a = d.waitApp("hello", "a replacement is ready", func(a api.App) bool {
-		return a.Ready == 2 && !slices.ContainsFunc(a.Replicas, func(r api.Replica) bool { return r.ID == victim })
+	a = d.waitApp("hello", "a replacement is ready", func(a types.App) bool {
+		return a.Ready == 2 && !slices.ContainsFunc(a.Replicas, func(r types.Replica) bool { return r.ID == victim })
 	})
 	took := time.Since(killed)
 	checkSpread(t, a)
@@ -80,11 +80,11 @@ max = 2
 		t.Fatalf("the load loop sent %d requests, want 5000", s.n)
 	}
 
-	var evs []api.Event
+	var evs []types.Event
 	if err := json.Unmarshal([]byte(d.must("events", "--app", "hello", "--output", "json")), &evs); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(evs, func(e api.Event) bool {
+	if !slices.ContainsFunc(evs, func(e types.Event) bool {
 		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, "signal 9")
 	}) {
 		t.Fatalf("no fail event naming SIGKILL for %s: %+v", victim, evs)
@@ -94,7 +94,7 @@ max = 2
 // checkSpread checks that the ready replicas of a (hello: 0.5 of a core at
 // most) are pinned each to a CPU of its own, as the kernel sees their
 // processes.
-func checkSpread(t *testing.T, a api.App) {
+func checkSpread(t *testing.T, a types.App) {
 	t.Helper()
 	seen := map[string]string{}
 	for _, r := range a.Replicas {
@@ -158,7 +158,7 @@ func (d *daemon) checkUnhealthyReplaced(manifest string, load func(proxy string)
 	t.Helper()
 	d.busybox("busybox:1")
 	d.deploy(manifest)
-	a := d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	a := d.waitApp("web", "two ready replicas", func(a types.App) bool { return a.Ready == 2 })
 	victim, other := a.Replicas[0].ID, a.Replicas[1].ID
 	s := load(d.proxyAddr())
 	defer s.end()
@@ -168,8 +168,8 @@ func (d *daemon) checkUnhealthyReplaced(manifest string, load func(proxy string)
 	if err := os.Remove(filepath.Join(www, victim, "ok.txt")); err != nil {
 		t.Fatal(err)
 	}
-	a = d.waitApp("web", "the unhealthy replica is replaced", func(a api.App) bool {
-		return a.Ready == 2 && a.State == "running" && !slices.ContainsFunc(a.Replicas, func(r api.Replica) bool { return r.ID == victim })
+	a = d.waitApp("web", "the unhealthy replica is replaced", func(a types.App) bool {
+		return a.Ready == 2 && a.State == "running" && !slices.ContainsFunc(a.Replicas, func(r types.Replica) bool { return r.ID == victim })
 	})
 	fresh := others(a, other)[0]
 	waitFor(t, "the new replica answers", func() bool { return s.answered(fresh) > 0 })
@@ -179,11 +179,11 @@ func (d *daemon) checkUnhealthyReplaced(manifest string, load func(proxy string)
 	}
 	t.Logf("%d requests; answers by replica: %v", s.n, s.by)
 
-	var evs []api.Event
+	var evs []types.Event
 	if err := json.Unmarshal([]byte(d.must("events", "--app", "web", "--output", "json")), &evs); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(evs, func(e api.Event) bool {
+	if !slices.ContainsFunc(evs, func(e types.Event) bool {
 		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, why)
 	}) {
 		t.Fatalf("no fail event for %s saying %q: %+v", victim, why, evs)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // The only replica of an app fails its health check: it leaves the route
@@ -38,13 +38,13 @@ failures = 2
 [volumes]
 www = "/www"
 `)
-	d.waitApp("web", "ready", func(a api.App) bool { return a.Ready == 1 })
+	d.waitApp("web", "ready", func(a types.App) bool { return a.Ready == 1 })
 	proxy := d.proxyAddr()
 	if code, body, _ := get(t, proxy, "web", "/ok.txt"); code != 200 || body != "fine\n" {
 		t.Fatalf("file from the shared volume: %d %q", code, body)
 	}
 	os.Remove(ok)
-	a := d.waitApp("web", "the unhealthy replica leaves", func(a api.App) bool { return a.Ready == 0 && a.State == "failing" })
+	a := d.waitApp("web", "the unhealthy replica leaves", func(a types.App) bool { return a.Ready == 0 && a.State == "failing" })
 	if !strings.Contains(a.Error, "health") {
 		t.Fatalf("failing app's error: %q", a.Error)
 	}
@@ -52,7 +52,7 @@ www = "/www"
 		t.Fatalf("request with no healthy replica: %d, want 503 after the queue timeout", code)
 	}
 	os.WriteFile(ok, []byte("fine again\n"), 0o644)
-	d.waitApp("web", "a healthy replica again", func(a api.App) bool { return a.Ready == 1 && a.State == "running" })
+	d.waitApp("web", "a healthy replica again", func(a types.App) bool { return a.Ready == 1 && a.State == "running" })
 	if code, body, _ := get(t, proxy, "web", "/ok.txt"); code != 200 || body != "fine again\n" {
 		t.Fatalf("after recovery: %d %q", code, body)
 	}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 var (
@@ -69,7 +69,7 @@ func (d *daemon) exampleImage(name string) {
 // proxyAddr is where the daemon's proxy listens.
 func (d *daemon) proxyAddr() string {
 	d.t.Helper()
-	var h api.Health
+	var h types.Health
 	if err := json.Unmarshal([]byte(d.must("info", "--output", "json")), &h); err != nil {
 		d.t.Fatalf("info: %v", err)
 	}
@@ -90,9 +90,9 @@ func (d *daemon) deploy(manifest string) {
 }
 
 // app returns the status of an app.
-func (d *daemon) app(name string) api.App {
+func (d *daemon) app(name string) types.App {
 	d.t.Helper()
-	var a api.App
+	var a types.App
 	out := d.must("app", "status", name, "--output", "json")
 	if err := json.Unmarshal([]byte(out), &a); err != nil {
 		d.t.Fatalf("app status %s: %v\n%s", name, err, out)
@@ -102,8 +102,8 @@ func (d *daemon) app(name string) api.App {
 
 // appQuiet returns the status of an app, or an error (for use outside the
 // test goroutine).
-func (d *daemon) appQuiet(name string) (api.App, error) {
-	var a api.App
+func (d *daemon) appQuiet(name string) (types.App, error) {
+	var a types.App
 	r := d.shoal("app", "status", name, "--output", "json")
 	if r.code != 0 {
 		return a, fmt.Errorf("app status %s: %s", name, r.stderr)
@@ -112,7 +112,7 @@ func (d *daemon) appQuiet(name string) (api.App, error) {
 }
 
 // replicasIn counts an app's replicas in state.
-func replicasIn(a api.App, state string) int {
+func replicasIn(a types.App, state string) int {
 	n := 0
 	for _, r := range a.Replicas {
 		if r.State == state {
@@ -123,7 +123,7 @@ func replicasIn(a api.App, state string) int {
 }
 
 // waitApp polls the app's status until cond holds (at most a minute).
-func (d *daemon) waitApp(name, what string, cond func(api.App) bool) api.App {
+func (d *daemon) waitApp(name, what string, cond func(types.App) bool) types.App {
 	d.t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {

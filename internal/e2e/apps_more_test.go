@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // Concurrent CPU-bound load scales cpuburn out past one replica without a
@@ -58,7 +58,7 @@ http = "/healthz"
 	if most.Load() < 2 {
 		t.Fatalf("at most %d ready replica under 6 concurrent requests with target 1", most.Load())
 	}
-	d.waitApp("burn", "every replica freezes once idle", func(a api.App) bool {
+	d.waitApp("burn", "every replica freezes once idle", func(a types.App) bool {
 		return a.Ready == 0 && replicasIn(a, "frozen") >= 1
 	})
 }
@@ -78,7 +78,7 @@ drain_timeout = "5s"
 [health]
 http = "/healthz"
 `)
-	d.waitApp("hello", "ready", func(a api.App) bool { return a.Ready == 1 })
+	d.waitApp("hello", "ready", func(a types.App) bool { return a.Ready == 1 })
 	proxy := d.proxyAddr()
 	seen := map[string]bool{}
 	fails := 0
@@ -147,7 +147,7 @@ min = 1
 	if r.code != 1 || !strings.Contains(r.stderr, "revision 1 failed") || !strings.Contains(r.stderr, "exited with code 3") {
 		t.Fatalf("deploy of an app that crashes at boot: exit %d, stderr %q", r.code, r.stderr)
 	}
-	a := d.waitApp("crash", "the crash shows", func(a api.App) bool { return a.State == "failing" })
+	a := d.waitApp("crash", "the crash shows", func(a types.App) bool { return a.State == "failing" })
 	if !strings.Contains(a.Error, "exited with code 3") || !strings.Contains(strings.Join(a.Log, "\n"), "settings.yml is broken") {
 		t.Fatalf("failing app: error %q, log %q", a.Error, a.Log)
 	}
@@ -202,10 +202,10 @@ min = 1
 [resources]
 cpu = 1
 `)
-	d.waitApp("burn", "ready", func(a api.App) bool { return a.Ready == 1 })
+	d.waitApp("burn", "ready", func(a types.App) bool { return a.Ready == 1 })
 	proxy := d.proxyAddr()
 	slow := slowRequest(proxy, "burn", 2000)
-	d.waitApp("burn", "the slow request is in flight", func(a api.App) bool {
+	d.waitApp("burn", "the slow request is in flight", func(a types.App) bool {
 		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
 	})
 	removed := make(chan result, 1)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // revManifest is hello at a fixed size; greeting makes each revision's
@@ -46,7 +46,7 @@ func (d *daemon) deployFile(manifest string, args ...string) (result, time.Durat
 }
 
 // pids maps the app's replicas of revision rev in state to their PIDs.
-func pids(a api.App, rev int, state string) map[string]int {
+func pids(a types.App, rev int, state string) map[string]int {
 	out := map[string]int{}
 	for _, r := range a.Replicas {
 		if r.Revision == rev && r.State == state {
@@ -78,7 +78,7 @@ func TestAppRolloutAndRollbackUnderLoad(t *testing.T) {
 	if r, _ := d.deployFile(revManifest(3, "v1")); r.code != 0 {
 		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
 	}
-	v1 := d.waitApp("hello", "three ready", func(a api.App) bool { return len(pids(a, 1, "ready")) == 3 })
+	v1 := d.waitApp("hello", "three ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 3 })
 	v1pids := pids(v1, 1, "ready")
 	proxy := d.proxyAddr()
 	s := startSteady(proxy, "hello", "/", 4, 40000, 2*time.Millisecond)
@@ -91,11 +91,11 @@ func TestAppRolloutAndRollbackUnderLoad(t *testing.T) {
 	}
 	t.Logf("rollout of 3 replicas under load: `shoal app deploy` returned after %s:\n%s", took.Round(time.Millisecond), r.stdout)
 	a := d.app("hello")
-	if a.Revision != 2 || a.Rollout == nil || a.Rollout.State != api.RolloutDone || len(pids(a, 2, "ready")) != 3 {
+	if a.Revision != 2 || a.Rollout == nil || a.Rollout.State != types.RolloutDone || len(pids(a, 2, "ready")) != 3 {
 		t.Fatalf("after the rollout: revision %d rollout %+v replicas %+v", a.Revision, a.Rollout, a.Replicas)
 	}
 	t.Logf("rollout as the daemon saw it: %s", a.Rollout.Reason)
-	a = d.waitApp("hello", "revision 1 frozen", func(a api.App) bool { return sameKeys(pids(a, 1, "frozen"), v1pids) })
+	a = d.waitApp("hello", "revision 1 frozen", func(a types.App) bool { return sameKeys(pids(a, 1, "frozen"), v1pids) })
 	v2 := pids(a, 2, "ready")
 	mark := map[string]int{}
 	s.mu.Lock()
@@ -144,7 +144,7 @@ func TestAppRolloutAndRollbackUnderLoad(t *testing.T) {
 			t.Fatalf("replica %s has PID %d after the rollback, %d before: not thawed", id, pid, v1pids[id])
 		}
 	}
-	d.waitApp("hello", "revision 2 frozen", func(a api.App) bool { return sameKeys(pids(a, 2, "frozen"), v2) })
+	d.waitApp("hello", "revision 2 frozen", func(a types.App) bool { return sameKeys(pids(a, 2, "frozen"), v2) })
 	time.Sleep(200 * time.Millisecond)
 	s.end()
 	t.Logf("load loop: %d requests, %d failed", s.n, s.failed)
@@ -168,7 +168,7 @@ func TestAppAutoRollbackUnderLoad(t *testing.T) {
 	if r, _ := d.deployFile(revManifest(2, "v1")); r.code != 0 {
 		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
 	}
-	v1 := pids(d.waitApp("hello", "two ready", func(a api.App) bool { return len(pids(a, 1, "ready")) == 2 }), 1, "ready")
+	v1 := pids(d.waitApp("hello", "two ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 2 }), 1, "ready")
 	proxy := d.proxyAddr()
 	s := startSteady(proxy, "hello", "/", 4, 40000, 2*time.Millisecond)
 	defer s.end()
@@ -180,7 +180,7 @@ func TestAppAutoRollbackUnderLoad(t *testing.T) {
 	}
 	t.Logf("automatic rollback: deploy returned after %s: %s", took.Round(time.Millisecond), strings.TrimSpace(r.stderr))
 	a := d.app("hello")
-	if a.Revision != 1 || a.Rollout.State != api.RolloutRolledBack {
+	if a.Revision != 1 || a.Rollout.State != types.RolloutRolledBack {
 		t.Fatalf("after the automatic rollback: revision %d rollout %+v", a.Revision, a.Rollout)
 	}
 	for id, pid := range pids(a, 1, "ready") {

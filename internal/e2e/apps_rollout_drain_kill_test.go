@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -35,7 +35,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	if r, _ := d.deployFile(drainManifest(2, "v1")); r.code != 0 {
 		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
 	}
-	d.waitApp("hello", "two ready", func(a api.App) bool { return len(pids(a, 1, "ready")) == 2 })
+	d.waitApp("hello", "two ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 2 })
 	paddr := d.proxyAddr()
 	s := startSteady(paddr, "hello", "/", 4, 40000, 2*time.Millisecond)
 	defer s.end()
@@ -51,15 +51,15 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	}
 	// Kill once revision 2 takes all the traffic while a replica of
 	// revision 1, out of the route, still drains the slow request.
-	var seen api.App
+	var seen types.App
 	held := 0
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		a := d.appFast("hello")
-		draining := slices.ContainsFunc(a.Replicas, func(r api.Replica) bool {
+		draining := slices.ContainsFunc(a.Replicas, func(r types.Replica) bool {
 			return r.Revision == 1 && r.State == "ready" && r.InFlight > 0
 		})
-		if a.Revision == 2 && a.Rollout != nil && a.Rollout.State == api.RolloutDone && draining {
+		if a.Revision == 2 && a.Rollout != nil && a.Rollout.State == types.RolloutDone && draining {
 			eps := d.routes()["hello"].Endpoints
 			if len(eps) > 0 && !slices.ContainsFunc(eps, func(e route.Endpoint) bool { return e.Revision != 2 }) {
 				// Seen on several polls: the slow request, not a short
@@ -97,7 +97,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	// Until the slow request ends and revision 1 has left service, the
 	// route never holds anything but revision 2.
 	var slowStatus string
-	var a api.App
+	var a types.App
 	deadline = time.Now().Add(time.Minute)
 	for {
 		for _, e := range d.routes()["hello"].Endpoints {
@@ -112,7 +112,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 			}
 		}
 		a = d.appFast("hello")
-		settled := !slices.ContainsFunc(a.Replicas, func(r api.Replica) bool {
+		settled := !slices.ContainsFunc(a.Replicas, func(r types.Replica) bool {
 			return r.Revision == 1 && r.State != "frozen" && r.State != "stopped"
 		})
 		if slowStatus != "" && settled && len(pids(a, 2, "ready")) == 2 {
@@ -153,7 +153,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "revision 1 takes all traffic") {
 		t.Fatalf("rollback: exit %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	a = d.waitApp("hello", "revision 1 ready again", func(a api.App) bool { return a.Revision == 1 && len(pids(a, 1, "ready")) == 2 })
+	a = d.waitApp("hello", "revision 1 ready again", func(a types.App) bool { return a.Revision == 1 && len(pids(a, 1, "ready")) == 2 })
 	atRollback := sent()
 	waitFor(t, "requests served after the rollback", func() bool { return sent() >= atRollback+200 })
 	for _, e := range d.routes()["hello"].Endpoints {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // runcIDs lists the containers runc knows under the daemon's run dir.
@@ -27,7 +27,7 @@ func (d *daemon) runcIDs() []string {
 }
 
 // brief names each replica of a with its revision, state and PID.
-func brief(a api.App) string {
+func brief(a types.App) string {
 	var b []string
 	for _, r := range a.Replicas {
 		b = append(b, fmt.Sprintf("%s r%d %s pid %d", r.ID, r.Revision, r.State, r.Pid))
@@ -37,9 +37,9 @@ func brief(a api.App) string {
 
 // appFast reads an app's status straight from the API (quicker than the
 // CLI, to catch a rollout in its first few hundred milliseconds).
-func (d *daemon) appFast(name string) api.App {
+func (d *daemon) appFast(name string) types.App {
 	d.t.Helper()
-	var a api.App
+	var a types.App
 	body := d.getText("/v1/apps/" + name)
 	if err := json.Unmarshal([]byte(body), &a); err != nil {
 		d.t.Fatalf("app %s: %v\n%s", name, err, body)
@@ -58,7 +58,7 @@ func TestAppRolloutSurvivesDaemonKill(t *testing.T) {
 	if r, _ := d.deployFile(revManifest(3, "v1")); r.code != 0 {
 		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
 	}
-	v1pids := pids(d.waitApp("hello", "three ready", func(a api.App) bool { return len(pids(a, 1, "ready")) == 3 }), 1, "ready")
+	v1pids := pids(d.waitApp("hello", "three ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 3 }), 1, "ready")
 	proxy := d.proxyAddr()
 	s := startSteady(proxy, "hello", "/", 4, 40000, 2*time.Millisecond)
 	defer s.end()
@@ -73,15 +73,15 @@ func TestAppRolloutSurvivesDaemonKill(t *testing.T) {
 		t.Fatalf("deploy --detach revision 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	// Kill as soon as a replica of revision 2 runs but is not ready yet.
-	var seen api.App
+	var seen types.App
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		a := d.appFast("hello")
 		if a.Rollout != nil && a.Rollout.Revision == 2 {
-			if a.Rollout.State != api.RolloutProgressing {
+			if a.Rollout.State != types.RolloutProgressing {
 				t.Fatalf("the rollout was %s before it was seen in progress: %+v", a.Rollout.State, a.Rollout)
 			}
-			if slices.ContainsFunc(a.Replicas, func(r api.Replica) bool { return r.Revision == 2 && r.State == "starting" && r.Pid > 0 }) {
+			if slices.ContainsFunc(a.Replicas, func(r types.Replica) bool { return r.Revision == 2 && r.State == "starting" && r.Pid > 0 }) {
 				seen = a
 				break
 			}
@@ -97,11 +97,11 @@ func TestAppRolloutSurvivesDaemonKill(t *testing.T) {
 	waitFor(t, "requests served while the daemon is down", func() bool { return sent() >= atKill+100 })
 
 	d.start()
-	a := d.waitApp("hello", "the rollout done", func(a api.App) bool {
-		return a.Revision == 2 && a.Rollout != nil && a.Rollout.State == api.RolloutDone && len(pids(a, 2, "ready")) == 3
+	a := d.waitApp("hello", "the rollout done", func(a types.App) bool {
+		return a.Revision == 2 && a.Rollout != nil && a.Rollout.State == types.RolloutDone && len(pids(a, 2, "ready")) == 3
 	})
 	t.Logf("after the restart the rollout ended: %s", a.Rollout.Reason)
-	a = d.waitApp("hello", "no replica of revision 1 serving", func(a api.App) bool {
+	a = d.waitApp("hello", "no replica of revision 1 serving", func(a types.App) bool {
 		for _, r := range a.Replicas {
 			if r.Revision == 1 && (r.State == "ready" || r.State == "starting" || r.State == "pending" || r.State == "draining") {
 				return false
@@ -142,7 +142,7 @@ func TestAppRolloutSurvivesDaemonKill(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "revision 1 takes all traffic") {
 		t.Fatalf("rollback: exit %d %s %s", r.code, r.stdout, r.stderr)
 	}
-	a = d.waitApp("hello", "revision 1 ready again", func(a api.App) bool { return a.Revision == 1 && len(pids(a, 1, "ready")) == 3 })
+	a = d.waitApp("hello", "revision 1 ready again", func(a types.App) bool { return a.Revision == 1 && len(pids(a, 1, "ready")) == 3 })
 	thawed := 0
 	for id, pid := range pids(a, 1, "ready") {
 		if v1pids[id] == pid {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // While a new revision's replicas crash at boot and the old revision
@@ -17,16 +17,16 @@ func TestAppRolloutFailuresShown(t *testing.T) {
 	if r, _ := d.deployFile(revManifest(2, "v1")); r.code != 0 {
 		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
 	}
-	d.waitApp("hello", "two ready", func(a api.App) bool { return len(pids(a, 1, "ready")) == 2 })
+	d.waitApp("hello", "two ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 2 })
 	// failures = 100 keeps the rollout going (no automatic rollback);
 	// one process is not enough for the Go runtime: each replica crashes.
 	if r, _ := d.deployFile(revManifest(2, "v2", "failures = 100", "[resources]\npids = 1"), "--detach"); r.code != 0 {
 		t.Fatalf("deploy revision 2 --detach: %d %s", r.code, r.stderr)
 	}
-	a := d.waitApp("hello", "a replica of revision 2 fails", func(a api.App) bool {
+	a := d.waitApp("hello", "a replica of revision 2 fails", func(a types.App) bool {
 		return a.Rollout != nil && a.Rollout.Revision == 2 && a.Rollout.Failures >= 2
 	})
-	if a.State != "running" || a.Rollout.State != api.RolloutProgressing || a.Rollout.Reason == "" || len(pids(a, 1, "ready")) != 2 {
+	if a.State != "running" || a.Rollout.State != types.RolloutProgressing || a.Rollout.Reason == "" || len(pids(a, 1, "ready")) != 2 {
 		t.Fatalf("app while revision 2 fails to start: state %q, rollout %+v, replicas %+v", a.State, a.Rollout, a.Replicas)
 	}
 	if code, _, _ := get(t, d.proxyAddr(), "hello", "/"); code != 200 {
@@ -39,7 +39,7 @@ func TestAppRolloutFailuresShown(t *testing.T) {
 		t.Fatalf("app ls while revision 2 fails:\n%s", out)
 	}
 	t.Logf("app ls while revision 2 fails:\n%s", out)
-	var apps []api.App
+	var apps []types.App
 	if err := json.Unmarshal([]byte(d.must("app", "ls", "--output", "json")), &apps); err != nil {
 		t.Fatalf("app ls --output json: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 const selfManifest = `
@@ -23,7 +23,7 @@ idle_timeout = "1m"
 http = "/healthz"
 `
 
-func readyIDs(a api.App) []string {
+func readyIDs(a types.App) []string {
 	var ids []string
 	for _, r := range a.Replicas {
 		if r.State == "ready" {
@@ -40,7 +40,7 @@ func TestSelfReplicateHaltDieUnderLoad(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("hello")
 	d.deploy(strings.Replace(selfManifest, "%s", "3", 1))
-	a := d.waitApp("web", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp("web", "one ready replica", func(a types.App) bool { return a.Ready == 1 })
 	first := asReplica(t, a, readyIDs(a)[0])
 	proxy := d.proxyAddr()
 	s := startSteady(proxy, "web", "/", 4, 20000, 2*time.Millisecond)
@@ -52,7 +52,7 @@ func TestSelfReplicateHaltDieUnderLoad(t *testing.T) {
 	if ans.str("replica", "state") != "ready" || second == "" || second == first.id {
 		t.Fatalf("replicate answered %s", ans.raw)
 	}
-	a = d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	a = d.waitApp("web", "two ready replicas", func(a types.App) bool { return a.Ready == 2 })
 	waitFor(t, "the new replica serves", func() bool { return s.answered(second) > 20 })
 	self := first.call(t, "GET", "/v1/self", "")
 	self.expect(t, "GET /v1/self", 200, "")
@@ -62,7 +62,7 @@ func TestSelfReplicateHaltDieUnderLoad(t *testing.T) {
 
 	x := asReplica(t, a, second)
 	x.call(t, "POST", "/v1/self/halt", "").expect(t, "halt", 200, "")
-	a = d.waitApp("web", "the halted replica listed", func(a api.App) bool { return replicasIn(a, "halted") == 1 })
+	a = d.waitApp("web", "the halted replica listed", func(a types.App) bool { return replicasIn(a, "halted") == 1 })
 	time.Sleep(100 * time.Millisecond) // requests sent before the halt finish
 	settled := s.answered(second)
 	time.Sleep(300 * time.Millisecond)
@@ -70,7 +70,7 @@ func TestSelfReplicateHaltDieUnderLoad(t *testing.T) {
 		t.Fatalf("a halted replica answered %d more requests", n-settled)
 	}
 	x.call(t, "POST", "/v1/self/die", "").expect(t, "die", 202, "")
-	d.waitApp("web", "the dead replica gone", func(a api.App) bool { return len(a.Replicas) == 1 && a.Ready == 1 })
+	d.waitApp("web", "the dead replica gone", func(a types.App) bool { return len(a.Replicas) == 1 && a.Ready == 1 })
 	time.Sleep(300 * time.Millisecond) // the load goes on after the stop
 	s.end()
 	if s.failed != 0 {
@@ -110,7 +110,7 @@ func TestSelfRefusals(t *testing.T) {
 	}
 
 	second.call(t, "POST", "/v1/self/die", "").expect(t, "die", 202, "")
-	d.waitApp("web", "one replica", func(a api.App) bool { return len(a.Replicas) == 1 })
+	d.waitApp("web", "one replica", func(a types.App) bool { return len(a.Replicas) == 1 })
 	selfCall(t, second.url, second.token, first.pid, "GET", "/v1/self", "").expect(t, "token of a gone replica", 401, "unauthorized")
 	first.call(t, "POST", "/v1/self/die", "").expect(t, "die below min", 409, "min")
 	first.call(t, "POST", "/v1/self/halt", "").expect(t, "halt below min", 409, "min")
@@ -153,10 +153,10 @@ target = 10
 [health]
 http = "/healthz"
 `)
-	a := d.waitApp("queue", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp("queue", "one ready replica", func(a types.App) bool { return a.Ready == 1 })
 	x := asReplica(t, a, readyIDs(a)[0])
 	x.call(t, "POST", "/v1/self/metrics", `{"name":"queue","value":35}`).expect(t, "metrics", 200, "")
-	d.waitApp("queue", "four ready replicas for a queue of 35 at 10 each", func(a api.App) bool { return a.Ready == 4 })
+	d.waitApp("queue", "four ready replicas for a queue of 35 at 10 each", func(a types.App) bool { return a.Ready == 4 })
 	found := false
 	for _, e := range d.events("queue", "scale") {
 		found = found || (strings.Contains(e.Reason, "metric queue") && strings.Contains(e.Reason, "at target 10 wants 4"))
@@ -174,7 +174,7 @@ func TestSelfTokenSurvivesRestart(t *testing.T) {
 	d := startDaemon(t)
 	first, second := d.selfPair(t, 3)
 	second.call(t, "POST", "/v1/self/halt", "").expect(t, "halt", 200, "")
-	d.waitApp("web", "the halted replica recorded", func(a api.App) bool { return replicasIn(a, "halted") == 1 })
+	d.waitApp("web", "the halted replica recorded", func(a types.App) bool { return replicasIn(a, "halted") == 1 })
 	time.Sleep(200 * time.Millisecond) // the record is written after the answer
 	d.stop(syscall.SIGKILL)
 	db, err := os.ReadFile(filepath.Join(d.dataDir, "store.db"))
@@ -187,7 +187,7 @@ func TestSelfTokenSurvivesRestart(t *testing.T) {
 		}
 	}
 	d.start()
-	d.waitApp("web", "the replicas adopted", func(a api.App) bool { return a.Ready == 1 && replicasIn(a, "halted") == 1 })
+	d.waitApp("web", "the replicas adopted", func(a types.App) bool { return a.Ready == 1 && replicasIn(a, "halted") == 1 })
 	self := first.call(t, "GET", "/v1/self", "")
 	self.expect(t, "GET /v1/self after a restart", 200, "")
 	if self.str("id") != first.id {
@@ -199,5 +199,5 @@ func TestSelfTokenSurvivesRestart(t *testing.T) {
 		}
 	}
 	second.call(t, "POST", "/v1/self/die", "").expect(t, "die after a restart", 202, "")
-	d.waitApp("web", "the halted replica gone", func(a api.App) bool { return len(a.Replicas) == 1 })
+	d.waitApp("web", "the halted replica gone", func(a types.App) bool { return len(a.Replicas) == 1 })
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // selfscaleManifest is the example's own shoal.toml with thresholds the
@@ -41,7 +41,7 @@ func TestSelfscaleExample(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("selfscale")
 	d.deploy(selfscaleManifest(t))
-	d.waitApp("selfscale", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
+	d.waitApp("selfscale", "one ready replica", func(a types.App) bool { return a.Ready == 1 })
 	proxy := d.proxyAddr()
 
 	var most atomic.Int64
@@ -82,7 +82,7 @@ func TestSelfscaleExample(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	high.end()
 	// Back to the low load: the extra replicas leave on their own.
-	a := d.waitApp("selfscale", "back to one serving replica", func(a api.App) bool {
+	a := d.waitApp("selfscale", "back to one serving replica", func(a types.App) bool {
 		return a.Ready == 1 && len(a.Replicas) == 1
 	})
 	time.Sleep(time.Second)

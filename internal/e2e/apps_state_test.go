@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // stateApp is a busybox app of three replicas whose command first runs
@@ -37,11 +37,11 @@ dir = "/state"
 
 // scaleDownAndMerge scales app to zero and waits until every replica in
 // ids has had its state merged; it returns the merge events.
-func (d *daemon) scaleDownAndMerge(app string, ids []string) []api.Event {
+func (d *daemon) scaleDownAndMerge(app string, ids []string) []types.Event {
 	d.t.Helper()
 	d.must("app", "scale", app, "--min", "0")
-	d.waitApp(app, "every replica stops", func(a api.App) bool { return len(a.Replicas) == 0 })
-	var merged []api.Event
+	d.waitApp(app, "every replica stops", func(a types.App) bool { return len(a.Replicas) == 0 })
+	var merged []types.Event
 	waitFor(d.t, "every replica's state is merged", func() bool {
 		merged = merged[:0]
 		if failed := d.events(app, "merge-failed"); len(failed) > 0 {
@@ -75,7 +75,7 @@ func (d *daemon) volumeFile(app, rel string) string {
 	return string(b)
 }
 
-func replicaIDs(a api.App) []string {
+func replicaIDs(a types.App) []string {
 	var ids []string
 	for _, r := range a.Replicas {
 		ids = append(ids, r.ID)
@@ -99,7 +99,7 @@ func TestAppStateAppend(t *testing.T) {
 	// must not follow.
 	d.deploy(stateApp(app, `mkdir -p /state/log; for i in 1 2 3 4 5; do echo "$SHOAL_REPLICA line $i" >> /state/log/access.log; done; ln -s /etc/passwd /state/log/passwd`,
 		`merge = "append"`))
-	a := d.waitApp(app, "three ready replicas", func(a api.App) bool { return a.Ready == 3 })
+	a := d.waitApp(app, "three ready replicas", func(a types.App) bool { return a.Ready == 3 })
 	ids := replicaIDs(a)
 	merged := d.scaleDownAndMerge(app, ids)
 	for _, e := range merged {
@@ -133,7 +133,7 @@ func TestAppStateNewest(t *testing.T) {
 	// Distinct times from the replicas' ids (app-<8 hex digits>).
 	d.deploy(stateApp(app, `echo $SHOAL_REPLICA > /state/conf.txt; touch -d "@$((0x${SHOAL_REPLICA##*-} % 1000000000 + 1000000000))" /state/conf.txt`,
 		`merge = "newest"`))
-	a := d.waitApp(app, "three ready replicas", func(a api.App) bool { return a.Ready == 3 })
+	a := d.waitApp(app, "three ready replicas", func(a types.App) bool { return a.Ready == 3 })
 	ids := replicaIDs(a)
 	var newest string
 	var newestAt time.Time
@@ -165,7 +165,7 @@ func TestAppStateHook(t *testing.T) {
 	d.deploy(stateApp(app, `echo "$SHOAL_REPLICA was here" > /state/part`,
 		`merge = "hook"
 hook = ["sh", "-c", "cat /state/* >> /data/merged && echo $SHOAL_REPLICA >> /data/hooks"]`))
-	a := d.waitApp(app, "three ready replicas", func(a api.App) bool { return a.Ready == 3 })
+	a := d.waitApp(app, "three ready replicas", func(a types.App) bool { return a.Ready == 3 })
 	ids := replicaIDs(a)
 	d.scaleDownAndMerge(app, ids)
 	merged, hooks := d.volumeFile(app, "merged"), d.volumeFile(app, "hooks")
@@ -192,10 +192,10 @@ func TestAppStateHookFails(t *testing.T) {
 	m := stateApp(app, `echo x > /state/part`, `merge = "hook"
 hook = ["sh", "-c", "echo no room >&2; exit 7"]`)
 	d.deploy(strings.Replace(m, "min = 3", "min = 1", 1))
-	a := d.waitApp(app, "a ready replica", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp(app, "a ready replica", func(a types.App) bool { return a.Ready == 1 })
 	id := a.Replicas[0].ID
 	d.must("app", "scale", app, "--min", "0")
-	var failed api.Event
+	var failed types.Event
 	waitFor(t, "the hook fails", func() bool {
 		for _, e := range d.events(app, "merge-failed") {
 			if e.Replica == id {
@@ -223,7 +223,7 @@ func TestAppStateAppendDaemonKilledMidMerge(t *testing.T) {
 	const files = 300
 	d.deploy(stateApp(app, fmt.Sprintf(`mkdir -p /state/d; i=0; while [ $i -lt %d ]; do echo "$SHOAL_REPLICA $i" >> /state/d/f$i.log; i=$((i+1)); done`, files),
 		`merge = "append"`))
-	a := d.waitApp(app, "three ready replicas", func(a api.App) bool { return a.Ready == 3 })
+	a := d.waitApp(app, "three ready replicas", func(a types.App) bool { return a.Ready == 3 })
 	ids := replicaIDs(a)
 	d.must("app", "scale", app, "--min", "0")
 	journals := filepath.Join(d.dataDir, "apps", app, "state", "gone", "*", "work", "append.json")
@@ -235,7 +235,7 @@ func TestAppStateAppendDaemonKilledMidMerge(t *testing.T) {
 	left, _ := filepath.Glob(journals)
 	t.Logf("killed with %d merges under way", len(left))
 	d.start()
-	d.waitApp(app, "every replica stops", func(a api.App) bool { return len(a.Replicas) == 0 })
+	d.waitApp(app, "every replica stops", func(a types.App) bool { return len(a.Replicas) == 0 })
 	state := filepath.Join(d.dataDir, "apps", app, "state")
 	waitFor(t, "every state area merged", func() bool {
 		a, _ := os.ReadDir(filepath.Join(state, "live"))

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -109,7 +109,7 @@ func TestAppStickyScaleOutAndKill(t *testing.T) {
 	if r, _ := d.deployFile(revManifest(2, "hi", "[traffic]\nsticky = true")); r.code != 0 {
 		t.Fatalf("deploy: %d %s", r.code, r.stderr)
 	}
-	a := d.waitApp("hello", "two ready", func(a api.App) bool { return a.Ready == 2 })
+	a := d.waitApp("hello", "two ready", func(a types.App) bool { return a.Ready == 2 })
 	if !a.Sticky {
 		t.Fatalf("app deployed with [traffic] sticky = true is not sticky: %+v", a)
 	}
@@ -131,7 +131,7 @@ func TestAppStickyScaleOutAndKill(t *testing.T) {
 	}()
 	waitFor(t, "the sticky client's first answers", func() bool { return c.count() >= 50 })
 	d.must("app", "scale", "hello", "--min", "3", "--max", "3")
-	a = d.waitApp("hello", "a third replica is ready", func(a api.App) bool { return a.Ready == 3 })
+	a = d.waitApp("hello", "a third replica is ready", func(a types.App) bool { return a.Ready == 3 })
 	grown := c.count()
 	var fresh string
 	for id := range pids(a, 1, "ready") {

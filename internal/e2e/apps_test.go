@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 const helloManifest = `
@@ -121,12 +121,12 @@ func TestAppFreezeThawStop(t *testing.T) {
 	d.deploy(manifest("300ms", "2s"))
 	proxy := d.proxyAddr()
 	_, _, first := get(t, proxy, "hello", "/")
-	d.waitApp("hello", "the idle replica freezes", func(a api.App) bool { return replicasIn(a, "frozen") == 1 })
+	d.waitApp("hello", "the idle replica freezes", func(a types.App) bool { return replicasIn(a, "frozen") == 1 })
 	code, _, again := get(t, proxy, "hello", "/")
 	if code != 200 || again != first {
 		t.Fatalf("request to a frozen app: %d from %q, want 200 from the thawed %q", code, again, first)
 	}
-	d.waitApp("hello", "the frozen replica stops", func(a api.App) bool { return len(a.Replicas) == 0 })
+	d.waitApp("hello", "the frozen replica stops", func(a types.App) bool { return len(a.Replicas) == 0 })
 	code, _, fresh := get(t, proxy, "hello", "/")
 	if code != 200 || fresh == first || fresh == "" {
 		t.Fatalf("request after stop: %d from %q (old %q)", code, fresh, first)
@@ -139,11 +139,11 @@ func TestAppAdoptedAfterDaemonKill(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("hello")
 	d.deploy(strings.Replace(manifest("1m", "10m"), "min = 0", "min = 1", 1))
-	a := d.waitApp("hello", "min replica ready", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp("hello", "min replica ready", func(a types.App) bool { return a.Ready == 1 })
 	pid, id := a.Replicas[0].Pid, a.Replicas[0].ID
 	d.stop(syscall.SIGKILL)
 	d.start()
-	a = d.waitApp("hello", "the replica is adopted", func(a api.App) bool { return a.Ready == 1 })
+	a = d.waitApp("hello", "the replica is adopted", func(a types.App) bool { return a.Ready == 1 })
 	if a.Replicas[0].Pid != pid || a.Replicas[0].ID != id || len(a.Replicas) != 1 {
 		t.Fatalf("after restart: %+v, want %s with pid %d", a.Replicas, id, pid)
 	}
@@ -159,7 +159,7 @@ func TestAppFrozenAdoptedAfterRestart(t *testing.T) {
 	d.exampleImage("hello")
 	d.deploy(manifest("300ms", "10m"))
 	_, _, first := get(t, d.proxyAddr(), "hello", "/")
-	d.waitApp("hello", "frozen", func(a api.App) bool { return replicasIn(a, "frozen") == 1 })
+	d.waitApp("hello", "frozen", func(a types.App) bool { return replicasIn(a, "frozen") == 1 })
 	d.stop(syscall.SIGTERM)
 	d.start()
 	a := d.app("hello")

@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // revisionOf maps each replica the app lists to its revision.
-func revisionOf(a api.App) map[string]int {
+func revisionOf(a types.App) map[string]int {
 	out := map[string]int{}
 	for _, r := range a.Replicas {
 		out[r.ID] = r.Revision
@@ -43,7 +43,7 @@ func TestAppTrafficSplitUnderLoad(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("traffic 1=90 2=10: %d %s", r.code, r.stderr)
 	}
-	d.waitApp("hello", "both revisions ready", func(a api.App) bool {
+	d.waitApp("hello", "both revisions ready", func(a types.App) bool {
 		return len(pids(a, 1, "ready")) >= 1 && len(pids(a, 2, "ready")) >= 1
 	})
 	proxy := d.proxyAddr()
@@ -65,7 +65,7 @@ func TestAppTrafficSplitUnderLoad(t *testing.T) {
 		t.Fatalf("answers by revision %v of %d: revision 2 had %.1f%%, want 10±3", count, s.n, share2)
 	}
 	a := d.app("hello")
-	if len(a.Traffic) != 2 || a.Traffic[0] != (api.TrafficTarget{Revision: 1, Percent: 90}) {
+	if len(a.Traffic) != 2 || a.Traffic[0] != (types.TrafficTarget{Revision: 1, Percent: 90}) {
 		t.Fatalf("app traffic: %+v", a.Traffic)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // What a replica writes to the app's shared volume is there for the
@@ -28,14 +28,14 @@ http = "/boots.txt"
 [volumes]
 data = "/data"
 `)
-	a := d.waitApp("notes", "ready", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp("notes", "ready", func(a types.App) bool { return a.Ready == 1 })
 	first := a.Replicas[0].ID
 	proxy := d.proxyAddr()
 	if code, body, _ := get(t, proxy, "notes", "/boots.txt"); code != 200 || body != first+"\n" {
 		t.Fatalf("boots.txt from %s: %d %q", first, code, body)
 	}
 	d.must("app", "scale", "notes", "--min", "0")
-	d.waitApp("notes", "the replica freezes and stops", func(a api.App) bool { return len(a.Replicas) == 0 })
+	d.waitApp("notes", "the replica freezes and stops", func(a types.App) bool { return len(a.Replicas) == 0 })
 	code, body, _ := get(t, proxy, "notes", "/boots.txt")
 	lines := strings.Split(strings.TrimSpace(body), "\n")
 	if code != 200 || len(lines) != 2 || lines[0] != first || lines[1] == first {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // TestJobForkBombLeavesDaemonHealthy runs a fork bomb through the daemon
@@ -20,13 +20,13 @@ func TestJobForkBombLeavesDaemonHealthy(t *testing.T) {
 	d.busybox("busybox:1")
 	r := d.shoal("job", "run", "--output", "json", "--timeout", "3s", "busybox:1", "sh", "-c", "f(){ f | f & }; f; while :; do :; done")
 	j := jobJSON(t, r.stdout)
-	if r.code != 1 || j.State != api.JobDone || len(j.Steps) != 1 || j.Steps[0].Status != api.StepTimeout {
+	if r.code != 1 || j.State != types.JobDone || len(j.Steps) != 1 || j.Steps[0].Status != types.StepTimeout {
 		t.Fatalf("fork bomb: exit %d, job %+v; want exit 1 and status timeout", r.code, j)
 	}
 	if !strings.Contains(j.Steps[0].Stderr, "fork") {
 		t.Errorf("stderr %q: want the shell's fork failures at the process limit", j.Steps[0].Stderr)
 	}
-	var h api.Health
+	var h types.Health
 	if err := json.Unmarshal([]byte(d.getText("/v1/health")), &h); err != nil || h.Status != "ok" {
 		t.Fatalf("health after the bomb: %+v %v", h, err)
 	}
@@ -89,7 +89,7 @@ func TestJobTenantQuota(t *testing.T) {
 	var queued []string
 	for i := 0; i < 2; i++ {
 		code, _, raw := d.post("/v1/jobs", []byte(one))
-		var j api.Job
+		var j types.Job
 		if code != 202 || json.Unmarshal(raw, &j) != nil {
 			t.Fatalf("job %d of a queue of 2: %d %s", i, code, raw)
 		}
@@ -114,7 +114,7 @@ func TestJobTenantQuota(t *testing.T) {
 	if r := d.shoal("job", "submit", "-f", batch); r.code != 1 || r.stdout != "" || !strings.Contains(r.stderr, "quota") {
 		t.Fatalf("CLI batch of 2 with 1 place left: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
-	var small []api.Job
+	var small []types.Job
 	json.Unmarshal([]byte(d.must("job", "ls", "--tenant", "small", "--state", "queued", "-o", "json")), &small)
 	if len(small) != 1 || small[0].ID != queued[1] {
 		t.Fatalf("queued jobs of small after the refused batch: %+v, want only %s", small, queued[1])

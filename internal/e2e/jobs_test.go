@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // jobJSON decodes a job printed with --output json.
-func jobJSON(t *testing.T, out string) api.Job {
+func jobJSON(t *testing.T, out string) types.Job {
 	t.Helper()
-	var j api.Job
+	var j types.Job
 	if err := json.Unmarshal([]byte(out), &j); err != nil {
 		t.Fatalf("job JSON: %v\n%s", err, out)
 	}
@@ -30,7 +30,7 @@ func jobJSON(t *testing.T, out string) api.Job {
 
 // post sends a raw request to the daemon's API and returns the status and
 // the decoded error body.
-func (d *daemon) post(path string, body []byte) (int, api.Error, []byte) {
+func (d *daemon) post(path string, body []byte) (int, types.Error, []byte) {
 	d.t.Helper()
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", d.sock)
@@ -41,7 +41,7 @@ func (d *daemon) post(path string, body []byte) (int, api.Error, []byte) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var e api.Error
+	var e types.Error
 	json.Unmarshal(b, &e)
 	return resp.StatusCode, e, b
 }
@@ -61,7 +61,7 @@ func TestJobRunCLI(t *testing.T) {
 		t.Fatalf("job run: %d %s %s", r.code, r.stdout, r.stderr)
 	}
 	j := jobJSON(t, r.stdout)
-	if j.State != api.JobDone || !j.OK || j.Steps[0].Stdout != "hi from stdin\nfrom a file\n" {
+	if j.State != types.JobDone || !j.OK || j.Steps[0].Stdout != "hi from stdin\nfrom a file\n" {
 		t.Fatalf("job: %+v", j)
 	}
 	s := j.Steps[0]
@@ -80,7 +80,7 @@ func TestJobRunCLI(t *testing.T) {
 	// submit, get --wait, ls, cancel.
 	id := strings.TrimSpace(d.must("job", "submit", "--tenant", "course-a", "busybox:1", "echo", "queued"))
 	j = jobJSON(t, d.must("job", "get", "--wait", "-o", "json", id))
-	if j.State != api.JobDone || j.Steps[0].Stdout != "queued\n" || j.Tenant != "course-a" {
+	if j.State != types.JobDone || j.Steps[0].Stdout != "queued\n" || j.Tenant != "course-a" {
 		t.Fatalf("submitted job: %+v", j)
 	}
 	if out := d.must("job", "ls", "--tenant", "course-a"); !strings.Contains(out, id) {
@@ -171,7 +171,7 @@ func TestJobBadSubmissions(t *testing.T) {
 			t.Errorf("%s: %d field %q (%s), want %d naming %q", c.name, code, e.Field, bytes.TrimSpace(raw), c.code, c.field)
 		}
 	}
-	huge := append([]byte(`{"image":"busybox:1","files":{"a":"`), bytes.Repeat([]byte("A"), api.MaxJobBody)...)
+	huge := append([]byte(`{"image":"busybox:1","files":{"a":"`), bytes.Repeat([]byte("A"), types.MaxJobBody)...)
 	if code, e, _ := d.post("/v1/jobs", huge); code != 413 || e.Field != "body" {
 		t.Errorf("huge body: %d %q, want 413 naming body", code, e.Field)
 	}
@@ -195,10 +195,10 @@ func TestJobFairShareUnderBacklog(t *testing.T) {
 	t.Setenv("SHOAL_JOB_TENANTS", "heavy=2,light=1")
 	d := startDaemon(t)
 	d.busybox("busybox:1")
-	var reqs []api.JobRequest
+	var reqs []types.JobRequest
 	for _, tenant := range []string{"heavy", "light"} {
 		for i := 0; i < 15; i++ {
-			reqs = append(reqs, api.JobRequest{Image: "busybox:1", Tenant: tenant, Steps: []api.JobStep{{Args: []string{"true"}}}})
+			reqs = append(reqs, types.JobRequest{Image: "busybox:1", Tenant: tenant, Steps: []types.JobStep{{Args: []string{"true"}}}})
 		}
 	}
 	body, _ := json.Marshal(reqs)
@@ -206,14 +206,14 @@ func TestJobFairShareUnderBacklog(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("batch: %d %s", code, raw)
 	}
-	var jobs []api.Job
+	var jobs []types.Job
 	if err := json.Unmarshal(raw, &jobs); err != nil {
 		t.Fatal(err)
 	}
 	sort.Slice(jobs, func(a, b int) bool { return jobs[a].Finished.Before(*jobs[b].Finished) })
 	count := map[string]int{}
 	for i, j := range jobs[:18] {
-		if j.State != api.JobDone || !j.OK {
+		if j.State != types.JobDone || !j.OK {
 			t.Fatalf("job %d: %+v", i, j)
 		}
 		count[j.Tenant]++
@@ -247,7 +247,7 @@ func TestJobRestartLosesNoJob(t *testing.T) {
 	d.start()
 	for i, id := range ids {
 		j := jobJSON(t, d.must("job", "get", "--wait", "-o", "json", id))
-		if j.State != api.JobDone || !j.OK {
+		if j.State != types.JobDone || !j.OK {
 			t.Fatalf("job %d after restarts: %+v", i, j)
 		}
 		if i == 0 && (j.Attempts != 2 || j.Steps[0].Stdout != "slow\n") {
@@ -280,9 +280,9 @@ func (d *daemon) waitRunning(id string) {
 	for {
 		j := jobJSON(d.t, d.must("job", "get", "-o", "json", id))
 		switch {
-		case j.State == api.JobRunning:
+		case j.State == types.JobRunning:
 			return
-		case j.State != api.JobQueued:
+		case j.State != types.JobQueued:
 			d.t.Fatalf("job %s %s before it was seen running", id, j.State)
 		case time.Now().After(deadline):
 			d.t.Fatalf("job %s still queued after 30s", id)

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -109,7 +109,7 @@ func TestDaemonKillRemovesUnrecordedReplica(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("hello")
 	d.deploy(strings.Replace(manifest("1m", "10m"), "min = 0", "min = 1", 1))
-	a := d.waitApp("hello", "a ready replica", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp("hello", "a ready replica", func(a types.App) bool { return a.Ready == 1 })
 	id, pid := a.Replicas[0].ID, a.Replicas[0].Pid
 	d.stop(syscall.SIGKILL)
 	st, err := store.OpenBolt(filepath.Join(d.dataDir, "store.db"))
@@ -124,7 +124,7 @@ func TestDaemonKillRemovesUnrecordedReplica(t *testing.T) {
 	if !gone(pid) {
 		t.Fatalf("replica %s (pid %d) with no record still runs after the restart", id, pid)
 	}
-	a = d.waitApp("hello", "a new ready replica", func(a api.App) bool { return a.Ready == 1 })
+	a = d.waitApp("hello", "a new ready replica", func(a types.App) bool { return a.Ready == 1 })
 	if a.Replicas[0].ID == id {
 		t.Fatalf("the unrecorded replica %s is listed again: %+v", id, a.Replicas)
 	}

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -99,7 +99,7 @@ func TestDaemonKillUnderLoadLosesNothing(t *testing.T) {
 	d.exampleImage("hello")
 	d.deploy(strings.NewReplacer("min = 0", "min = 2", "max = 4", "max = 2").Replace(manifest("1m", "10m")))
 	d.deploy(strings.Replace(manifest("1m", "10m"), `name = "hello"`, `name = "cold"`, 1))
-	before := d.waitApp("hello", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	before := d.waitApp("hello", "two ready replicas", func(a types.App) bool { return a.Ready == 2 })
 	pids := map[string]int{}
 	for _, r := range before.Replicas {
 		pids[r.ID] = r.Pid
@@ -201,7 +201,7 @@ func TestProxyProcessReplaced(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("hello")
 	d.deploy(strings.Replace(manifest("1m", "10m"), "min = 0", "min = 1", 1))
-	d.waitApp("hello", "a ready replica", func(a api.App) bool { return a.Ready == 1 })
+	d.waitApp("hello", "a ready replica", func(a types.App) bool { return a.Ready == 1 })
 	addr := d.proxyAddr()
 	old := d.proxyProcs()
 	if len(old) != 1 {
@@ -279,10 +279,10 @@ func TestGracefulStopDrainsProxy(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("cpuburn")
 	d.deploy("name = \"burn\"\nimage = \"cpuburn:1\"\n[scale]\nmin = 1\n[resources]\ncpu = 1\n")
-	d.waitApp("burn", "ready", func(a api.App) bool { return a.Ready == 1 })
+	d.waitApp("burn", "ready", func(a types.App) bool { return a.Ready == 1 })
 	proxyAddr := d.proxyAddr()
 	slow := slowRequest(proxyAddr, "burn", 1500)
-	d.waitApp("burn", "the slow request is in flight", func(a api.App) bool {
+	d.waitApp("burn", "the slow request is in flight", func(a types.App) bool {
 		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
 	})
 	d.stop(syscall.SIGTERM)

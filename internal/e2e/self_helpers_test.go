@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // inReplica is a caller of the self API as replica id is one: the token
@@ -29,7 +29,7 @@ type inReplica struct {
 }
 
 // asReplica reads replica id's self API environment from /proc.
-func asReplica(t *testing.T, a api.App, id string) *inReplica {
+func asReplica(t *testing.T, a types.App, id string) *inReplica {
 	t.Helper()
 	for _, r := range a.Replicas {
 		if r.ID != id {
@@ -152,13 +152,13 @@ func (a selfAnswer) expect(t *testing.T, what string, code int, reason string) {
 }
 
 // events returns the app's events of kind.
-func (d *daemon) events(app, kind string) []api.Event {
+func (d *daemon) events(app, kind string) []types.Event {
 	d.t.Helper()
-	var evs []api.Event
+	var evs []types.Event
 	if err := json.Unmarshal([]byte(d.must("events", "--app", app, "--output", "json")), &evs); err != nil {
 		d.t.Fatal(err)
 	}
-	var out []api.Event
+	var out []types.Event
 	for _, e := range evs {
 		if e.Kind == kind {
 			out = append(out, e)
@@ -174,10 +174,10 @@ func (d *daemon) selfPair(t *testing.T, maxReplicas int) (first, second *inRepli
 	t.Helper()
 	d.exampleImage("hello")
 	d.deploy(strings.Replace(selfManifest, "%s", strconv.Itoa(maxReplicas), 1))
-	a := d.waitApp("web", "one ready replica", func(a api.App) bool { return a.Ready == 1 })
+	a := d.waitApp("web", "one ready replica", func(a types.App) bool { return a.Ready == 1 })
 	first = asReplica(t, a, readyIDs(a)[0])
 	ans := first.call(t, "POST", "/v1/self/replicate", "")
 	ans.expect(t, "replicate", 200, "")
-	a = d.waitApp("web", "two ready replicas", func(a api.App) bool { return a.Ready == 2 })
+	a = d.waitApp("web", "two ready replicas", func(a types.App) bool { return a.Ready == 2 })
 	return first, asReplica(t, a, ans.str("replica", "id"))
 }

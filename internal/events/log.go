@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -82,12 +83,12 @@ func (l *Log) open(ctx context.Context) error {
 
 // Emit appends e to the log and returns it with its Seq, and its Time when
 // e had none. Kind and Reason are required.
-func (l *Log) Emit(ctx context.Context, e api.Event) (api.Event, error) {
+func (l *Log) Emit(ctx context.Context, e types.Event) (types.Event, error) {
 	switch {
 	case e.Kind == "":
-		return api.Event{}, errdefs.Invalid("kind", "an event needs a kind")
+		return types.Event{}, errdefs.Invalid("kind", "an event needs a kind")
 	case e.Reason == "":
-		return api.Event{}, errdefs.Invalid("reason", "event %q needs a reason", e.Kind)
+		return types.Event{}, errdefs.Invalid("reason", "event %q needs a reason", e.Kind)
 	}
 	if e.Time.IsZero() {
 		e.Time = l.clock.Now()
@@ -132,7 +133,7 @@ func (l *Log) Emit(ctx context.Context, e api.Event) (api.Event, error) {
 		return nil
 	}()
 	if err != nil {
-		return api.Event{}, err
+		return types.Event{}, err
 	}
 	if trim {
 		// Deleting a batch takes a while on bolt (one commit each); the
@@ -178,12 +179,12 @@ func (l *Log) setCount(n int) {
 
 // List returns the kept events with a seq above after, oldest first, of one
 // app or of all ("").
-func (l *Log) List(ctx context.Context, after int64, app string) ([]api.Event, error) {
+func (l *Log) List(ctx context.Context, after int64, app string) ([]types.Event, error) {
 	kvs, err := l.s.List(ctx, store.EventsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
-	out := []api.Event{}
+	out := []types.Event{}
 	for _, kv := range kvs {
 		if e, ok := l.decode(kv, after, app); ok {
 			out = append(out, e)
@@ -193,15 +194,15 @@ func (l *Log) List(ctx context.Context, after int64, app string) ([]api.Event, e
 }
 
 // decode reads an event and reports whether it passes the filter.
-func (l *Log) decode(kv store.KV, after int64, app string) (api.Event, bool) {
+func (l *Log) decode(kv store.KV, after int64, app string) (types.Event, bool) {
 	seq, err := store.ParseSeq(kv.Key)
 	if err != nil || seq <= after {
-		return api.Event{}, false
+		return types.Event{}, false
 	}
-	var e api.Event
+	var e types.Event
 	if err := json.Unmarshal(kv.Value, &e); err != nil {
 		l.log.Warn("event log: unreadable event", "key", kv.Key, "err", err)
-		return api.Event{}, false
+		return types.Event{}, false
 	}
 	e.Seq = seq
 	return e, app == "" || e.App == app
@@ -211,7 +212,7 @@ func (l *Log) decode(kv store.KV, after int64, app string) (api.Event, bool) {
 // (""): first those kept, then each new one, in seq order with no duplicates
 // and no gaps, until ctx ends; the channel is then closed. When the store's
 // watch ends early, the log is read again from the last event sent.
-func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan api.Event, error) {
+func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error) {
 	// Watch before listing: what is written in between comes through both
 	// and the seq filter drops the second copy.
 	wctx, cancel := context.WithCancel(ctx)
@@ -225,12 +226,12 @@ func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan api.Ev
 		cancel()
 		return nil, err
 	}
-	out := make(chan api.Event, 64)
+	out := make(chan types.Event, 64)
 	go func() {
 		defer close(out)
 		defer func() { cancel() }()
 		last := after
-		send := func(evs []api.Event) bool {
+		send := func(evs []types.Event) bool {
 			for _, e := range evs {
 				if e.Seq <= last {
 					continue
@@ -252,7 +253,7 @@ func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan api.Ev
 				if ev.Type != store.EventPut {
 					continue
 				}
-				if e, ok := l.decode(ev.KV, last, app); ok && !send([]api.Event{e}) {
+				if e, ok := l.decode(ev.KV, last, app); ok && !send([]types.Event{e}) {
 					return
 				}
 			}
@@ -266,7 +267,7 @@ func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan api.Ev
 				wctx, cancel = context.WithCancel(ctx)
 				wch, err = l.s.Watch(wctx, store.EventsPrefix)
 				if err == nil {
-					var evs []api.Event
+					var evs []types.Event
 					if evs, err = l.List(ctx, last, app); err == nil {
 						if !send(evs) {
 							return

@@ -10,15 +10,12 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
-// Body is the JSON body of every failed request. Field names the input at
-// fault (a flag, a JSON field, a header), or is empty.
-type Body struct {
-	Error string `json:"error"`
-	Field string `json:"field,omitempty"`
-}
+// Body is the JSON body of every failed request, the API's types.Error.
+type Body = types.Error
 
 // StatusClientClosed is the status recorded for a request whose client went
 // away before the answer (nginx's 499).

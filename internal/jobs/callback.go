@@ -2,13 +2,12 @@ package jobs
 
 import (
 	"bytes"
-
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // deliverLater posts the finished job j to its callback URL in the
@@ -16,7 +15,7 @@ import (
 // it answers 2xx or CallbackRetries attempts have failed. The outcome is
 // written to the job's record (callback_state "delivered" or "failed"); a
 // restarted daemon retries callbacks still "pending".
-func (m *Manager) deliverLater(j api.Job) {
+func (m *Manager) deliverLater(j types.Job) {
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
@@ -30,7 +29,7 @@ func (m *Manager) deliverLater(j api.Job) {
 	}()
 }
 
-func (m *Manager) deliver(j api.Job) {
+func (m *Manager) deliver(j types.Job) {
 	body, _ := json.Marshal(j)
 	backoff := m.o.CallbackBackoff
 	state := "failed"

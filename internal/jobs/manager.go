@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -23,7 +23,7 @@ import (
 // j's results are final and it only has cleaning up left: the job is then
 // answered right away, while its slot stays taken until Run returns.
 type Runner interface {
-	Run(ctx context.Context, j *api.Job, p *Plan, ready func()) error
+	Run(ctx context.Context, j *types.Job, p *Plan, ready func()) error
 }
 
 // Options configure a Manager.
@@ -74,7 +74,7 @@ type Manager struct {
 }
 
 type entry struct {
-	job     api.Job
+	job     types.Job
 	plan    *Plan
 	seq     uint64
 	done    chan struct{}
@@ -87,9 +87,9 @@ type entry struct {
 // record is a job as stored: the public view plus what is needed to run it
 // again (dropped once it has finished).
 type record struct {
-	Job api.Job         `json:"job"`
-	Req *api.JobRequest `json:"request,omitempty"`
-	Seq uint64          `json:"seq"`
+	Job types.Job         `json:"job"`
+	Req *types.JobRequest `json:"request,omitempty"`
+	Seq uint64            `json:"seq"`
 }
 
 // Open loads the jobs in the store: queued jobs are queued again, jobs that
@@ -152,7 +152,7 @@ func (m *Manager) Close() {
 
 // Submit validates every request, then stores and queues them all; on any
 // error none is queued.
-func (m *Manager) Submit(ctx context.Context, reqs []api.JobRequest) ([]api.Job, error) {
+func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]types.Job, error) {
 	if len(reqs) == 0 {
 		return nil, errdefs.Invalid("jobs", "no job given")
 	}
@@ -192,16 +192,16 @@ func (m *Manager) Submit(ctx context.Context, reqs []api.JobRequest) ([]api.Job,
 	for t, n := range perTenant {
 		if !m.sched.CanQueue(t, n) {
 			m.mu.Unlock()
-			return nil, fmt.Errorf("tenant %q: %d more jobs would exceed its queue of %d: %w", t, n, m.sched.quota(t).MaxQueued, api.ErrQuota)
+			return nil, fmt.Errorf("tenant %q: %d more jobs would exceed its queue of %d: %w", t, n, m.sched.quota(t).MaxQueued, types.ErrQuota)
 		}
 	}
 	now := m.clock.Now()
 	entries := make([]*entry, len(plans))
 	for i, p := range plans {
 		m.seq++
-		entries[i] = &entry{plan: p, seq: m.seq, done: make(chan struct{}), job: api.Job{
+		entries[i] = &entry{plan: p, seq: m.seq, done: make(chan struct{}), job: types.Job{
 			ID: newID(), Tenant: p.Tenant, Priority: p.Req.Priority, Image: p.Req.Image,
-			State: api.JobQueued, Submitted: now, Callback: p.Req.Callback,
+			State: types.JobQueued, Submitted: now, Callback: p.Req.Callback,
 		}}
 	}
 	m.mu.Unlock()
@@ -215,7 +215,7 @@ func (m *Manager) Submit(ctx context.Context, reqs []api.JobRequest) ([]api.Job,
 			return nil, err
 		}
 	}
-	out := make([]api.Job, len(entries))
+	out := make([]types.Job, len(entries))
 	m.mu.Lock()
 	for i, e := range entries {
 		m.live[e.job.ID] = e
@@ -244,7 +244,7 @@ func (m *Manager) dispatch() {
 		ctx, cancel := context.WithCancel(m.ctx)
 		e.cancel = cancel
 		now := m.clock.Now()
-		e.job.State, e.job.Started = api.JobRunning, &now
+		e.job.State, e.job.Started = types.JobRunning, &now
 		e.job.Attempts++
 		e.job.QueueMs = ms(now.Sub(e.job.Submitted))
 		m.wg.Add(1)
@@ -252,14 +252,14 @@ func (m *Manager) dispatch() {
 	}
 }
 
-func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
+func (m *Manager) run(ctx context.Context, e *entry, j types.Job) {
 	defer m.wg.Done()
 	defer e.cancel()
 	// The start is stored while the sandbox starts; the result is stored
 	// after it. A crash before the start is stored finds the job queued and
 	// runs it again.
 	started := make(chan struct{})
-	go func(j api.Job) {
+	go func(j types.Job) {
 		defer close(started)
 		if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
 			m.log.Error("job start not stored", "job", j.ID, "err", err)
@@ -284,28 +284,28 @@ func (m *Manager) run(ctx context.Context, e *entry, j api.Job) {
 
 // publish ends job j (as the runner left it, err from Run): stores it,
 // answers its waiters and sends its callback.
-func (m *Manager) publish(ctx context.Context, e *entry, j api.Job, err error, ran time.Duration) {
+func (m *Manager) publish(ctx context.Context, e *entry, j types.Job, err error, ran time.Duration) {
 	now := m.clock.Now()
 	m.mu.Lock()
 	cancelled, closing := e.cancelled, m.closing && !e.cancelled
 	m.mu.Unlock()
-	req := (*api.JobRequest)(nil)
+	req := (*types.JobRequest)(nil)
 	switch {
 	case closing:
 		// The daemon is stopping: the job goes back to the queue, this
 		// attempt not counted.
-		j.State, j.Started, j.Steps, j.Error = api.JobQueued, nil, nil, ""
+		j.State, j.Started, j.Steps, j.Error = types.JobQueued, nil, nil, ""
 		j.Attempts--
 		req = &e.plan.Req
 	case cancelled:
-		j.State, j.Finished = api.JobCancelled, &now
+		j.State, j.Finished = types.JobCancelled, &now
 	case err != nil:
-		j.State, j.Finished, j.Error = api.JobFailed, &now, err.Error()
+		j.State, j.Finished, j.Error = types.JobFailed, &now, err.Error()
 	default:
-		j.State, j.Finished = api.JobDone, &now
+		j.State, j.Finished = types.JobDone, &now
 		j.OK = stepsOK(j.Steps)
 	}
-	if j.Callback != "" && j.State != api.JobQueued {
+	if j.Callback != "" && j.State != types.JobQueued {
 		j.CallbackState = "pending"
 	}
 	t := time.Now()
@@ -324,9 +324,9 @@ func (m *Manager) publish(ctx context.Context, e *entry, j api.Job, err error, r
 		"run", ran.String(), "store_result", time.Since(t).String())
 }
 
-func stepsOK(steps []api.StepResult) bool {
+func stepsOK(steps []types.StepResult) bool {
 	for _, s := range steps {
-		if s.Status != api.StepOK {
+		if s.Status != types.StepOK {
 			return false
 		}
 	}

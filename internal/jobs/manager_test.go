@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -35,7 +35,7 @@ func newFakeRunner(block bool) *fakeRunner {
 	return &fakeRunner{block: block, release: map[string]chan struct{}{}, startCh: make(chan string, 1000)}
 }
 
-func (f *fakeRunner) Run(ctx context.Context, j *api.Job, p *Plan, ready func()) error {
+func (f *fakeRunner) Run(ctx context.Context, j *types.Job, p *Plan, ready func()) error {
 	f.mu.Lock()
 	f.started = append(f.started, j.ID)
 	ch := make(chan struct{})
@@ -43,18 +43,18 @@ func (f *fakeRunner) Run(ctx context.Context, j *api.Job, p *Plan, ready func())
 	f.mu.Unlock()
 	f.startCh <- j.ID
 	if f.readyFirst {
-		j.Steps = []api.StepResult{{Status: api.StepOK}}
+		j.Steps = []types.StepResult{{Status: types.StepOK}}
 		ready()
 	}
 	if f.block {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			j.Steps = []api.StepResult{{Status: api.StepKilled}}
+			j.Steps = []types.StepResult{{Status: types.StepKilled}}
 			return nil
 		}
 	}
-	j.Steps = []api.StepResult{{Status: api.StepOK, Stdout: "ran " + j.ID}}
+	j.Steps = []types.StepResult{{Status: types.StepOK, Stdout: "ran " + j.ID}}
 	return nil
 }
 
@@ -86,8 +86,8 @@ func openStore(t *testing.T) store.Store {
 	return st
 }
 
-func hello(tenant string) api.JobRequest {
-	return api.JobRequest{Image: "busybox:1", Tenant: tenant, Steps: []api.JobStep{{Args: []string{"echo", "hi"}}}}
+func hello(tenant string) types.JobRequest {
+	return types.JobRequest{Image: "busybox:1", Tenant: tenant, Steps: []types.JobStep{{Args: []string{"echo", "hi"}}}}
 }
 
 func openManager(t *testing.T, o Options) *Manager {
@@ -119,7 +119,7 @@ func TestSubmitRunsAndStores(t *testing.T) {
 	st := openStore(t)
 	m := openManager(t, Options{Store: st, Runner: newFakeRunner(false), Slots: 2})
 	defer m.Close()
-	js, err := m.Submit(context.Background(), []api.JobRequest{hello("a"), hello("b")})
+	js, err := m.Submit(context.Background(), []types.JobRequest{hello("a"), hello("b")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestSubmitRunsAndStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State != api.JobDone || !got.OK || got.Attempts != 1 || got.Steps[0].Stdout != "ran "+j.ID {
+		if got.State != types.JobDone || !got.OK || got.Attempts != 1 || got.Steps[0].Stdout != "ran "+j.ID {
 			t.Fatalf("job %s: %+v", j.ID, got)
 		}
-		if r := stored(t, st, j.ID); r.Job.State != api.JobDone || r.Req != nil {
+		if r := stored(t, st, j.ID); r.Job.State != types.JobDone || r.Req != nil {
 			t.Fatalf("stored %s: state %s, request kept %v", j.ID, r.Job.State, r.Req != nil)
 		}
 	}
-	list, err := m.List(context.Background(), api.JobFilter{Tenant: "a"})
+	list, err := m.List(context.Background(), types.JobFilter{Tenant: "a"})
 	if err != nil || len(list) != 1 || list[0].Tenant != "a" {
 		t.Fatalf("list tenant a: %v %v", list, err)
 	}
@@ -148,12 +148,12 @@ func TestCrashLosesNoJob(t *testing.T) {
 	st := openStore(t)
 	r1 := newFakeRunner(true)
 	m1 := openManager(t, Options{Store: st, Runner: r1, Slots: 1})
-	js, err := m1.Submit(context.Background(), []api.JobRequest{hello("a"), hello("a"), hello("a")})
+	js, err := m1.Submit(context.Background(), []types.JobRequest{hello("a"), hello("a"), hello("a")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	running := r1.waitStart(t)
-	waitFor(t, "the start stored", func() bool { return stored(t, st, running).Job.State == api.JobRunning })
+	waitFor(t, "the start stored", func() bool { return stored(t, st, running).Job.State == types.JobRunning })
 	// m1 is abandoned as if its process died; its runner never returns.
 	r2 := newFakeRunner(false)
 	m2 := openManager(t, Options{Store: st, Runner: r2, Slots: 1})
@@ -167,7 +167,7 @@ func TestCrashLosesNoJob(t *testing.T) {
 		if j.ID == running {
 			want = 2
 		}
-		if got.State != api.JobDone || got.Attempts != want {
+		if got.State != types.JobDone || got.Attempts != want {
 			t.Fatalf("job %s after restart: state %s attempts %d, want done after %d", j.ID, got.State, got.Attempts, want)
 		}
 	}
@@ -186,7 +186,7 @@ func TestCrashTwiceFails(t *testing.T) {
 		r := newFakeRunner(true)
 		m := openManager(t, Options{Store: st, Runner: r, Slots: 1, MaxAttempts: 2})
 		if attempt == 1 {
-			js, err := m.Submit(context.Background(), []api.JobRequest{hello("a")})
+			js, err := m.Submit(context.Background(), []types.JobRequest{hello("a")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func TestCrashTwiceFails(t *testing.T) {
 		}
 		waitFor(t, "the start stored", func() bool {
 			j := stored(t, st, id).Job
-			return j.State == api.JobRunning && j.Attempts == attempt
+			return j.State == types.JobRunning && j.Attempts == attempt
 		})
 	}
 	m := openManager(t, Options{Store: st, Runner: newFakeRunner(false), Slots: 1, MaxAttempts: 2})
@@ -206,7 +206,7 @@ func TestCrashTwiceFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != api.JobFailed || got.Error == "" || got.Attempts != 2 {
+	if got.State != types.JobFailed || got.Error == "" || got.Attempts != 2 {
 		t.Fatalf("after two lost attempts: %+v, want failed with a reason", got)
 	}
 }
@@ -219,13 +219,13 @@ func TestReadyAnswersBeforeCleanup(t *testing.T) {
 	r.readyFirst = true
 	m := openManager(t, Options{Store: st, Runner: r, Slots: 1})
 	defer m.Close()
-	js, err := m.Submit(context.Background(), []api.JobRequest{hello("a"), hello("a")})
+	js, err := m.Submit(context.Background(), []types.JobRequest{hello("a"), hello("a")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := r.waitStart(t)
 	j, err := m.Wait(context.Background(), first)
-	if err != nil || j.State != api.JobDone || !j.OK {
+	if err != nil || j.State != types.JobDone || !j.OK {
 		t.Fatalf("first job while its runner cleans up: %+v %v", j, err)
 	}
 	select {
@@ -245,14 +245,14 @@ func TestCloseRequeuesRunning(t *testing.T) {
 	st := openStore(t)
 	r := newFakeRunner(true)
 	m := openManager(t, Options{Store: st, Runner: r, Slots: 1})
-	js, err := m.Submit(context.Background(), []api.JobRequest{hello("a")})
+	js, err := m.Submit(context.Background(), []types.JobRequest{hello("a")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.waitStart(t)
 	m.Close()
 	rec := stored(t, st, js[0].ID)
-	if rec.Job.State != api.JobQueued || rec.Job.Attempts != 0 || rec.Req == nil {
+	if rec.Job.State != types.JobQueued || rec.Job.Attempts != 0 || rec.Req == nil {
 		t.Fatalf("after Close: state %s attempts %d request %v, want queued again", rec.Job.State, rec.Job.Attempts, rec.Req != nil)
 	}
 }
@@ -262,7 +262,7 @@ func TestCancel(t *testing.T) {
 	r := newFakeRunner(true)
 	m := openManager(t, Options{Store: st, Runner: r, Slots: 1})
 	defer m.Close()
-	js, err := m.Submit(context.Background(), []api.JobRequest{hello("a"), hello("a")})
+	js, err := m.Submit(context.Background(), []types.JobRequest{hello("a"), hello("a")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +272,11 @@ func TestCancel(t *testing.T) {
 		queuedID = js[0].ID
 	}
 	j, err := m.Cancel(context.Background(), queuedID)
-	if err != nil || j.State != api.JobCancelled {
+	if err != nil || j.State != types.JobCancelled {
 		t.Fatalf("cancel queued: %+v %v", j, err)
 	}
 	j, err = m.Cancel(context.Background(), runID)
-	if err != nil || j.State != api.JobCancelled || j.Steps[0].Status != api.StepKilled {
+	if err != nil || j.State != types.JobCancelled || j.Steps[0].Status != types.StepKilled {
 		t.Fatalf("cancel running: %+v %v", j, err)
 	}
 	if _, err := m.Cancel(context.Background(), runID); !errdefs.IsConflict(err) {
@@ -300,19 +300,19 @@ func TestSubmitIsAllOrNothing(t *testing.T) {
 	defer m.Close()
 	bad := hello("a")
 	bad.Steps[0].Args = nil
-	_, err := m.Submit(context.Background(), []api.JobRequest{hello("a"), bad})
+	_, err := m.Submit(context.Background(), []types.JobRequest{hello("a"), bad})
 	if errdefs.Field(err) != "jobs[1].steps[0].args" {
 		t.Fatalf("batch with a bad job: %v (field %q)", err, errdefs.Field(err))
 	}
 	noImage := hello("a")
 	noImage.Image = "nope:1"
-	if _, err := m.Submit(context.Background(), []api.JobRequest{noImage}); errdefs.Field(err) != "image" {
+	if _, err := m.Submit(context.Background(), []types.JobRequest{noImage}); errdefs.Field(err) != "image" {
 		t.Fatalf("unknown image: %v", err)
 	}
 	m.mu.Lock()
 	m.free = 0 // hold everything in the queue
 	m.mu.Unlock()
-	if _, err := m.Submit(context.Background(), []api.JobRequest{hello("small"), hello("small")}); !errors.Is(err, api.ErrQuota) {
+	if _, err := m.Submit(context.Background(), []types.JobRequest{hello("small"), hello("small")}); !errors.Is(err, types.ErrQuota) {
 		t.Fatalf("two jobs over a queue quota of one: %v", err)
 	}
 	kvs, _ := st.List(context.Background(), store.JobsPrefix)
@@ -326,7 +326,7 @@ func TestRetention(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1_000_000, 0))
 	m := openManager(t, Options{Store: st, Runner: newFakeRunner(false), Slots: 1, Clock: fc, Retention: time.Hour})
 	defer m.Close()
-	js, _ := m.Submit(context.Background(), []api.JobRequest{hello("a")})
+	js, _ := m.Submit(context.Background(), []types.JobRequest{hello("a")})
 	if _, err := m.Wait(context.Background(), js[0].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -347,13 +347,13 @@ func TestRetention(t *testing.T) {
 
 func TestCallbackRetriesWithBackoff(t *testing.T) {
 	var calls atomic.Int32
-	got := make(chan api.Job, 10)
+	got := make(chan types.Job, 10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) < 3 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		var j api.Job
+		var j types.Job
 		json.NewDecoder(r.Body).Decode(&j)
 		got <- j
 	}))
@@ -364,7 +364,7 @@ func TestCallbackRetriesWithBackoff(t *testing.T) {
 	defer m.Close()
 	req := hello("a")
 	req.Callback = srv.URL + "/done"
-	js, _ := m.Submit(context.Background(), []api.JobRequest{req})
+	js, _ := m.Submit(context.Background(), []types.JobRequest{req})
 	// Each failure arms a back-off timer (1s, then 2s) besides the sweep.
 	for want := int32(1); want <= 2; want++ {
 		waitFor(t, "callback attempt and back-off timer", func() bool { return calls.Load() == want && fc.Timers() == 2 })
@@ -372,7 +372,7 @@ func TestCallbackRetriesWithBackoff(t *testing.T) {
 	}
 	select {
 	case j := <-got:
-		if j.ID != js[0].ID || j.State != api.JobDone {
+		if j.ID != js[0].ID || j.State != types.JobDone {
 			t.Fatalf("callback body: %+v", j)
 		}
 	case <-time.After(30 * time.Second):
@@ -406,7 +406,7 @@ func TestRestartDeliversPendingCallback(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		var j api.Job
+		var j types.Job
 		json.NewDecoder(r.Body).Decode(&j)
 		got <- j.ID
 	}))
@@ -416,7 +416,7 @@ func TestRestartDeliversPendingCallback(t *testing.T) {
 	m := openManager(t, Options{Store: st, Runner: newFakeRunner(false), Slots: 1, Clock: fc})
 	req := hello("a")
 	req.Callback = srv.URL + "/done"
-	js, err := m.Submit(context.Background(), []api.JobRequest{req})
+	js, err := m.Submit(context.Background(), []types.JobRequest{req})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/units"
 )
@@ -62,13 +62,13 @@ var maxLimits = Limits{
 
 // Step is a validated step.
 type Step struct {
-	api.JobStep
+	types.JobStep
 	Limits Limits
 }
 
 // Plan is a validated job request.
 type Plan struct {
-	Req    api.JobRequest
+	Req    types.JobRequest
 	Steps  []Step
 	Work   int64 // work directory size
 	Tenant string
@@ -76,7 +76,7 @@ type Plan struct {
 
 // NewPlan validates req; field names in errors are prefixed with prefix
 // ("" or "jobs[3].").
-func NewPlan(req api.JobRequest, prefix string) (*Plan, error) {
+func NewPlan(req types.JobRequest, prefix string) (*Plan, error) {
 	f := func(name string) string { return prefix + name }
 	if strings.TrimSpace(req.Image) == "" {
 		return nil, errdefs.Invalid(f("image"), "is required")
@@ -160,7 +160,7 @@ func NewPlan(req api.JobRequest, prefix string) (*Plan, error) {
 }
 
 // parseLimits overlays the non-zero fields of in onto base.
-func parseLimits(base Limits, in *api.JobLimits, field string) (Limits, error) {
+func parseLimits(base Limits, in *types.JobLimits, field string) (Limits, error) {
 	l := base
 	size := func(name, v string, dst *int64, min, max int64) error {
 		if v == "" {

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
 // Get returns a job.
-func (m *Manager) Get(ctx context.Context, id string) (api.Job, error) {
+func (m *Manager) Get(ctx context.Context, id string) (types.Job, error) {
 	m.mu.Lock()
 	if e := m.live[id]; e != nil {
 		j := e.job
@@ -22,13 +22,13 @@ func (m *Manager) Get(ctx context.Context, id string) (api.Job, error) {
 	m.mu.Unlock()
 	r, err := m.load(ctx, id)
 	if err != nil {
-		return api.Job{}, err
+		return types.Job{}, err
 	}
 	return r.Job, nil
 }
 
 // Wait blocks until job id has finished or ctx ends.
-func (m *Manager) Wait(ctx context.Context, id string) (api.Job, error) {
+func (m *Manager) Wait(ctx context.Context, id string) (types.Job, error) {
 	m.mu.Lock()
 	e := m.live[id]
 	m.mu.Unlock()
@@ -38,19 +38,19 @@ func (m *Manager) Wait(ctx context.Context, id string) (api.Job, error) {
 			m.mu.Lock()
 			j := e.job
 			m.mu.Unlock()
-			if j.State != api.JobQueued {
+			if j.State != types.JobQueued {
 				return j, nil
 			}
 			return j, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
 		case <-ctx.Done():
-			return api.Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
+			return types.Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
 		}
 	}
 	return m.Get(ctx, id)
 }
 
 // Cancel cancels a queued or running job and returns it once it has ended.
-func (m *Manager) Cancel(ctx context.Context, id string) (api.Job, error) {
+func (m *Manager) Cancel(ctx context.Context, id string) (types.Job, error) {
 	m.mu.Lock()
 	e := m.live[id]
 	if e == nil {
@@ -66,7 +66,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) (api.Job, error) {
 		m.sched.Remove(e.job.Tenant, id)
 		delete(m.live, id)
 		now := m.clock.Now()
-		e.job.State, e.job.Finished = api.JobCancelled, &now
+		e.job.State, e.job.Finished = types.JobCancelled, &now
 		if e.job.Callback != "" {
 			e.job.CallbackState = "pending"
 		}
@@ -87,12 +87,12 @@ func (m *Manager) Cancel(ctx context.Context, id string) (api.Job, error) {
 }
 
 // List returns jobs, newest first.
-func (m *Manager) List(ctx context.Context, f api.JobFilter) ([]api.Job, error) {
+func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]types.Job, error) {
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list: %w", err)
 	}
-	out := []api.Job{}
+	out := []types.Job{}
 	m.mu.Lock()
 	for _, kv := range kvs {
 		var r record

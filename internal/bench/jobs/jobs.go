@@ -19,7 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -325,7 +325,7 @@ func helloJob(ctx context.Context, e *kit.Daemon, i int) (map[string]time.Durati
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("POST /v1/jobs: %s: %s", resp.Status, bench.OneLine(string(raw)))
 	}
-	var j api.Job
+	var j types.Job
 	if err := json.Unmarshal(raw, &j); err != nil {
 		return nil, fmt.Errorf("POST /v1/jobs: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 )
 
@@ -110,8 +110,8 @@ func (e *ServingEnv) GetJSON(ctx context.Context, path string, v any) error {
 
 // Status returns the app as `shoal app status NAME -o json` shows it, from
 // the API directly (the CLI's start-up would dominate a 100 ms poll).
-func (e *ServingEnv) Status(ctx context.Context, app string) (api.App, error) {
-	var a api.App
+func (e *ServingEnv) Status(ctx context.Context, app string) (types.App, error) {
+	var a types.App
 	err := e.GetJSON(ctx, "/v1/apps/"+app, &a)
 	return a, err
 }
@@ -145,7 +145,7 @@ func (e *ServingEnv) Remove(ctx context.Context, name string) error {
 
 // WaitFor polls the app's status every 20 ms until ok holds, or fails after
 // limit.
-func (e *ServingEnv) WaitFor(ctx context.Context, app string, limit time.Duration, what string, ok func(api.App) bool) error {
+func (e *ServingEnv) WaitFor(ctx context.Context, app string, limit time.Duration, what string, ok func(types.App) bool) error {
 	deadline := time.Now().Add(limit)
 	for {
 		a, err := e.Status(ctx, app)
@@ -167,7 +167,7 @@ func (e *ServingEnv) WaitFor(ctx context.Context, app string, limit time.Duratio
 }
 
 // CountState counts the app's replicas in state.
-func CountState(a api.App, state string) int {
+func CountState(a types.App, state string) int {
 	n := 0
 	for _, r := range a.Replicas {
 		if r.State == state {

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -112,7 +112,7 @@ func Resilience(ctx context.Context, o bench.Options) (_ *bench.Report, retErr e
 
 // twoReady deploys app with two replicas and returns them once both are
 // ready; on success the caller removes the app.
-func (e *env) twoReady(ctx context.Context, app string) ([]api.Replica, error) {
+func (e *env) twoReady(ctx context.Context, app string) ([]types.Replica, error) {
 	if err := e.Deploy(ctx, app, "image = \"hello:1\"\n[scale]\nmin = 2\nmax = 2\n"); err != nil {
 		return nil, err
 	}
@@ -189,9 +189,9 @@ func (e *env) coldOnce(ctx context.Context, app string) (float64, resRun, error)
 }
 
 // readyReplicas waits until app has n ready replicas and returns them.
-func (e *env) readyReplicas(ctx context.Context, app string, n int) ([]api.Replica, error) {
-	var ready []api.Replica
-	err := e.WaitFor(ctx, app, 60*time.Second, fmt.Sprintf("%d ready", n), func(a api.App) bool {
+func (e *env) readyReplicas(ctx context.Context, app string, n int) ([]types.Replica, error) {
+	var ready []types.Replica
+	err := e.WaitFor(ctx, app, 60*time.Second, fmt.Sprintf("%d ready", n), func(a types.App) bool {
 		ready = ready[:0]
 		for _, r := range a.Replicas {
 			if r.State == "ready" {

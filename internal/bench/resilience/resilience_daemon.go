@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 )
 
@@ -35,7 +35,7 @@ func (e *env) daemonKillOnce(ctx context.Context, app string) (float64, resRun, 
 	if err := e.Daemon.Restart(ctx, syscall.SIGKILL); err != nil {
 		return 0, resRun{}, fmt.Errorf("app %q: restart the daemon: %w", app, err)
 	}
-	err = e.WaitFor(ctx, app, 30*time.Second, "both replicas adopted", func(a api.App) bool {
+	err = e.WaitFor(ctx, app, 30*time.Second, "both replicas adopted", func(a types.App) bool {
 		n := 0
 		for _, r := range a.Replicas {
 			if r.State == "ready" && pids[r.ID] == r.Pid {

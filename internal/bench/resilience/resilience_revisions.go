@@ -5,14 +5,14 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 )
 
 // firstRevision deploys app's first revision, waits for its three ready
 // replicas and writes the manifest of its second; on success the caller
 // removes the app.
-func (e *env) firstRevision(ctx context.Context, app string) (old []api.Replica, v2 string, err error) {
+func (e *env) firstRevision(ctx context.Context, app string) (old []types.Replica, v2 string, err error) {
 	v1, err := e.manifest(app, "v1")
 	if err != nil {
 		return nil, "", err
@@ -47,7 +47,7 @@ func (e *env) rolloutOnce(ctx context.Context, app string) (float64, resRun, err
 		return 0, resRun{}, err
 	}
 	defer l.end()
-	done := e.watch(ctx, app, 60*time.Second, func(a api.App) bool { return rolledOver(a, old[0].Revision) })
+	done := e.watch(ctx, app, 60*time.Second, func(a types.App) bool { return rolledOver(a, old[0].Revision) })
 	t0 := time.Now()
 	cmd, err := e.deployFile(ctx, app, v2)
 	if err != nil {
@@ -89,7 +89,7 @@ func (e *env) rollbackOnce(ctx context.Context, app string) (float64, resRun, er
 	if _, err := e.deployFile(ctx, app, v2); err != nil {
 		return 0, resRun{}, err
 	}
-	w := <-e.watch(ctx, app, 60*time.Second, func(a api.App) bool { return rolledOver(a, old[0].Revision) })
+	w := <-e.watch(ctx, app, 60*time.Second, func(a types.App) bool { return rolledOver(a, old[0].Revision) })
 	if w.err != nil {
 		return 0, resRun{}, fmt.Errorf("rollout before the rollback: %w", w.err)
 	}
@@ -131,7 +131,7 @@ func (e *env) rollbackOnce(ctx context.Context, app string) (float64, resRun, er
 
 // rolledOver reports whether app has three ready replicas of a revision
 // after from and none of from that serves or is about to.
-func rolledOver(a api.App, from int) bool {
+func rolledOver(a types.App, from int) bool {
 	fresh := 0
 	for _, r := range a.Replicas {
 		switch {
@@ -148,13 +148,13 @@ func rolledOver(a api.App, from int) bool {
 // app then.
 type watched struct {
 	at  time.Time
-	app api.App
+	app types.App
 	err error
 }
 
 // watch polls app's status every 10 ms in the background until cond holds
 // or limit passes.
-func (e *env) watch(ctx context.Context, app string, limit time.Duration, cond func(api.App) bool) <-chan watched {
+func (e *env) watch(ctx context.Context, app string, limit time.Duration, cond func(types.App) bool) <-chan watched {
 	out := make(chan watched, 1)
 	go func() {
 		deadline := time.Now().Add(limit)
@@ -174,7 +174,7 @@ func (e *env) watch(ctx context.Context, app string, limit time.Duration, cond f
 	return out
 }
 
-func ids(rs []api.Replica) []string {
+func ids(rs []types.Replica) []string {
 	out := make([]string, len(rs))
 	for i, r := range rs {
 		out[i] = r.ID

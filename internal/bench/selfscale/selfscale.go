@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -114,7 +114,7 @@ func (e *env) replicate(ctx context.Context, rep *bench.Report) error {
 		return err
 	}
 	for _, a := range []string{"rep-thaw", "rep-start"} {
-		if err := e.WaitFor(ctx, a, 30*time.Second, "ready", func(a api.App) bool { return a.Ready == 1 }); err != nil {
+		if err := e.WaitFor(ctx, a, 30*time.Second, "ready", func(a types.App) bool { return a.Ready == 1 }); err != nil {
 			return err
 		}
 	}
@@ -136,7 +136,7 @@ func (e *env) replicate(ctx context.Context, rep *bench.Report) error {
 			if code != http.StatusOK || res.Replica.State != "ready" || res.How != how {
 				return 0, fmt.Errorf("replicate answered %d, %s %s, want 200 and %s", code, res.How, res.Replica.State, how)
 			}
-			if err := e.WaitFor(ctx, app, 10*time.Second, "at two ready replicas", func(a api.App) bool { return a.Ready == 2 }); err != nil {
+			if err := e.WaitFor(ctx, app, 10*time.Second, "at two ready replicas", func(a types.App) bool { return a.Ready == 2 }); err != nil {
 				return 0, err
 			}
 			return bench.Millis(d)[0], nil
@@ -157,7 +157,7 @@ func (e *env) replicate(ctx context.Context, rep *bench.Report) error {
 				return err
 			}
 		}
-		if err := e.WaitFor(ctx, "rep-thaw", 30*time.Second, "at one ready and one frozen replica", func(a api.App) bool {
+		if err := e.WaitFor(ctx, "rep-thaw", 30*time.Second, "at one ready and one frozen replica", func(a types.App) bool {
 			return a.Ready == 1 && kit.CountState(a, "frozen") == 1 && len(a.Replicas) == 2
 		}); err != nil {
 			return err
@@ -185,7 +185,7 @@ func (e *env) replicate(ctx context.Context, rep *bench.Report) error {
 				break
 			}
 		}
-		if err := e.WaitFor(ctx, "rep-start", 30*time.Second, "at one replica", func(a api.App) bool {
+		if err := e.WaitFor(ctx, "rep-start", 30*time.Second, "at one replica", func(a types.App) bool {
 			return a.Ready == 1 && len(a.Replicas) == 1
 		}); err != nil {
 			return err

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
 
@@ -26,7 +26,7 @@ type asReplica struct {
 }
 
 // replicaCaller reads replica r's self API environment from /proc.
-func replicaCaller(r api.Replica) (*asReplica, error) {
+func replicaCaller(r types.Replica) (*asReplica, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", r.Pid))
 	if err != nil {
 		return nil, fmt.Errorf("replica %s: %w", r.ID, err)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -83,7 +83,7 @@ func (e *env) selfscaleStep(ctx context.Context, rep *bench.Report) error {
 		return err
 	}
 	defer e.Remove(context.WithoutCancel(ctx), app)
-	if err := e.WaitFor(ctx, app, 30*time.Second, "ready", func(a api.App) bool { return a.Ready == 1 }); err != nil {
+	if err := e.WaitFor(ctx, app, 30*time.Second, "ready", func(a types.App) bool { return a.Ready == 1 }); err != nil {
 		return err
 	}
 	begin := time.Now()
@@ -196,7 +196,7 @@ func (e *env) selfscaleStep(ctx context.Context, rep *bench.Report) error {
 	rep.Plot("selfscale-latency.svg", "latency during the selfscale step", bench.LineChart(
 		"Latency of requests finishing in each 250 ms", "s since the step up", "ms", []string{"p50", "p99"}, xs, [][]float64{p50, p99}))
 
-	var evs []api.Event
+	var evs []types.Event
 	calls := map[string]int{}
 	if err := e.GetJSON(ctx, "/v1/events?app="+app, &evs); err == nil {
 		for _, ev := range evs {

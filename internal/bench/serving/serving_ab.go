@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 )
 
@@ -179,7 +179,7 @@ func (e *env) classic(ctx context.Context, rep *bench.Report) error {
 	if err := e.Deploy(ctx, "burn-out", "image = \"cpuburn:1\"\n[scale]\nmin = 1\nmax = 1\ntarget_concurrency = 100\nidle_timeout = \"10m\"\n[resources]\ncpu = 0.3\n"); err != nil {
 		return err
 	}
-	if err := e.WaitFor(ctx, "burn-out", 30*time.Second, "ready", func(a api.App) bool { return a.Ready >= 1 }); err != nil {
+	if err := e.WaitFor(ctx, "burn-out", 30*time.Second, "ready", func(a types.App) bool { return a.Ready >= 1 }); err != nil {
 		return err
 	}
 	stop := make(chan struct{})
@@ -214,7 +214,7 @@ func (e *env) classic(ctx context.Context, rep *bench.Report) error {
 	if err := e.Deploy(ctx, "burn-up", "image = \"cpuburn:1\"\n[scale]\nmin = 1\nmax = 1\ntarget_concurrency = 100\nidle_timeout = \"10m\"\n[resources]\ncpu = 0.3\nmax_cpu = 0.6\n"); err != nil {
 		return err
 	}
-	if err := e.WaitFor(ctx, "burn-up", 30*time.Second, "ready", func(a api.App) bool { return a.Ready >= 1 }); err != nil {
+	if err := e.WaitFor(ctx, "burn-up", 30*time.Second, "ready", func(a types.App) bool { return a.Ready >= 1 }); err != nil {
 		return err
 	}
 	stop = make(chan struct{})
@@ -227,7 +227,7 @@ func (e *env) classic(ctx context.Context, rep *bench.Report) error {
 	}
 	e.Fail("scale-out and scale-up", up.failed)
 	cpuEvents := 0
-	var evs []api.Event
+	var evs []types.Event
 	if err := e.GetJSON(ctx, "/v1/events?app=burn-up", &evs); err == nil {
 		for _, ev := range evs {
 			if ev.Kind == "cpu" {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -37,7 +37,7 @@ func (e *env) coldAndThaw(ctx context.Context, rep *bench.Report) error {
 	if err := e.Deploy(ctx, "hello-warm", "image = \"hello:1\"\n[scale]\nmin = 1\nmax = 1\nidle_timeout = \"10m\"\n"); err != nil {
 		return err
 	}
-	if err := e.WaitFor(ctx, "hello-warm", 30*time.Second, "ready", func(a api.App) bool { return a.Ready >= 1 }); err != nil {
+	if err := e.WaitFor(ctx, "hello-warm", 30*time.Second, "ready", func(a types.App) bool { return a.Ready >= 1 }); err != nil {
 		return err
 	}
 	seq := 0
@@ -70,7 +70,7 @@ func (e *env) coldAndThaw(ctx context.Context, rep *bench.Report) error {
 						return 0, err
 					}
 				}
-				if err := e.WaitFor(ctx, app, 20*time.Second, "frozen", func(a api.App) bool {
+				if err := e.WaitFor(ctx, app, 20*time.Second, "frozen", func(a types.App) bool {
 					return kit.CountState(a, "frozen") == 1 && a.Ready == 0
 				}); err != nil {
 					return 0, err

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -42,7 +42,7 @@ func (e *env) throughput(ctx context.Context, rep *bench.Report) (retErr error) 
 		return err
 	}
 	var addr string
-	if err := e.WaitFor(ctx, app, 30*time.Second, "ready", func(a api.App) bool {
+	if err := e.WaitFor(ctx, app, 30*time.Second, "ready", func(a types.App) bool {
 		for _, r := range a.Replicas {
 			if r.State == "ready" && r.Addr != "" {
 				addr = r.Addr

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -149,7 +149,7 @@ func (e *env) stepOnce(ctx context.Context, app string, pre, post time.Duration,
 	}
 	defer e.Remove(context.WithoutCancel(ctx), app)
 	var first string
-	if err := e.WaitFor(ctx, app, 30*time.Second, "ready", func(a api.App) bool {
+	if err := e.WaitFor(ctx, app, 30*time.Second, "ready", func(a types.App) bool {
 		for _, r := range a.Replicas {
 			if r.State == "ready" {
 				first = r.ID

@@ -1,17 +1,16 @@
-// Package api is shoal's HTTP JSON API: the types the CLI and the daemon
-// exchange, the framing used to stream a container's output, and the server
-// that maps requests onto the daemon's services. It listens on a unix socket
-// (0600, root) and optionally on TCP behind a bearer token.
-package api
+// Package types holds the JSON types the shoal CLI and daemon exchange over
+// the v1 API, and the framing of a container's output stream. It is the wire
+// format only: no HTTP, no service; the server is package api.
+package types
 
-import (
-	"time"
+import "time"
 
-	"github.com/shoal-run/shoal/internal/httperr"
-)
-
-// Error is the JSON body of every failed request.
-type Error = httperr.Body
+// Error is the JSON body of every failed request. Field names the input at
+// fault (a flag, a JSON field, a header), or is empty.
+type Error struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
 
 // Health is the body of GET /v1/health.
 type Health struct {
