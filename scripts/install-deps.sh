@@ -8,7 +8,7 @@ set -eu
 what="${1:-test}"
 
 run_pkgs="runc crun containernetworking-plugins iptables busybox-static ca-certificates"
-test_pkgs="$run_pkgs etcd-server etcd-client umoci skopeo docker-registry jq podman"
+test_pkgs="$run_pkgs etcd-server etcd-client umoci skopeo docker-registry jq podman chromium"
 bench_pkgs="$test_pkgs nginx apache2-utils wrk sqlite3 sysbench hyperfine xz-utils lighttpd"
 
 case "$what" in

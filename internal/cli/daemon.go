@@ -23,7 +23,8 @@ the network. Containers keep running when the daemon stops; the next daemon
 adopts them and removes any orphans it has no record of.`,
 		Example: `  shoal daemon
   shoal daemon --data-dir /tmp/shoal --api unix:///tmp/shoal.sock
-  shoal daemon --store etcd://127.0.0.1:2379 --api-tcp 127.0.0.1:7070`,
+  shoal daemon --store etcd://127.0.0.1:2379 --api-tcp 127.0.0.1:7070
+  shoal daemon --ui 127.0.0.1:7080    # the dashboard; open http://127.0.0.1:7080/?token=$(cat /var/lib/shoal/api-token)`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lv slog.Level
@@ -63,7 +64,8 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.RunDir, "run-dir", "/run/shoal", "runtime state: runc state, network namespaces")
 	f.StringVar(&cfg.API, "api", "", "API unix socket (default unix://<run-dir>/shoal.sock)")
 	f.StringVar(&cfg.APITCP, "api-tcp", "", "also serve the API on this TCP address, e.g. 127.0.0.1:7070 (bearer token required)")
-	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer token for --api-tcp (default $SHOAL_TOKEN, or <data-dir>/api-token, made if missing)")
+	f.StringVar(&cfg.TokenFile, "token-file", "", "bearer token for --api-tcp and --ui (default $SHOAL_TOKEN, or <data-dir>/api-token, made if missing)")
+	f.StringVar(&cfg.UI, "ui", "", "serve the dashboard on this TCP address, e.g. 127.0.0.1:7080 (opened with the --api-tcp token)")
 	f.StringVar(&cfg.Store, "store", "bolt", "state store: bolt (embedded, one host) or etcd://host:port[,host:port...]")
 	f.StringVar(&cfg.Runtime, "runtime", "auto", "OCI runtime: auto, runc or crun")
 	f.StringVar(&cfg.Cgroup, "cgroup-parent", "/shoal", "cgroup under which containers are made; cgroups under it that the daemon has no record of are removed at start")

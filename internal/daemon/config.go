@@ -95,6 +95,15 @@ func (c *Config) Validate() error {
 	if c.SelfAPIPort < -1 || c.SelfAPIPort > 65535 {
 		return errdefs.Invalid("--self-api-port", "%d is not a port number (0: any free port, -1: no self API)", c.SelfAPIPort)
 	}
+	if c.UI != "" {
+		host, _, err := net.SplitHostPort(c.UI)
+		if err != nil {
+			return errdefs.Invalid("--ui", "%q is not host:port", c.UI)
+		}
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			c.Logger.Warn("the dashboard is not on loopback: its token and cookie travel in clear text; put it behind TLS", "addr", c.UI)
+		}
+	}
 	if c.APITCP != "" {
 		host, _, err := net.SplitHostPort(c.APITCP)
 		if err != nil {

@@ -42,6 +42,7 @@ type Config struct {
 	API       string // unix:///run/shoal/shoal.sock
 	APITCP    string // optional host:port
 	TokenFile string // bearer token for the TCP API; made when missing
+	UI        string // optional host:port of the dashboard (the TCP API's token opens it)
 	Store     string // "bolt" or "etcd://host:port,..."
 	Runtime   string // auto, runc or crun
 	Bridge    string // CNI bridge name (default shoal0)
@@ -87,6 +88,7 @@ type Daemon struct {
 	proxyAddr string
 	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
 	apps      *serving.Manager
+	route     serving.Router // the proxy's table, for the dashboard's counters
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running
@@ -268,6 +270,9 @@ func (d *Daemon) serve(ctx context.Context) error {
 		}
 		d.start(tl, srv.Handler(tok))
 		d.log.Info("TCP API listening (bearer token required)", "addr", tl.Addr().String())
+	}
+	if d.cfg.UI != "" {
+		return d.serveUI(ctx)
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		dataplane.StopStale(ctx, cfg.RunDir, d.log)
 		router = proxy.New(proxy.Options{Domain: cfg.Domain, Logger: d.log})
 	}
+	d.route = router
 	placer, note := cpuPlacer(d.rt)
 	d.notes = append(d.notes, note)
 	selfL, err := d.listenSelf()

@@ -121,3 +121,25 @@ func (m *Manager) Stats() (queued, running, slots int) {
 	defer m.mu.Unlock()
 	return m.sched.Queued(""), m.sched.Running(""), m.o.Slots
 }
+
+// TenantStats is one tenant's jobs waiting and running.
+type TenantStats struct {
+	Tenant  string
+	Queued  int
+	Running int
+}
+
+// Tenants counts the queued and running jobs of every tenant that has
+// any, by name.
+func (m *Manager) Tenants() []TenantStats {
+	m.mu.Lock()
+	out := make([]TenantStats, 0, len(m.sched.tenants))
+	for _, t := range m.sched.tenants {
+		if len(t.jobs) > 0 || t.running > 0 {
+			out = append(out, TenantStats{Tenant: t.name, Queued: len(t.jobs), Running: t.running})
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
+	return out
+}

@@ -1,0 +1,200 @@
+package dashboard
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+//go:embed ui
+var uiFiles embed.FS
+
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"clock": func(t time.Time) string { return t.Local().Format("15:04:05") },
+	"cores": func(v float64) string { return fmtNum(v, 2) },
+}).ParseFS(uiFiles, "ui/*.html"))
+
+// staticFiles serves the script and the style sheet.
+func staticFiles() http.Handler {
+	sub, err := fs.Sub(uiFiles, "ui/static")
+	if err != nil {
+		panic(err)
+	}
+	return http.FileServerFS(sub)
+}
+
+// sectionNames are the parts of the page that the stream replaces, each
+// the id of its element and the name of its template.
+var sectionNames = []string{"summary", "apps", "jobs"}
+
+// pageView is what the templates draw.
+type pageView struct {
+	Time    time.Time
+	Err     string
+	Apps    []appView
+	Ready   int // replicas ready, of all apps
+	Frozen  int
+	Tenants []Tenant
+	Jobs    JobStats
+	JobHist chartView
+	Events  []eventView
+	After   int64 // the last event shown
+	Spans   []spanChoice
+}
+
+// spanChoice is one of the chart windows a page offers.
+type spanChoice struct {
+	Value, Label string
+	Current      bool
+}
+
+type appView struct {
+	api.App
+	Revisions []revisionView
+	Charts    []chartView
+}
+
+// revisionView is a revision with its share of the traffic and its replicas.
+type revisionView struct {
+	Revision int
+	Percent  int
+	Current  bool
+	Replicas string // "1 ready, 2 frozen"
+}
+
+type eventView struct {
+	api.Event
+	Inputs string
+}
+
+// view turns a snapshot into what the templates draw; charts span the
+// history the sampler keeps.
+func view(s Snapshot, span time.Duration) pageView {
+	v := pageView{Time: s.Time, Err: s.Err, Tenants: s.Tenants, Jobs: s.Jobs, JobHist: jobChart(s.JobHist, s.Time, span)}
+	for _, a := range s.Apps {
+		av := appView{App: a.App, Revisions: revisions(a.App), Charts: appCharts(a.Points, s.Time, span)}
+		for _, r := range a.Replicas {
+			switch r.State {
+			case "ready":
+				v.Ready++
+			case "frozen":
+				v.Frozen++
+			}
+		}
+		v.Apps = append(v.Apps, av)
+	}
+	return v
+}
+
+// revisions lists the revisions that take traffic or have replicas,
+// newest first.
+func revisions(a api.App) []revisionView {
+	byRev := map[int]*revisionView{}
+	get := func(n int) *revisionView {
+		if byRev[n] == nil {
+			byRev[n] = &revisionView{Revision: n, Current: n == a.Revision}
+		}
+		return byRev[n]
+	}
+	if len(a.Traffic) == 0 && a.Revision > 0 {
+		get(a.Revision).Percent = 100
+	}
+	for _, t := range a.Traffic {
+		get(t.Revision).Percent = t.Percent
+	}
+	counts := map[int]map[string]int{}
+	for _, r := range a.Replicas {
+		get(r.Revision)
+		if counts[r.Revision] == nil {
+			counts[r.Revision] = map[string]int{}
+		}
+		counts[r.Revision][r.State]++
+	}
+	out := make([]revisionView, 0, len(byRev))
+	for n, rv := range byRev {
+		var parts []string
+		for st, k := range counts[n] {
+			parts = append(parts, fmt.Sprintf("%d %s", k, st))
+		}
+		sort.Strings(parts)
+		rv.Replicas = strings.Join(parts, ", ")
+		if rv.Replicas == "" {
+			rv.Replicas = "no replicas"
+		}
+		out = append(out, *rv)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Revision > out[j].Revision })
+	return out
+}
+
+func eventOf(e api.Event) eventView {
+	keys := make([]string, 0, len(e.Inputs))
+	for k := range e.Inputs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + fmtInput(e.Inputs[k])
+	}
+	return eventView{Event: e, Inputs: strings.Join(parts, " ")}
+}
+
+// fmtInput shows a whole number as it is and any other with four
+// significant digits.
+func fmtInput(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 4, 64)
+}
+
+// renderCache renders the sections of a sample once, whatever the number
+// of pages that show it.
+type renderCache struct {
+	mu       sync.Mutex
+	seq      uint64
+	sections map[time.Duration]map[string]string // by chart span
+}
+
+func (c *renderCache) get(s Snapshot, span time.Duration) (map[string]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seq != s.Seq || c.sections == nil {
+		c.seq, c.sections = s.Seq, map[time.Duration]map[string]string{}
+	}
+	if secs := c.sections[span]; secs != nil {
+		return secs, nil
+	}
+	v := view(s, span)
+	out := make(map[string]string, len(sectionNames))
+	for _, name := range sectionNames {
+		var b bytes.Buffer
+		if err := templates.ExecuteTemplate(&b, name, v); err != nil {
+			return nil, fmt.Errorf("dashboard: section %s: %w", name, err)
+		}
+		out[name] = b.String()
+	}
+	c.sections[span] = out
+	return out, nil
+}
+
+// renderEvent renders one row of the event table.
+func renderEvent(e api.Event) (string, error) {
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, "event", eventOf(e)); err != nil {
+		return "", fmt.Errorf("dashboard: event %d: %w", e.Seq, err)
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,210 @@
+package dashboard
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/route"
+)
+
+// Point is one second of an app as the sampler saw it.
+type Point struct {
+	Time     time.Time
+	RPS      float64 // requests per second since the previous point
+	InFlight int     // requests in flight, including those queued
+	Queued   int     // requests held while the app wakes
+	Ready    int     // replicas serving
+	Frozen   int     // replicas frozen
+	Other    int     // replicas starting, draining, halted or failed
+	CPU      float64 // CPU quota of the replicas that run, in cores
+}
+
+// JobPoint is one second of the job queue.
+type JobPoint struct {
+	Time    time.Time
+	Queued  int
+	Running int
+}
+
+// ring keeps the last n values of a series, oldest first.
+type ring[T any] struct {
+	buf  []T
+	next int
+	full bool
+}
+
+func newRing[T any](n int) *ring[T] { return &ring[T]{buf: make([]T, n)} }
+
+func (r *ring[T]) add(v T) {
+	r.buf[r.next] = v
+	r.next = (r.next + 1) % len(r.buf)
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// slice returns a copy of the values, oldest first.
+func (r *ring[T]) slice() []T {
+	if !r.full {
+		return append([]T(nil), r.buf[:r.next]...)
+	}
+	out := make([]T, 0, len(r.buf))
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
+}
+
+// appSeries is the history of one app.
+type appSeries struct {
+	points   *ring[Point]
+	requests uint64 // the proxy's counter at the last point
+	at       time.Time
+}
+
+// Snapshot is what the page shows at one moment: the apps as the serving
+// manager lists them with their history, and the job queue.
+type Snapshot struct {
+	Time    time.Time
+	Seq     uint64 // counts samples; a new one means new data
+	Apps    []AppSnapshot
+	Tenants []Tenant
+	Jobs    JobStats
+	JobHist []JobPoint
+	Err     string // why the last sample is incomplete
+}
+
+// AppSnapshot is an app with its recent history.
+type AppSnapshot struct {
+	api.App
+	Points []Point
+}
+
+// sampler reads the daemon's state every second into bounded histories.
+type sampler struct {
+	o Options
+
+	mu     sync.Mutex
+	seq    uint64
+	apps   []api.App
+	series map[string]*appSeries
+	jobs   *ring[JobPoint]
+	stats  JobStats
+	tenant []Tenant
+	err    string
+	tick   chan struct{} // closed and replaced after each sample
+}
+
+func newSampler(o Options) *sampler {
+	return &sampler{o: o, series: map[string]*appSeries{}, jobs: newRing[JobPoint](o.History), tick: make(chan struct{})}
+}
+
+// run samples every Interval until ctx ends.
+func (s *sampler) run(ctx context.Context) {
+	for {
+		s.sample(ctx)
+		t := s.o.Clock.NewTimer(s.o.Interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// sample takes one point of every app and of the job queue.
+func (s *sampler) sample(ctx context.Context) {
+	now := s.o.Clock.Now()
+	var apps []api.App
+	var errText string
+	if s.o.Apps != nil {
+		var err error
+		if apps, err = s.o.Apps.List(ctx); err != nil {
+			errText = "apps: " + err.Error()
+		}
+	}
+	loads := make(map[string]route.Load, len(apps))
+	if s.o.Loads != nil {
+		for _, a := range apps {
+			loads[a.Name] = s.o.Loads.Load(a.Name)
+		}
+	}
+	var stats JobStats
+	var tenants []Tenant
+	if s.o.Jobs != nil {
+		stats = s.o.Jobs.Stats()
+		tenants = s.o.Jobs.Tenants()
+		sort.Slice(tenants, func(i, j int) bool { return tenants[i].Name < tenants[j].Name })
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[string]bool, len(apps))
+	for _, a := range apps {
+		seen[a.Name] = true
+		ser := s.series[a.Name]
+		l := loads[a.Name]
+		p := pointOf(a, l, now)
+		if ser == nil {
+			ser = &appSeries{points: newRing[Point](s.o.History)}
+			s.series[a.Name] = ser
+		} else if dt := now.Sub(ser.at).Seconds(); dt > 0 && l.Requests >= ser.requests {
+			// A counter that went back belongs to a new proxy process:
+			// that second shows no rate rather than a wrong one.
+			p.RPS = float64(l.Requests-ser.requests) / dt
+		}
+		ser.requests, ser.at = l.Requests, now
+		ser.points.add(p)
+	}
+	for name := range s.series {
+		if !seen[name] {
+			delete(s.series, name)
+		}
+	}
+	s.apps, s.stats, s.tenant, s.err = apps, stats, tenants, errText
+	s.jobs.add(JobPoint{Time: now, Queued: stats.Queued, Running: stats.Running})
+	s.seq++
+	close(s.tick)
+	s.tick = make(chan struct{})
+}
+
+// pointOf counts an app's replicas by state and adds up the CPU quota of
+// those that run.
+func pointOf(a api.App, l route.Load, now time.Time) Point {
+	p := Point{Time: now, InFlight: l.InFlight, Queued: l.Queued}
+	for _, r := range a.Replicas {
+		switch r.State {
+		case "ready":
+			p.Ready++
+		case "frozen":
+			p.Frozen++
+		default:
+			p.Other++
+		}
+		switch r.State {
+		case "ready", "starting", "draining", "halted":
+			p.CPU += r.CPU
+		}
+	}
+	return p
+}
+
+// snapshot returns the last sample and a channel closed at the next one.
+func (s *sampler) snapshot() (Snapshot, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	snap := Snapshot{Seq: s.seq, Tenants: s.tenant, Jobs: s.stats, JobHist: s.jobs.slice(), Err: s.err}
+	for _, a := range s.apps {
+		as := AppSnapshot{App: a}
+		if ser := s.series[a.Name]; ser != nil {
+			as.Points = ser.points.slice()
+		}
+		snap.Apps = append(snap.Apps, as)
+	}
+	if n := len(snap.JobHist); n > 0 {
+		snap.Time = snap.JobHist[n-1].Time
+	}
+	return snap, s.tick
+}

@@ -1,0 +1,185 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+// pageEvents is how many of the latest events a page shows.
+const pageEvents = 200
+
+// spans are the windows the charts offer: a minute, five and the whole
+// history the sampler keeps (those shorter than it).
+func (d *Dashboard) spans() []time.Duration {
+	full := time.Duration(d.o.History) * d.o.Interval
+	var out []time.Duration
+	for _, s := range []time.Duration{time.Minute, 5 * time.Minute} {
+		if s < full {
+			out = append(out, s)
+		}
+	}
+	return append(out, full)
+}
+
+// span is the chart window of ?span= (a Go duration, one of spans), by
+// default five minutes or the whole history when that is shorter.
+func (d *Dashboard) span(r *http.Request) (time.Duration, error) {
+	spans := d.spans()
+	q := r.URL.Query().Get("span")
+	if q == "" {
+		return min(5*time.Minute, spans[len(spans)-1]), nil
+	}
+	v, err := time.ParseDuration(q)
+	if err != nil || !slices.Contains(spans, v) {
+		return 0, fmt.Errorf("span %q: use one of %v", q, spans)
+	}
+	return v, nil
+}
+
+// page renders the whole page from the last sample and the latest events.
+func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
+	span, err := d.span(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	snap, _ := d.s.snapshot()
+	v := view(snap, span)
+	for _, s := range d.spans() {
+		v.Spans = append(v.Spans, spanChoice{Value: s.String(), Label: fmtSpan(s), Current: s == span})
+	}
+	if d.o.Events != nil {
+		evs, err := d.o.Events.List(r.Context(), 0, "")
+		if err != nil {
+			v.Err = "events: " + err.Error()
+		}
+		if len(evs) > pageEvents {
+			evs = evs[len(evs)-pageEvents:]
+		}
+		for _, e := range slices.Backward(evs) {
+			v.Events = append(v.Events, eventOf(e))
+		}
+		if len(evs) > 0 {
+			v.After = evs[len(evs)-1].Seq
+		}
+	}
+	var b bytes.Buffer
+	if err := templates.ExecuteTemplate(&b, "page", v); err != nil {
+		d.o.Logger.Error("dashboard: render the page", "err", err)
+		http.Error(w, "the page could not be rendered: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+// stream is the page's server-sent event stream: "sections" (a JSON object
+// of section id → HTML, only those that changed) after each sample, and
+// "event" (the row of one logged event, with its seq as the event id)
+// from the event after ?after= or Last-Event-ID on.
+func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming is not supported here", http.StatusInternalServerError)
+		return
+	}
+	span, err := d.span(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	after := int64(0)
+	for _, s := range []string{r.URL.Query().Get("after"), r.Header.Get("Last-Event-ID")} {
+		if s == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			http.Error(w, fmt.Sprintf("after %q is not an event number", s), http.StatusBadRequest)
+			return
+		}
+		after = max(after, n)
+	}
+	ctx := r.Context()
+	var events <-chan api.Event
+	if d.o.Events != nil {
+		var err error
+		if events, err = d.o.Events.Watch(ctx, after, ""); err != nil {
+			http.Error(w, "events: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// A reconnecting page waits a second, not the browser's default three.
+	fmt.Fprint(w, "retry: 1000\n\n")
+	fl.Flush()
+	sent := map[string]string{}
+	for {
+		snap, next := d.s.snapshot()
+		secs, err := d.render.get(snap, span)
+		if err != nil {
+			d.o.Logger.Error("dashboard: render", "err", err)
+			return
+		}
+		changed := map[string]string{}
+		for k, html := range secs {
+			if sent[k] != html {
+				changed[k], sent[k] = html, html
+			}
+		}
+		if len(changed) > 0 {
+			if !writeSSE(w, "", "sections", changed) {
+				return
+			}
+			fl.Flush()
+		}
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.done:
+				return
+			case <-next:
+				waiting = false
+			case e, ok := <-events:
+				if !ok {
+					return
+				}
+				row, err := renderEvent(e)
+				if err != nil {
+					d.o.Logger.Error("dashboard: render", "err", err)
+					return
+				}
+				if !writeSSE(w, strconv.FormatInt(e.Seq, 10), "event", map[string]string{"html": row, "app": e.App}) {
+					return
+				}
+				fl.Flush()
+			}
+		}
+	}
+}
+
+// writeSSE writes one server-sent event whose data is v as JSON (one
+// line: JSON escapes newlines).
+func writeSSE(w http.ResponseWriter, id, name string, v any) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return false
+	}
+	var buf bytes.Buffer
+	if id != "" {
+		fmt.Fprintf(&buf, "id: %s\n", id)
+	}
+	fmt.Fprintf(&buf, "event: %s\ndata: %s\n\n", name, b)
+	_, err = w.Write(buf.Bytes())
+	return err == nil
+}
