@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +39,36 @@ func TestFmtInput(t *testing.T) {
 		if got := fmtInput(in); got != want {
 			t.Errorf("fmtInput(%g) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// Only the busiest apps get charts: most requests over the window, then
+// most replicas ready, then by name.
+func TestOnlyTheBusiestAppsAreCharted(t *testing.T) {
+	now := t0.Add(time.Minute)
+	var apps []AppSnapshot
+	for i := 0; i < maxCharted+3; i++ {
+		a := AppSnapshot{}
+		a.Name = fmt.Sprintf("app%02d", i)
+		if i >= 3 {
+			a.Points = []Point{{Time: now, RPS: float64(i)}}
+		}
+		apps = append(apps, a)
+	}
+	apps[0].Ready = 1                                               // idle but ready: above app01 and app02
+	apps[3].Points = []Point{{Time: t0.Add(-time.Hour), RPS: 1000}} // outside the window
+	v := view(Snapshot{Time: now, Apps: apps}, time.Minute)
+	var charted []string
+	for _, a := range v.Apps {
+		if a.Charts != nil {
+			charted = append(charted, a.Name)
+		}
+	}
+	want := []string{"app00"}
+	for i := 4; i < maxCharted+3; i++ {
+		want = append(want, fmt.Sprintf("app%02d", i))
+	}
+	if strings.Join(charted, " ") != strings.Join(want, " ") || v.Uncharted != 3 {
+		t.Fatalf("charted %v (%d left out), want %v", charted, v.Uncharted, want)
 	}
 }

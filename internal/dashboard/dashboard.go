@@ -47,16 +47,16 @@ type Events interface {
 
 // Tenant is one tenant's jobs.
 type Tenant struct {
-	Name    string
-	Queued  int
-	Running int
+	Name    string `json:"name"`
+	Queued  int    `json:"queued"`
+	Running int    `json:"running"`
 }
 
 // JobStats counts the jobs of every tenant.
 type JobStats struct {
-	Queued  int
-	Running int
-	Slots   int
+	Queued  int `json:"queued"`
+	Running int `json:"running"`
+	Slots   int `json:"slots"`
 }
 
 // Jobs reads the job queue.

@@ -51,6 +51,9 @@ type pageView struct {
 	Events  []eventView
 	After   int64 // the last event shown
 	Spans   []spanChoice
+	// Uncharted counts the apps drawn without charts (beyond ChartedMax).
+	Uncharted  int
+	ChartedMax int
 }
 
 // spanChoice is one of the chart windows a page offers.
@@ -78,12 +81,21 @@ type eventView struct {
 	Inputs string
 }
 
-// view turns a snapshot into what the templates draw; charts span the
-// history the sampler keeps.
+// maxCharted bounds the apps drawn with charts, the busiest ones, so that a
+// host of thousands of small apps still gets a light page.
+const maxCharted = 12
+
+// view turns a snapshot into what the templates draw, with charts over
+// span for the busiest apps.
 func view(s Snapshot, span time.Duration) pageView {
 	v := pageView{Time: s.Time, Err: s.Err, Tenants: s.Tenants, Jobs: s.Jobs, JobHist: jobChart(s.JobHist, s.Time, span)}
+	charted := busiest(s.Apps, s.Time, span, maxCharted)
+	v.Uncharted, v.ChartedMax = len(s.Apps)-len(charted), maxCharted
 	for _, a := range s.Apps {
-		av := appView{App: a.App, Revisions: revisions(a.App), Charts: appCharts(a.Points, s.Time, span)}
+		av := appView{App: a.App, Revisions: revisions(a.App)}
+		if charted[a.Name] {
+			av.Charts = appCharts(a.Points, s.Time, span)
+		}
 		for _, r := range a.Replicas {
 			switch r.State {
 			case "ready":
@@ -95,6 +107,40 @@ func view(s Snapshot, span time.Duration) pageView {
 		v.Apps = append(v.Apps, av)
 	}
 	return v
+}
+
+// busiest names the n apps with the most requests over span, then the
+// most replicas ready, then by name.
+func busiest(apps []AppSnapshot, now time.Time, span time.Duration, n int) map[string]bool {
+	type rank struct {
+		name  string
+		reqs  float64
+		ready int
+	}
+	ranks := make([]rank, len(apps))
+	for i, a := range apps {
+		ranks[i] = rank{name: a.Name, ready: a.Ready}
+		for _, p := range a.Points {
+			if now.Sub(p.Time) <= span {
+				ranks[i].reqs += p.RPS
+			}
+		}
+	}
+	sort.Slice(ranks, func(i, j int) bool {
+		a, b := ranks[i], ranks[j]
+		if a.reqs != b.reqs {
+			return a.reqs > b.reqs
+		}
+		if a.ready != b.ready {
+			return a.ready > b.ready
+		}
+		return a.name < b.name
+	})
+	out := make(map[string]bool, n)
+	for _, r := range ranks[:min(n, len(ranks))] {
+		out[r.name] = true
+	}
+	return out
 }
 
 // revisions lists the revisions that take traffic or have replicas,

@@ -12,21 +12,21 @@ import (
 
 // Point is one second of an app as the sampler saw it.
 type Point struct {
-	Time     time.Time
-	RPS      float64 // requests per second since the previous point
-	InFlight int     // requests in flight, including those queued
-	Queued   int     // requests held while the app wakes
-	Ready    int     // replicas serving
-	Frozen   int     // replicas frozen
-	Other    int     // replicas starting, draining, halted or failed
-	CPU      float64 // CPU quota of the replicas that run, in cores
+	Time     time.Time `json:"time"`
+	RPS      float64   `json:"rps"`       // requests per second since the previous point
+	InFlight int       `json:"in_flight"` // requests in flight, including those queued
+	Queued   int       `json:"queued"`    // requests held while the app wakes
+	Ready    int       `json:"ready"`     // replicas serving
+	Frozen   int       `json:"frozen"`    // replicas frozen
+	Other    int       `json:"other"`     // replicas starting, draining, halted or failed
+	CPU      float64   `json:"cpu"`       // CPU quota of the replicas that run, in cores
 }
 
 // JobPoint is one second of the job queue.
 type JobPoint struct {
-	Time    time.Time
-	Queued  int
-	Running int
+	Time    time.Time `json:"time"`
+	Queued  int       `json:"queued"`
+	Running int       `json:"running"`
 }
 
 // ring keeps the last n values of a series, oldest first.
@@ -66,19 +66,19 @@ type appSeries struct {
 // Snapshot is what the page shows at one moment: the apps as the serving
 // manager lists them with their history, and the job queue.
 type Snapshot struct {
-	Time    time.Time
-	Seq     uint64 // counts samples; a new one means new data
-	Apps    []AppSnapshot
-	Tenants []Tenant
-	Jobs    JobStats
-	JobHist []JobPoint
-	Err     string // why the last sample is incomplete
+	Time    time.Time     `json:"time"`
+	Seq     uint64        `json:"seq"` // counts samples; a new one means new data
+	Apps    []AppSnapshot `json:"apps"`
+	Tenants []Tenant      `json:"tenants"`
+	Jobs    JobStats      `json:"jobs"`
+	JobHist []JobPoint    `json:"job_history"`
+	Err     string        `json:"error,omitempty"` // why the last sample is incomplete
 }
 
 // AppSnapshot is an app with its recent history.
 type AppSnapshot struct {
 	api.App
-	Points []Point
+	Points []Point `json:"points"`
 }
 
 // sampler reads the daemon's state every second into bounded histories.
