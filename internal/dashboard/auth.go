@@ -16,18 +16,25 @@ const CookieName = "shoal_ui"
 // auth admits a request that carries the bearer token, or the cookie that
 // a request with ?token= set. The cookie holds an HMAC of the token, so it
 // opens this page and nothing else: the TCP API still wants the token.
+// Without a token nothing is admitted.
 type auth struct {
 	bearer []byte
 	cookie string
 }
 
 func newAuth(token string) auth {
+	if token == "" {
+		return auth{}
+	}
 	mac := hmac.New(sha256.New, []byte(token))
 	mac.Write([]byte("shoal dashboard session"))
 	return auth{bearer: []byte("Bearer " + token), cookie: hex.EncodeToString(mac.Sum(nil))}
 }
 
 func (a auth) ok(r *http.Request) bool {
+	if a.bearer == nil {
+		return false
+	}
 	if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), a.bearer) == 1 {
 		return true
 	}
@@ -37,7 +44,7 @@ func (a auth) ok(r *http.Request) bool {
 
 // tokenOK reports whether t is the token.
 func (a auth) tokenOK(t string) bool {
-	return subtle.ConstantTimeCompare([]byte("Bearer "+t), a.bearer) == 1
+	return a.bearer != nil && subtle.ConstantTimeCompare([]byte("Bearer "+t), a.bearer) == 1
 }
 
 func (a auth) wrap(h http.Handler, log *slog.Logger) http.Handler {

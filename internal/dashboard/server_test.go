@@ -192,3 +192,21 @@ func TestStream(t *testing.T) {
 		t.Fatalf("event: id %q %s %v %q", id, name, err, data)
 	}
 }
+
+// A dashboard given no token opens to nobody.
+func TestNoTokenOpensNothing(t *testing.T) {
+	d := New(Options{Clock: clock.NewFake(t0)})
+	for _, set := range []func(*http.Request){
+		func(r *http.Request) { r.Header.Set("Authorization", "Bearer ") },
+		func(r *http.Request) { r.URL.RawQuery = "token=" },
+		func(r *http.Request) { r.AddCookie(&http.Cookie{Name: CookieName, Value: ""}) },
+	} {
+		req := httptest.NewRequest("GET", "/", nil)
+		set(req)
+		rec := httptest.NewRecorder()
+		d.Handler().ServeHTTP(rec, req)
+		if rec.Code != 401 {
+			t.Fatalf("%v: %d, want 401", req.Header, rec.Code)
+		}
+	}
+}
