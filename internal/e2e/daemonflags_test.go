@@ -28,6 +28,7 @@ func TestDaemonBadFlags(t *testing.T) {
 		{[]string{"--proxy", "8080"}, "--proxy"},
 		{[]string{"--frozen-memory", "lots"}, "--frozen-memory"},
 		{[]string{"--self-api-port", "70000"}, "--self-api-port"},
+		{[]string{"--ui", "7080"}, "--ui"},
 	} {
 		data := filepath.Join(base, "data")
 		args := append([]string{"daemon", "--data-dir", data, "--run-dir", filepath.Join(base, "run")}, c.args...)
