@@ -24,14 +24,14 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
 // Apps lists the apps with their replicas (the serving manager).
 type Apps interface {
-	List(ctx context.Context) ([]api.App, error)
+	List(ctx context.Context) ([]types.App, error)
 }
 
 // Loads reads an app's proxy counters (the proxy's control client).
@@ -41,8 +41,8 @@ type Loads interface {
 
 // Events is the event log.
 type Events interface {
-	List(ctx context.Context, after int64, app string) ([]api.Event, error)
-	Watch(ctx context.Context, after int64, app string) (<-chan api.Event, error)
+	List(ctx context.Context, after int64, app string) ([]types.Event, error)
+	Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error)
 }
 
 // Tenant is one tenant's jobs.

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
@@ -14,22 +14,22 @@ import (
 // event log and the job queue, all in memory.
 type fakeDaemon struct {
 	mu      sync.Mutex
-	apps    []api.App
+	apps    []types.App
 	loads   map[string]route.Load
-	events  []api.Event
-	watch   chan api.Event
+	events  []types.Event
+	watch   chan types.Event
 	stats   JobStats
 	tenants []Tenant
 }
 
 func newFakeDaemon() *fakeDaemon {
-	return &fakeDaemon{loads: map[string]route.Load{}, watch: make(chan api.Event, 16)}
+	return &fakeDaemon{loads: map[string]route.Load{}, watch: make(chan types.Event, 16)}
 }
 
-func (f *fakeDaemon) List(context.Context) ([]api.App, error) {
+func (f *fakeDaemon) List(context.Context) ([]types.App, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]api.App(nil), f.apps...), nil
+	return append([]types.App(nil), f.apps...), nil
 }
 
 func (f *fakeDaemon) Load(app string) route.Load {
@@ -50,7 +50,7 @@ func (f *fakeDaemon) Tenants() []Tenant {
 	return append([]Tenant(nil), f.tenants...)
 }
 
-func (f *fakeDaemon) set(apps []api.App, loads map[string]route.Load) {
+func (f *fakeDaemon) set(apps []types.App, loads map[string]route.Load) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.apps, f.loads = apps, loads
@@ -60,10 +60,10 @@ func (f *fakeDaemon) set(apps []api.App, loads map[string]route.Load) {
 // what a test sends on watch, from seq above after.
 type fakeEvents struct{ f *fakeDaemon }
 
-func (e fakeEvents) List(_ context.Context, after int64, app string) ([]api.Event, error) {
+func (e fakeEvents) List(_ context.Context, after int64, app string) ([]types.Event, error) {
 	e.f.mu.Lock()
 	defer e.f.mu.Unlock()
-	var out []api.Event
+	var out []types.Event
 	for _, ev := range e.f.events {
 		if ev.Seq > after && (app == "" || ev.App == app) {
 			out = append(out, ev)
@@ -72,8 +72,8 @@ func (e fakeEvents) List(_ context.Context, after int64, app string) ([]api.Even
 	return out, nil
 }
 
-func (e fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan api.Event, error) {
-	out := make(chan api.Event)
+func (e fakeEvents) Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error) {
+	out := make(chan types.Event)
 	go func() {
 		defer close(out)
 		for {
@@ -96,6 +96,6 @@ func newTestDashboard(f *fakeDaemon, fc *clock.Fake) *Dashboard {
 	return New(Options{Apps: f, Loads: f, Events: fakeEvents{f}, Jobs: f, Token: "sesame", Clock: fc, History: 5})
 }
 
-func replica(id, state string, cpu float64) api.Replica {
-	return api.Replica{ID: id, Revision: 1, State: state, CPU: cpu}
+func replica(id, state string, cpu float64) types.Replica {
+	return types.Replica{ID: id, Revision: 1, State: state, CPU: cpu}
 }

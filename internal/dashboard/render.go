@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 //go:embed ui
@@ -63,7 +63,7 @@ type spanChoice struct {
 }
 
 type appView struct {
-	api.App
+	types.App
 	Revisions []revisionView
 	Charts    []chartView
 }
@@ -77,7 +77,7 @@ type revisionView struct {
 }
 
 type eventView struct {
-	api.Event
+	types.Event
 	Inputs string
 }
 
@@ -145,7 +145,7 @@ func busiest(apps []AppSnapshot, now time.Time, span time.Duration, n int) map[s
 
 // revisions lists the revisions that take traffic or have replicas,
 // newest first.
-func revisions(a api.App) []revisionView {
+func revisions(a types.App) []revisionView {
 	byRev := map[int]*revisionView{}
 	get := func(n int) *revisionView {
 		if byRev[n] == nil {
@@ -184,7 +184,7 @@ func revisions(a api.App) []revisionView {
 	return out
 }
 
-func eventOf(e api.Event) eventView {
+func eventOf(e types.Event) eventView {
 	keys := make([]string, 0, len(e.Inputs))
 	for k := range e.Inputs {
 		keys = append(keys, k)
@@ -237,7 +237,7 @@ func (c *renderCache) get(s Snapshot, span time.Duration) (map[string]string, er
 }
 
 // renderEvent renders one row of the event table.
-func renderEvent(e api.Event) (string, error) {
+func renderEvent(e types.Event) (string, error) {
 	var b bytes.Buffer
 	if err := templates.ExecuteTemplate(&b, "event", eventOf(e)); err != nil {
 		return "", fmt.Errorf("dashboard: event %d: %w", e.Seq, err)

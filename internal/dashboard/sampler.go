@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -77,7 +77,7 @@ type Snapshot struct {
 
 // AppSnapshot is an app with its recent history.
 type AppSnapshot struct {
-	api.App
+	types.App
 	Points []Point `json:"points"`
 }
 
@@ -87,7 +87,7 @@ type sampler struct {
 
 	mu     sync.Mutex
 	seq    uint64
-	apps   []api.App
+	apps   []types.App
 	series map[string]*appSeries
 	jobs   *ring[JobPoint]
 	stats  JobStats
@@ -117,7 +117,7 @@ func (s *sampler) run(ctx context.Context) {
 // sample takes one point of every app and of the job queue.
 func (s *sampler) sample(ctx context.Context) {
 	now := s.o.Clock.Now()
-	var apps []api.App
+	var apps []types.App
 	var errText string
 	if s.o.Apps != nil {
 		var err error
@@ -172,7 +172,7 @@ func (s *sampler) sample(ctx context.Context) {
 
 // pointOf counts an app's replicas by state and adds up the CPU quota of
 // those that run.
-func pointOf(a api.App, l route.Load, now time.Time) Point {
+func pointOf(a types.App, l route.Load, now time.Time) Point {
 	p := Point{Time: now, InFlight: l.InFlight, Queued: l.Queued}
 	for _, r := range a.Replicas {
 		switch r.State {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
@@ -16,7 +16,7 @@ func TestSampleCountsReplicasAndRate(t *testing.T) {
 	f := newFakeDaemon()
 	fc := clock.NewFake(t0)
 	d := newTestDashboard(f, fc)
-	f.set([]api.App{{Name: "hello", Replicas: []api.Replica{
+	f.set([]types.App{{Name: "hello", Replicas: []types.Replica{
 		replica("a", "ready", 0.5), replica("b", "frozen", 0.5), replica("c", "starting", 0.25), replica("d", "draining", 1),
 	}}}, map[string]route.Load{"hello": {InFlight: 3, Queued: 1, Requests: 100}})
 	d.s.sample(context.Background())
@@ -47,7 +47,7 @@ func TestSampleCounterReset(t *testing.T) {
 	f := newFakeDaemon()
 	fc := clock.NewFake(t0)
 	d := newTestDashboard(f, fc)
-	f.set([]api.App{{Name: "hello"}}, map[string]route.Load{"hello": {Requests: 500}})
+	f.set([]types.App{{Name: "hello"}}, map[string]route.Load{"hello": {Requests: 500}})
 	d.s.sample(context.Background())
 	fc.Advance(time.Second)
 	f.set(f.apps, map[string]route.Load{"hello": {Requests: 7}})
@@ -71,7 +71,7 @@ func TestHistoryIsBounded(t *testing.T) {
 	f := newFakeDaemon()
 	fc := clock.NewFake(t0)
 	d := newTestDashboard(f, fc) // History 5
-	f.set([]api.App{{Name: "hello"}, {Name: "other"}}, nil)
+	f.set([]types.App{{Name: "hello"}, {Name: "other"}}, nil)
 	for i := 0; i < 8; i++ {
 		f.stats = JobStats{Queued: i}
 		d.s.sample(context.Background())
@@ -85,7 +85,7 @@ func TestHistoryIsBounded(t *testing.T) {
 	if len(snap.JobHist) != 5 || snap.JobHist[0].Queued != 3 || snap.JobHist[4].Queued != 7 {
 		t.Fatalf("job history: %+v", snap.JobHist)
 	}
-	f.set([]api.App{{Name: "other"}}, nil)
+	f.set([]types.App{{Name: "other"}}, nil)
 	d.s.sample(context.Background())
 	if _, ok := d.s.series["hello"]; ok || len(d.s.series) != 1 {
 		t.Fatalf("series after hello went: %v", d.s.series)

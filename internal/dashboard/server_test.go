@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
@@ -78,10 +78,10 @@ func TestAuth(t *testing.T) {
 // their traffic, the job tenants and the latest events, newest first.
 func TestPageShowsState(t *testing.T) {
 	f := newFakeDaemon()
-	f.set([]api.App{{Name: "hello", State: "running", Revision: 2, Traffic: []api.TrafficTarget{{Revision: 1, Percent: 10}, {Revision: 2, Percent: 90}},
-		Replicas: []api.Replica{replica("hello-1", "ready", 0.5), {ID: "hello-2", Revision: 2, State: "frozen"}}}}, map[string]route.Load{"hello": {Requests: 5}})
+	f.set([]types.App{{Name: "hello", State: "running", Revision: 2, Traffic: []types.TrafficTarget{{Revision: 1, Percent: 10}, {Revision: 2, Percent: 90}},
+		Replicas: []types.Replica{replica("hello-1", "ready", 0.5), {ID: "hello-2", Revision: 2, State: "frozen"}}}}, map[string]route.Load{"hello": {Requests: 5}})
 	f.tenants = []Tenant{{Name: "course-a", Queued: 4, Running: 1}}
-	f.events = []api.Event{{Seq: 1, Kind: "scale", App: "hello", Reason: "first <b>"}, {Seq: 2, Kind: "freeze", App: "hello", Replica: "hello-2", Reason: "idle"}}
+	f.events = []types.Event{{Seq: 1, Kind: "scale", App: "hello", Reason: "first <b>"}, {Seq: 2, Kind: "freeze", App: "hello", Replica: "hello-2", Reason: "idle"}}
 	d := newTestDashboard(f, clock.NewFake(t0))
 	d.s.sample(context.Background())
 	rec := httptest.NewRecorder()
@@ -148,7 +148,7 @@ func (s sseReader) next(t *testing.T) (id, name, data string) {
 func TestStream(t *testing.T) {
 	f := newFakeDaemon()
 	fc := clock.NewFake(t0)
-	f.set([]api.App{{Name: "hello", State: "running", Replicas: []api.Replica{replica("hello-1", "ready", 0.5)}}}, nil)
+	f.set([]types.App{{Name: "hello", State: "running", Replicas: []types.Replica{replica("hello-1", "ready", 0.5)}}}, nil)
 	d := newTestDashboard(f, fc)
 	d.s.sample(context.Background())
 	srv := httptest.NewServer(d.Handler())
@@ -173,7 +173,7 @@ func TestStream(t *testing.T) {
 		t.Fatalf("first message: %s %v %q", name, err, data)
 	}
 
-	f.set([]api.App{{Name: "hello", State: "running", Replicas: []api.Replica{replica("hello-1", "frozen", 0.5)}}}, nil)
+	f.set([]types.App{{Name: "hello", State: "running", Replicas: []types.Replica{replica("hello-1", "frozen", 0.5)}}}, nil)
 	fc.Advance(time.Second)
 	d.s.sample(context.Background())
 	_, name, data = sse.next(t)
@@ -183,8 +183,8 @@ func TestStream(t *testing.T) {
 		t.Fatalf("after the freeze: %s %v %q", name, err, data)
 	}
 
-	f.watch <- api.Event{Seq: 3, Kind: "old", App: "hello"} // not after 3
-	f.watch <- api.Event{Seq: 4, Kind: "thaw", App: "hello", Replica: "hello-1", Reason: "a request came"}
+	f.watch <- types.Event{Seq: 3, Kind: "old", App: "hello"} // not after 3
+	f.watch <- types.Event{Seq: 4, Kind: "thaw", App: "hello", Replica: "hello-1", Reason: "a request came"}
 	id, name, data := sse.next(t)
 	var ev struct{ HTML, App string }
 	if err := json.Unmarshal([]byte(data), &ev); id != "4" || name != "event" || err != nil || ev.App != "hello" ||

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // pageEvents is how many of the latest events a page shows.
@@ -108,7 +108,7 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 		after = max(after, n)
 	}
 	ctx := r.Context()
-	var events <-chan api.Event
+	var events <-chan types.Event
 	if d.o.Events != nil {
 		var err error
 		if events, err = d.o.Events.Watch(ctx, after, ""); err != nil {

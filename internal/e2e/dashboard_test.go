@@ -15,7 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // browser is a headless Chromium showing one page.
@@ -105,7 +105,7 @@ func (b *browser) screenshot(name string) {
 // uiURL is the dashboard's address, from the daemon's notes.
 func (d *daemon) uiURL() string {
 	d.t.Helper()
-	var h api.Health
+	var h types.Health
 	if err := json.Unmarshal([]byte(d.must("info", "--output", "json")), &h); err != nil {
 		d.t.Fatalf("info: %v", err)
 	}
@@ -169,11 +169,11 @@ func TestDashboardShowsReplicaLifecycle(t *testing.T) {
 	}
 
 	// Jobs queue past the slots: the page shows them by tenant.
-	var batch []api.JobRequest
+	var batch []types.JobRequest
 	for i := 0; i < 12; i++ {
 		tenant := []string{"course-a", "course-b"}[i%2]
-		batch = append(batch, api.JobRequest{Image: "busybox:1", Tenant: tenant,
-			Steps: []api.JobStep{{Args: []string{"sleep", "2"}}}})
+		batch = append(batch, types.JobRequest{Image: "busybox:1", Tenant: tenant,
+			Steps: []types.JobStep{{Args: []string{"sleep", "2"}}}})
 	}
 	f := filepath.Join(t.TempDir(), "batch.json")
 	js, _ := json.Marshal(batch)

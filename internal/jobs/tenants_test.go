@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // Tenants counts each tenant's queued and running jobs, and forgets a
@@ -14,7 +14,7 @@ func TestTenantsCountsQueuedAndRunning(t *testing.T) {
 	r := newFakeRunner(true)
 	m := openManager(t, Options{Store: openStore(t), Runner: r, Slots: 1})
 	defer m.Close()
-	js, err := m.Submit(context.Background(), []api.JobRequest{hello("b"), hello("a"), hello("b")})
+	js, err := m.Submit(context.Background(), []types.JobRequest{hello("b"), hello("a"), hello("b")})
 	if err != nil {
 		t.Fatal(err)
 	}
