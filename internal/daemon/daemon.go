@@ -26,9 +26,11 @@ import (
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/containers"
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/images"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
@@ -76,7 +78,7 @@ type Daemon struct {
 	net     *network.Manager
 	rt      *runtime.Runtime
 	reg     *prometheus.Registry
-	ctrs    *containerService
+	ctrs    *containers.Service
 	jobs    *jobService
 	servers []*http.Server
 	token   string
@@ -110,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	<-ctx.Done()
 	d.log.Info("shoal daemon stopping; containers keep running and will be adopted on restart")
-	d.ctrs.stopping.Store(true)
+	d.ctrs.Stopping()
 	// Short requests get a moment to finish; streams of attached runs are
 	// then cut (their containers keep running).
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -181,7 +183,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	for _, c := range adopted {
 		if c.Status != runtime.StatusStopped {
 			// Replicas are serving's to watch and release.
-			if c.Labels[labelKind] != "replica" {
+			if c.Labels[containers.LabelKind] != "replica" {
 				running = append(running, c)
 			}
 			if c.NetNSPath != "" {
@@ -195,8 +197,8 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.reg = prometheus.NewRegistry()
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	d.gatherers = prometheus.Gatherers{d.reg}
-	d.ctrs = newContainerService(d.rt, d.images, d.net, d.log, d.reg)
-	d.ctrs.watchAdopted(running)
+	d.ctrs = containers.New(d.rt, d.images, d.net, d.log, d.reg)
+	d.ctrs.WatchAdopted(running)
 	if err := d.openJobs(ctx); err != nil {
 		return err
 	}
@@ -243,7 +245,7 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 
 func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
-		Images:     &imageService{s: d.images, users: d.imageUsers},
+		Images:     images.New(d.images, d.imageUsers),
 		Containers: d.ctrs,
 		Jobs:       d.jobs,
 		Apps:       d.apps,
@@ -300,7 +302,7 @@ func (d *Daemon) close() {
 	d.closeServing()
 	d.closeJobs()
 	if d.ctrs != nil {
-		d.ctrs.drain()
+		d.ctrs.Drain()
 	}
 	if d.images != nil {
 		d.images.Close()

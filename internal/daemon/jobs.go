@@ -223,7 +223,7 @@ func (d *Daemon) closeJobs() {
 // imageUsers maps the image digests in use by containers and sandboxes to
 // one user each, so that an image in use is not removed.
 func (d *Daemon) imageUsers(ctx context.Context) (map[string]string, error) {
-	m, err := d.ctrs.imageUsers(ctx)
+	m, err := d.ctrs.ImageUsers(ctx)
 	if err != nil || d.jobs == nil || d.jobs.rt == nil {
 		return m, err
 	}

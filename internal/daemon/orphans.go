@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 
+	"github.com/shoal-run/shoal/internal/containers"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -13,7 +14,7 @@ import (
 // network namespace.
 func (d *Daemon) removeUnownedReplicas(ctx context.Context, adopted []*runtime.Container) {
 	for _, c := range adopted {
-		if c.Labels[labelKind] != "replica" || d.apps.Owns(c.ID) {
+		if c.Labels[containers.LabelKind] != "replica" || d.apps.Owns(c.ID) {
 			continue
 		}
 		d.log.Warn("removing a replica container no app has a record of", "container", c.ID, "pid", c.Pid)

@@ -1,7 +1,16 @@
-package daemon
+// Package containers is the one-off container service behind `shoal run`,
+// `shoal ps` and `shoal rm`: it plans a container from the image and the
+// request (limits, network, security defaults), starts it on the runtime in
+// a namespace from the network pool, streams its output and waits for its
+// exit (with --timeout and --rm), lists and removes containers, and tells
+// which images running containers use. The daemon builds one and hands it
+// to the API.
+package containers
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,9 +32,10 @@ import (
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
-// Labels the daemon puts on one-off containers.
+// Labels the daemon puts on one-off containers; LabelKind is "replica" on
+// the replicas serving starts.
 const (
-	labelKind    = "shoal.kind"
+	LabelKind    = "shoal.kind"
 	labelImage   = "shoal.image"
 	labelCommand = "shoal.command"
 	labelDigest  = "shoal.image.digest"
@@ -33,8 +43,8 @@ const (
 
 const defaultPids = 1024
 
-// containerService runs one-off containers for `shoal run`.
-type containerService struct {
+// Service runs one-off containers for `shoal run`.
+type Service struct {
 	rt   *runtime.Runtime
 	imgs *image.Store
 	net  *network.Manager
@@ -55,8 +65,10 @@ type containerService struct {
 	duration *prometheus.HistogramVec
 }
 
-func newContainerService(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *containerService {
-	s := &containerService{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}, starting: map[string]int{}}
+// New returns the service of rt, with its images, network pool, log and
+// metrics (registered with reg).
+func New(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *Service {
+	s := &Service{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}, starting: map[string]int{}}
 	s.started = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_containers_started_total", Help: "Containers started, by network mode.",
 	}, []string{"network"})
@@ -77,7 +89,7 @@ func newContainerService(rt *runtime.Runtime, imgs *image.Store, nm *network.Man
 
 // Run starts a container for req, streams its output through attach and
 // waits for it to exit.
-func (s *containerService) Run(ctx context.Context, req types.RunRequest, attach func() (io.Writer, io.Writer)) (types.Exit, error) {
+func (s *Service) Run(ctx context.Context, req types.RunRequest, attach func() (io.Writer, io.Writer)) (types.Exit, error) {
 	t0 := time.Now()
 	p, err := s.plan(ctx, req)
 	if err != nil {
@@ -175,7 +187,7 @@ func (s *containerService) Run(ctx context.Context, req types.RunRequest, attach
 // wait waits for the container to exit, killing it when the timeout passes
 // or the client goes away. left is true when the daemon is stopping and the
 // container was left running.
-func (s *containerService) wait(ctx context.Context, id string, timeout time.Duration) (exit types.Exit, left bool) {
+func (s *Service) wait(ctx context.Context, id string, timeout time.Duration) (exit types.Exit, left bool) {
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type result struct {
@@ -222,16 +234,21 @@ func (s *containerService) wait(ctx context.Context, id string, timeout time.Dur
 	}
 }
 
-// drain waits for background network releases.
-func (s *containerService) drain() { s.pending.Wait() }
+// Drain waits for the background releases and removals to finish.
+func (s *Service) Drain() { s.pending.Wait() }
 
-func (s *containerService) trackNet(id string, a *network.Attachment) {
+// Stopping marks the daemon as shutting down: a run whose client
+// connection closes from now on leaves its container running for the next
+// daemon to adopt, instead of killing it.
+func (s *Service) Stopping() { s.stopping.Store(true) }
+
+func (s *Service) trackNet(id string, a *network.Attachment) {
 	s.mu.Lock()
 	s.attached[id] = a
 	s.mu.Unlock()
 }
 
-func (s *containerService) releaseNetOf(id string) {
+func (s *Service) releaseNetOf(id string) {
 	s.mu.Lock()
 	a := s.attached[id]
 	delete(s.attached, id)
@@ -241,7 +258,7 @@ func (s *containerService) releaseNetOf(id string) {
 	}
 }
 
-func (s *containerService) releaseNet(a *network.Attachment) {
+func (s *Service) releaseNet(a *network.Attachment) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := s.net.Release(ctx, a); err != nil {
@@ -249,9 +266,9 @@ func (s *containerService) releaseNet(a *network.Attachment) {
 	}
 }
 
-// watchAdopted takes over containers a previous daemon started: their
+// WatchAdopted takes over containers a previous daemon started: their
 // namespaces are released when they exit.
-func (s *containerService) watchAdopted(cs []*runtime.Container) {
+func (s *Service) WatchAdopted(cs []*runtime.Container) {
 	for _, c := range cs {
 		if c.NetNSPath == "" {
 			continue
@@ -265,7 +282,9 @@ func (s *containerService) watchAdopted(cs []*runtime.Container) {
 	}
 }
 
-func (s *containerService) List(ctx context.Context) ([]types.Container, error) {
+// List returns the containers the runtime knows, newest first, leaving out
+// --rm containers being removed.
+func (s *Service) List(ctx context.Context) ([]types.Container, error) {
 	cs, err := s.rt.List(ctx)
 	if err != nil {
 		return nil, err
@@ -289,7 +308,7 @@ func (s *containerService) List(ctx context.Context) ([]types.Container, error) 
 	return out, nil
 }
 
-func (s *containerService) unpin(digest string) {
+func (s *Service) unpin(digest string) {
 	if digest == "" {
 		return
 	}
@@ -300,9 +319,9 @@ func (s *containerService) unpin(digest string) {
 	s.mu.Unlock()
 }
 
-// imageUsers maps each image digest in use to one container using it
+// ImageUsers maps each image digest in use to one container using it
 // ("starting" for a container not yet created).
-func (s *containerService) imageUsers(ctx context.Context) (map[string]string, error) {
+func (s *Service) ImageUsers(ctx context.Context) (map[string]string, error) {
 	cs, err := s.rt.List(ctx)
 	if err != nil {
 		return nil, err
@@ -321,7 +340,8 @@ func (s *containerService) imageUsers(ctx context.Context) (map[string]string, e
 	return m, nil
 }
 
-func (s *containerService) Remove(ctx context.Context, id string) error {
+// Remove deletes container id with its mounts, cgroups and network.
+func (s *Service) Remove(ctx context.Context, id string) error {
 	s.mu.Lock()
 	removing := s.removing[id]
 	s.mu.Unlock()
@@ -337,4 +357,11 @@ func (s *containerService) Remove(ctx context.Context, id string) error {
 	}
 	s.releaseNetOf(id)
 	return nil
+}
+
+// newID returns n random hex digits, a container's id.
+func newID(n int) string {
+	b := make([]byte, (n+1)/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)[:n]
 }

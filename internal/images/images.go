@@ -1,4 +1,7 @@
-package daemon
+// Package images is the API's image service: the image store's images as
+// API types (list, inspect, build, import, pull), and removal refused while
+// a container still uses the image.
+package images
 
 import (
 	"context"
@@ -10,12 +13,18 @@ import (
 	"github.com/shoal-run/shoal/internal/image"
 )
 
-// imageService adapts the image store to the API.
-type imageService struct {
+// Service adapts the image store to the API.
+type Service struct {
 	s *image.Store
 	// users lists the image digests containers still use; their layers
 	// are mounted, so those images cannot be removed.
 	users func(ctx context.Context) (map[string]string, error)
+}
+
+// New returns the service of store; users, if not nil, lists the image
+// digests containers still use (digest → container id).
+func New(store *image.Store, users func(ctx context.Context) (map[string]string, error)) *Service {
+	return &Service{s: store, users: users}
 }
 
 func toAPIImage(i image.Image) types.Image {
@@ -30,7 +39,8 @@ func toAPIImage(i image.Image) types.Image {
 	return a
 }
 
-func (s *imageService) List(ctx context.Context) ([]types.Image, error) {
+// List returns every image, by reference.
+func (s *Service) List(ctx context.Context) ([]types.Image, error) {
 	imgs, err := s.s.List(ctx)
 	if err != nil {
 		return nil, err
@@ -43,7 +53,8 @@ func (s *imageService) List(ctx context.Context) ([]types.Image, error) {
 	return out, nil
 }
 
-func (s *imageService) Get(ctx context.Context, ref string) (types.Image, error) {
+// Get returns the image ref names.
+func (s *Service) Get(ctx context.Context, ref string) (types.Image, error) {
 	i, err := s.s.Get(ctx, ref)
 	if err != nil {
 		return types.Image{}, err
@@ -51,7 +62,8 @@ func (s *imageService) Get(ctx context.Context, ref string) (types.Image, error)
 	return toAPIImage(i), nil
 }
 
-func (s *imageService) Build(ctx context.Context, req types.BuildRequest) (types.Image, error) {
+// Build builds a one-layer image from a folder on the daemon's host.
+func (s *Service) Build(ctx context.Context, req types.BuildRequest) (types.Image, error) {
 	if req.Dir == "" {
 		return types.Image{}, errdefs.Invalid("dir", "is required")
 	}
@@ -67,7 +79,8 @@ func (s *imageService) Build(ctx context.Context, req types.BuildRequest) (types
 	return toAPIImage(i), nil
 }
 
-func (s *imageService) Import(ctx context.Context, req types.ImportRequest) ([]types.Image, error) {
+// Import imports an OCI layout, docker-archive or rootfs tar.
+func (s *Service) Import(ctx context.Context, req types.ImportRequest) ([]types.Image, error) {
 	if req.Path == "" {
 		return nil, errdefs.Invalid("path", "is required")
 	}
@@ -82,7 +95,8 @@ func (s *imageService) Import(ctx context.Context, req types.ImportRequest) ([]t
 	return out, nil
 }
 
-func (s *imageService) Pull(ctx context.Context, req types.PullRequest) (types.Image, error) {
+// Pull pulls an image from an OCI registry.
+func (s *Service) Pull(ctx context.Context, req types.PullRequest) (types.Image, error) {
 	if req.Ref == "" {
 		return types.Image{}, errdefs.Invalid("ref", "is required")
 	}
@@ -93,7 +107,8 @@ func (s *imageService) Pull(ctx context.Context, req types.PullRequest) (types.I
 	return toAPIImage(i), nil
 }
 
-func (s *imageService) Remove(ctx context.Context, ref string) error {
+// Remove removes image ref unless a container still uses it.
+func (s *Service) Remove(ctx context.Context, ref string) error {
 	img, err := s.s.Get(ctx, ref)
 	if err != nil {
 		return err

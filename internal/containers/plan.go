@@ -1,4 +1,4 @@
-package daemon
+package containers
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type runPlan struct {
 	digest  string // image pinned while the container starts
 }
 
-func (s *containerService) plan(ctx context.Context, req types.RunRequest) (_ *runPlan, retErr error) {
+func (s *Service) plan(ctx context.Context, req types.RunRequest) (_ *runPlan, retErr error) {
 	if req.Image == "" {
 		return nil, errdefs.Invalid("image", "is required")
 	}
@@ -93,7 +93,7 @@ func (s *containerService) plan(ctx context.Context, req types.RunRequest) (_ *r
 			MemoryBytes: p.spec.Limits.MemoryBytes,
 			Pids:        orDefaultInt(req.Pids, defaultPids),
 		},
-		Labels: map[string]string{labelKind: "run", labelImage: orDefault(img.Ref, img.Digest), labelDigest: img.Digest, labelCommand: string(cmdJSON)},
+		Labels: map[string]string{LabelKind: "run", labelImage: orDefault(img.Ref, img.Digest), labelDigest: img.Digest, labelCommand: string(cmdJSON)},
 	}
 	return p, nil
 }
