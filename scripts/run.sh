@@ -7,7 +7,8 @@ data="${1:-/var/lib/shoal}"
 bin="$(cd "$(dirname "$0")/.." && pwd)/bin/shoal"
 sock=/run/shoal/shoal.sock
 
-"$bin" daemon --data-dir "$data" &
+ui=127.0.0.1:7080
+"$bin" daemon --data-dir "$data" --ui "$ui" &
 pid=$!
 # Stop the daemon however this script ends (containers keep running and are
 # adopted by the next daemon).
@@ -49,6 +50,8 @@ port=${proxy##*:}
 cat <<MSG
 
 shoal is running (data in $data, API on unix://$sock).
+Dashboard (open once with the token; the browser then keeps a cookie):
+  http://$ui/?token=$(cat "$data/api-token")
 Apps (hello, slowboot, cpuburn, selfscale) are deployed; all but selfscale
 (min 1) start on their first request:
   curl -H 'Host: hello.localhost' http://$proxy/
