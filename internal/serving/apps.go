@@ -73,11 +73,11 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (manifest.C
 		rec, rv, newRev := nextRecord(rec, cfg, req.Manifest, img.Digest, now)
 		// The records are written without ctl.mu.
 		if newRev {
-			if err := m.putJSON(ctx, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
+			if err := putJSON(ctx, m.o.Store, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
 				return manifest.Config{}, err
 			}
 		}
-		if err := m.putJSON(ctx, store.AppKey(cfg.Name), rec); err != nil {
+		if err := putJSON(ctx, m.o.Store, store.AppKey(cfg.Name), rec); err != nil {
 			return manifest.Config{}, err
 		}
 		if ctl == nil {
@@ -90,7 +90,7 @@ func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (manifest.C
 			}
 			m.apps[cfg.Name] = ctl
 			m.mu.Unlock()
-			if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
+			if err := os.MkdirAll(ctl.logs.dir, 0o700); err != nil {
 				return manifest.Config{}, fmt.Errorf("app %q: %w", cfg.Name, err)
 			}
 			m.run(ctl)
@@ -150,9 +150,9 @@ func nextRecord(rec appRecord, cfg manifest.Config, text, digest string, now tim
 			if prev == 0 {
 				serving = rec.Revision // a new app: nothing to wait for
 			}
-			rec.Traffic = []api.TrafficTarget{{Revision: serving, Percent: 100}}
+			rec.Traffic = []trafficShare{{Revision: serving, Percent: 100}}
 		}
-		rec.Rollout = &api.Rollout{Revision: rec.Revision, From: from, State: api.RolloutProgressing, StartedAt: now}
+		rec.Rollout = &rollout{Revision: rec.Revision, From: from, State: rolloutProgressing, StartedAt: now}
 	}
 	rec.Config, rec.Manifest, rec.Digest, rec.Hash, rec.Updated = cfg, text, digest, hash, now
 	rec.Min, rec.Max = cfg.Scale.Min, cfg.Scale.Max
@@ -191,7 +191,7 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	defer ctl.unlock()
 	a := api.App{
 		Name: name, Image: ctl.rec.Config.Image, Revision: ctl.rec.Revision, Min: ctl.rec.Min, Max: ctl.rec.Max,
-		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []api.Replica{}, URL: m.url(name),
+		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []api.Replica{}, URL: appURL(m.o.ProxyAddr, name),
 	}
 	for _, r := range ctl.reps {
 		rp := api.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
@@ -207,13 +207,15 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	}
 	sort.Slice(a.Replicas, func(i, j int) bool { return a.Replicas[i].StartedAt.Before(a.Replicas[j].StartedAt) })
 	if ro := ctl.rec.Rollout; ro != nil {
-		c := *ro
-		a.Rollout = &c
+		a.Rollout = ro.api()
 		if progressing(ro) && ctl.roFailures > 0 {
-			c.Failures, c.Reason = ctl.roFailures, ctl.lastErr
+			a.Rollout.Failures, a.Rollout.Reason = ctl.roFailures, ctl.lastErr
 		}
 	}
-	a.Traffic = append([]api.TrafficTarget(nil), ctl.rec.Traffic...)
+	a.Traffic = nil
+	for _, t := range ctl.rec.Traffic {
+		a.Traffic = append(a.Traffic, api.TrafficTarget{Revision: t.Revision, Percent: t.Percent})
+	}
 	if len(a.Traffic) == 0 {
 		a.Traffic = []api.TrafficTarget{{Revision: ctl.rec.Revision, Percent: 100}}
 	}
@@ -235,11 +237,12 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	return a, nil
 }
 
-func (m *Manager) url(app string) string {
-	if m.o.ProxyAddr == "" {
+// appURL is where the proxy at proxyAddr serves app.
+func appURL(proxyAddr, app string) string {
+	if proxyAddr == "" {
 		return ""
 	}
-	_, port, err := net.SplitHostPort(m.o.ProxyAddr)
+	_, port, err := net.SplitHostPort(proxyAddr)
 	if err != nil {
 		return ""
 	}
@@ -275,7 +278,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, m.clock.Now()
 	rec = ctl.rec
 	ctl.unlock()
-	if err := m.putJSON(ctx, store.AppKey(name), rec); err != nil {
+	if err := putJSON(ctx, m.o.Store, store.AppKey(name), rec); err != nil {
 		return api.App{}, err
 	}
 	ctl.mu.Lock()
@@ -307,7 +310,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	rec := ctl.rec
 	ctl.publish()
 	ctl.unlock()
-	err := m.putJSON(ctx, store.AppKey(name), rec)
+	err := putJSON(ctx, m.o.Store, store.AppKey(name), rec)
 	ctl.recMu.Unlock()
 	if err != nil {
 		return err
@@ -333,7 +336,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			ctl.node.Drain(ctx, r.rec.ID, grace)
 			cancel()
-			ctl.halt(r)
+			ctl.drv.halt(r)
 			done <- struct{}{}
 		}()
 	}
@@ -341,7 +344,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		<-done
 	}
 	ctl.close()
-	ctl.mergeWG.Wait() // a merge in progress stops before the volumes go
+	ctl.merge.wg.Wait() // a merge in progress stops before the volumes go
 	ctl.flush()
 	ctx := context.Background()
 	var errs []error
@@ -370,12 +373,12 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 	return nil
 }
 
-func (m *Manager) putJSON(ctx context.Context, key string, v any) error {
+func putJSON(ctx context.Context, st store.Store, key string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", key, err)
 	}
-	if _, err := m.o.Store.Put(ctx, key, b); err != nil {
+	if _, err := st.Put(ctx, key, b); err != nil {
 		return fmt.Errorf("store %s: %w", key, err)
 	}
 	return nil

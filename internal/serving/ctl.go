@@ -7,6 +7,7 @@ package serving
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -19,72 +20,73 @@ import (
 // and walks its replicas down the ladder.
 const tick = 100 * time.Millisecond
 
-// appCtl is the controller of one app: it owns the app's replicas on this
-// node and converges them to what the app's config, the autoscaler and the
-// proxy's wake-ups ask for.
+// appCtl is the controller of one app: it holds the app's state on this
+// node (appState) and decides, converging the app's replicas to what its
+// config, the autoscaler and the proxy's wake-ups ask for; its driver
+// carries the decisions out through the node.
 type appCtl struct {
-	m    *Manager
-	name string
-	node Node     // where the app's replicas run
-	pub  routePub // orders the app's routes
+	appState
+	m     *Manager
+	node  Node     // where the app's replicas run
+	drv   *driver  // carries out what the controller decides
+	pub   routePub // orders the app's routes
+	merge *merger  // merges the state of its replicas that are gone
+	logs  replicaLogs
 
 	wake    chan struct{} // the proxy has a request and no ready replica
 	changed chan struct{} // a replica changed state
-	dirty   chan struct{} // records to write
-	merges  chan struct{} // a replica's state is there to merge
 	stop    chan struct{}
 	once    sync.Once
-	mergeWG sync.WaitGroup // the merger, waited for before the app's files go
 
 	roundAt atomic.Int64 // the clock (UnixNano) of the last reconcile round done, for tests
 	woken   atomic.Bool  // a request is waiting for a ready replica
 
-	mu       sync.Mutex
-	rec      appRecord
-	reps     map[string]*replica
-	scaler   *scaler
-	unsaved  map[string]bool // replica ids whose record must be written (or deleted)
-	appDirty bool            // the app record must be written
 	// recMu orders writes of the app record: a writer takes it before
-	// ctl.mu and holds it until its write is done.
-	recMu      sync.Mutex
-	revs       map[int]revisionRecord // revisions read so far
-	roFailures int                    // failed replicas of the revision being rolled out
-	failures   int                    // replicas that failed since one was last ready
-	strikes    int                    // failures since a replica last stayed up for stableAfter
-	backoff    time.Time              // no new replica before this
-	booting    int                    // replicas starting (startReplica until boot returns)
-	bootsDone  chan struct{}          // closed when booting drops to 0; nil when none waits
+	// mu and holds it until its write is done.
+	recMu sync.Mutex
+
+	// Under mu:
+	scaler     *scaler
+	roFailures int       // failed replicas of the revision being rolled out
+	failures   int       // replicas that failed since one was last ready
+	strikes    int       // failures since a replica last stayed up for stableAfter
+	backoff    time.Time // no new replica before this
 	lastErr    string
 	lastLog    []string
 	desired    int
-	deleting   bool
-	remote     map[string]route.Endpoint // ready replicas of other nodes, from the store
-	// floor is the active replica count the app asked for through the
-	// self API (replicate raises it, halt and die lower it), set at
-	// floorAt; 0 leaves the count to the autoscaler.
-	floor   int
-	floorAt time.Time
+	floor      selfFloor // what the app asked for through the self API
 
-	// What a holder of ctl.mu leaves to do once it is released (unlock):
-	// the route to publish, thaws to make, goroutines to start.
-	routeDirty bool
-	thaws      []*replica
-	acts       []func()
+	boots boots // replicas starting
 }
 
 func newAppCtl(m *Manager, rec appRecord) *appCtl {
 	ctl := &appCtl{
-		m: m, name: rec.Config.Name, rec: rec, node: m.node,
-		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), dirty: make(chan struct{}, 1),
-		merges: make(chan struct{}, 1), stop: make(chan struct{}), reps: map[string]*replica{}, unsaved: map[string]bool{},
-		revs: map[int]revisionRecord{}, deleting: rec.Deleting,
+		appState: appState{name: rec.Config.Name, rec: rec, reps: map[string]*replica{}, unsaved: map[string]bool{},
+			revs: map[int]revisionRecord{}, deleting: rec.Deleting, dirty: make(chan struct{}, 1)},
+		m: m, node: m.node,
+		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	ctl.drv = &driver{ctl}
 	ctl.scaler = newScaler(rec, m.clock)
+	ctl.logs = replicaLogs{dir: filepath.Join(m.appDir(ctl.name), "logs"), log: m.log}
+	ctl.merge = &merger{app: ctl.name, dir: m.appDir(ctl.name), rt: m.o.Runtime, images: m.o.Images, clock: m.clock, log: m.log,
+		emit: func(kind, replica, reason string, inputs map[string]float64) {
+			m.emit(kind, ctl.name, replica, reason, inputs)
+		},
+		took:     func(policy string, d time.Duration) { m.metrics.merge(ctl.name, policy, d) },
+		deleting: func() bool { ctl.mu.Lock(); defer ctl.unlock(); return ctl.deleting },
+		wake:     make(chan struct{}, 1)}
 	return ctl
 }
 
-func (ctl *appCtl) poke(ch chan struct{}) {
+// has reports whether id is one of the app's replicas.
+func (ctl *appCtl) has(id string) bool {
+	ctl.mu.Lock()
+	defer ctl.unlock()
+	return ctl.reps[id] != nil
+}
+
+func poke(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
@@ -128,7 +130,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	ctl.mu.Lock()
 	defer ctl.unlock()
 	if ctl.deleting {
-		ctl.clearRemains()
+		ctl.drv.clearRemains()
 		return 0
 	}
 	cfg := ctl.rec.Config
@@ -185,7 +187,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 		ready = append(ready, set(rev).ready...)
 	}
 	sort.Ints(revs)
-	ctl.scaler.observe(now, load, ctl.metricSum(now, ready))
+	ctl.scaler.observe(now, load, metricSum(cfg.Scale.Metric, now, ready))
 	dec := ctl.decide(active, ready, usage)
 	ctl.applyCPU(dec)
 	want, reason := dec.Replicas, dec.Reason
@@ -201,7 +203,8 @@ func (ctl *appCtl) reconcile() time.Duration {
 	} else if (ctl.woken.Load() || load.Queued > 0) && want < 1 {
 		want, reason = 1, "a request is waiting for a replica"
 	}
-	want, reason = ctl.applyFloor(now, load, want, reason)
+	want, reason = ctl.floor.apply(now, load, cfg.Scale.IdleTimeout.Duration, want, reason)
+	want, reason = capHalted(want, reason, ctl.halted(), ctl.rec.Max)
 	want = clamp(want, ctl.rec.Min, ctl.rec.Max)
 	if want != ctl.desired {
 		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
@@ -215,7 +218,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	surge := ctl.rolloutStep(now, sets, weights, active, load)
 	weights = ctl.weights() // a rollout that ended moved the traffic
 	ctl.retire(now, sets, weights, surge)
-	ctl.clearRemains() // after the starts above
+	ctl.drv.clearRemains() // after the starts above
 
 	if load.InFlight > 0 {
 		return tick
@@ -273,7 +276,7 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 		active++
 	}
 	for n := active + s.freezing; n < want && now.After(ctl.backoff); n++ {
-		ctl.startReplica(rev, "scale out")
+		ctl.drv.startReplica(rev, "scale out")
 		active++
 	}
 
@@ -284,12 +287,12 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 			continue
 		}
 		if r.replacement == "" && now.After(ctl.backoff) {
-			r.replacement = ctl.startReplica(rev, "replace "+r.rec.ID)
+			r.replacement = ctl.drv.startReplica(rev, "replace "+r.rec.ID)
 		}
 		if nr := ctl.reps[r.replacement]; nr == nil || nr.rec.State == StateFailed {
 			r.replacement = ""
 		} else if nr.rec.State == StateReady && !nr.busy {
-			ctl.drain(r, "replaced by "+nr.rec.ID)
+			ctl.drv.drain(r, "replaced by "+nr.rec.ID)
 			active--
 		}
 	}
@@ -309,7 +312,7 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 			if !idle {
 				why = "scale in"
 			}
-			ctl.freeze(r, why)
+			ctl.drv.freeze(r, why)
 			active--
 		}
 	}
@@ -321,9 +324,9 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 			continue
 		}
 		if !fresh(r) {
-			ctl.stopReplica(r, "frozen past max_lifetime")
+			ctl.drv.stopReplica(r, "frozen past max_lifetime")
 		} else if now.Sub(r.frozenAt) >= cfg.Scale.FreezeTimeout.Duration {
-			ctl.stopReplica(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
+			ctl.drv.stopReplica(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
 		}
 	}
 }
@@ -339,14 +342,14 @@ func (ctl *appCtl) retire(now time.Time, sets map[int]*revSet, weights map[int]i
 			continue
 		}
 		for _, r := range s.ready {
-			ctl.freeze(r, fmt.Sprintf("revision %d takes no traffic; kept frozen for %s for a rollback", rev, grace))
+			ctl.drv.freeze(r, fmt.Sprintf("revision %d takes no traffic; kept frozen for %s for a rollback", rev, grace))
 		}
 		for _, r := range s.starting {
-			ctl.stopReplica(r, fmt.Sprintf("revision %d takes no traffic", rev))
+			ctl.drv.stopReplica(r, fmt.Sprintf("revision %d takes no traffic", rev))
 		}
 		for _, r := range s.frozen {
 			if !r.busy && r.rec.State == StateFrozen && now.Sub(r.frozenAt) >= grace {
-				ctl.stopReplica(r, fmt.Sprintf("revision %d took no traffic for rollback_grace (%s)", rev, grace))
+				ctl.drv.stopReplica(r, fmt.Sprintf("revision %d took no traffic for rollback_grace (%s)", rev, grace))
 			}
 		}
 	}
@@ -362,46 +365,6 @@ func clamp(v, lo, hi int) int {
 	return v
 }
 
-// publish has the app's route published once ctl.mu is released.
-// ctl.mu is held.
-func (ctl *appCtl) publish() { ctl.routeDirty = true }
-
-// route is the app's route: its ready replicas. ctl.mu is held.
-func (ctl *appCtl) route() route.Route {
-	cfg := ctl.rec.Config
-	rt := route.Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
-		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
-	if ctl.deleting {
-		rt.Unavailable = "app " + ctl.name + " is being deleted"
-	}
-	// Only the revisions that take traffic are routed.
-	weights := ctl.weights()
-	rt.Weights, rt.Sticky = weights, ctl.rec.Sticky
-	ids := make([]string, 0, len(ctl.reps))
-	for id, r := range ctl.reps {
-		if r.rec.State == StateReady && !r.closed && weights[r.rec.Revision] > 0 {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		r := ctl.reps[id]
-		rt.Endpoints = append(rt.Endpoints, route.Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
-	}
-	for _, ep := range ctl.remote {
-		if ctl.reps[ep.ID] == nil && weights[ep.Revision] > 0 {
-			rt.Endpoints = append(rt.Endpoints, ep)
-		}
-	}
-	return rt
-}
-
-// markDirty queues replica id's record (or its deletion) for the writer.
-func (ctl *appCtl) markDirty(id string) {
-	ctl.unsaved[id] = true
-	ctl.poke(ctl.dirty)
-}
-
-func (ctl *appCtl) notify() { ctl.poke(ctl.changed) }
+func (ctl *appCtl) notify() { poke(ctl.changed) }
 
 func (ctl *appCtl) ctx() context.Context { return ctl.m.ctx }

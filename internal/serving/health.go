@@ -27,11 +27,11 @@ var probeClient = &http.Client{
 }
 
 // check checks replica r once with the app's health check, on its node.
-func (ctl *appCtl) check(h manifest.Health, r *replica) error {
-	ctl.mu.Lock()
+func (d *driver) check(h manifest.Health, r *replica) error {
+	d.mu.Lock()
 	id, addr := r.rec.ID, r.rec.Addr
-	ctl.unlock()
-	return ctl.node.Check(ctl.ctx(), id, addr, h)
+	d.unlock()
+	return d.node.Check(d.ctx(), id, addr, h)
 }
 
 // tailWriter keeps the last max bytes written to it.
@@ -94,8 +94,8 @@ func probe(ctx context.Context, h manifest.Health, addr string) error {
 // waitReady probes a starting replica until it answers, it exits, or the
 // start timeout passes. Probes are close together at first, because most
 // apps are ready within milliseconds, and spread out later.
-func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan struct{}) error {
-	m := ctl.m
+func (d *driver) waitReady(r *replica, cfg manifest.Config, exited <-chan struct{}) error {
+	m := d.m
 	began := m.clock.Now()
 	limit := cfg.Health.StartTimeout.Duration
 	// A command check runs once the port takes connections: an exec
@@ -111,16 +111,16 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 			return errExitedEarly
 		default:
 		}
-		if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
+		if last = d.node.Check(d.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
 			if cfg.Health.Command == nil {
 				return nil
 			}
-			if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, cfg.Health); last == nil {
+			if last = d.node.Check(d.ctx(), r.rec.ID, r.rec.Addr, cfg.Health); last == nil {
 				return nil
 			}
 		}
-		if ctl.ctx().Err() != nil {
-			return ctl.ctx().Err()
+		if d.ctx().Err() != nil {
+			return d.ctx().Err()
 		}
 		if m.clock.Since(began) >= limit {
 			return fmt.Errorf("replica %s: not ready after %s: %v", r.rec.ID, limit, last)
@@ -138,7 +138,7 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 		case <-exited:
 			t.Stop()
 			return errExitedEarly
-		case <-ctl.stop:
+		case <-d.stop:
 			t.Stop()
 			return errors.New("daemon stopping")
 		}
@@ -149,42 +149,42 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 // It leaves the route table at the first failure; after
 // cfg.Health.Failures in a row it is replaced, drained and stopped. It also
 // keeps the replica's log under logMax.
-func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
-	m := ctl.m
+func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
+	m := d.m
 	fails := 0
 	for {
-		ctl.mu.Lock()
-		h := ctl.rec.Config.Health
-		if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil {
+		d.mu.Lock()
+		h := d.rec.Config.Health
+		if cfg, _, err := d.configOf(r.rec.Revision); err == nil {
 			h = cfg.Health
 		}
-		ctl.unlock()
+		d.unlock()
 		t := m.clock.NewTimer(h.Interval.Duration)
 		select {
 		case <-t.C():
 		case <-exited:
 			t.Stop()
 			return
-		case <-ctl.stop:
+		case <-d.stop:
 			t.Stop()
 			return
 		}
-		ctl.trimLog(r.rec.ID)
+		d.logs.trim(r.rec.ID)
 		// checking keeps a freeze from stopping a command check half-way.
 		r.checking.Lock()
-		ctl.mu.Lock()
+		d.mu.Lock()
 		check := r.rec.State == StateReady && !r.busy
-		ctl.unlock()
+		d.unlock()
 		if !check {
 			r.checking.Unlock()
 			fails = 0
 			continue
 		}
-		err := ctl.check(h, r)
+		err := d.check(h, r)
 		r.checking.Unlock()
 		if err == nil {
 			if fails > 0 {
-				ctl.setClosed(r, false)
+				d.setClosed(r, false)
 			}
 			fails = 0
 			continue
@@ -192,22 +192,22 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 		// Out of the route table at the first failure; replaced after
 		// Failures in a row.
 		if fails++; fails == 1 {
-			ctl.setClosed(r, true)
+			d.setClosed(r, true)
 		}
 		if fails < h.Failures {
 			continue
 		}
-		ctl.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
+		d.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
 		return
 	}
 }
 
 // setClosed takes a ready replica out of the route table or puts it back.
-func (ctl *appCtl) setClosed(r *replica, closed bool) {
-	ctl.mu.Lock()
-	defer ctl.unlock()
+func (d *driver) setClosed(r *replica, closed bool) {
+	d.mu.Lock()
+	defer d.unlock()
 	if r.rec.State == StateReady && !r.busy && r.closed != closed {
 		r.closed = closed
-		ctl.publish()
+		d.publish()
 	}
 }

@@ -30,15 +30,15 @@ const kindMerge = "merge"
 // when the command exits 0. A hook cut short by a crash is run again by the
 // next daemon (the note says so): a hook is run at least once, so it
 // should be safe to run twice. A replica that left no state runs no hook.
-func (ctl *appCtl) runHook(ctx context.Context, meta stateMeta, data, work, vol string) (statemerge.Result, string, error) {
-	m, cfg := ctl.m, meta.Config
+func (g *merger) runHook(ctx context.Context, meta stateMeta, data, work, vol string) (statemerge.Result, string, error) {
+	cfg := meta.Config
 	st := cfg.State
 	var res statemerge.Result
 	res.Files, res.Bytes, res.Skipped = statemerge.Count(data)
 	if ents, err := os.ReadDir(data); err == nil && len(ents) == 0 {
 		return res, "", nil // no state, no hook
 	}
-	img, err := m.o.Images.Get(ctx, meta.Digest)
+	img, err := g.images.Get(ctx, meta.Digest)
 	if err != nil {
 		return res, "", fmt.Errorf("image %s (%s): %w", cfg.Image, meta.Digest, err)
 	}
@@ -89,18 +89,18 @@ func (ctl *appCtl) runHook(ctx context.Context, meta stateMeta, data, work, vol 
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	timer := m.clock.AfterFunc(hookTimeout, cancel)
+	timer := g.clock.AfterFunc(hookTimeout, cancel)
 	defer timer.Stop()
-	if _, err := m.o.Runtime.Run(hctx, spec); err != nil {
+	if _, err := g.rt.Run(hctx, spec); err != nil {
 		return res, "", fmt.Errorf("hook %s: start: %w", strings.Join(st.Hook, " "), err)
 	}
-	exit, werr := m.o.Runtime.Wait(hctx, id)
+	exit, werr := g.rt.Wait(hctx, id)
 	// Delete kills what still runs and removes every trace of it.
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-	derr := m.o.Runtime.Delete(dctx, id)
+	derr := g.rt.Delete(dctx, id)
 	dcancel()
 	if derr != nil && !isNotFound(derr) {
-		m.log.Warn("serving: delete merge hook container", "container", id, "err", derr)
+		g.log.Warn("serving: delete merge hook container", "container", id, "err", derr)
 	}
 	switch {
 	case werr != nil && ctx.Err() == nil:

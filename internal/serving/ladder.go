@@ -8,80 +8,80 @@ import (
 
 // freeze takes a ready replica out of the route table, lets its last
 // requests finish and freezes it. ctl.mu is held.
-func (ctl *appCtl) freeze(r *replica, why string) {
+func (d *driver) freeze(r *replica, why string) {
 	r.busy, r.closed = true, true
-	ctl.publish()
-	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
-	ctl.spawn(func() {
-		m, id := ctl.m, r.rec.ID
-		err := ctl.node.Drain(ctl.ctx(), id, grace)
+	d.publish()
+	grace := d.rec.Config.Scale.DrainTimeout.Duration
+	d.spawn(func() {
+		m, id := d.m, r.rec.ID
+		err := d.node.Drain(d.ctx(), id, grace)
 		var mem int64
 		if err == nil {
 			r.checking.Lock()
-			mem, err = ctl.node.Freeze(id)
+			mem, err = d.node.Freeze(id)
 			r.checking.Unlock()
 		}
-		ctl.mu.Lock()
+		d.mu.Lock()
 		r.busy = false
 		if err != nil {
 			// Still running: back into the route table.
 			r.closed = false
-			ctl.publish()
-			ctl.unlock()
+			d.publish()
+			d.unlock()
 			m.log.Warn("serving: freeze failed; replica stays ready", "replica", id, "err", err)
 			return
 		}
 		r.rec.State, r.frozenAt, r.memory = StateFrozen, m.clock.Now(), mem
-		ctl.markDirty(id)
-		ctl.unlock()
-		m.emit("freeze", ctl.name, id, why, map[string]float64{"memory_bytes": float64(mem)})
-		ctl.notify()
+		d.markDirty(id)
+		d.unlock()
+		m.emit("freeze", d.name, id, why, map[string]float64{"memory_bytes": float64(mem)})
+		d.notify()
 		m.enforceFrozenBudget()
 	})
 }
 
 // drain takes a ready replica out of the route table, lets its in-flight
 // requests finish (up to drain_timeout), then stops it. ctl.mu is held.
-func (ctl *appCtl) drain(r *replica, why string) {
+func (d *driver) drain(r *replica, why string) {
 	r.busy, r.closed, r.stopping = true, true, true
 	r.rec.State = StateDraining
-	ctl.markDirty(r.rec.ID)
-	ctl.publish()
-	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
-	ctl.m.emit("drain", ctl.name, r.rec.ID, why, nil)
-	ctl.spawn(func() {
-		if err := ctl.node.Drain(ctl.ctx(), r.rec.ID, grace); err != nil {
-			ctl.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
+	d.markDirty(r.rec.ID)
+	d.publish()
+	grace := d.rec.Config.Scale.DrainTimeout.Duration
+	d.m.emit("drain", d.name, r.rec.ID, why, nil)
+	d.spawn(func() {
+		if err := d.node.Drain(d.ctx(), r.rec.ID, grace); err != nil {
+			d.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
 		}
-		ctl.halt(r)
+		d.halt(r)
 	})
 }
 
 // stopReplica stops a replica that takes no traffic. ctl.mu is held.
-func (ctl *appCtl) stopReplica(r *replica, why string) {
+func (d *driver) stopReplica(r *replica, why string) {
 	r.busy, r.closed, r.stopping = true, true, true
 	r.rec.State = StateStopped
-	ctl.markDirty(r.rec.ID)
-	ctl.publish()
-	ctl.m.emit("stop", ctl.name, r.rec.ID, why, nil)
-	ctl.spawn(func() { ctl.halt(r) })
+	d.markDirty(r.rec.ID)
+	d.publish()
+	d.m.emit("stop", d.name, r.rec.ID, why, nil)
+	d.spawn(func() { d.halt(r) })
 }
 
 // halt sends SIGTERM, then SIGKILL after stopGrace, and removes the replica.
-func (ctl *appCtl) halt(r *replica) {
+func (d *driver) halt(r *replica) {
 	ctx, cancel := context.WithTimeout(context.Background(), stopGrace+10*time.Second)
 	defer cancel()
-	if err := ctl.node.Stop(ctx, r.rec.ID, stopGrace); err != nil {
-		ctl.m.log.Warn("serving: stop replica", "replica", r.rec.ID, "err", err)
+	if err := d.node.Stop(ctx, r.rec.ID, stopGrace); err != nil {
+		d.m.log.Warn("serving: stop replica", "replica", r.rec.ID, "err", err)
 	}
-	ctl.mu.Lock()
+	d.mu.Lock()
 	r.rec.State = StateStopped
-	if r.failed && ctl.failures > 0 {
+	if r.failed && d.failures > 0 {
 		// Listed with its reason until a replica of the app is ready.
 		r.rec.State = StateFailed
 	}
-	ctl.unlock()
-	ctl.remove(r, false)
+	d.unlock()
+	d.remove(r, false)
 }
 
 // stopGrace is how long a replica has between SIGTERM and SIGKILL.
@@ -127,7 +127,7 @@ func (m *Manager) enforceFrozenBudget() {
 		x.ctl.mu.Lock()
 		if x.r.rec.State == StateFrozen && !x.r.busy {
 			total -= x.r.memory
-			x.ctl.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", m.o.FrozenMemory))
+			x.ctl.drv.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", m.o.FrozenMemory))
 		}
 		x.ctl.unlock()
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,9 +26,14 @@ const (
 	keepLogs = 5
 )
 
-func (ctl *appCtl) logDir() string { return filepath.Join(ctl.m.appDir(ctl.name), "logs") }
+// replicaLogs are the logs of an app's replicas, in dir.
+type replicaLogs struct {
+	dir string
+	log *slog.Logger
+}
 
-func (ctl *appCtl) logPath(id string) string { return filepath.Join(ctl.logDir(), id+".log") }
+// path is replica id's log.
+func (l replicaLogs) path(id string) string { return filepath.Join(l.dir, id+".log") }
 
 // rotateLog copies the last limit bytes (whole lines) of the log at path to
 // path.1, replacing it, when the log holds more than limit bytes, and
@@ -74,9 +80,9 @@ func rotateLog(path string, limit int64) error {
 }
 
 // trimLog rotates replica id's log if it is over logMax.
-func (ctl *appCtl) trimLog(id string) {
-	if err := rotateLog(ctl.logPath(id), logMax); err != nil && !errors.Is(err, os.ErrNotExist) {
-		ctl.m.log.Warn("serving: replica log", "replica", id, "err", err)
+func (l replicaLogs) trim(id string) {
+	if err := rotateLog(l.path(id), logMax); err != nil && !errors.Is(err, os.ErrNotExist) {
+		l.log.Warn("serving: replica log", "replica", id, "err", err)
 	}
 }
 
@@ -87,8 +93,8 @@ type logFile struct {
 }
 
 // logFiles lists the app's replica logs, least recently written first.
-func (ctl *appCtl) logFiles() ([]logFile, error) {
-	files, err := os.ReadDir(ctl.logDir())
+func (l replicaLogs) files() ([]logFile, error) {
+	files, err := os.ReadDir(l.dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -106,25 +112,23 @@ func (ctl *appCtl) logFiles() ([]logFile, error) {
 
 // pruneLogs removes the logs of replicas that are gone, but for the
 // keepLogs most recently written: `shoal app logs` still shows why the last
-// replicas crashed.
-func (ctl *appCtl) pruneLogs() {
-	lfs, err := ctl.logFiles()
+// replicas crashed. known tells the app's replicas.
+func (l replicaLogs) prune(known func(id string) bool) {
+	lfs, err := l.files()
 	if err != nil {
-		ctl.m.log.Warn("serving: list replica logs", "app", ctl.name, "err", err)
+		l.log.Warn("serving: list replica logs", "dir", l.dir, "err", err)
 		return
 	}
-	ctl.mu.Lock()
 	var gone []string
 	for _, lf := range lfs {
-		if ctl.reps[lf.id] == nil {
+		if !known(lf.id) {
 			gone = append(gone, lf.id)
 		}
 	}
-	ctl.unlock()
 	for _, id := range gone[:max(len(gone)-keepLogs, 0)] {
-		for _, p := range []string{ctl.logPath(id), ctl.logPath(id) + ".1"} {
+		for _, p := range []string{l.path(id), l.path(id) + ".1"} {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-				ctl.m.log.Warn("serving: remove replica log", "replica", id, "err", err)
+				l.log.Warn("serving: remove replica log", "replica", id, "err", err)
 			}
 		}
 	}
@@ -137,12 +141,12 @@ func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) 
 	if ctl == nil {
 		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
-	lfs, err := ctl.logFiles()
+	lfs, err := ctl.logs.files()
 	if err != nil {
 		return fmt.Errorf("app %q: logs: %w", name, err)
 	}
 	for _, lf := range lfs {
-		for _, line := range tailLog(ctl.logPath(lf.id), tail) {
+		for _, line := range tailLog(ctl.logs.path(lf.id), tail) {
 			if _, err := fmt.Fprintf(w, "%s | %s\n", lf.id, line); err != nil {
 				return err
 			}

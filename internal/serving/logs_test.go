@@ -65,7 +65,7 @@ func TestReplicaLogsCappedAndPruned(t *testing.T) {
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	ctl := h.m.app("hello")
 	first := h.replicas()[StateReady][0]
-	log := ctl.logPath(first)
+	log := ctl.logs.path(first)
 	line := strings.Repeat("y", 99) + "\n"
 	if err := h.rt.write(first, []byte(strings.Repeat(line, logMax/100+logMax/200)+"before\n")); err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestReplicaLogsCappedAndPruned(t *testing.T) {
 
 	logs := func() []string {
 		var got []string
-		ents, _ := os.ReadDir(ctl.logDir())
+		ents, _ := os.ReadDir(ctl.logs.dir)
 		for _, e := range ents {
 			got = append(got, e.Name())
 		}

@@ -117,7 +117,7 @@ type Manager struct {
 	mu   sync.Mutex
 	apps map[string]*appCtl
 	wg   sync.WaitGroup
-	evq  chan api.Event
+	eventQueue
 	self tokenIndex
 }
 
@@ -144,13 +144,14 @@ func New(o Options) (*Manager, error) {
 	if o.FrozenMemory == 0 {
 		o.FrozenMemory = memTotal() / 4
 	}
-	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}, evq: make(chan api.Event, 4096)}
+	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{},
+		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan api.Event, 4096)}}
 	m.node = newLocalNode(o)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
 	if o.Events != nil {
 		m.wg.Add(1)
-		go m.recordEvents()
+		go func() { defer m.wg.Done(); m.record(m.ctx) }()
 	}
 	return m, nil
 }
@@ -172,7 +173,7 @@ func (m *Manager) Start(ctx context.Context) error {
 			continue
 		}
 		ctl := newAppCtl(m, rec)
-		if err := ctl.adopt(ctx); err != nil {
+		if err := ctl.drv.adopt(ctx); err != nil {
 			m.log.Error("serving: adopt replicas", "app", rec.Config.Name, "err", err)
 		}
 		// The proxy knows the app from now on, even with no ready replica:
@@ -197,8 +198,8 @@ func (m *Manager) run(ctl *appCtl) {
 	m.wg.Add(3)
 	go func() { defer m.wg.Done(); ctl.loop() }()
 	go func() { defer m.wg.Done(); ctl.writer() }()
-	ctl.mergeWG.Add(1)
-	go func() { defer m.wg.Done(); ctl.mergeLoop() }()
+	ctl.merge.wg.Add(1)
+	go func() { defer m.wg.Done(); ctl.merge.loop(ctl.ctx(), ctl.stop) }()
 }
 
 // Close stops the controllers. Replicas keep running: the next daemon
@@ -218,7 +219,7 @@ func (m *Manager) Close() {
 func (m *Manager) Activate(app string) {
 	if ctl := m.app(app); ctl != nil {
 		ctl.woken.Store(true)
-		ctl.poke(ctl.wake)
+		poke(ctl.wake)
 	}
 }
 
@@ -248,40 +249,48 @@ func (m *Manager) app(name string) *appCtl {
 	return m.apps[name]
 }
 
-// emit records an event in the background, in order; a failure to record
-// is logged, never fatal, and never holds up the caller.
-func (m *Manager) emit(kind, app, replica, reason string, inputs map[string]float64) {
-	m.log.Info("serving: "+kind, "app", app, "replica", replica, "reason", reason)
-	m.queueEvent(api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
+// eventQueue records serving's events in the background, in order: a
+// failure to record is logged, never fatal, and never holds up the
+// caller.
+type eventQueue struct {
+	log    *slog.Logger
+	events EventLog // nil: none are recorded
+	q      chan api.Event
 }
 
-// queueEvent hands e to recordEvents; when the queue is full the event is
+// emit logs an event and queues it.
+func (x *eventQueue) emit(kind, app, replica, reason string, inputs map[string]float64) {
+	x.log.Info("serving: "+kind, "app", app, "replica", replica, "reason", reason)
+	x.queueEvent(api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
+}
+
+// queueEvent hands e to record; when the queue is full the event is
 // dropped, with a warning.
-func (m *Manager) queueEvent(e api.Event) {
-	if m.o.Events == nil {
+func (x *eventQueue) queueEvent(e api.Event) {
+	if x.events == nil {
 		return
 	}
 	select {
-	case m.evq <- e:
+	case x.q <- e:
 	default:
-		m.log.Warn("serving: event log is behind; event dropped", "kind", e.Kind, "app", e.App)
+		x.log.Warn("serving: event log is behind; event dropped", "kind", e.Kind, "app", e.App)
 	}
 }
 
-// recordEvents writes queued events to the event log until Close.
-func (m *Manager) recordEvents() {
-	defer m.wg.Done()
+// record writes queued events to the event log until ctx ends, and then
+// those still queued.
+func (x *eventQueue) record(ctx context.Context) {
 	for {
 		select {
-		case e := <-m.evq:
-			if _, err := m.o.Events.Emit(context.Background(), e); err != nil {
-				m.log.Warn("serving: record event", "kind", e.Kind, "app", e.App, "err", err)
+		case e := <-x.q:
+			if _, err := x.events.Emit(context.Background(), e); err != nil {
+				x.log.Warn("serving: record event", "kind", e.Kind, "app", e.App, "err", err)
 			}
-		case <-m.ctx.Done():
+		case <-ctx.Done():
 			for {
 				select {
-				case e := <-m.evq:
-					m.o.Events.Emit(context.Background(), e)
+				case e := <-x.q:
+					x.events.Emit(context.Background(), e)
 				default:
 					return
 				}

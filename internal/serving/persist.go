@@ -76,18 +76,18 @@ func (ctl *appCtl) flush() {
 // adopt takes over the replicas a previous daemon on this node left: a
 // running container is ready again once it answers its health check, a
 // frozen one stays frozen, and anything else is cleaned up.
-func (ctl *appCtl) adopt(ctx context.Context) error {
-	m := ctl.m
-	kvs, err := m.o.Store.List(ctx, store.ReplicasPrefix(ctl.name))
+func (d *driver) adopt(ctx context.Context) error {
+	m := d.m
+	kvs, err := m.o.Store.List(ctx, store.ReplicasPrefix(d.name))
 	if err != nil {
-		return fmt.Errorf("app %q: list replicas: %w", ctl.name, err)
+		return fmt.Errorf("app %q: list replicas: %w", d.name, err)
 	}
-	if err := os.MkdirAll(ctl.logDir(), 0o700); err != nil {
-		return fmt.Errorf("app %q: %w", ctl.name, err)
+	if err := os.MkdirAll(d.logs.dir, 0o700); err != nil {
+		return fmt.Errorf("app %q: %w", d.name, err)
 	}
-	if err := ctl.loadRevisions(ctx); err != nil {
+	if err := d.loadRevisions(ctx); err != nil {
 		// Replicas of the current revision still start.
-		m.log.Error("serving: revisions", "app", ctl.name, "err", err)
+		m.log.Error("serving: revisions", "app", d.name, "err", err)
 	}
 	now := m.clock.Now()
 	var running []adoptee
@@ -102,79 +102,79 @@ func (ctl *appCtl) adopt(ctx context.Context) error {
 			continue
 		}
 		r := &replica{rec: rec, lastActive: now, closed: true}
-		ad := ctl.node.Adopt(rec)
+		ad := d.node.Adopt(rec)
 		alive := ad.Running && rec.State != StateFailed && rec.State != StateStopped && rec.State != StateDraining &&
 			rec.Addr != ""
 		// The replicas adopted so far are at work already.
-		ctl.mu.Lock()
-		ctl.reps[rec.ID] = r
+		d.mu.Lock()
+		d.reps[rec.ID] = r
 		if alive && ad.Pid != 0 && rec.Pid != ad.Pid {
 			// Saved before its container started (the daemon was killed
 			// while the replica started): the node knows the PID.
 			r.rec.Pid = ad.Pid
-			ctl.markDirty(rec.ID)
+			d.markDirty(rec.ID)
 		}
-		ctl.unlock()
-		m.addToken(rec.TokenHash, ctl.name, rec.ID)
+		d.unlock()
+		m.self.add(rec.TokenHash, d.name, rec.ID)
 		if !alive {
 			r.stopping, r.busy = true, true
-			go ctl.remove(r, true)
+			go d.remove(r, true)
 			continue
 		}
 		exited := make(chan struct{})
-		go ctl.watch(r, exited)
+		go d.watch(r, exited)
 		if ad.Frozen {
-			ctl.mu.Lock()
+			d.mu.Lock()
 			r.rec.State, r.frozenAt = StateFrozen, now
-			ctl.unlock()
-			go ctl.healthLoop(r, exited)
+			d.unlock()
+			go d.healthLoop(r, exited)
 			continue
 		}
 		if rec.State == StateHalted {
 			// Halted at its own request: it stays out of the route.
-			go ctl.healthLoop(r, exited)
+			go d.healthLoop(r, exited)
 			continue
 		}
 		running = append(running, adoptee{r: r, exited: exited, wasReady: rec.State == StateReady})
 	}
-	ctl.probeAdopted(running)
+	d.probeAdopted(running)
 	for _, a := range running {
 		r, exited := a.r, a.exited
 		if a.ready {
-			m.emit("adopt", ctl.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
-			go ctl.healthLoop(r, exited)
+			m.emit("adopt", d.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
+			go d.healthLoop(r, exited)
 			continue
 		}
 		// Running: back in the route table once it answers.
-		ctl.mu.Lock()
+		d.mu.Lock()
 		r.busy = true
 		r.rec.State = StateStarting
-		cfg := ctl.rec.Config
-		if c, _, err := ctl.configOf(r.rec.Revision); err == nil {
+		cfg := d.rec.Config
+		if c, _, err := d.configOf(r.rec.Revision); err == nil {
 			cfg = c
 		}
-		ctl.unlock()
+		d.unlock()
 		go func() {
-			if err := ctl.waitReady(r, cfg, exited); err != nil {
+			if err := d.waitReady(r, cfg, exited); err != nil {
 				if err != errExitedEarly && m.ctx.Err() == nil {
-					ctl.failed(r, err, true)
+					d.failed(r, err, true)
 				}
 				return
 			}
-			ctl.mu.Lock()
+			d.mu.Lock()
 			r.busy, r.closed = false, false
 			r.rec.State = StateReady
 			r.lastActive = m.clock.Now()
-			ctl.markDirty(r.rec.ID)
-			ctl.publish()
-			ctl.unlock()
-			m.emit("adopt", ctl.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
-			go ctl.healthLoop(r, exited)
-			ctl.notify()
+			d.markDirty(r.rec.ID)
+			d.publish()
+			d.unlock()
+			m.emit("adopt", d.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
+			go d.healthLoop(r, exited)
+			d.notify()
 		}()
 	}
-	ctl.pruneLogs()
-	ctl.retireOrphanStates()
+	d.logs.prune(d.has)
+	d.merge.retireOrphans(d.has)
 	return nil
 }
 
@@ -191,28 +191,28 @@ type adoptee struct {
 // before the app's first route is published, so a proxy that kept running
 // across the restart keeps sending them requests. The others wait for
 // their health check as a starting replica does.
-func (ctl *appCtl) probeAdopted(as []adoptee) {
+func (d *driver) probeAdopted(as []adoptee) {
 	var wg sync.WaitGroup
 	for i := range as {
 		if !as[i].wasReady {
 			continue
 		}
-		ctl.mu.Lock() // the replicas adopted are at work already
-		cfg := ctl.rec.Config
-		if c, _, err := ctl.configOf(as[i].r.rec.Revision); err == nil {
+		d.mu.Lock() // the replicas adopted are at work already
+		cfg := d.rec.Config
+		if c, _, err := d.configOf(as[i].r.rec.Revision); err == nil {
 			cfg = c
 		}
-		ctl.unlock()
+		d.unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			as[i].ready = ctl.check(cfg.Health, as[i].r) == nil
+			as[i].ready = d.check(cfg.Health, as[i].r) == nil
 		}()
 	}
 	wg.Wait()
-	now := ctl.m.clock.Now()
-	ctl.mu.Lock()
-	defer ctl.unlock()
+	now := d.m.clock.Now()
+	d.mu.Lock()
+	defer d.unlock()
 	for _, a := range as {
 		if a.ready {
 			a.r.closed = false

@@ -1,6 +1,9 @@
 package serving
 
 import (
+	"context"
+	"github.com/shoal-run/shoal/internal/clock"
+
 	"encoding/json"
 	"strings"
 	"time"
@@ -20,18 +23,18 @@ func (m *Manager) watchRemote() {
 		ch, err := m.o.Store.Watch(m.ctx, store.ReplicasRoot)
 		if err != nil {
 			m.log.Warn("serving: watch replicas", "err", err)
-			m.sleep(time.Second)
+			sleep(m.ctx, m.clock, time.Second)
 			continue
 		}
 		kvs, err := m.o.Store.List(m.ctx, store.ReplicasRoot)
 		if err != nil {
 			m.log.Warn("serving: list replicas", "err", err)
-			m.sleep(time.Second)
+			sleep(m.ctx, m.clock, time.Second)
 			continue
 		}
 		remote := map[string]map[string]route.Endpoint{}
 		for _, kv := range kvs {
-			if app, ep, ok := m.remoteEndpoint(kv.Value); ok {
+			if app, ep, ok := remoteEndpoint(m.o.Node, kv.Value); ok {
 				if remote[app] == nil {
 					remote[app] = map[string]route.Endpoint{}
 				}
@@ -47,21 +50,23 @@ func (m *Manager) watchRemote() {
 			eps := copyEndpoints(remote[app])
 			delete(eps, id)
 			if ev.Type == store.EventPut {
-				if a, ep, ok := m.remoteEndpoint(ev.KV.Value); ok && a == app {
+				if a, ep, ok := remoteEndpoint(m.o.Node, ev.KV.Value); ok && a == app {
 					eps[id] = ep
 				}
 			}
 			remote[app] = eps
-			m.setRemoteApp(app, eps)
+			if c := m.app(app); c != nil {
+				c.setRemote(eps)
+			}
 		}
 	}
 }
 
-// remoteEndpoint is the endpoint of a replica record if it is another
-// node's ready replica.
-func (m *Manager) remoteEndpoint(val []byte) (string, route.Endpoint, bool) {
+// remoteEndpoint is the endpoint of a replica record if it is the ready
+// replica of a node other than node.
+func remoteEndpoint(node string, val []byte) (string, route.Endpoint, bool) {
 	var rec replicaRecord
-	if json.Unmarshal(val, &rec) != nil || rec.Node == m.o.Node || rec.State != StateReady || rec.Addr == "" {
+	if json.Unmarshal(val, &rec) != nil || rec.Node == node || rec.State != StateReady || rec.Addr == "" {
 		return "", route.Endpoint{}, false
 	}
 	return rec.App, route.Endpoint{ID: rec.ID, Addr: rec.Addr, Revision: rec.Revision}, true
@@ -79,12 +84,6 @@ func (m *Manager) setRemote(remote map[string]map[string]route.Endpoint) {
 	}
 }
 
-func (m *Manager) setRemoteApp(app string, eps map[string]route.Endpoint) {
-	if c := m.app(app); c != nil {
-		c.setRemote(eps)
-	}
-}
-
 func (ctl *appCtl) setRemote(eps map[string]route.Endpoint) {
 	ctl.mu.Lock()
 	defer ctl.unlock()
@@ -95,12 +94,13 @@ func (ctl *appCtl) setRemote(eps map[string]route.Endpoint) {
 	ctl.publish()
 }
 
-func (m *Manager) sleep(d time.Duration) {
-	t := m.clock.NewTimer(d)
+// sleep waits for d on clock c, or until ctx ends.
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) {
+	t := c.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C():
-	case <-m.ctx.Done():
+	case <-ctx.Done():
 	}
 }
 

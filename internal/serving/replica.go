@@ -1,6 +1,8 @@
 package serving
 
 import (
+	"github.com/shoal-run/shoal/internal/clock"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -52,138 +54,144 @@ func newReplicaID(app string) string {
 	return app + "-" + hex.EncodeToString(b)
 }
 
+// driver carries out what an app's controller decides for its replicas,
+// through the app's node: it starts them and watches their health and
+// exit, moves them along the ladder, takes failed ones out and removes
+// them, and reports back under the app's lock.
+type driver struct{ *appCtl }
+
 // startReplica adds a replica of revision rev, with that revision's config
 // and image, and starts it in the background; it returns the new replica's
 // id ("" when the revision cannot be read). ctl.mu is held.
-func (ctl *appCtl) startReplica(rev int, why string) string {
-	cfg, digest, err := ctl.configOf(rev)
+func (d *driver) startReplica(rev int, why string) string {
+	cfg, digest, err := d.configOf(rev)
 	if err != nil {
-		ctl.m.log.Error("serving: no replica started", "app", ctl.name, "revision", rev, "err", err)
+		d.m.log.Error("serving: no replica started", "app", d.name, "revision", rev, "err", err)
 		return ""
 	}
-	now := ctl.m.clock.Now()
-	id := newReplicaID(ctl.name)
+	now := d.m.clock.Now()
+	id := newReplicaID(d.name)
 	r := &replica{busy: true, closed: true, lastActive: now, rec: replicaRecord{
-		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, State: StatePending, StartedAt: now,
+		ID: id, App: d.name, Revision: rev, Node: d.m.o.Node, State: StatePending, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
-	ctl.mintToken(r)
-	ctl.reps[id] = r
-	ctl.markDirty(id)
-	ctl.m.emit("start", ctl.name, id, why, nil)
+	d.m.self.mint(r, d.m.o.SelfURL)
+	d.reps[id] = r
+	d.markDirty(id)
+	d.m.emit("start", d.name, id, why, nil)
 	// Close waits for boots: one cut short by the daemon's exit would
 	// leave its namespace attached with nobody to release it.
-	ctl.m.wg.Add(1)
-	ctl.booting++
-	env := ctl.selfEnv(r)
-	ctl.spawn(func() {
-		defer ctl.m.wg.Done()
-		defer ctl.bootDone()
-		ctl.boot(r, cfg, digest, env)
+	d.m.wg.Add(1)
+	d.boots.add()
+	env := r.selfEnv(d.m.o.SelfURL)
+	d.spawn(func() {
+		defer d.m.wg.Done()
+		defer d.boots.finish()
+		d.boot(r, cfg, digest, env)
 	})
 	return id
 }
 
 // boot has the node start the replica's container and waits for it to be
 // ready.
-func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []string) {
-	m, id := ctl.m, r.rec.ID
+func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []string) {
+	m, id := d.m, r.rec.ID
 	began := m.clock.Now()
 	// fail reports a start that went wrong, unless the daemon is stopping:
 	// then what was made is only removed.
 	fail := func(err error) {
 		if m.ctx.Err() != nil {
-			ctl.remove(r, false)
+			d.remove(r, false)
 			return
 		}
-		ctl.failed(r, err, false)
+		d.failed(r, err, false)
 	}
-	mounts, err := ctl.mounts(r, cfg, digest)
+	mounts, err := d.mounts(r, cfg, digest)
 	if err != nil {
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
-	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
-		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logPath(id)})
-	ctl.mu.Lock()
+	st, err := d.node.Start(d.ctx(), ReplicaSpec{ID: id, App: d.name, Revision: r.rec.Revision, Digest: digest,
+		Config: cfg, Env: env, Mounts: mounts, Log: d.logs.path(id)})
+	d.mu.Lock()
 	stopping := r.stopping
 	if err == nil && !stopping {
 		r.rec.Addr, r.rec.Pid, r.rec.CPUSet = st.Addr, st.Pid, st.CPUSet
 		r.rec.State = StateStarting
-		ctl.markDirty(id)
+		d.markDirty(id)
 	}
-	ctl.unlock()
+	d.unlock()
 	switch {
 	case stopping:
 		// Removed (its app deleted) while it started: what the node made
 		// since is removed now.
-		ctl.remove(r, true)
+		d.remove(r, true)
 		return
 	case err != nil:
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
 	exited := make(chan struct{})
-	go ctl.watch(r, exited)
-	err = ctl.waitReady(r, cfg, exited)
-	ctl.mu.Lock()
+	go d.watch(r, exited)
+	err = d.waitReady(r, cfg, exited)
+	d.mu.Lock()
 	stopping = r.stopping
-	ctl.unlock()
+	d.unlock()
 	switch {
 	case stopping:
-		ctl.remove(r, true) // stopped while it started (app deleted)
+		d.remove(r, true) // stopped while it started (app deleted)
 		return
 	case m.ctx.Err() != nil:
 		return // the daemon is stopping; the next one adopts the replica
 	case err == errExitedEarly:
 		return // watch reports why
 	case err != nil:
-		ctl.failed(r, err, true)
+		d.failed(r, err, true)
 		return
 	}
-	ctl.mu.Lock()
+	d.mu.Lock()
 	now := m.clock.Now()
 	r.busy, r.closed = false, false
 	r.rec.State = StateReady
 	r.rec.ReadyAt = &now
 	r.lastActive = now
-	ctl.failures = 0
-	ctl.lastErr, ctl.lastLog = "", nil
-	for oid, o := range ctl.reps {
+	d.failures = 0
+	d.lastErr, d.lastLog = "", nil
+	for oid, o := range d.reps {
 		if o.rec.State != StateFailed || oid == id {
 			continue
 		}
 		if o.removed {
-			delete(ctl.reps, oid) // cleaned up; the app is healthy again
-			ctl.markDirty(oid)
+			delete(d.reps, oid) // cleaned up; the app is healthy again
+			d.markDirty(oid)
 		} else {
 			o.unlist = true // still being removed; unlisted when it is
 		}
 	}
-	ctl.markDirty(id)
-	ctl.publish()
+	d.markDirty(id)
+	d.publish()
 	r.settle()
-	ctl.unlock()
-	go ctl.healthLoop(r, exited)
-	d := now.Sub(began)
-	m.metrics.coldStart(ctl.name, "start", d)
-	m.emit("ready", ctl.name, id, fmt.Sprintf("ready %s after start", d.Round(time.Millisecond)), map[string]float64{"seconds": d.Seconds()})
-	ctl.notify()
+	d.unlock()
+	go d.healthLoop(r, exited)
+	took := now.Sub(began)
+	m.metrics.coldStart(d.name, "start", took)
+	m.emit("ready", d.name, id, fmt.Sprintf("ready %s after start", took.Round(time.Millisecond)), map[string]float64{"seconds": took.Seconds()})
+	d.notify()
 }
 
 // mounts makes the app's volumes and the replica's state area, and
 // returns their mounts.
-func (ctl *appCtl) mounts(r *replica, cfg manifest.Config, digest string) ([]runtime.Mount, error) {
+func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]runtime.Mount, error) {
 	var mounts []runtime.Mount
 	for name, dst := range cfg.Volumes {
-		src := filepath.Join(ctl.m.appDir(ctl.name), "volumes", name)
+		src := filepath.Join(d.m.appDir(d.name), "volumes", name)
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", name, err)
 		}
 		mounts = append(mounts, runtime.Mount{Source: src, Destination: dst})
 	}
 	if cfg.State.Enabled() {
-		mt, err := ctl.stateMount(r, cfg, digest)
+		mt, err := d.merge.mount(r.rec.ID, r.rec.Revision, cfg, digest)
 		if err != nil {
 			return nil, err
 		}
@@ -193,13 +201,13 @@ func (ctl *appCtl) mounts(r *replica, cfg manifest.Config, digest string) ([]run
 }
 
 // watch waits for the replica's container to exit.
-func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
-	st, err := ctl.node.Wait(context.Background(), r.rec.ID)
+func (d *driver) watch(r *replica, exited chan struct{}) {
+	st, err := d.node.Wait(context.Background(), r.rec.ID)
 	close(exited)
-	ctl.mu.Lock()
+	d.mu.Lock()
 	expected := r.stopping
-	ctl.unlock()
-	if expected || ctl.m.ctx.Err() != nil {
+	d.unlock()
+	if expected || d.m.ctx.Err() != nil {
 		return
 	}
 	why := fmt.Sprintf("exited with code %d", st.Code)
@@ -214,11 +222,11 @@ func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
 		why = "exited"
 	}
 	err = fmt.Errorf("replica %s %s", r.rec.ID, why)
-	ctl.mu.Lock()
+	d.mu.Lock()
 	served := r.rec.ReadyAt != nil
-	ctl.unlock()
+	d.unlock()
 	if !served {
-		ctl.failed(r, err, false)
+		d.failed(r, err, false)
 		return
 	}
 	// A replica that had served is replaced at once; what is left of it
@@ -227,23 +235,23 @@ func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
 	// (cgroups, mounts) that the start needs, and made the replacement
 	// about a fifth slower under load. The next reconcile round, which
 	// starts the replacement, hands the remains over (clearRemains).
-	if ctl.takeOut(r, err) {
-		ctl.mu.Lock()
+	if d.takeOut(r, err) {
+		d.mu.Lock()
 		r.remains = true
-		ctl.unlock()
-		ctl.notify()
+		d.unlock()
+		d.notify()
 	}
 }
 
 // clearRemains removes the remains of dead replicas once the app's starts
 // are over (at most bootWait). ctl.mu is held.
-func (ctl *appCtl) clearRemains() {
-	for _, r := range ctl.reps {
+func (d *driver) clearRemains() {
+	for _, r := range d.reps {
 		if r.remains {
 			r.remains = false
-			ctl.spawn(func() {
-				ctl.waitBoots(bootWait)
-				ctl.remove(r, false)
+			d.spawn(func() {
+				d.boots.wait(d.m.clock, bootWait, d.stop)
+				d.remove(r, false)
 			})
 		}
 	}
@@ -253,35 +261,48 @@ func (ctl *appCtl) clearRemains() {
 // app's starting replicas.
 const bootWait = 5 * time.Second
 
-// bootDone counts a start as over, and wakes waitBoots when it was the
-// last.
-func (ctl *appCtl) bootDone() {
-	ctl.mu.Lock()
-	defer ctl.unlock()
-	if ctl.booting--; ctl.booting == 0 && ctl.bootsDone != nil {
-		close(ctl.bootsDone)
-		ctl.bootsDone = nil
+// boots counts an app's replicas that are starting (from startReplica
+// until boot returns).
+type boots struct {
+	mu   sync.Mutex
+	n    int
+	done chan struct{} // closed when n drops to 0; nil when none waits
+}
+
+func (b *boots) add() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n++
+}
+
+// finish counts a start as over, and wakes wait when it was the last.
+func (b *boots) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n--; b.n == 0 && b.done != nil {
+		close(b.done)
+		b.done = nil
 	}
 }
 
-// waitBoots waits until no replica of the app is starting, for at most
-// limit on the manager's clock, or until the controller stops.
-func (ctl *appCtl) waitBoots(limit time.Duration) {
-	ctl.mu.Lock()
-	if ctl.booting == 0 {
-		ctl.unlock()
+// wait waits until no replica of the app is starting, for at most limit on
+// clock c, or until stop is closed.
+func (b *boots) wait(c clock.Clock, limit time.Duration, stop <-chan struct{}) {
+	b.mu.Lock()
+	if b.n == 0 {
+		b.mu.Unlock()
 		return
 	}
-	if ctl.bootsDone == nil {
-		ctl.bootsDone = make(chan struct{})
+	if b.done == nil {
+		b.done = make(chan struct{})
 	}
-	done := ctl.bootsDone
-	ctl.unlock()
-	t := ctl.m.clock.NewTimer(limit)
+	done := b.done
+	b.mu.Unlock()
+	t := c.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C():
-	case <-ctl.stop:
+	case <-stop:
 	}
 }

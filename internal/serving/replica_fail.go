@@ -7,32 +7,32 @@ import (
 
 // failed takes a replica that crashed or never became ready out of service,
 // backs the app off and removes what is left of it.
-func (ctl *appCtl) failed(r *replica, err error, kill bool) {
-	if ctl.takeOut(r, err) {
-		ctl.remove(r, kill)
+func (d *driver) failed(r *replica, err error, kill bool) {
+	if d.takeOut(r, err) {
+		d.remove(r, kill)
 	}
 }
 
 // takeOut marks replica r failed with err: out of the route table, its
 // failure counted, its CPU free, and the controller woken to replace it.
 // It reports false when r was already on its way out.
-func (ctl *appCtl) takeOut(r *replica, err error) bool {
-	tail := tailLog(ctl.logPath(r.rec.ID), 20)
-	ctl.mu.Lock()
+func (d *driver) takeOut(r *replica, err error) bool {
+	tail := tailLog(d.logs.path(r.rec.ID), 20)
+	d.mu.Lock()
 	if r.stopping {
-		ctl.unlock()
+		d.unlock()
 		return false
 	}
 	r.stopping, r.closed = true, true
 	r.rec.State = StateFailed
-	ctl.countFailure(r, err, tail)
-	ctl.publish()
+	d.countFailure(r, err, tail)
+	d.publish()
 	r.settle()
-	ctl.unlock()
+	d.unlock()
 	// The replacement need not wait for the container's removal and the
 	// release of its address, and may take its CPU.
-	ctl.node.Release(r.rec.ID)
-	ctl.notify()
+	d.node.Release(r.rec.ID)
+	d.notify()
 	return true
 }
 
@@ -41,33 +41,33 @@ func (ctl *appCtl) takeOut(r *replica, err error) bool {
 // the replica's replacement may start at once, but the replica drains
 // first, so the requests it is serving finish (up to drain_timeout) before
 // it is stopped.
-func (ctl *appCtl) unhealthy(r *replica, err error) {
-	tail := tailLog(ctl.logPath(r.rec.ID), 20)
-	ctl.mu.Lock()
-	defer ctl.unlock()
+func (d *driver) unhealthy(r *replica, err error) {
+	tail := tailLog(d.logs.path(r.rec.ID), 20)
+	d.mu.Lock()
+	defer d.unlock()
 	if r.stopping {
 		return
 	}
 	r.failed = true
-	ctl.countFailure(r, err, tail)
-	ctl.drain(r, "failed its health checks")
-	ctl.notify()
+	d.countFailure(r, err, tail)
+	d.drain(r, "failed its health checks")
+	d.notify()
 }
 
 // countFailure records the failure of replica r: its reason, the app's
 // failure count and back-off, a metric and a fail event; tail is the end
 // of its log. ctl.mu is held.
-func (ctl *appCtl) countFailure(r *replica, err error, tail []string) {
+func (d *driver) countFailure(r *replica, err error, tail []string) {
 	r.rec.Reason = err.Error()
-	ctl.failures++
-	if ro := ctl.rec.Rollout; progressing(ro) && r.rec.Revision == ro.Revision {
-		ctl.roFailures++
+	d.failures++
+	if ro := d.rec.Rollout; progressing(ro) && r.rec.Revision == ro.Revision {
+		d.roFailures++
 	}
-	now := ctl.m.clock.Now()
+	now := d.m.clock.Now()
 	if r.rec.ReadyAt != nil && now.Sub(*r.rec.ReadyAt) >= stableAfter {
-		ctl.strikes = 0 // it served for a while: not a crash loop
+		d.strikes = 0 // it served for a while: not a crash loop
 	}
-	ctl.strikes++
+	d.strikes++
 	// The back-off runs from when the replica became ready: one that
 	// served for longer than it is replaced at once, and a crash loop still
 	// starts at most one replica per back-off.
@@ -75,12 +75,12 @@ func (ctl *appCtl) countFailure(r *replica, err error, tail []string) {
 	if r.rec.ReadyAt != nil && r.rec.ReadyAt.Before(now) {
 		from = *r.rec.ReadyAt
 	}
-	ctl.backoff = from.Add(backoffFor(ctl.strikes))
-	ctl.lastErr = err.Error()
-	ctl.lastLog = tail
-	ctl.markDirty(r.rec.ID)
-	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
-	ctl.m.emit("fail", ctl.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
+	d.backoff = from.Add(backoffFor(d.strikes))
+	d.lastErr = err.Error()
+	d.lastLog = tail
+	d.markDirty(r.rec.ID)
+	d.m.metrics.failures.WithLabelValues(d.name).Inc()
+	d.m.emit("fail", d.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(d.failures)})
 }
 
 // stableAfter is how long a replica must have been ready for its failure
@@ -96,38 +96,38 @@ func backoffFor(n int) time.Duration {
 
 // remove stops (when kill) and removes the replica's container and
 // address, and forgets it.
-func (ctl *appCtl) remove(r *replica, kill bool) {
+func (d *driver) remove(r *replica, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, id := ctl.m, r.rec.ID
+	m, id := d.m, r.rec.ID
 	if kill {
-		ctl.node.Stop(ctx, id, 0)
+		d.node.Stop(ctx, id, 0)
 	}
-	if err := ctl.node.Remove(ctx, id); err != nil {
+	if err := d.node.Remove(ctx, id); err != nil {
 		// Its state stays live: it may still be written to. A restarted
 		// daemon removes the container and merges the state.
 		m.log.Warn("serving: remove replica", "replica", id, "err", err)
 	} else {
-		ctl.retireState(id) // nothing writes to it any more
+		d.merge.retire(id) // nothing writes to it any more
 	}
-	m.forgetToken(r.rec.TokenHash)
-	ctl.mu.Lock()
+	m.self.forget(r.rec.TokenHash)
+	d.mu.Lock()
 	r.removed = true
 	r.settle()
 	// A failed replica stays listed (with its reason) until the next one of
 	// the app is ready or fails.
 	if r.rec.State != StateFailed || r.unlist {
-		delete(ctl.reps, id)
+		delete(d.reps, id)
 	} else {
-		for oid, o := range ctl.reps {
+		for oid, o := range d.reps {
 			if oid != id && o.rec.State == StateFailed && o.removed {
-				delete(ctl.reps, oid)
-				ctl.markDirty(oid)
+				delete(d.reps, oid)
+				d.markDirty(oid)
 			}
 		}
 	}
-	ctl.markDirty(id)
-	ctl.unlock()
-	ctl.pruneLogs()
-	ctl.notify()
+	d.markDirty(id)
+	d.unlock()
+	d.logs.prune(d.has)
+	d.notify()
 }

@@ -2,7 +2,6 @@ package serving
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -34,7 +33,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	}
 	to := req.To
 	if to == 0 {
-		revs, err := m.revisionNumbers(ctx, name)
+		revs, err := revisionNumbers(ctx, m.o.Store, name)
 		if err != nil {
 			return api.App{}, err
 		}
@@ -71,9 +70,9 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	need = clamp(need, ctl.rec.Min, ctl.rec.Max)
 	from := ctl.rec.Revision
 	ctl.setCurrent(rv)
-	ctl.rec.Traffic = []api.TrafficTarget{{Revision: to, Percent: 100}}
+	ctl.rec.Traffic = []trafficShare{{Revision: to, Percent: 100}}
 	ctl.rec.Updated = now
-	ctl.rec.Rollout = &api.Rollout{Revision: to, From: from, State: api.RolloutDone, Want: need, StartedAt: now, DoneAt: &now,
+	ctl.rec.Rollout = &rollout{Revision: to, From: from, State: rolloutDone, Want: need, StartedAt: now, DoneAt: &now,
 		Reason: fmt.Sprintf("rolled back from revision %d by request", from)}
 	ctl.roFailures, ctl.failures, ctl.strikes, ctl.backoff = 0, 0, 0, time.Time{}
 	// Thaw the revision's frozen replicas, most recently used first, then
@@ -103,7 +102,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	}
 	started := 0
 	for ; active < need; active++ {
-		ctl.startReplica(to, fmt.Sprintf("rollback to revision %d", to))
+		ctl.drv.startReplica(to, fmt.Sprintf("rollback to revision %d", to))
 		started++
 	}
 	ctl.rec.Rollout.Ready = thawed
@@ -132,7 +131,7 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 	}
 	seen := map[int]bool{}
 	sum := 0
-	var ts []api.TrafficTarget
+	var ts []trafficShare
 	for i, t := range req.Traffic {
 		switch {
 		case t.Revision < 1:
@@ -145,7 +144,7 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 		seen[t.Revision] = true
 		sum += t.Percent
 		if t.Percent > 0 {
-			ts = append(ts, t)
+			ts = append(ts, trafficShare{Revision: t.Revision, Percent: t.Percent})
 		}
 	}
 	if sum != 100 {
@@ -196,17 +195,6 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 	return m.storeApp(ctx, name, val)
 }
 
-// takeRecord returns the app record as JSON, for a write the caller makes
-// itself rather than the writer. ctl.mu is held.
-func (ctl *appCtl) takeRecord() ([]byte, error) {
-	ctl.appDirty = false
-	val, err := json.Marshal(ctl.rec)
-	if err != nil {
-		return nil, fmt.Errorf("app %q: %w", ctl.name, err)
-	}
-	return val, nil
-}
-
 // storeApp writes the app record val of takeRecord and returns the app as
 // it is now. ctl.recMu is held, ctl.mu is not.
 func (m *Manager) storeApp(ctx context.Context, name string, val []byte) (api.App, error) {
@@ -217,8 +205,8 @@ func (m *Manager) storeApp(ctx context.Context, name string, val []byte) (api.Ap
 }
 
 // revisionNumbers lists the app's revisions, in order.
-func (m *Manager) revisionNumbers(ctx context.Context, app string) ([]int, error) {
-	kvs, err := m.o.Store.List(ctx, store.RevisionsPrefix(app))
+func revisionNumbers(ctx context.Context, st store.Store, app string) ([]int, error) {
+	kvs, err := st.List(ctx, store.RevisionsPrefix(app))
 	if err != nil {
 		return nil, fmt.Errorf("app %q: list revisions: %w", app, err)
 	}

@@ -8,27 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
-	"github.com/shoal-run/shoal/internal/errdefs"
-	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
-
-// weights maps each revision that takes traffic to its percent: the app's
-// traffic assignment, or all of it to the current revision. ctl.mu is held.
-func (ctl *appCtl) weights() map[int]int {
-	w := make(map[int]int, len(ctl.rec.Traffic)+1)
-	for _, t := range ctl.rec.Traffic {
-		if t.Percent > 0 {
-			w[t.Revision] += t.Percent
-		}
-	}
-	if len(w) == 0 && ctl.rec.Revision > 0 {
-		w[ctl.rec.Revision] = 100
-	}
-	return w
-}
 
 // split divides n replicas between revisions by weight (largest remainder
 // first), and gives each revision at least floor, taken from the largest
@@ -80,15 +62,6 @@ func split(n int, weights map[int]int, floor int) map[int]int {
 	return out
 }
 
-// revision returns revision n of the app. Every revision is read at start
-// or made by a deploy; one that is missing is not found. ctl.mu is held.
-func (ctl *appCtl) revision(n int) (revisionRecord, error) {
-	if rv, ok := ctl.revs[n]; ok {
-		return rv, nil
-	}
-	return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", ctl.name, n, errdefs.ErrNotFound)
-}
-
 // fetchRevision reads revision n from the store unless the controller
 // has it, without ctl.mu.
 func (ctl *appCtl) fetchRevision(ctx context.Context, n int) error {
@@ -112,19 +85,6 @@ func (ctl *appCtl) fetchRevision(ctx context.Context, n int) error {
 	return nil
 }
 
-// configOf is the config and image digest of revision n: replicas of every
-// revision run with their own. ctl.mu is held.
-func (ctl *appCtl) configOf(n int) (manifest.Config, string, error) {
-	if n == ctl.rec.Revision {
-		return ctl.rec.Config, ctl.rec.Digest, nil
-	}
-	rv, err := ctl.revision(n)
-	if err != nil {
-		return manifest.Config{}, "", err
-	}
-	return rv.Config, rv.Digest, nil
-}
-
 // setCurrent makes rv the app's current revision. ctl.mu is held.
 func (ctl *appCtl) setCurrent(rv revisionRecord) {
 	ctl.rec.Revision, ctl.rec.Config, ctl.rec.Manifest = rv.N, rv.Config, rv.Manifest
@@ -134,13 +94,7 @@ func (ctl *appCtl) setCurrent(rv revisionRecord) {
 	}
 }
 
-// saveApp queues the app record for the writer. ctl.mu is held.
-func (ctl *appCtl) saveApp() {
-	ctl.appDirty = true
-	ctl.poke(ctl.dirty)
-}
-
-func progressing(ro *api.Rollout) bool { return ro != nil && ro.State == api.RolloutProgressing }
+func progressing(ro *rollout) bool { return ro != nil && ro.State == rolloutProgressing }
 
 // rolloutStep moves the rollout in progress on: the new revision's
 // replicas start beside the ones in service (as many as those, at least
@@ -153,7 +107,7 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 		return 0
 	}
 	// A record others may hold a copy of is never changed in place.
-	ro := new(api.Rollout)
+	ro := new(rollout)
 	*ro = *ctl.rec.Rollout
 	ctl.rec.Rollout = ro
 	rev := ro.Revision
@@ -194,7 +148,7 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 			n++
 		}
 		for ; n+s.freezing < want && now.After(ctl.backoff); n++ {
-			ctl.startReplica(rev, fmt.Sprintf("rollout of revision %d", rev))
+			ctl.drv.startReplica(rev, fmt.Sprintf("rollout of revision %d", rev))
 		}
 	}
 	ready := len(s.ready)
@@ -209,13 +163,13 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 		return surge
 	}
 	// Every replica wanted is ready: traffic moves over.
-	ro.State, ro.DoneAt = api.RolloutDone, &now
+	ro.State, ro.DoneAt = rolloutDone, &now
 	took := now.Sub(ro.StartedAt).Round(time.Millisecond)
 	ro.Reason = fmt.Sprintf("%d/%d ready after %s", ready, want, took)
 	if ro.From > 0 && weights[rev] == 0 {
 		ro.Reason += fmt.Sprintf("; traffic moved from revision %d", ro.From)
 	}
-	ctl.rec.Traffic = []api.TrafficTarget{{Revision: rev, Percent: 100}}
+	ctl.rec.Traffic = []trafficShare{{Revision: rev, Percent: 100}}
 	ctl.roFailures = 0
 	ctl.saveApp()
 	ctl.publish()
@@ -229,7 +183,7 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 // replicas have kept the traffic; with none to go back to, the rollout
 // failed. ctl.mu is held.
 func (ctl *appCtl) endRollout(now time.Time, why string) {
-	ro := new(api.Rollout)
+	ro := new(rollout)
 	*ro = *ctl.rec.Rollout
 	ctl.rec.Rollout = ro
 	ro.DoneAt, ro.Reason = &now, why
@@ -241,11 +195,11 @@ func (ctl *appCtl) endRollout(now time.Time, why string) {
 		prev, err = ctl.revision(ro.From)
 	}
 	if err != nil {
-		ro.State = api.RolloutFailed
+		ro.State = rolloutFailed
 		ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d failed: %s", ro.Revision, why), nil)
 		return
 	}
-	ro.State = api.RolloutRolledBack
+	ro.State = rolloutRolledBack
 	ctl.setCurrent(prev)
 	// The failures were the new revision's: the one that comes back
 	// starts at once.
@@ -255,7 +209,7 @@ func (ctl *appCtl) endRollout(now time.Time, why string) {
 }
 
 // trafficString is a traffic assignment as a short text: "3=90 4=10".
-func trafficString(ts []api.TrafficTarget) string {
+func trafficString(ts []trafficShare) string {
 	parts := make([]string, 0, len(ts))
 	for _, t := range ts {
 		parts = append(parts, fmt.Sprintf("%d=%d", t.Revision, t.Percent))
@@ -263,37 +217,7 @@ func trafficString(ts []api.TrafficTarget) string {
 	return strings.Join(parts, " ")
 }
 
-// activeServing counts the replicas of the revisions that take traffic,
-// ready or starting. ctl.mu is held.
-func (ctl *appCtl) activeServing() int {
-	w := ctl.weights()
-	n := 0
-	for _, r := range ctl.reps {
-		if w[r.rec.Revision] == 0 || r.stopping {
-			continue
-		}
-		switch {
-		case r.rec.State == StateReady && !r.busy, r.rec.State == StateStarting, r.rec.State == StatePending:
-			n++
-		}
-	}
-	return n
-}
-
-// inRoute counts the ready replicas in the route: of a revision that takes
-// traffic and passing their health check. ctl.mu is held.
-func (ctl *appCtl) inRoute() int {
-	w := ctl.weights()
-	n := 0
-	for _, r := range ctl.reps {
-		if r.rec.State == StateReady && !r.closed && w[r.rec.Revision] > 0 {
-			n++
-		}
-	}
-	return n
-}
-
 // writeApp writes the app record now. ctl.recMu is held, ctl.mu is not.
 func (ctl *appCtl) writeApp(ctx context.Context, rec appRecord) error {
-	return ctl.m.putJSON(ctx, store.AppKey(ctl.name), rec)
+	return putJSON(ctx, ctl.m.o.Store, store.AppKey(ctl.name), rec)
 }

@@ -91,26 +91,26 @@ func (ctl *appCtl) applyCPU(dec autoscale.Decision) {
 		if r == nil || r.rec.State != StateReady {
 			continue
 		}
-		ctl.later(func() { ctl.setCPU(r, q, dec.Reason) })
+		ctl.later(func() { ctl.drv.setCPU(r, q, dec.Reason) })
 	}
 }
 
 // setCPU changes replica r's CPU quota to q on its node.
-func (ctl *appCtl) setCPU(r *replica, q float64, why string) {
+func (d *driver) setCPU(r *replica, q float64, why string) {
 	id := r.rec.ID
-	if err := ctl.node.SetCPU(id, q); err != nil {
-		ctl.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
+	if err := d.node.SetCPU(id, q); err != nil {
+		d.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
 		return
 	}
-	ctl.mu.Lock()
-	defer ctl.unlock()
+	d.mu.Lock()
+	defer d.unlock()
 	dir := "up"
 	if q < r.rec.CPU {
 		dir = "down"
 	}
-	ctl.m.metrics.cpuChanges.WithLabelValues(ctl.name, dir).Inc()
-	ctl.m.emit("cpu", ctl.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, why),
+	d.m.metrics.cpuChanges.WithLabelValues(d.name, dir).Inc()
+	d.m.emit("cpu", d.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, why),
 		map[string]float64{"from": r.rec.CPU, "to": q})
 	r.rec.CPU = q
-	ctl.markDirty(id)
+	d.markDirty(id)
 }

@@ -106,39 +106,6 @@ func (s selfAPI) caller(c appapi.Caller) (*appCtl, *replica, error) {
 	return ctl, r, nil
 }
 
-// serving counts the replicas that serve or are about to: starting and
-// ready ones, not those freezing, halted or on their way out. ctl.mu is
-// held.
-func (ctl *appCtl) serving() int {
-	n := 0
-	for _, r := range ctl.reps {
-		if r.stopping || r.failed {
-			continue
-		}
-		switch r.rec.State {
-		case StatePending, StateStarting:
-			n++
-		case StateReady:
-			if !r.busy {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// halted counts the replicas halted at their own request that still run.
-// ctl.mu is held.
-func (ctl *appCtl) halted() int {
-	n := 0
-	for _, r := range ctl.reps {
-		if r.rec.State == StateHalted && !r.stopping {
-			n++
-		}
-	}
-	return n
-}
-
 func selfReplica(r *replica) appapi.Replica {
 	return appapi.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Addr: r.rec.Addr}
 }
@@ -184,7 +151,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		ctl.unlock()
 		ctl.mu.Lock()
 		if o.rec.State == StateReady && !o.busy {
-			ctl.raiseFloor(now, n+1)
+			ctl.floor.raise(now, n+1)
 			d := ctl.m.clock.Since(now)
 			res := appapi.Result{Replica: selfReplica(o), How: "thawed", Seconds: max(d.Seconds(), 1e-6)}
 			ctl.unlock()
@@ -198,13 +165,13 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		return appapi.Result{}, &appapi.Refusal{Reason: "backoff", RetryAfter: int(left/time.Second) + 1,
 			Msg: fmt.Sprintf("app %s is backing off after failed replicas (%s more): %s", c.App, left.Round(time.Millisecond), ctl.lastErr)}
 	}
-	id := ctl.startReplica(rev, "replicate asked by "+c.Replica)
+	id := ctl.drv.startReplica(rev, "replicate asked by "+c.Replica)
 	nr := ctl.reps[id]
 	if nr == nil {
 		ctl.unlock()
 		return appapi.Result{}, fmt.Errorf("app %q: revision %d cannot be read; no replica started: %w", c.App, rev, errdefs.ErrUnavailable)
 	}
-	ctl.raiseFloor(now, n+1)
+	ctl.floor.raise(now, n+1)
 	settled, limit := nr.self.settled, ctl.rec.Config.Health.StartTimeout.Duration
 	res := appapi.Result{Replica: selfReplica(nr), How: "started"}
 	ctl.unlock()
@@ -252,7 +219,7 @@ func (s selfAPI) Halt(ctx context.Context, c appapi.Caller) (appapi.Result, erro
 	r.rec.State, r.closed = StateHalted, true
 	ctl.markDirty(r.rec.ID)
 	ctl.publish()
-	ctl.lowerFloor(n - 1)
+	ctl.floor.lower(n - 1)
 	ctl.notify()
 	return appapi.Result{Replica: selfReplica(r), How: "halted"}, nil
 }
@@ -274,9 +241,9 @@ func (s selfAPI) Die(ctx context.Context, c appapi.Caller) (appapi.Result, error
 		if n-1 < ctl.rec.Min {
 			return appapi.Result{}, appapi.Refuse("min", "app %s runs %d replica(s), its min is %d", c.App, n, ctl.rec.Min)
 		}
-		ctl.lowerFloor(n - 1)
+		ctl.floor.lower(n - 1)
 	}
-	ctl.drain(r, "asked to die by itself")
+	ctl.drv.drain(r, "asked to die by itself")
 	ctl.notify()
 	return appapi.Result{Replica: selfReplica(r), How: "draining"}, nil
 }

@@ -7,43 +7,52 @@ import (
 	"github.com/shoal-run/shoal/internal/route"
 )
 
-// raiseFloor keeps at least n replicas serving, as the app asked.
-// ctl.mu is held.
-func (ctl *appCtl) raiseFloor(now time.Time, n int) {
-	ctl.floor, ctl.floorAt = max(ctl.floor, n), now
+// selfFloor is the active replica count an app asked for through the self
+// API (replicate raises it, halt and die lower it), set at at; 0 leaves
+// the count to the autoscaler.
+type selfFloor struct {
+	n  int
+	at time.Time
 }
 
-// lowerFloor lets the count go down to n once the app gave a replica up.
-// ctl.mu is held.
-func (ctl *appCtl) lowerFloor(n int) {
-	ctl.floor = max(min(ctl.floor, n), 0)
+// raise keeps at least n replicas serving, as the app asked.
+func (f *selfFloor) raise(now time.Time, n int) {
+	f.n, f.at = max(f.n, n), now
 }
 
-// applyFloor raises the autoscaler's want to what the app asked for; the
-// app's request lapses once the app has had no request for idle_timeout
-// since it was made. Halted replicas count toward max, so the want is
-// capped at max less them. ctl.mu is held.
-func (ctl *appCtl) applyFloor(now time.Time, load route.Load, want int, reason string) (int, string) {
-	if ctl.floor > 0 {
-		idle := ctl.rec.Config.Scale.IdleTimeout.Duration
-		if load.InFlight == 0 && now.Sub(ctl.floorAt) >= idle && now.Sub(load.LastRequest) >= idle {
-			ctl.floor = 0
-		} else if ctl.floor > want {
-			want, reason = ctl.floor, fmt.Sprintf("the app asked for %d replica(s) through its self API (autoscaler: %s)", ctl.floor, reason)
+// lower lets the count go down to n once the app gave a replica up.
+func (f *selfFloor) lower(n int) {
+	f.n = max(min(f.n, n), 0)
+}
+
+// apply raises the autoscaler's want to what the app asked for; the app's
+// request lapses once the app has had no request for idle since it was
+// made.
+func (f *selfFloor) apply(now time.Time, load route.Load, idle time.Duration, want int, reason string) (int, string) {
+	if f.n > 0 {
+		if load.InFlight == 0 && now.Sub(f.at) >= idle && now.Sub(load.LastRequest) >= idle {
+			f.n = 0
+		} else if f.n > want {
+			want, reason = f.n, fmt.Sprintf("the app asked for %d replica(s) through its self API (autoscaler: %s)", f.n, reason)
 		}
-	}
-	if h := ctl.halted(); h > 0 && want > ctl.rec.Max-h {
-		want = max(ctl.rec.Max-h, 0)
-		reason = fmt.Sprintf("%s; %d halted replica(s) count toward max %d", reason, h, ctl.rec.Max)
 	}
 	return want, reason
 }
 
-// metricSum is the app's own metric summed over its ready replicas (the
-// average per replica times their count): a replica that has not
-// published it lately counts 0. ctl.mu is held.
-func (ctl *appCtl) metricSum(now time.Time, ready []*replica) float64 {
-	name := ctl.rec.Config.Scale.Metric
+// capHalted caps want at max less the halted replicas: they still run, so
+// they count toward max.
+func capHalted(want int, reason string, halted, maxReplicas int) (int, string) {
+	if halted > 0 && want > maxReplicas-halted {
+		want = max(maxReplicas-halted, 0)
+		reason = fmt.Sprintf("%s; %d halted replica(s) count toward max %d", reason, halted, maxReplicas)
+	}
+	return want, reason
+}
+
+// metricSum is the app's own metric name summed over its ready replicas
+// (the average per replica times their count): a replica that has not
+// published it lately counts 0.
+func metricSum(name string, now time.Time, ready []*replica) float64 {
 	if name == "" {
 		return 0
 	}

@@ -6,27 +6,28 @@ import (
 	"github.com/shoal-run/shoal/internal/appapi"
 )
 
-// mintToken gives a new replica its self API token: the secret goes to
-// its environment only, the hash to its record. ctl.mu is held.
-func (ctl *appCtl) mintToken(r *replica) {
+// mint gives a new replica its self API token when the self API is at
+// url: the secret goes to its environment only, the hash to its record.
+// The replica's app holds its lock.
+func (x *tokenIndex) mint(r *replica, url string) {
 	r.self.settled = make(chan struct{})
-	if ctl.m.o.SelfURL == "" {
+	if url == "" {
 		return
 	}
 	tok, hash := appapi.NewToken()
 	r.self.token, r.rec.TokenHash = tok, hash
-	ctl.m.addToken(hash, ctl.name, r.rec.ID)
+	x.add(hash, r.rec.App, r.rec.ID)
 }
 
 // selfEnv is the self API's part of a replica's environment. The token is
 // forgotten once it is in the container's spec.
-func (ctl *appCtl) selfEnv(r *replica) []string {
+func (r *replica) selfEnv(url string) []string {
 	if r.self.token == "" {
 		return nil
 	}
 	tok := r.self.token
 	r.self.token = ""
-	return []string{appapi.EnvURL + "=" + ctl.m.o.SelfURL, appapi.EnvToken + "=" + tok}
+	return []string{appapi.EnvURL + "=" + url, appapi.EnvToken + "=" + tok}
 }
 
 // tokenIndex finds the replica of a token hash. It also remembers the
@@ -43,11 +44,10 @@ type tokenRef struct{ app, id string }
 
 const goneKept = 4096
 
-func (m *Manager) addToken(hash, app, id string) {
+func (x *tokenIndex) add(hash, app, id string) {
 	if hash == "" {
 		return
 	}
-	x := &m.self
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.live == nil {
@@ -56,8 +56,7 @@ func (m *Manager) addToken(hash, app, id string) {
 	x.live[hash] = tokenRef{app, id}
 }
 
-func (m *Manager) forgetToken(hash string) {
-	x := &m.self
+func (x *tokenIndex) forget(hash string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	ref, ok := x.live[hash]

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
@@ -36,16 +38,37 @@ type stateMeta struct {
 	Config   manifest.Config `json:"config"`
 }
 
-func (ctl *appCtl) stateDir(sub string) string {
-	return filepath.Join(ctl.m.appDir(ctl.name), "state", sub)
+// merger merges the state areas of an app's gone replicas into its
+// volumes, one area at a time, on the host where they are. A hook merge
+// runs a container of its own on the runtime: no replica, so not through
+// the controller's Node.
+type merger struct {
+	app    string
+	dir    string // the app's directory: state/ and volumes/ are in it
+	rt     Runtime
+	images Images
+	clock  clock.Clock
+	log    *slog.Logger
+	emit   func(kind, replica, reason string, inputs map[string]float64)
+	took   func(policy string, d time.Duration) // a merge's time, for the metrics
+	// deleting reports whether the app is being deleted: its state goes
+	// with its volumes, unmerged.
+	deleting func() bool
+	wake     chan struct{} // an area was retired
+	wg       sync.WaitGroup
 }
 
-// stateMount makes replica r's live state area and returns its mount.
-func (ctl *appCtl) stateMount(r *replica, cfg manifest.Config, digest string) (runtime.Mount, error) {
-	area := filepath.Join(ctl.stateDir("live"), r.rec.ID)
+func (g *merger) stateDir(sub string) string {
+	return filepath.Join(g.dir, "state", sub)
+}
+
+// mount makes the live state area of replica id (of revision rev, whose
+// config and image it runs) and returns its mount.
+func (g *merger) mount(id string, rev int, cfg manifest.Config, digest string) (runtime.Mount, error) {
+	area := filepath.Join(g.stateDir("live"), id)
 	data := filepath.Join(area, "data")
 	// meta.json first: an area without it has no data either.
-	b, err := json.Marshal(stateMeta{Replica: r.rec.ID, Revision: r.rec.Revision, Digest: digest, Config: cfg})
+	b, err := json.Marshal(stateMeta{Replica: id, Revision: rev, Digest: digest, Config: cfg})
 	if err == nil {
 		err = os.MkdirAll(area, 0o700)
 	}
@@ -67,18 +90,15 @@ func (ctl *appCtl) stateMount(r *replica, cfg manifest.Config, digest string) (r
 // retireState hands the state area of replica id, whose container is
 // gone, to the merger. It does nothing for a replica without state, or
 // while the app is being deleted (its state goes with its volumes).
-func (ctl *appCtl) retireState(id string) {
-	live := filepath.Join(ctl.stateDir("live"), id)
+func (g *merger) retire(id string) {
+	live := filepath.Join(g.stateDir("live"), id)
 	if _, err := os.Lstat(live); err != nil {
 		return
 	}
-	ctl.mu.Lock()
-	deleting := ctl.deleting
-	ctl.unlock()
-	if deleting {
+	if g.deleting() {
 		return
 	}
-	gone := ctl.stateDir("gone")
+	gone := g.stateDir("gone")
 	err := os.MkdirAll(gone, 0o700)
 	if err == nil {
 		err = os.Rename(live, filepath.Join(gone, id))
@@ -87,27 +107,24 @@ func (ctl *appCtl) retireState(id string) {
 		err = errors.Join(statemerge.SyncDir(gone), statemerge.SyncDir(filepath.Dir(live)))
 	}
 	if err != nil {
-		ctl.m.emit("merge-failed", ctl.name, id, fmt.Sprintf("state kept in %s: %v", live, err), nil)
+		g.emit("merge-failed", id, fmt.Sprintf("state kept in %s: %v", live, err), nil)
 		return
 	}
-	ctl.poke(ctl.merges)
+	poke(g.wake)
 }
 
 // retireOrphanStates retires the live areas of replicas the app does not
 // have: their records were lost with a daemon that stopped before writing
-// them, and their containers were removed as orphans. Called by adopt,
-// before the controller runs.
-func (ctl *appCtl) retireOrphanStates() {
-	ents, err := os.ReadDir(ctl.stateDir("live"))
+// them, and their containers were removed as orphans. known tells the
+// app's replicas. Called by adopt, before the controller runs.
+func (g *merger) retireOrphans(known func(id string) bool) {
+	ents, err := os.ReadDir(g.stateDir("live"))
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		ctl.mu.Lock()
-		known := ctl.reps[e.Name()] != nil
-		ctl.unlock()
-		if !known {
-			ctl.retireState(e.Name())
+		if !known(e.Name()) {
+			g.retire(e.Name())
 		}
 	}
 }
@@ -117,15 +134,15 @@ func (ctl *appCtl) retireOrphanStates() {
 const mergeRetryMax = 5 * time.Minute
 
 // mergeLoop merges the app's retired state areas one at a time (merges of
-// one app never interleave) until the controller stops. A merge that fails
-// keeps its area and is tried again with back-off.
-func (ctl *appCtl) mergeLoop() {
-	defer ctl.mergeWG.Done()
-	ctx, cancel := context.WithCancel(ctl.ctx())
+// one app never interleave) until ctx ends or stop is closed. A merge that
+// fails keeps its area and is tried again with back-off.
+func (g *merger) loop(ctx context.Context, stop <-chan struct{}) {
+	defer g.wg.Done()
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
-		case <-ctl.stop:
+		case <-stop:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -137,23 +154,20 @@ func (ctl *appCtl) mergeLoop() {
 	retries := map[string]*retry{}
 	for ctx.Err() == nil {
 		var wait time.Duration
-		ents := statemerge.Retired(ctl.stateDir("gone"))
+		ents := statemerge.Retired(g.stateDir("gone"))
 		for _, e := range ents {
-			ctl.mu.Lock()
-			deleting := ctl.deleting
-			ctl.unlock()
-			if ctx.Err() != nil || deleting {
+			if ctx.Err() != nil || g.deleting() {
 				return
 			}
 			id := e.Name()
-			now := ctl.m.clock.Now()
+			now := g.clock.Now()
 			if rt := retries[id]; rt != nil && now.Before(rt.at) {
 				if d := rt.at.Sub(now); wait == 0 || d < wait {
 					wait = d
 				}
 				continue
 			}
-			err := ctl.mergeState(ctx, id)
+			err := g.merge(ctx, id)
 			if err == nil {
 				delete(retries, id)
 				continue
@@ -172,9 +186,9 @@ func (ctl *appCtl) mergeLoop() {
 			if wait == 0 || d < wait {
 				wait = d
 			}
-			ctl.m.emit("merge-failed", ctl.name, id, fmt.Sprintf("%v; state kept, tried again in %s", err, d),
+			g.emit("merge-failed", id, fmt.Sprintf("%v; state kept, tried again in %s", err, d),
 				map[string]float64{"attempts": float64(rt.n)})
-			if statemerge.HasJournal(filepath.Join(ctl.stateDir("gone"), id)) {
+			if statemerge.HasJournal(filepath.Join(g.stateDir("gone"), id)) {
 				// Its unfinished batch is cut back to the journal's sizes
 				// when it is tried again: no other area may append to the
 				// volume before that.
@@ -182,19 +196,19 @@ func (ctl *appCtl) mergeLoop() {
 			}
 		}
 		for id := range retries {
-			if _, err := os.Lstat(filepath.Join(ctl.stateDir("gone"), id)); err != nil {
+			if _, err := os.Lstat(filepath.Join(g.stateDir("gone"), id)); err != nil {
 				delete(retries, id)
 			}
 		}
 		var due <-chan time.Time
 		var t clock.Timer
 		if wait > 0 {
-			t = ctl.m.clock.NewTimer(wait)
+			t = g.clock.NewTimer(wait)
 			due = t.C()
 		}
 		select {
 		case <-ctx.Done():
-		case <-ctl.merges:
+		case <-g.wake:
 		case <-due:
 		}
 		if t != nil {
@@ -203,11 +217,10 @@ func (ctl *appCtl) mergeLoop() {
 	}
 }
 
-// mergeState merges the retired state area of replica id into its volume
-// by its revision's policy, then removes the area.
-func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
-	m := ctl.m
-	area := filepath.Join(ctl.stateDir("gone"), id)
+// merge merges the retired state area of replica id into its volume by
+// its revision's policy, then removes the area.
+func (g *merger) merge(ctx context.Context, id string) error {
+	area := filepath.Join(g.stateDir("gone"), id)
 	b, err := os.ReadFile(filepath.Join(area, "meta.json"))
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, derr := os.Lstat(filepath.Join(area, "data")); errors.Is(derr, fs.ErrNotExist) {
@@ -226,16 +239,16 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 	if !st.Enabled() || meta.Config.Volumes[st.Volume] == "" {
 		return fmt.Errorf("state of replica %s: revision %d declares no merge into a volume", id, meta.Revision)
 	}
-	vol := filepath.Join(m.appDir(ctl.name), "volumes", st.Volume)
+	vol := filepath.Join(g.dir, "volumes", st.Volume)
 	data, work := filepath.Join(area, "data"), filepath.Join(area, "work")
-	began := m.clock.Now()
+	began := g.clock.Now()
 	var res statemerge.Result
 	var note string
 	switch st.Merge {
 	case manifest.MergeAppend, manifest.MergeNewest:
 		res, err = statemerge.Files(ctx, st.Merge, data, work, vol)
 	case manifest.MergeHook:
-		res, note, err = ctl.runHook(ctx, meta, data, work, vol)
+		res, note, err = g.runHook(ctx, meta, data, work, vol)
 	default:
 		err = fmt.Errorf("merge policy %q is unknown", st.Merge)
 	}
@@ -246,10 +259,10 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 		return fmt.Errorf("merged, but the state area stays: %w", err)
 	}
 	statemerge.SyncDir(filepath.Dir(area))
-	d := m.clock.Now().Sub(began)
-	m.metrics.merge(ctl.name, st.Merge, d)
+	d := g.clock.Now().Sub(began)
+	g.took(st.Merge, d)
 	if res.Files == 0 && res.Kept == 0 && len(res.Skipped) == 0 && note == "" {
-		m.log.Debug("serving: replica left no state", "app", ctl.name, "replica", id)
+		g.log.Debug("serving: replica left no state", "app", g.app, "replica", id)
 		return nil
 	}
 	why := fmt.Sprintf("%s: %d files, %d bytes of replica %s (revision %d) into volume %s", st.Merge, res.Files, res.Bytes,
@@ -263,7 +276,7 @@ func (ctl *appCtl) mergeState(ctx context.Context, id string) error {
 	if note != "" {
 		why += "; " + note
 	}
-	m.emit("merge", ctl.name, id, why, map[string]float64{"files": float64(res.Files), "bytes": float64(res.Bytes),
+	g.emit("merge", id, why, map[string]float64{"files": float64(res.Files), "bytes": float64(res.Bytes),
 		"kept": float64(res.Kept), "skipped": float64(len(res.Skipped)), "seconds": d.Seconds()})
 	return nil
 }

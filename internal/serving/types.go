@@ -35,10 +35,45 @@ type appRecord struct {
 	Updated  time.Time       `json:"updated"`
 	Deleting bool            `json:"deleting,omitempty"`
 	// Traffic splits requests between revisions (empty: all to Revision).
-	Traffic []api.TrafficTarget `json:"traffic,omitempty"`
-	Sticky  bool                `json:"sticky,omitempty"`
+	Traffic []trafficShare `json:"traffic,omitempty"`
+	Sticky  bool           `json:"sticky,omitempty"`
 	// Rollout is the last revision's rollout.
-	Rollout *api.Rollout `json:"rollout,omitempty"`
+	Rollout *rollout `json:"rollout,omitempty"`
+}
+
+// trafficShare is one revision's share of an app's requests, as stored in
+// its record (the API's is api.TrafficTarget).
+type trafficShare struct {
+	Revision int `json:"revision"`
+	Percent  int `json:"percent"`
+}
+
+// States of a rollout, as stored; the API shows them as they are.
+const (
+	rolloutProgressing = "progressing" // the revision's replicas are starting
+	rolloutDone        = "done"        // traffic moved to the revision
+	rolloutRolledBack  = "rolled_back" // it never became ready; traffic stayed on From
+	rolloutFailed      = "failed"      // it never became ready and no earlier revision exists
+)
+
+// rollout is the rollout of an app's last revision, as stored in its
+// record (the API's is api.Rollout).
+type rollout struct {
+	Revision  int        `json:"revision"`
+	From      int        `json:"from,omitempty"`
+	State     string     `json:"state"`
+	Ready     int        `json:"ready"`
+	Want      int        `json:"want"`
+	Failures  int        `json:"failures,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	StartedAt time.Time  `json:"started_at"`
+	DoneAt    *time.Time `json:"done_at,omitempty"`
+}
+
+// api is ro as the API shows it.
+func (ro rollout) api() *api.Rollout {
+	return &api.Rollout{Revision: ro.Revision, From: ro.From, State: ro.State, Ready: ro.Ready, Want: ro.Want,
+		Failures: ro.Failures, Reason: ro.Reason, StartedAt: ro.StartedAt, DoneAt: ro.DoneAt}
 }
 
 // revisionRecord is one immutable revision, kept at store.RevisionKey.

@@ -38,7 +38,7 @@ func (ctl *appCtl) unlock() {
 		}
 		ctl.mu.Lock()
 		for i, r := range thaws {
-			ctl.thawed(r, errs[i], took[i])
+			ctl.drv.thawed(r, errs[i], took[i])
 		}
 	}
 	var rt route.Route
@@ -58,41 +58,24 @@ func (ctl *appCtl) unlock() {
 	}
 }
 
-// spawn starts f in a goroutine once ctl.mu is released and the route
-// published. ctl.mu is held.
-func (ctl *appCtl) spawn(f func()) { ctl.acts = append(ctl.acts, func() { go f() }) }
-
-// later calls f once ctl.mu is released and the route published.
-// ctl.mu is held.
-func (ctl *appCtl) later(f func()) { ctl.acts = append(ctl.acts, f) }
-
-// thaw brings a frozen replica back into the route table: the activation
-// fast path, a cgroup write, then the route. The write is made once ctl.mu
-// is released; until then the replica is busy thawing, counted as
-// serving. ctl.mu is held.
-func (ctl *appCtl) thaw(r *replica) {
-	r.busy, r.thawing = true, true
-	ctl.thaws = append(ctl.thaws, r)
-}
-
 // thawed finishes the thaw of r, which took d and failed with err or not.
 // ctl.mu is held.
-func (ctl *appCtl) thawed(r *replica, err error, d time.Duration) {
+func (d *driver) thawed(r *replica, err error, took time.Duration) {
 	r.thawing = false
 	if r.stopping {
 		return // its app is being deleted: stopped, not thawed
 	}
 	r.busy = false
 	if err != nil {
-		ctl.m.log.Warn("serving: thaw failed; stopping the replica", "replica", r.rec.ID, "err", err)
-		ctl.stopReplica(r, fmt.Sprintf("thaw failed: %v", err))
+		d.m.log.Warn("serving: thaw failed; stopping the replica", "replica", r.rec.ID, "err", err)
+		d.stopReplica(r, fmt.Sprintf("thaw failed: %v", err))
 		return
 	}
-	r.rec.State, r.closed, r.lastActive = StateReady, false, ctl.m.clock.Now()
-	ctl.markDirty(r.rec.ID)
-	ctl.publish()
-	ctl.m.metrics.coldStart(ctl.name, "thaw", d)
-	ctl.m.emit("thaw", ctl.name, r.rec.ID, "needed to serve", map[string]float64{"seconds": d.Seconds()})
+	r.rec.State, r.closed, r.lastActive = StateReady, false, d.m.clock.Now()
+	d.markDirty(r.rec.ID)
+	d.publish()
+	d.m.metrics.coldStart(d.name, "thaw", took)
+	d.m.emit("thaw", d.name, r.rec.ID, "needed to serve", map[string]float64{"seconds": took.Seconds()})
 }
 
 // routePub publishes an app's routes in the order they were made: a

@@ -1,0 +1,206 @@
+package serving
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/route"
+)
+
+// appState is one app's state on this node, under mu, and what a holder
+// of mu leaves to do once it is released (see unlock). Its methods read
+// and change it; none calls out.
+type appState struct {
+	name     string
+	mu       sync.Mutex
+	rec      appRecord
+	reps     map[string]*replica
+	revs     map[int]revisionRecord // the app's revisions, read at start or made by a deploy
+	unsaved  map[string]bool        // replica ids whose record must be written (or deleted)
+	appDirty bool                   // the app record must be written
+	dirty    chan struct{}          // records to write
+	deleting bool
+	remote   map[string]route.Endpoint // ready replicas of other nodes, from the store
+
+	routeDirty bool       // the route must be published
+	thaws      []*replica // replicas to thaw
+	acts       []func()   // calls to make, goroutines to start
+}
+
+// publish has the app's route published once mu is released.
+// mu is held.
+func (st *appState) publish() { st.routeDirty = true }
+
+// route is the app's route: its ready replicas. mu is held.
+func (st *appState) route() route.Route {
+	cfg := st.rec.Config
+	rt := route.Route{App: st.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
+		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
+	if st.deleting {
+		rt.Unavailable = "app " + st.name + " is being deleted"
+	}
+	// Only the revisions that take traffic are routed.
+	weights := st.weights()
+	rt.Weights, rt.Sticky = weights, st.rec.Sticky
+	ids := make([]string, 0, len(st.reps))
+	for id, r := range st.reps {
+		if r.rec.State == StateReady && !r.closed && weights[r.rec.Revision] > 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r := st.reps[id]
+		rt.Endpoints = append(rt.Endpoints, route.Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
+	}
+	for _, ep := range st.remote {
+		if st.reps[ep.ID] == nil && weights[ep.Revision] > 0 {
+			rt.Endpoints = append(rt.Endpoints, ep)
+		}
+	}
+	return rt
+}
+
+// markDirty queues replica id's record (or its deletion) for the writer.
+func (st *appState) markDirty(id string) {
+	st.unsaved[id] = true
+	poke(st.dirty)
+}
+
+// takeRecord returns the app record as JSON, for a write the caller makes
+// itself rather than the writer. mu is held.
+func (st *appState) takeRecord() ([]byte, error) {
+	st.appDirty = false
+	val, err := json.Marshal(st.rec)
+	if err != nil {
+		return nil, fmt.Errorf("app %q: %w", st.name, err)
+	}
+	return val, nil
+}
+
+// weights maps each revision that takes traffic to its percent: the app's
+// traffic assignment, or all of it to the current revision. mu is held.
+func (st *appState) weights() map[int]int {
+	w := make(map[int]int, len(st.rec.Traffic)+1)
+	for _, t := range st.rec.Traffic {
+		if t.Percent > 0 {
+			w[t.Revision] += t.Percent
+		}
+	}
+	if len(w) == 0 && st.rec.Revision > 0 {
+		w[st.rec.Revision] = 100
+	}
+	return w
+}
+
+// revision returns revision n of the app. Every revision is read at start
+// or made by a deploy; one that is missing is not found. mu is held.
+func (st *appState) revision(n int) (revisionRecord, error) {
+	if rv, ok := st.revs[n]; ok {
+		return rv, nil
+	}
+	return revisionRecord{}, fmt.Errorf("app %q: revision %d: %w", st.name, n, errdefs.ErrNotFound)
+}
+
+// configOf is the config and image digest of revision n: replicas of every
+// revision run with their own. mu is held.
+func (st *appState) configOf(n int) (manifest.Config, string, error) {
+	if n == st.rec.Revision {
+		return st.rec.Config, st.rec.Digest, nil
+	}
+	rv, err := st.revision(n)
+	if err != nil {
+		return manifest.Config{}, "", err
+	}
+	return rv.Config, rv.Digest, nil
+}
+
+// saveApp queues the app record for the writer. mu is held.
+func (st *appState) saveApp() {
+	st.appDirty = true
+	poke(st.dirty)
+}
+
+// activeServing counts the replicas of the revisions that take traffic,
+// ready or starting. mu is held.
+func (st *appState) activeServing() int {
+	w := st.weights()
+	n := 0
+	for _, r := range st.reps {
+		if w[r.rec.Revision] == 0 || r.stopping {
+			continue
+		}
+		switch {
+		case r.rec.State == StateReady && !r.busy, r.rec.State == StateStarting, r.rec.State == StatePending:
+			n++
+		}
+	}
+	return n
+}
+
+// inRoute counts the ready replicas in the route: of a revision that takes
+// traffic and passing their health check. mu is held.
+func (st *appState) inRoute() int {
+	w := st.weights()
+	n := 0
+	for _, r := range st.reps {
+		if r.rec.State == StateReady && !r.closed && w[r.rec.Revision] > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// serving counts the replicas that serve or are about to: starting and
+// ready ones, not those freezing, halted or on their way out. ctl.mu is
+// held.
+func (st *appState) serving() int {
+	n := 0
+	for _, r := range st.reps {
+		if r.stopping || r.failed {
+			continue
+		}
+		switch r.rec.State {
+		case StatePending, StateStarting:
+			n++
+		case StateReady:
+			if !r.busy {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// halted counts the replicas halted at their own request that still run.
+// mu is held.
+func (st *appState) halted() int {
+	n := 0
+	for _, r := range st.reps {
+		if r.rec.State == StateHalted && !r.stopping {
+			n++
+		}
+	}
+	return n
+}
+
+// spawn starts f in a goroutine once mu is released and the route
+// published. mu is held.
+func (st *appState) spawn(f func()) { st.acts = append(st.acts, func() { go f() }) }
+
+// later calls f once st.mu is released and the route published.
+// mu is held.
+func (st *appState) later(f func()) { st.acts = append(st.acts, f) }
+
+// thaw brings a frozen replica back into the route table: the activation
+// fast path, a cgroup write, then the route. The write is made once st.mu
+// is released; until then the replica is busy thawing, counted as
+// serving. mu is held.
+func (st *appState) thaw(r *replica) {
+	r.busy, r.thawing = true, true
+	st.thaws = append(st.thaws, r)
+}
