@@ -11,7 +11,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/store"
@@ -19,10 +19,10 @@ import (
 
 // Deploy creates an app or gives it a new revision. The image must exist;
 // replicas start on demand (or at once for min > 0).
-func (m *Manager) Deploy(ctx context.Context, req api.DeployRequest) (api.App, error) {
+func (m *Manager) Deploy(ctx context.Context, req types.DeployRequest) (types.App, error) {
 	cfg, err := m.deploy(ctx, req)
 	if err != nil {
-		return api.App{}, err
+		return types.App{}, err
 	}
 	return m.Get(ctx, cfg.Name)
 }
@@ -30,7 +30,7 @@ func (m *Manager) Deploy(ctx context.Context, req api.DeployRequest) (api.App, e
 // deploy writes the app's record (and its new revision's) and hands it to
 // the app's controller. A new revision rolls out beside the one in
 // service.
-func (m *Manager) deploy(ctx context.Context, req api.DeployRequest) (manifest.Config, error) {
+func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest.Config, error) {
 	file := req.File
 	if file == "" {
 		file = "shoal.toml"
@@ -163,7 +163,7 @@ func nextRecord(rec appRecord, cfg manifest.Config, text, digest string, now tim
 }
 
 // List returns every app.
-func (m *Manager) List(ctx context.Context) ([]api.App, error) {
+func (m *Manager) List(ctx context.Context) ([]types.App, error) {
 	m.mu.Lock()
 	names := make([]string, 0, len(m.apps))
 	for n := range m.apps {
@@ -171,7 +171,7 @@ func (m *Manager) List(ctx context.Context) ([]api.App, error) {
 	}
 	m.mu.Unlock()
 	sort.Strings(names)
-	out := make([]api.App, 0, len(names))
+	out := make([]types.App, 0, len(names))
 	for _, n := range names {
 		if a, err := m.Get(ctx, n); err == nil {
 			out = append(out, a)
@@ -181,20 +181,20 @@ func (m *Manager) List(ctx context.Context) ([]api.App, error) {
 }
 
 // Get returns an app and its replicas.
-func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
+func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
 	load := m.o.Router.Load(name)
 	ctl.mu.Lock()
 	defer ctl.unlock()
-	a := api.App{
+	a := types.App{
 		Name: name, Image: ctl.rec.Config.Image, Revision: ctl.rec.Revision, Min: ctl.rec.Min, Max: ctl.rec.Max,
-		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []api.Replica{}, URL: appURL(m.o.ProxyAddr, name),
+		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []types.Replica{}, URL: appURL(m.o.ProxyAddr, name),
 	}
 	for _, r := range ctl.reps {
-		rp := api.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
+		rp := types.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
 			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, CPUSet: r.rec.CPUSet, Reason: r.rec.Reason,
 			InFlight: load.Endpoints[r.rec.ID].InFlight}
 		if rp.State == StateReady && r.closed && !r.busy {
@@ -207,17 +207,17 @@ func (m *Manager) Get(ctx context.Context, name string) (api.App, error) {
 	}
 	sort.Slice(a.Replicas, func(i, j int) bool { return a.Replicas[i].StartedAt.Before(a.Replicas[j].StartedAt) })
 	if ro := ctl.rec.Rollout; ro != nil {
-		a.Rollout = ro.api()
+		a.Rollout = ro.wire()
 		if progressing(ro) && ctl.roFailures > 0 {
 			a.Rollout.Failures, a.Rollout.Reason = ctl.roFailures, ctl.lastErr
 		}
 	}
 	a.Traffic = nil
 	for _, t := range ctl.rec.Traffic {
-		a.Traffic = append(a.Traffic, api.TrafficTarget{Revision: t.Revision, Percent: t.Percent})
+		a.Traffic = append(a.Traffic, types.TrafficTarget{Revision: t.Revision, Percent: t.Percent})
 	}
 	if len(a.Traffic) == 0 {
-		a.Traffic = []api.TrafficTarget{{Revision: ctl.rec.Revision, Percent: 100}}
+		a.Traffic = []types.TrafficTarget{{Revision: ctl.rec.Revision, Percent: 100}}
 	}
 	a.Sticky = ctl.rec.Sticky
 	switch {
@@ -250,10 +250,10 @@ func appURL(proxyAddr, app string) string {
 }
 
 // Scale changes an app's bounds.
-func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) (api.App, error) {
+func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
 	ctl.recMu.Lock()
 	defer ctl.recMu.Unlock()
@@ -268,18 +268,18 @@ func (m *Manager) Scale(ctx context.Context, name string, req api.ScaleRequest) 
 	}
 	switch {
 	case rec.Min < 0:
-		return api.App{}, errdefs.Invalid("min", "%d must not be negative", rec.Min)
+		return types.App{}, errdefs.Invalid("min", "%d must not be negative", rec.Min)
 	case rec.Max < 1 || rec.Max > 1000:
-		return api.App{}, errdefs.Invalid("max", "%d must be from 1 to 1000", rec.Max)
+		return types.App{}, errdefs.Invalid("max", "%d must be from 1 to 1000", rec.Max)
 	case rec.Min > rec.Max:
-		return api.App{}, errdefs.Invalid("min", "%d is above max %d", rec.Min, rec.Max)
+		return types.App{}, errdefs.Invalid("min", "%d is above max %d", rec.Min, rec.Max)
 	}
 	ctl.mu.Lock()
 	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, m.clock.Now()
 	rec = ctl.rec
 	ctl.unlock()
 	if err := putJSON(ctx, m.o.Store, store.AppKey(name), rec); err != nil {
-		return api.App{}, err
+		return types.App{}, err
 	}
 	ctl.mu.Lock()
 	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {

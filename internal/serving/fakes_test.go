@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
@@ -391,10 +391,10 @@ func (r *fakeRouter) endpoints(app string) []string {
 // fakeEvents keeps the events it is given.
 type fakeEvents struct {
 	mu  sync.Mutex
-	evs []api.Event
+	evs []types.Event
 }
 
-func (f *fakeEvents) Emit(_ context.Context, e api.Event) (api.Event, error) {
+func (f *fakeEvents) Emit(_ context.Context, e types.Event) (types.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.evs = append(f.evs, e)
@@ -402,10 +402,10 @@ func (f *fakeEvents) Emit(_ context.Context, e api.Event) (api.Event, error) {
 }
 
 // of returns the events of kind so far.
-func (f *fakeEvents) of(kind string) []api.Event {
+func (f *fakeEvents) of(kind string) []types.Event {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []api.Event
+	var out []types.Event
 	for _, e := range f.evs {
 		if e.Kind == kind {
 			out = append(out, e)
@@ -480,7 +480,7 @@ func (h *harness) deploy(scale string, more ...string) {
 	for _, x := range more {
 		m += x + "\n"
 	}
-	if _, err := h.m.Deploy(context.Background(), api.DeployRequest{Manifest: m}); err != nil {
+	if _, err := h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m}); err != nil {
 		h.t.Fatalf("deploy: %v", err)
 	}
 }

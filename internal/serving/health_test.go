@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/route"
 )
@@ -98,7 +98,7 @@ func TestUnhealthyReplicaDrains(t *testing.T) {
 				t.Fatalf("fail events: %+v", evs)
 			}
 			a, _ := h.m.Get(context.Background(), "hello")
-			if i := slices.IndexFunc(a.Replicas, func(r api.Replica) bool { return r.ID == old }); i < 0 || !strings.Contains(a.Replicas[i].Reason, "health") {
+			if i := slices.IndexFunc(a.Replicas, func(r types.Replica) bool { return r.ID == old }); i < 0 || !strings.Contains(a.Replicas[i].Reason, "health") {
 				t.Fatalf("app while its replica drains: replicas %+v", a.Replicas)
 			}
 			h.advanceUntil("the replacement is ready", tick, func() bool {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
@@ -72,7 +72,7 @@ type Router interface {
 
 // EventLog records what serving decides and why.
 type EventLog interface {
-	Emit(ctx context.Context, e api.Event) (api.Event, error)
+	Emit(ctx context.Context, e types.Event) (types.Event, error)
 }
 
 // Options configure a Manager.
@@ -145,7 +145,7 @@ func New(o Options) (*Manager, error) {
 		o.FrozenMemory = memTotal() / 4
 	}
 	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{},
-		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan api.Event, 4096)}}
+		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096)}}
 	m.node = newLocalNode(o)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
@@ -255,18 +255,18 @@ func (m *Manager) app(name string) *appCtl {
 type eventQueue struct {
 	log    *slog.Logger
 	events EventLog // nil: none are recorded
-	q      chan api.Event
+	q      chan types.Event
 }
 
 // emit logs an event and queues it.
 func (x *eventQueue) emit(kind, app, replica, reason string, inputs map[string]float64) {
 	x.log.Info("serving: "+kind, "app", app, "replica", replica, "reason", reason)
-	x.queueEvent(api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
+	x.queueEvent(types.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
 }
 
 // queueEvent hands e to record; when the queue is full the event is
 // dropped, with a warning.
-func (x *eventQueue) queueEvent(e api.Event) {
+func (x *eventQueue) queueEvent(e types.Event) {
 	if x.events == nil {
 		return
 	}

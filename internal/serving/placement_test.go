@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/placement"
 )
 
@@ -108,7 +108,7 @@ func TestPlacementSurvivesRestart(t *testing.T) {
 		t.Fatalf("the new placer's load after adoption: %v, want CPU 0 taken", l)
 	}
 	two := 2
-	if _, err := h.m.Scale(h.m.ctx, "hello", api.ScaleRequest{Min: &two, Max: &two}); err != nil {
+	if _, err := h.m.Scale(h.m.ctx, "hello", types.ScaleRequest{Min: &two, Max: &two}); err != nil {
 		t.Fatal(err)
 	}
 	h.wait("two ready", func() bool { return len(h.replicas()[StateReady]) == 2 })

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -18,10 +18,10 @@ import (
 // frozen replicas thaw, as many as the app had in service; the rest
 // start. The revision it leaves drains and stays frozen for
 // rollback_grace.
-func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackRequest) (api.App, error) {
+func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
 	ctl.recMu.Lock()
 	defer ctl.recMu.Unlock()
@@ -29,13 +29,13 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	cur, deleting := ctl.rec.Revision, ctl.deleting
 	ctl.unlock()
 	if deleting {
-		return api.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
+		return types.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
 	}
 	to := req.To
 	if to == 0 {
 		revs, err := revisionNumbers(ctx, m.o.Store, name)
 		if err != nil {
-			return api.App{}, err
+			return types.App{}, err
 		}
 		for _, n := range revs {
 			if n < cur {
@@ -43,14 +43,14 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 			}
 		}
 		if to == 0 {
-			return api.App{}, errdefs.Invalid("to", "app %q has no revision before %d to roll back to", name, cur)
+			return types.App{}, errdefs.Invalid("to", "app %q has no revision before %d to roll back to", name, cur)
 		}
 	}
 	if err := ctl.fetchRevision(ctx, to); err != nil {
 		if errdefs.IsNotFound(err) {
-			return api.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
+			return types.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
 		}
-		return api.App{}, err
+		return types.App{}, err
 	}
 	load := m.o.Router.Load(name)
 	ctl.mu.Lock()
@@ -58,9 +58,9 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	if err != nil {
 		ctl.unlock()
 		if errdefs.IsNotFound(err) {
-			return api.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
+			return types.App{}, errdefs.Invalid("to", "app %q has no revision %d", name, to)
 		}
-		return api.App{}, err
+		return types.App{}, err
 	}
 	now := m.clock.Now()
 	need := ctl.activeServing()
@@ -110,7 +110,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 	val, err := ctl.takeRecord()
 	ctl.unlock()
 	if err != nil {
-		return api.App{}, err
+		return types.App{}, err
 	}
 	m.emit("rollback", name, "", fmt.Sprintf("revision %d rolled back to revision %d by request: %d replicas thawed, %d started",
 		from, to, thawed, started), map[string]float64{"thawed": float64(thawed), "started": float64(started)})
@@ -121,13 +121,13 @@ func (m *Manager) Rollback(ctx context.Context, name string, req api.RollbackReq
 // SetTraffic splits an app's requests between revisions by percent.
 // Each revision with a share keeps at least one replica while the app is
 // in use, and the autoscaler's count is split by the shares.
-func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRequest) (api.App, error) {
+func (m *Manager) SetTraffic(ctx context.Context, name string, req types.TrafficRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return api.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
 	}
 	if len(req.Traffic) == 0 {
-		return api.App{}, errdefs.Invalid("traffic", "give at least one revision's percent")
+		return types.App{}, errdefs.Invalid("traffic", "give at least one revision's percent")
 	}
 	seen := map[int]bool{}
 	sum := 0
@@ -135,11 +135,11 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 	for i, t := range req.Traffic {
 		switch {
 		case t.Revision < 1:
-			return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "%d is not a revision number", t.Revision)
+			return types.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "%d is not a revision number", t.Revision)
 		case seen[t.Revision]:
-			return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "revision %d is given twice", t.Revision)
+			return types.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "revision %d is given twice", t.Revision)
 		case t.Percent < 0 || t.Percent > 100:
-			return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].percent", i), "%d must be from 0 to 100", t.Percent)
+			return types.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].percent", i), "%d must be from 0 to 100", t.Percent)
 		}
 		seen[t.Revision] = true
 		sum += t.Percent
@@ -148,15 +148,15 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 		}
 	}
 	if sum != 100 {
-		return api.App{}, errdefs.Invalid("traffic", "the percents add up to %d; they must add up to 100", sum)
+		return types.App{}, errdefs.Invalid("traffic", "the percents add up to %d; they must add up to 100", sum)
 	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].Revision < ts[j].Revision })
 	for i, t := range req.Traffic {
 		if err := ctl.fetchRevision(ctx, t.Revision); err != nil {
 			if errdefs.IsNotFound(err) {
-				return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
+				return types.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
 			}
-			return api.App{}, err
+			return types.App{}, err
 		}
 	}
 	ctl.recMu.Lock()
@@ -164,27 +164,27 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 	ctl.mu.Lock()
 	if ctl.deleting {
 		ctl.unlock()
-		return api.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
+		return types.App{}, fmt.Errorf("app %q is being deleted: %w", name, errdefs.ErrConflict)
 	}
 	for i, t := range req.Traffic {
 		if _, err := ctl.revision(t.Revision); err != nil {
 			ctl.unlock()
 			if errdefs.IsNotFound(err) {
-				return api.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
+				return types.App{}, errdefs.Invalid(fmt.Sprintf("traffic[%d].revision", i), "app %q has no revision %d", name, t.Revision)
 			}
-			return api.App{}, err
+			return types.App{}, err
 		}
 	}
 	if ro := ctl.rec.Rollout; progressing(ro) {
 		ctl.unlock()
-		return api.App{}, fmt.Errorf("app %q: revision %d is rolling out; wait for it or roll back: %w", name, ro.Revision, errdefs.ErrConflict)
+		return types.App{}, fmt.Errorf("app %q: revision %d is rolling out; wait for it or roll back: %w", name, ro.Revision, errdefs.ErrConflict)
 	}
 	ctl.rec.Traffic, ctl.rec.Sticky, ctl.rec.Updated = ts, req.Sticky, m.clock.Now()
 	ctl.publish()
 	val, err := ctl.takeRecord()
 	ctl.unlock()
 	if err != nil {
-		return api.App{}, err
+		return types.App{}, err
 	}
 	why := "traffic " + trafficString(ts)
 	if req.Sticky {
@@ -197,9 +197,9 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req api.TrafficRe
 
 // storeApp writes the app record val of takeRecord and returns the app as
 // it is now. ctl.recMu is held, ctl.mu is not.
-func (m *Manager) storeApp(ctx context.Context, name string, val []byte) (api.App, error) {
+func (m *Manager) storeApp(ctx context.Context, name string, val []byte) (types.App, error) {
 	if _, err := m.o.Store.Put(ctx, store.AppKey(name), val); err != nil {
-		return api.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
+		return types.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
 	}
 	return m.Get(ctx, name)
 }

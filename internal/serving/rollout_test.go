@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -22,7 +22,7 @@ import (
 func env(v string) string { return "[env]\nV = \"" + v + "\"" }
 
 // app returns the app's status.
-func (h *harness) app() api.App {
+func (h *harness) app() types.App {
 	h.t.Helper()
 	a, err := h.m.Get(context.Background(), "hello")
 	if err != nil {
@@ -77,13 +77,13 @@ func TestRolloutSurge(t *testing.T) {
 	_, mark := h.r.since(0)
 	h.deploy("min = 3", env("2"))
 	a := h.app()
-	if a.Revision != 2 || a.Rollout == nil || a.Rollout.State != api.RolloutProgressing || a.Rollout.From != 1 {
+	if a.Revision != 2 || a.Rollout == nil || a.Rollout.State != types.RolloutProgressing || a.Rollout.From != 1 {
 		t.Fatalf("after the deploy: revision %d, rollout %+v", a.Revision, a.Rollout)
 	}
 	if eps := sorted(h.r.endpoints("hello")); !slices.Equal(eps, old) {
 		t.Fatalf("route right after the deploy: %v, want the old replicas %v", eps, old)
 	}
-	h.wait("the rollout is done", func() bool { ro := h.app().Rollout; return ro != nil && ro.State == api.RolloutDone })
+	h.wait("the rollout is done", func() bool { ro := h.app().Rollout; return ro != nil && ro.State == types.RolloutDone })
 	fresh := h.byRevision(2, StateReady)
 	if len(fresh) != 3 {
 		t.Fatalf("revision 2 ready replicas: %v", fresh)
@@ -109,7 +109,7 @@ func TestRolloutSurge(t *testing.T) {
 		t.Fatalf("route after the rollout: %v weights %v, want %v {2:100}", eps, rt.Weights, fresh)
 	}
 	a = h.app()
-	if a.Rollout.Ready != 3 || a.Rollout.Want != 3 || !slices.Equal(a.Traffic, []api.TrafficTarget{{Revision: 2, Percent: 100}}) {
+	if a.Rollout.Ready != 3 || a.Rollout.Want != 3 || !slices.Equal(a.Traffic, []types.TrafficTarget{{Revision: 2, Percent: 100}}) {
 		t.Fatalf("app after the rollout: rollout %+v traffic %v", a.Rollout, a.Traffic)
 	}
 	h.wait("the rollout event", func() bool { return len(h.ev.of("rollout")) > 1 })
@@ -117,7 +117,7 @@ func TestRolloutSurge(t *testing.T) {
 		t.Fatalf("rollout events: %+v", evs)
 	}
 	// The old revision's frozen replicas are not thawed for the new one.
-	h.m.Scale(context.Background(), "hello", api.ScaleRequest{Min: ptr(4)})
+	h.m.Scale(context.Background(), "hello", types.ScaleRequest{Min: ptr(4)})
 	h.wait("four ready", func() bool { return len(h.byRevision(2, StateReady)) == 4 })
 	if got := h.byRevision(1, StateFrozen); !slices.Equal(got, old) {
 		t.Fatalf("old frozen replicas after scale-out of the new revision: %v, want %v", got, old)
@@ -137,7 +137,7 @@ func TestRolloutAutoRollback(t *testing.T) {
 	h.deploy("min = 2", env("2"), "[health]\nhttp = \"/fail\"\nstart_timeout = \"1s\"")
 	h.advanceUntil("the rollback", 200*time.Millisecond, func() bool {
 		ro := h.app().Rollout
-		return ro != nil && ro.State == api.RolloutRolledBack
+		return ro != nil && ro.State == types.RolloutRolledBack
 	})
 	a := h.app()
 	if a.Revision != 1 || a.Rollout.Revision != 2 || a.Rollout.From != 1 || !strings.Contains(a.Rollout.Reason, "failed before it was ready") {
@@ -159,7 +159,7 @@ func TestRolloutAutoRollback(t *testing.T) {
 	h.m.app("hello").flush()
 	var rec appRecord
 	kv, err := h.m.o.Store.Get(context.Background(), store.AppKey("hello"))
-	if err != nil || json.Unmarshal(kv.Value, &rec) != nil || rec.Revision != 1 || rec.Rollout.State != api.RolloutRolledBack {
+	if err != nil || json.Unmarshal(kv.Value, &rec) != nil || rec.Revision != 1 || rec.Rollout.State != types.RolloutRolledBack {
 		t.Fatalf("stored app record: %+v %v", rec, err)
 	}
 }
@@ -177,7 +177,7 @@ func TestRolloutFailuresKeepAppRunning(t *testing.T) {
 	})
 	a := h.app()
 	ro := a.Rollout
-	if a.State != "running" || ro.State != api.RolloutProgressing || ro.Revision != 2 || !strings.Contains(ro.Reason, "not ready after 1s") {
+	if a.State != "running" || ro.State != types.RolloutProgressing || ro.Revision != 2 || !strings.Contains(ro.Reason, "not ready after 1s") {
 		t.Fatalf("app %q (%s), rollout %+v", a.State, a.Error, ro)
 	}
 	if a.Error == "" {
@@ -207,11 +207,11 @@ func TestRollbackThawsFrozen(t *testing.T) {
 	h.deploy("min = 2", env("2"))
 	h.wait("revision 1 frozen", func() bool { return slices.Equal(h.byRevision(1, StateFrozen), old) })
 	fresh := h.byRevision(2, StateReady)
-	a, err := h.m.Rollback(context.Background(), "hello", api.RollbackRequest{})
+	a, err := h.m.Rollback(context.Background(), "hello", types.RollbackRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Revision != 1 || a.Rollout.From != 2 || !slices.Equal(a.Traffic, []api.TrafficTarget{{Revision: 1, Percent: 100}}) {
+	if a.Revision != 1 || a.Rollout.From != 2 || !slices.Equal(a.Traffic, []types.TrafficTarget{{Revision: 1, Percent: 100}}) {
 		t.Fatalf("after the rollback: revision %d rollout %+v traffic %v", a.Revision, a.Rollout, a.Traffic)
 	}
 	if eps := sorted(h.r.endpoints("hello")); !slices.Equal(eps, old) {
@@ -228,13 +228,13 @@ func TestRollbackThawsFrozen(t *testing.T) {
 		t.Fatalf("rollback events: %+v", evs)
 	}
 	// And forward again: --to 2 thaws revision 2.
-	if _, err := h.m.Rollback(context.Background(), "hello", api.RollbackRequest{To: 2}); err != nil {
+	if _, err := h.m.Rollback(context.Background(), "hello", types.RollbackRequest{To: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if eps := sorted(h.r.endpoints("hello")); !slices.Equal(eps, fresh) {
 		t.Fatalf("route after rollback --to 2: %v, want %v", eps, fresh)
 	}
-	for _, bad := range []api.RollbackRequest{{To: 9}} {
+	for _, bad := range []types.RollbackRequest{{To: 9}} {
 		if _, err := h.m.Rollback(context.Background(), "hello", bad); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "no revision 9") {
 			t.Fatalf("rollback to %d: %v", bad.To, err)
 		}
@@ -263,7 +263,7 @@ func TestRollbackGraceExpiry(t *testing.T) {
 	if evs := h.ev.of("stop"); len(evs) == 0 || !strings.Contains(evs[len(evs)-1].Reason, "rollback_grace") {
 		t.Fatalf("stop events: %+v", evs)
 	}
-	if _, err := h.m.Rollback(context.Background(), "hello", api.RollbackRequest{To: 1}); err != nil {
+	if _, err := h.m.Rollback(context.Background(), "hello", types.RollbackRequest{To: 1}); err != nil {
 		t.Fatal(err)
 	}
 	h.wait("a revision 1 replica is ready", func() bool { return len(h.byRevision(1, StateReady)) == 1 })
@@ -281,13 +281,13 @@ func TestTrafficSplit(t *testing.T) {
 	h.deploy("min = 10", env("1"))
 	h.wait("ten ready", func() bool { return len(h.byRevision(1, StateReady)) == 10 })
 	h.deploy("min = 10", env("2"))
-	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == api.RolloutDone })
-	a, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{
-		Traffic: []api.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 10}}, Sticky: true})
+	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == types.RolloutDone })
+	a, err := h.m.SetTraffic(context.Background(), "hello", types.TrafficRequest{
+		Traffic: []types.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 10}}, Sticky: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(a.Traffic, []api.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 10}}) || !a.Sticky {
+	if !slices.Equal(a.Traffic, []types.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 10}}) || !a.Sticky {
 		t.Fatalf("traffic: %v sticky %v", a.Traffic, a.Sticky)
 	}
 	h.wait("9 + 1 ready", func() bool {
@@ -298,7 +298,7 @@ func TestTrafficSplit(t *testing.T) {
 		t.Fatalf("route: weights %v sticky %v, %d endpoints", rt.Weights, rt.Sticky, len(rt.Endpoints))
 	}
 	// With one replica wanted, each revision keeps one.
-	h.m.Scale(context.Background(), "hello", api.ScaleRequest{Min: ptr(1)})
+	h.m.Scale(context.Background(), "hello", types.ScaleRequest{Min: ptr(1)})
 	h.advanceUntil("1 + 1 ready", 10*time.Second, func() bool {
 		return len(h.byRevision(1, StateReady)) == 1 && len(h.byRevision(2, StateReady)) == 1
 	})
@@ -308,16 +308,16 @@ func TestTrafficSplit(t *testing.T) {
 		t.Fatalf("stored app record: traffic %v sticky %v (%v)", rec.Traffic, rec.Sticky, err)
 	}
 	for _, c := range []struct {
-		ts    []api.TrafficTarget
+		ts    []types.TrafficTarget
 		field string
 	}{
-		{[]api.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 20}}, "traffic"},
-		{[]api.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 7, Percent: 10}}, "traffic[1].revision"},
-		{[]api.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 1, Percent: 50}}, "traffic[1].revision"},
-		{[]api.TrafficTarget{{Revision: 1, Percent: 101}}, "traffic[0].percent"},
+		{[]types.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 2, Percent: 20}}, "traffic"},
+		{[]types.TrafficTarget{{Revision: 1, Percent: 90}, {Revision: 7, Percent: 10}}, "traffic[1].revision"},
+		{[]types.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 1, Percent: 50}}, "traffic[1].revision"},
+		{[]types.TrafficTarget{{Revision: 1, Percent: 101}}, "traffic[0].percent"},
 		{nil, "traffic"},
 	} {
-		_, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{Traffic: c.ts})
+		_, err := h.m.SetTraffic(context.Background(), "hello", types.TrafficRequest{Traffic: c.ts})
 		var fe *errdefs.FieldError
 		if !errdefs.IsInvalid(err) || !errors.As(err, &fe) || fe.Field != c.field {
 			t.Fatalf("traffic %v: %v, want an error naming %s", c.ts, err, c.field)
@@ -327,7 +327,7 @@ func TestTrafficSplit(t *testing.T) {
 	h.deploy("min = 1", env("3"))
 	h.wait("revision 3 takes all traffic", func() bool {
 		a := h.app()
-		return a.Rollout.State == api.RolloutDone && slices.Equal(a.Traffic, []api.TrafficTarget{{Revision: 3, Percent: 100}})
+		return a.Rollout.State == types.RolloutDone && slices.Equal(a.Traffic, []types.TrafficTarget{{Revision: 3, Percent: 100}})
 	})
 }
 
@@ -376,9 +376,9 @@ func TestTrafficSurvivesRestart(t *testing.T) {
 	h.deploy("min = 2", env("1"))
 	h.wait("two ready", func() bool { return len(h.byRevision(1, StateReady)) == 2 })
 	h.deploy("min = 2", env("2"))
-	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == api.RolloutDone })
-	want := []api.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 2, Percent: 50}}
-	if _, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{Traffic: want, Sticky: true}); err != nil {
+	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == types.RolloutDone })
+	want := []types.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 2, Percent: 50}}
+	if _, err := h.m.SetTraffic(context.Background(), "hello", types.TrafficRequest{Traffic: want, Sticky: true}); err != nil {
 		t.Fatal(err)
 	}
 	h.wait("1 + 1 ready", func() bool { return len(h.byRevision(1, StateReady)) == 1 && len(h.byRevision(2, StateReady)) == 1 })
@@ -388,7 +388,7 @@ func TestTrafficSurvivesRestart(t *testing.T) {
 		return len(rt.Endpoints) == 2 && rt.Sticky && maps.Equal(rt.Weights, map[int]int{1: 50, 2: 50})
 	})
 	a := h.app()
-	if !slices.Equal(a.Traffic, want) || !a.Sticky || a.Revision != 2 || a.Rollout.State != api.RolloutDone {
+	if !slices.Equal(a.Traffic, want) || !a.Sticky || a.Revision != 2 || a.Rollout.State != types.RolloutDone {
 		t.Fatalf("after a restart: revision %d traffic %v sticky %v rollout %+v", a.Revision, a.Traffic, a.Sticky, a.Rollout)
 	}
 }

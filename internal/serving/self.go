@@ -7,7 +7,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -50,7 +50,7 @@ func (m *Manager) SelfAPI() appapi.Platform { return selfAPI{m} }
 // call every second, and refusals are logged by the self API itself.
 func (m *Manager) Record(kind, app, replica, reason string, inputs map[string]float64) {
 	m.log.Debug("serving: "+kind, "app", app, "replica", replica, "reason", reason)
-	m.queueEvent(api.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
+	m.queueEvent(types.Event{Kind: kind, App: app, Replica: replica, Reason: reason, Inputs: inputs})
 }
 
 type selfAPI struct{ m *Manager }

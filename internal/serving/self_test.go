@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/route"
@@ -254,9 +254,9 @@ func TestSelfReplicateUnreadableRevision(t *testing.T) {
 	h.deploy("min = 1\nmax = 4", env("1"))
 	h.wait("revision 1 ready", func() bool { return len(h.byRevision(1, StateReady)) == 1 })
 	h.deploy("min = 1\nmax = 4", env("2"))
-	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == api.RolloutDone })
-	if _, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{
-		Traffic: []api.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 2, Percent: 50}}}); err != nil {
+	h.wait("the rollout is done", func() bool { return h.app().Rollout.State == types.RolloutDone })
+	if _, err := h.m.SetTraffic(context.Background(), "hello", types.TrafficRequest{
+		Traffic: []types.TrafficTarget{{Revision: 1, Percent: 50}, {Revision: 2, Percent: 50}}}); err != nil {
 		t.Fatal(err)
 	}
 	h.wait("one ready of each", func() bool {

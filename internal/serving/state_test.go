@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
@@ -36,8 +36,8 @@ func (h *harness) stateSource(id string) string {
 func (h *harness) volume() string { return filepath.Join(h.m.appDir("hello"), "volumes", "data") }
 
 // merged returns the merge events of replica id.
-func (h *harness) merged(kind, id string) []api.Event {
-	var out []api.Event
+func (h *harness) merged(kind, id string) []types.Event {
+	var out []types.Event
 	for _, e := range h.ev.of(kind) {
 		if e.Replica == id {
 			out = append(out, e)
@@ -67,7 +67,7 @@ func TestStateMergedWhenReplicasGo(t *testing.T) {
 	// Scale down to zero: the others freeze, then stop after
 	// freeze_timeout, and go the same way.
 	zero := 0
-	if _, err := h.m.Scale(context.Background(), "hello", api.ScaleRequest{Min: &zero}); err != nil {
+	if _, err := h.m.Scale(context.Background(), "hello", types.ScaleRequest{Min: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	h.wait("the replacement is ready", func() bool { return len(h.replicas()[StateReady]) >= 1 })

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // [traffic] sticky sets the route's stickiness at each deploy, without a
@@ -26,8 +26,8 @@ func TestStickyFromConfig(t *testing.T) {
 		t.Fatalf("traffic events: %+v", evs)
 	}
 	// A traffic call wins until the next deploy.
-	if _, err := h.m.SetTraffic(context.Background(), "hello", api.TrafficRequest{
-		Traffic: []api.TrafficTarget{{Revision: 1, Percent: 100}}, Sticky: true}); err != nil {
+	if _, err := h.m.SetTraffic(context.Background(), "hello", types.TrafficRequest{
+		Traffic: []types.TrafficTarget{{Revision: 1, Percent: 100}}, Sticky: true}); err != nil {
 		t.Fatal(err)
 	}
 	if a, rt := h.app(), h.r.route("hello"); !a.Sticky || !rt.Sticky {
@@ -39,7 +39,7 @@ func TestStickyFromConfig(t *testing.T) {
 	}
 	// A new revision keeps the stickiness through its rollout.
 	h.deploy("min = 1", env("2"), "[traffic]\nsticky = true")
-	h.wait("the rollout is done", func() bool { ro := h.app().Rollout; return ro != nil && ro.State == api.RolloutDone })
+	h.wait("the rollout is done", func() bool { ro := h.app().Rollout; return ro != nil && ro.State == types.RolloutDone })
 	if a, rt := h.app(), h.r.route("hello"); !a.Sticky || !rt.Sticky || a.Revision != 2 {
 		t.Fatalf("after the rollout: revision %d, app sticky %v, route sticky %v", a.Revision, a.Sticky, rt.Sticky)
 	}

@@ -3,7 +3,7 @@ package serving
 import (
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/manifest"
 )
 
@@ -42,7 +42,7 @@ type appRecord struct {
 }
 
 // trafficShare is one revision's share of an app's requests, as stored in
-// its record (the API's is api.TrafficTarget).
+// its record (the API's is types.TrafficTarget).
 type trafficShare struct {
 	Revision int `json:"revision"`
 	Percent  int `json:"percent"`
@@ -57,7 +57,7 @@ const (
 )
 
 // rollout is the rollout of an app's last revision, as stored in its
-// record (the API's is api.Rollout).
+// record (the API's is types.Rollout).
 type rollout struct {
 	Revision  int        `json:"revision"`
 	From      int        `json:"from,omitempty"`
@@ -70,9 +70,9 @@ type rollout struct {
 	DoneAt    *time.Time `json:"done_at,omitempty"`
 }
 
-// api is ro as the API shows it.
-func (ro rollout) api() *api.Rollout {
-	return &api.Rollout{Revision: ro.Revision, From: ro.From, State: ro.State, Ready: ro.Ready, Want: ro.Want,
+// wire is ro as the API shows it.
+func (ro rollout) wire() *types.Rollout {
+	return &types.Rollout{Revision: ro.Revision, From: ro.From, State: ro.State, Ready: ro.Ready, Want: ro.Want,
 		Failures: ro.Failures, Reason: ro.Reason, StartedAt: ro.StartedAt, DoneAt: ro.DoneAt}
 }
 
