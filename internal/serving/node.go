@@ -14,13 +14,17 @@ import (
 // through a Node, and never while it holds its lock. localNode is this
 // host's; a node reached over the network plugs in here.
 //
-// Start, Freeze, Thaw, Drain and Stop walk a replica along the ladder;
-// Remove frees what a replica that stopped still holds. The rest is what
-// the controller must see of a running replica (Wait, Check, Usage),
-// the vertical scaler's SetCPU, Adopt after a daemon restart and Release,
-// which frees a dead replica's place before its removal so that its
-// replacement may take it.
+// Node is made of four small interfaces, so that a caller that needs one
+// part asks for that part only.
 type Node interface {
+	Ladder
+	Observer
+	Resizer
+	Keeper
+}
+
+// Ladder walks a replica along the homeostasis ladder.
+type Ladder interface {
 	// Start places the replica, gives it an address and runs its
 	// container; it returns once the container runs, ready or not. What
 	// it made before an error is freed by Remove.
@@ -36,10 +40,10 @@ type Node interface {
 	// Stop ends replica id's process: SIGTERM, then SIGKILL after grace
 	// (at once for 0).
 	Stop(ctx context.Context, id string, grace time.Duration) error
-	// Remove deletes replica id's container, then frees its place and
-	// address. The container's error comes back first: a container not
-	// removed may still write to its state.
-	Remove(ctx context.Context, id string) error
+}
+
+// Observer is what the controller must see of a running replica.
+type Observer interface {
 	// Wait returns when replica id's process exits.
 	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
 	// Check checks replica id once with h: the command in its container,
@@ -47,13 +51,36 @@ type Node interface {
 	Check(ctx context.Context, id, addr string, h manifest.Health) error
 	// Usage is replica id's CPU throttling (CFS periods, throttled ones).
 	Usage(id string) (periods, throttled uint64, err error)
+}
+
+// Resizer changes a running replica's resources: the vertical scaler's
+// part.
+type Resizer interface {
 	// SetCPU changes replica id's CPU quota live.
 	SetCPU(id string, cpus float64) error
-	// Adopt finds replica rec, left by an earlier daemon: whether it
-	// runs, whether frozen, and its PID; it takes its place back.
-	Adopt(rec replicaRecord) Adopted
-	// Release frees replica id's place.
+}
+
+// Keeper keeps account of what replicas hold on the node across their
+// end and across a daemon restart.
+type Keeper interface {
+	// Remove deletes replica id's container, then frees its place and
+	// address. The container's error comes back first: a container not
+	// removed may still write to its state.
+	Remove(ctx context.Context, id string) error
+	// Adopt finds replica r, left by an earlier daemon: whether it runs,
+	// whether frozen, and its PID; it takes its place back.
+	Adopt(r Known) Adopted
+	// Release frees replica id's place before its removal, so that its
+	// replacement may take it.
 	Release(id string)
+}
+
+// Known is what the store knew of a replica that a node is asked to
+// adopt.
+type Known struct {
+	ID     string
+	App    string
+	CPUSet string // the CPUs it was pinned to, or ""
 }
 
 // ReplicaSpec is what a node needs to start a replica.

@@ -211,7 +211,7 @@ func (n *localNode) Usage(id string) (uint64, uint64, error) {
 
 func (n *localNode) SetCPU(id string, cpus float64) error { return n.rt.UpdateCPU(id, cpus) }
 
-func (n *localNode) Adopt(rec replicaRecord) Adopted {
+func (n *localNode) Adopt(rec Known) Adopted {
 	if att, ok := n.net.Lookup(rec.ID); ok {
 		n.mu.Lock()
 		n.att[rec.ID] = att

@@ -102,7 +102,7 @@ func (d *driver) adopt(ctx context.Context) error {
 			continue
 		}
 		r := &replica{rec: rec, lastActive: now, closed: true}
-		ad := d.node.Adopt(rec)
+		ad := d.node.Adopt(Known{ID: rec.ID, App: rec.App, CPUSet: rec.CPUSet})
 		alive := ad.Running && rec.State != StateFailed && rec.State != StateStopped && rec.State != StateDraining &&
 			rec.Addr != ""
 		// The replicas adopted so far are at work already.
