@@ -247,7 +247,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
 		Images:     images.New(d.images, d.imageUsers),
 		Containers: d.ctrs,
-		Jobs:       d.jobs,
+		Jobs:       jobsAPI{d.jobs.Manager},
 		Apps:       d.apps,
 		Events:     d.events,
 		Health:     d.health,

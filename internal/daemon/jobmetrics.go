@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
 )
@@ -47,11 +46,11 @@ func newMeteredRunner(r jobs.Runner, reg *prometheus.Registry, stats func() (que
 	return m
 }
 
-func (m *meteredRunner) Run(ctx context.Context, j *types.Job, p *jobs.Plan, ready func()) error {
+func (m *meteredRunner) Run(ctx context.Context, j *jobs.Job, p *jobs.Plan, ready func()) error {
 	err := m.Runner.Run(ctx, j, p, ready)
 	for _, s := range j.Steps {
 		m.steps.WithLabelValues(s.Status).Inc()
-		if s.Status == types.StepSkipped {
+		if s.Status == jobs.StepSkipped {
 			continue
 		}
 		for ph, v := range map[string]float64{"create": s.CreateMs, "start": s.StartMs, "exec": s.ExecMs, "teardown": s.TeardownMs} {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-
-	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // deliverLater posts the finished job j to its callback URL in the
@@ -15,7 +13,7 @@ import (
 // it answers 2xx or CallbackRetries attempts have failed. The outcome is
 // written to the job's record (callback_state "delivered" or "failed"); a
 // restarted daemon retries callbacks still "pending".
-func (m *Manager) deliverLater(j types.Job) {
+func (m *Manager) deliverLater(j Job) {
 	m.mu.Lock()
 	if m.closing {
 		m.mu.Unlock()
@@ -29,8 +27,8 @@ func (m *Manager) deliverLater(j types.Job) {
 	}()
 }
 
-func (m *Manager) deliver(j types.Job) {
-	body, _ := json.Marshal(j)
+func (m *Manager) deliver(j Job) {
+	body, _ := json.Marshal(j.Wire())
 	backoff := m.o.CallbackBackoff
 	state := "failed"
 	for attempt := 1; attempt <= m.o.CallbackRetries; attempt++ {

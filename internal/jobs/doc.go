@@ -10,7 +10,11 @@
 // again what was queued and what was running (that attempt is counted; a
 // job lost MaxAttempts times is failed with the reason), and retries
 // callbacks still pending. A daemon that stops gracefully kills its running
-// jobs and queues them again without counting the attempt.
+// jobs and queues them again without counting the attempt. What is stored
+// is the package's own Job record (with the request as submitted, until
+// the job ends); the API shows a job as a types.Job (Job.Wire), converted
+// where the daemon hands the queue to the API, and a callback receives the
+// same.
 //
 // The Manager holds the Scheduler under its lock and starts a goroutine
 // per running job; the Runner (a Sandbox in the daemon, a fake in the queue

@@ -23,7 +23,7 @@ import (
 // j's results are final and it only has cleaning up left: the job is then
 // answered right away, while its slot stays taken until Run returns.
 type Runner interface {
-	Run(ctx context.Context, j *types.Job, p *Plan, ready func()) error
+	Run(ctx context.Context, j *Job, p *Plan, ready func()) error
 }
 
 // Options configure a Manager.
@@ -74,7 +74,7 @@ type Manager struct {
 }
 
 type entry struct {
-	job     types.Job
+	job     Job
 	plan    *Plan
 	seq     uint64
 	done    chan struct{}
@@ -84,10 +84,10 @@ type entry struct {
 	cancelled bool
 }
 
-// record is a job as stored: the public view plus what is needed to run it
-// again (dropped once it has finished).
+// record is what is stored of a job under store.JobKey: the job, and the
+// request as submitted, to run it again (dropped once it has finished).
 type record struct {
-	Job types.Job         `json:"job"`
+	Job Job               `json:"job"`
 	Req *types.JobRequest `json:"request,omitempty"`
 	Seq uint64            `json:"seq"`
 }
@@ -152,7 +152,7 @@ func (m *Manager) Close() {
 
 // Submit validates every request, then stores and queues them all; on any
 // error none is queued.
-func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]types.Job, error) {
+func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, error) {
 	if len(reqs) == 0 {
 		return nil, errdefs.Invalid("jobs", "no job given")
 	}
@@ -199,9 +199,9 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]types.
 	entries := make([]*entry, len(plans))
 	for i, p := range plans {
 		m.seq++
-		entries[i] = &entry{plan: p, seq: m.seq, done: make(chan struct{}), job: types.Job{
+		entries[i] = &entry{plan: p, seq: m.seq, done: make(chan struct{}), job: Job{
 			ID: newID(), Tenant: p.Tenant, Priority: p.Req.Priority, Image: p.Req.Image,
-			State: types.JobQueued, Submitted: now, Callback: p.Req.Callback,
+			State: Queued, Submitted: now, Callback: p.Req.Callback,
 		}}
 	}
 	m.mu.Unlock()
@@ -215,7 +215,7 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]types.
 			return nil, err
 		}
 	}
-	out := make([]types.Job, len(entries))
+	out := make([]Job, len(entries))
 	m.mu.Lock()
 	for i, e := range entries {
 		m.live[e.job.ID] = e
@@ -244,7 +244,7 @@ func (m *Manager) dispatch() {
 		ctx, cancel := context.WithCancel(m.ctx)
 		e.cancel = cancel
 		now := m.clock.Now()
-		e.job.State, e.job.Started = types.JobRunning, &now
+		e.job.State, e.job.Started = Running, &now
 		e.job.Attempts++
 		e.job.QueueMs = ms(now.Sub(e.job.Submitted))
 		m.wg.Add(1)
@@ -252,14 +252,14 @@ func (m *Manager) dispatch() {
 	}
 }
 
-func (m *Manager) run(ctx context.Context, e *entry, j types.Job) {
+func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	defer m.wg.Done()
 	defer e.cancel()
 	// The start is stored while the sandbox starts; the result is stored
 	// after it. A crash before the start is stored finds the job queued and
 	// runs it again.
 	started := make(chan struct{})
-	go func(j types.Job) {
+	go func(j Job) {
 		defer close(started)
 		if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
 			m.log.Error("job start not stored", "job", j.ID, "err", err)
@@ -284,7 +284,7 @@ func (m *Manager) run(ctx context.Context, e *entry, j types.Job) {
 
 // publish ends job j (as the runner left it, err from Run): stores it,
 // answers its waiters and sends its callback.
-func (m *Manager) publish(ctx context.Context, e *entry, j types.Job, err error, ran time.Duration) {
+func (m *Manager) publish(ctx context.Context, e *entry, j Job, err error, ran time.Duration) {
 	now := m.clock.Now()
 	m.mu.Lock()
 	cancelled, closing := e.cancelled, m.closing && !e.cancelled
@@ -294,18 +294,18 @@ func (m *Manager) publish(ctx context.Context, e *entry, j types.Job, err error,
 	case closing:
 		// The daemon is stopping: the job goes back to the queue, this
 		// attempt not counted.
-		j.State, j.Started, j.Steps, j.Error = types.JobQueued, nil, nil, ""
+		j.State, j.Started, j.Steps, j.Error = Queued, nil, nil, ""
 		j.Attempts--
 		req = &e.plan.Req
 	case cancelled:
-		j.State, j.Finished = types.JobCancelled, &now
+		j.State, j.Finished = Cancelled, &now
 	case err != nil:
-		j.State, j.Finished, j.Error = types.JobFailed, &now, err.Error()
+		j.State, j.Finished, j.Error = Failed, &now, err.Error()
 	default:
-		j.State, j.Finished = types.JobDone, &now
+		j.State, j.Finished = Done, &now
 		j.OK = stepsOK(j.Steps)
 	}
-	if j.Callback != "" && j.State != types.JobQueued {
+	if j.Callback != "" && j.State != Queued {
 		j.CallbackState = "pending"
 	}
 	t := time.Now()
@@ -324,9 +324,9 @@ func (m *Manager) publish(ctx context.Context, e *entry, j types.Job, err error,
 		"run", ran.String(), "store_result", time.Since(t).String())
 }
 
-func stepsOK(steps []types.StepResult) bool {
+func stepsOK(steps []StepResult) bool {
 	for _, s := range steps {
-		if s.Status != types.StepOK {
+		if s.Status != StepOK {
 			return false
 		}
 	}

@@ -35,7 +35,7 @@ func newFakeRunner(block bool) *fakeRunner {
 	return &fakeRunner{block: block, release: map[string]chan struct{}{}, startCh: make(chan string, 1000)}
 }
 
-func (f *fakeRunner) Run(ctx context.Context, j *types.Job, p *Plan, ready func()) error {
+func (f *fakeRunner) Run(ctx context.Context, j *Job, p *Plan, ready func()) error {
 	f.mu.Lock()
 	f.started = append(f.started, j.ID)
 	ch := make(chan struct{})
@@ -43,18 +43,18 @@ func (f *fakeRunner) Run(ctx context.Context, j *types.Job, p *Plan, ready func(
 	f.mu.Unlock()
 	f.startCh <- j.ID
 	if f.readyFirst {
-		j.Steps = []types.StepResult{{Status: types.StepOK}}
+		j.Steps = []StepResult{{Status: StepOK}}
 		ready()
 	}
 	if f.block {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			j.Steps = []types.StepResult{{Status: types.StepKilled}}
+			j.Steps = []StepResult{{Status: StepKilled}}
 			return nil
 		}
 	}
-	j.Steps = []types.StepResult{{Status: types.StepOK, Stdout: "ran " + j.ID}}
+	j.Steps = []StepResult{{Status: StepOK, Stdout: "ran " + j.ID}}
 	return nil
 }
 
@@ -128,10 +128,10 @@ func TestSubmitRunsAndStores(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.State != types.JobDone || !got.OK || got.Attempts != 1 || got.Steps[0].Stdout != "ran "+j.ID {
+		if got.State != Done || !got.OK || got.Attempts != 1 || got.Steps[0].Stdout != "ran "+j.ID {
 			t.Fatalf("job %s: %+v", j.ID, got)
 		}
-		if r := stored(t, st, j.ID); r.Job.State != types.JobDone || r.Req != nil {
+		if r := stored(t, st, j.ID); r.Job.State != Done || r.Req != nil {
 			t.Fatalf("stored %s: state %s, request kept %v", j.ID, r.Job.State, r.Req != nil)
 		}
 	}
@@ -153,7 +153,7 @@ func TestCrashLosesNoJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := r1.waitStart(t)
-	waitFor(t, "the start stored", func() bool { return stored(t, st, running).Job.State == types.JobRunning })
+	waitFor(t, "the start stored", func() bool { return stored(t, st, running).Job.State == Running })
 	// m1 is abandoned as if its process died; its runner never returns.
 	r2 := newFakeRunner(false)
 	m2 := openManager(t, Options{Store: st, Runner: r2, Slots: 1})
@@ -167,7 +167,7 @@ func TestCrashLosesNoJob(t *testing.T) {
 		if j.ID == running {
 			want = 2
 		}
-		if got.State != types.JobDone || got.Attempts != want {
+		if got.State != Done || got.Attempts != want {
 			t.Fatalf("job %s after restart: state %s attempts %d, want done after %d", j.ID, got.State, got.Attempts, want)
 		}
 	}
@@ -197,7 +197,7 @@ func TestCrashTwiceFails(t *testing.T) {
 		}
 		waitFor(t, "the start stored", func() bool {
 			j := stored(t, st, id).Job
-			return j.State == types.JobRunning && j.Attempts == attempt
+			return j.State == Running && j.Attempts == attempt
 		})
 	}
 	m := openManager(t, Options{Store: st, Runner: newFakeRunner(false), Slots: 1, MaxAttempts: 2})
@@ -206,7 +206,7 @@ func TestCrashTwiceFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != types.JobFailed || got.Error == "" || got.Attempts != 2 {
+	if got.State != Failed || got.Error == "" || got.Attempts != 2 {
 		t.Fatalf("after two lost attempts: %+v, want failed with a reason", got)
 	}
 }
@@ -225,7 +225,7 @@ func TestReadyAnswersBeforeCleanup(t *testing.T) {
 	}
 	first := r.waitStart(t)
 	j, err := m.Wait(context.Background(), first)
-	if err != nil || j.State != types.JobDone || !j.OK {
+	if err != nil || j.State != Done || !j.OK {
 		t.Fatalf("first job while its runner cleans up: %+v %v", j, err)
 	}
 	select {
@@ -252,7 +252,7 @@ func TestCloseRequeuesRunning(t *testing.T) {
 	r.waitStart(t)
 	m.Close()
 	rec := stored(t, st, js[0].ID)
-	if rec.Job.State != types.JobQueued || rec.Job.Attempts != 0 || rec.Req == nil {
+	if rec.Job.State != Queued || rec.Job.Attempts != 0 || rec.Req == nil {
 		t.Fatalf("after Close: state %s attempts %d request %v, want queued again", rec.Job.State, rec.Job.Attempts, rec.Req != nil)
 	}
 }
@@ -272,11 +272,11 @@ func TestCancel(t *testing.T) {
 		queuedID = js[0].ID
 	}
 	j, err := m.Cancel(context.Background(), queuedID)
-	if err != nil || j.State != types.JobCancelled {
+	if err != nil || j.State != Cancelled {
 		t.Fatalf("cancel queued: %+v %v", j, err)
 	}
 	j, err = m.Cancel(context.Background(), runID)
-	if err != nil || j.State != types.JobCancelled || j.Steps[0].Status != types.StepKilled {
+	if err != nil || j.State != Cancelled || j.Steps[0].Status != StepKilled {
 		t.Fatalf("cancel running: %+v %v", j, err)
 	}
 	if _, err := m.Cancel(context.Background(), runID); !errdefs.IsConflict(err) {
@@ -347,13 +347,13 @@ func TestRetention(t *testing.T) {
 
 func TestCallbackRetriesWithBackoff(t *testing.T) {
 	var calls atomic.Int32
-	got := make(chan types.Job, 10)
+	got := make(chan Job, 10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if calls.Add(1) < 3 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		var j types.Job
+		var j Job
 		json.NewDecoder(r.Body).Decode(&j)
 		got <- j
 	}))
@@ -372,7 +372,7 @@ func TestCallbackRetriesWithBackoff(t *testing.T) {
 	}
 	select {
 	case j := <-got:
-		if j.ID != js[0].ID || j.State != types.JobDone {
+		if j.ID != js[0].ID || j.State != Done {
 			t.Fatalf("callback body: %+v", j)
 		}
 	case <-time.After(30 * time.Second):
@@ -406,7 +406,7 @@ func TestRestartDeliversPendingCallback(t *testing.T) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		var j types.Job
+		var j Job
 		json.NewDecoder(r.Body).Decode(&j)
 		got <- j.ID
 	}))

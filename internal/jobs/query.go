@@ -12,7 +12,7 @@ import (
 )
 
 // Get returns a job.
-func (m *Manager) Get(ctx context.Context, id string) (types.Job, error) {
+func (m *Manager) Get(ctx context.Context, id string) (Job, error) {
 	m.mu.Lock()
 	if e := m.live[id]; e != nil {
 		j := e.job
@@ -22,13 +22,13 @@ func (m *Manager) Get(ctx context.Context, id string) (types.Job, error) {
 	m.mu.Unlock()
 	r, err := m.load(ctx, id)
 	if err != nil {
-		return types.Job{}, err
+		return Job{}, err
 	}
 	return r.Job, nil
 }
 
 // Wait blocks until job id has finished or ctx ends.
-func (m *Manager) Wait(ctx context.Context, id string) (types.Job, error) {
+func (m *Manager) Wait(ctx context.Context, id string) (Job, error) {
 	m.mu.Lock()
 	e := m.live[id]
 	m.mu.Unlock()
@@ -38,19 +38,19 @@ func (m *Manager) Wait(ctx context.Context, id string) (types.Job, error) {
 			m.mu.Lock()
 			j := e.job
 			m.mu.Unlock()
-			if j.State != types.JobQueued {
+			if j.State != Queued {
 				return j, nil
 			}
 			return j, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
 		case <-ctx.Done():
-			return types.Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
+			return Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
 		}
 	}
 	return m.Get(ctx, id)
 }
 
 // Cancel cancels a queued or running job and returns it once it has ended.
-func (m *Manager) Cancel(ctx context.Context, id string) (types.Job, error) {
+func (m *Manager) Cancel(ctx context.Context, id string) (Job, error) {
 	m.mu.Lock()
 	e := m.live[id]
 	if e == nil {
@@ -66,7 +66,7 @@ func (m *Manager) Cancel(ctx context.Context, id string) (types.Job, error) {
 		m.sched.Remove(e.job.Tenant, id)
 		delete(m.live, id)
 		now := m.clock.Now()
-		e.job.State, e.job.Finished = types.JobCancelled, &now
+		e.job.State, e.job.Finished = Cancelled, &now
 		if e.job.Callback != "" {
 			e.job.CallbackState = "pending"
 		}
@@ -87,12 +87,12 @@ func (m *Manager) Cancel(ctx context.Context, id string) (types.Job, error) {
 }
 
 // List returns jobs, newest first.
-func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]types.Job, error) {
+func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list: %w", err)
 	}
-	out := []types.Job{}
+	out := []Job{}
 	m.mu.Lock()
 	for _, kv := range kvs {
 		var r record

@@ -31,7 +31,7 @@ func (m *Manager) recover(ctx context.Context) (err error) {
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 	// Callbacks to deliver start once m.mu is free (deliverLater takes it).
-	var deliver []types.Job
+	var deliver []Job
 	defer func() {
 		for _, j := range deliver {
 			if err == nil {
@@ -45,8 +45,8 @@ func (m *Manager) recover(ctx context.Context) (err error) {
 		m.seq = max(m.seq, r.Seq)
 		j := r.Job
 		switch j.State {
-		case types.JobQueued, types.JobRunning:
-			if j.State == types.JobRunning && j.Attempts >= m.o.MaxAttempts {
+		case Queued, Running:
+			if j.State == Running && j.Attempts >= m.o.MaxAttempts {
 				deliver = m.finishLost(ctx, r, deliver)
 				continue
 			}
@@ -60,9 +60,9 @@ func (m *Manager) recover(ctx context.Context) (err error) {
 				deliver = m.finishLost(ctx, r, deliver)
 				continue
 			}
-			if j.State == types.JobRunning {
+			if j.State == Running {
 				m.log.Warn("job was running when the daemon stopped; queued again", "job", j.ID, "attempt", j.Attempts)
-				j.State, j.Started, j.Steps = types.JobQueued, nil, nil
+				j.State, j.Started, j.Steps = Queued, nil, nil
 				if err := m.put(ctx, &j, r.Req, r.Seq); err != nil {
 					return err
 				}
@@ -81,10 +81,10 @@ func (m *Manager) recover(ctx context.Context) (err error) {
 
 // finishLost fails a job that cannot be run again, and adds it to deliver
 // if it has a callback.
-func (m *Manager) finishLost(ctx context.Context, r record, deliver []types.Job) []types.Job {
+func (m *Manager) finishLost(ctx context.Context, r record, deliver []Job) []Job {
 	j := r.Job
 	now := m.clock.Now()
-	j.State, j.Finished = types.JobFailed, &now
+	j.State, j.Finished = Failed, &now
 	if j.Error == "" {
 		j.Error = fmt.Sprintf("the daemon stopped while the job ran (%d attempts); not run again", j.Attempts)
 	}
@@ -99,7 +99,7 @@ func (m *Manager) finishLost(ctx context.Context, r record, deliver []types.Job)
 	return deliver
 }
 
-func (m *Manager) put(ctx context.Context, j *types.Job, req *types.JobRequest, seq uint64) error {
+func (m *Manager) put(ctx context.Context, j *Job, req *types.JobRequest, seq uint64) error {
 	b, err := json.Marshal(record{Job: *j, Req: req, Seq: seq})
 	if err != nil {
 		return fmt.Errorf("job %s: %w", j.ID, err)

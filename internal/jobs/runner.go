@@ -16,7 +16,6 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
@@ -106,7 +105,7 @@ func (s *Sandbox) hostOwner() (int, int) {
 // Run runs every step of job j as planned by p. Once the last step that
 // runs has ended and its result is known, it calls ready (the job can be
 // answered), then removes that step's container and the work directory.
-func (s *Sandbox) Run(ctx context.Context, j *types.Job, p *Plan, ready func()) error {
+func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error {
 	t0 := time.Now()
 	img, err := s.Images.Get(ctx, p.Req.Image)
 	if err != nil {
@@ -119,22 +118,22 @@ func (s *Sandbox) Run(ctx context.Context, j *types.Job, p *Plan, ready func()) 
 	}
 	defer s.removeWork(work)
 	prep := time.Since(t0)
-	j.Steps = make([]types.StepResult, 0, len(p.Steps))
+	j.Steps = make([]StepResult, 0, len(p.Steps))
 	okSoFar := true
 	// skip says whether step i will not run, and how it ends then.
-	skip := func(i int) (types.StepResult, bool) {
+	skip := func(i int) (StepResult, bool) {
 		st := &p.Steps[i]
 		switch {
 		case ctx.Err() != nil:
-			return types.StepResult{Name: st.Name, Status: types.StepKilled, Error: "cancelled before it started"}, true
+			return StepResult{Name: st.Name, Status: StepKilled, Error: "cancelled before it started"}, true
 		case st.If == "success" && !okSoFar:
-			return types.StepResult{Name: st.Name, Status: types.StepSkipped}, true
+			return StepResult{Name: st.Name, Status: StepSkipped}, true
 		}
-		return types.StepResult{}, false
+		return StepResult{}, false
 	}
 	for i := 0; i < len(p.Steps); i++ {
 		if res, skipped := skip(i); skipped {
-			okSoFar = okSoFar && res.Status != types.StepKilled
+			okSoFar = okSoFar && res.Status != StepKilled
 			j.Steps = append(j.Steps, res)
 			continue
 		}
@@ -142,7 +141,7 @@ func (s *Sandbox) Run(ctx context.Context, j *types.Job, p *Plan, ready func()) 
 		if i == 0 {
 			res.CreateMs += ms(prep)
 		}
-		if res.Status != types.StepOK {
+		if res.Status != StepOK {
 			okSoFar = false
 		}
 		last := true
@@ -284,8 +283,8 @@ type stepEnd struct {
 
 // step runs step i and returns its result and the function that removes
 // its container and namespace (and says how long that took).
-func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string) (types.StepResult, func() time.Duration) {
-	res := types.StepResult{Name: st.Name}
+func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string) (StepResult, func() time.Duration) {
+	res := StepResult{Name: st.Name}
 	t0 := time.Now()
 	id := fmt.Sprintf("%s-%d", jobID, i)
 	spec := s.spec(id, img, p, st, work)
@@ -347,13 +346,13 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		errR.Close()
 		s.RT.Delete(context.WithoutCancel(ctx), id)
 		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = types.StepKilled, -1, "cancelled while it started"
+			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
 			return res, teardown
 		}
 		if notExecutable(err) {
 			// The submission's fault, not the platform's: reported as a
 			// shell would (127).
-			res.Status, res.ExitCode, res.Error = types.StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
+			res.Status, res.ExitCode, res.Error = StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
 			return res, teardown
 		}
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown
@@ -385,27 +384,27 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {
 	switch {
 	case end.cancelled:
-		return types.StepKilled
+		return StepKilled
 	case end.output:
-		return types.StepOutputLimit
+		return StepOutputLimit
 	case end.timeout || end.cpu:
-		return types.StepTimeout
+		return StepTimeout
 	case exit.OOMKilled:
-		return types.StepOOM
+		return StepOOM
 	case exit.Signal == syscall.SIGXCPU:
-		return types.StepTimeout
+		return StepTimeout
 	case exit.Signal != 0:
-		return types.StepNonzeroExit
+		return StepNonzeroExit
 	}
 	if len(okCodes) == 0 {
 		okCodes = []int{0}
 	}
 	for _, c := range okCodes {
 		if exit.Code == c {
-			return types.StepOK
+			return StepOK
 		}
 	}
-	return types.StepNonzeroExit
+	return StepNonzeroExit
 }
 
 // notExecutable reports an OCI runtime error about the step's command:
@@ -416,7 +415,7 @@ func notExecutable(err error) bool {
 		(strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "permission denied")))
 }
 
-func internalError(res types.StepResult, err error) types.StepResult {
-	res.Status, res.Error, res.ExitCode = types.StepInternalError, err.Error(), -1
+func internalError(res StepResult, err error) StepResult {
+	res.Status, res.Error, res.ExitCode = StepInternalError, err.Error(), -1
 	return res
 }

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -50,7 +49,7 @@ func (c *capture) readFrom(r io.Reader) {
 // supervise streams a running step's output into res and enforces its wall
 // time, CPU time and output limits, and cancellation, by killing the
 // container; it returns once init has exited and the streams are closed.
-func (s *Sandbox) supervise(ctx context.Context, id string, l Limits, outR, errR *os.File, res *types.StepResult) (stepEnd, runtime.ExitStatus, error) {
+func (s *Sandbox) supervise(ctx context.Context, id string, l Limits, outR, errR *os.File, res *StepResult) (stepEnd, runtime.ExitStatus, error) {
 	var mu sync.Mutex
 	var end stepEnd
 	kill := func(set func(*stepEnd)) {
