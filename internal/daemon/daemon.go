@@ -249,7 +249,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Containers: d.ctrs,
 		Jobs:       jobsAPI{d.jobs.Manager},
 		Apps:       d.apps,
-		Events:     d.events,
+		Events:     wireEvents{d.events},
 		Health:     d.health,
 		Registry:   d.gatherers,
 		Logger:     d.log,

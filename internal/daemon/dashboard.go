@@ -26,7 +26,7 @@ func (d *Daemon) serveUI(ctx context.Context) error {
 		o.Apps = d.apps
 	}
 	if d.events != nil {
-		o.Events = d.events
+		o.Events = wireEvents{d.events}
 	}
 	if d.route != nil {
 		o.Loads = d.route

@@ -66,7 +66,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	m, err := serving.New(serving.Options{
 		Placer: placer,
-		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: d.events,
+		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	})

@@ -3,7 +3,8 @@
 // store.EventKey(seq) so that every node and a restarted daemon see the same
 // history. Sequence numbers only grow, also across restarts and between
 // nodes sharing an etcd store; the log keeps the newest events and trims the
-// oldest in batches.
+// oldest in batches. An Event is the package's own stored record; the API
+// shows it as a types.Event (Event.Wire).
 package events
 
 import (
@@ -14,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -83,12 +82,12 @@ func (l *Log) open(ctx context.Context) error {
 
 // Emit appends e to the log and returns it with its Seq, and its Time when
 // e had none. Kind and Reason are required.
-func (l *Log) Emit(ctx context.Context, e types.Event) (types.Event, error) {
+func (l *Log) Emit(ctx context.Context, e Event) (Event, error) {
 	switch {
 	case e.Kind == "":
-		return types.Event{}, errdefs.Invalid("kind", "an event needs a kind")
+		return Event{}, errdefs.Invalid("kind", "an event needs a kind")
 	case e.Reason == "":
-		return types.Event{}, errdefs.Invalid("reason", "event %q needs a reason", e.Kind)
+		return Event{}, errdefs.Invalid("reason", "event %q needs a reason", e.Kind)
 	}
 	if e.Time.IsZero() {
 		e.Time = l.clock.Now()
@@ -133,7 +132,7 @@ func (l *Log) Emit(ctx context.Context, e types.Event) (types.Event, error) {
 		return nil
 	}()
 	if err != nil {
-		return types.Event{}, err
+		return Event{}, err
 	}
 	if trim {
 		// Deleting a batch takes a while on bolt (one commit each); the
@@ -179,12 +178,12 @@ func (l *Log) setCount(n int) {
 
 // List returns the kept events with a seq above after, oldest first, of one
 // app or of all ("").
-func (l *Log) List(ctx context.Context, after int64, app string) ([]types.Event, error) {
+func (l *Log) List(ctx context.Context, after int64, app string) ([]Event, error) {
 	kvs, err := l.s.List(ctx, store.EventsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("event log: %w", err)
 	}
-	out := []types.Event{}
+	out := []Event{}
 	for _, kv := range kvs {
 		if e, ok := l.decode(kv, after, app); ok {
 			out = append(out, e)
@@ -194,15 +193,15 @@ func (l *Log) List(ctx context.Context, after int64, app string) ([]types.Event,
 }
 
 // decode reads an event and reports whether it passes the filter.
-func (l *Log) decode(kv store.KV, after int64, app string) (types.Event, bool) {
+func (l *Log) decode(kv store.KV, after int64, app string) (Event, bool) {
 	seq, err := store.ParseSeq(kv.Key)
 	if err != nil || seq <= after {
-		return types.Event{}, false
+		return Event{}, false
 	}
-	var e types.Event
+	var e Event
 	if err := json.Unmarshal(kv.Value, &e); err != nil {
 		l.log.Warn("event log: unreadable event", "key", kv.Key, "err", err)
-		return types.Event{}, false
+		return Event{}, false
 	}
 	e.Seq = seq
 	return e, app == "" || e.App == app
@@ -212,7 +211,7 @@ func (l *Log) decode(kv store.KV, after int64, app string) (types.Event, bool) {
 // (""): first those kept, then each new one, in seq order with no duplicates
 // and no gaps, until ctx ends; the channel is then closed. When the store's
 // watch ends early, the log is read again from the last event sent.
-func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan types.Event, error) {
+func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan Event, error) {
 	// Watch before listing: what is written in between comes through both
 	// and the seq filter drops the second copy.
 	wctx, cancel := context.WithCancel(ctx)
@@ -226,12 +225,12 @@ func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan types.
 		cancel()
 		return nil, err
 	}
-	out := make(chan types.Event, 64)
+	out := make(chan Event, 64)
 	go func() {
 		defer close(out)
 		defer func() { cancel() }()
 		last := after
-		send := func(evs []types.Event) bool {
+		send := func(evs []Event) bool {
 			for _, e := range evs {
 				if e.Seq <= last {
 					continue
@@ -253,7 +252,7 @@ func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan types.
 				if ev.Type != store.EventPut {
 					continue
 				}
-				if e, ok := l.decode(ev.KV, last, app); ok && !send([]types.Event{e}) {
+				if e, ok := l.decode(ev.KV, last, app); ok && !send([]Event{e}) {
 					return
 				}
 			}
@@ -267,7 +266,7 @@ func (l *Log) Watch(ctx context.Context, after int64, app string) (<-chan types.
 				wctx, cancel = context.WithCancel(ctx)
 				wch, err = l.s.Watch(wctx, store.EventsPrefix)
 				if err == nil {
-					var evs []types.Event
+					var evs []Event
 					if evs, err = l.List(ctx, last, app); err == nil {
 						if !send(evs) {
 							return
@@ -301,5 +300,3 @@ func (l *Log) pause(ctx context.Context) bool {
 		return false
 	}
 }
-
-var _ api.Events = (*Log)(nil)

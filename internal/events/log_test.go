@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -57,16 +56,16 @@ func each(t *testing.T, f func(t *testing.T, open func() store.Store)) {
 	}
 }
 
-func emit(t *testing.T, l *Log, app, reason string) types.Event {
+func emit(t *testing.T, l *Log, app, reason string) Event {
 	t.Helper()
-	e, err := l.Emit(context.Background(), types.Event{Kind: "scale", App: app, Reason: reason, Inputs: map[string]float64{"in_flight": 3}})
+	e, err := l.Emit(context.Background(), Event{Kind: "scale", App: app, Reason: reason, Inputs: map[string]float64{"in_flight": 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
 
-func seqs(evs []types.Event) []int64 {
+func seqs(evs []Event) []int64 {
 	var out []int64
 	for _, e := range evs {
 		out = append(out, e.Seq)
@@ -109,7 +108,7 @@ func TestEmitListReopen(t *testing.T) {
 		}
 		// An event with a time keeps it.
 		at := epoch.Add(-time.Hour)
-		e, err := l.Emit(ctx, types.Event{Kind: "state", Reason: "ready", Time: at})
+		e, err := l.Emit(ctx, Event{Kind: "state", Reason: "ready", Time: at})
 		if err != nil || !e.Time.Equal(at) || e.Seq != 5 {
 			t.Fatalf("emit with time: %+v, %v", e, err)
 		}
@@ -126,11 +125,11 @@ func TestEmitListReopen(t *testing.T) {
 func TestEmitInvalid(t *testing.T) {
 	l := New(backends[0].setup(t)(), clock.NewFake(epoch), 10)
 	for _, c := range []struct {
-		e     types.Event
+		e     Event
 		field string
 	}{
-		{types.Event{Reason: "x"}, "kind"},
-		{types.Event{Kind: "scale"}, "reason"},
+		{Event{Reason: "x"}, "kind"},
+		{Event{Kind: "scale"}, "reason"},
 	} {
 		if _, err := l.Emit(context.Background(), c.e); !errdefs.IsInvalid(err) || errdefs.Field(err) != c.field {
 			t.Errorf("emit %+v: %v; want invalid %s", c.e, err, c.field)
@@ -155,7 +154,7 @@ func TestTwoWriters(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for j := 0; j < per; j++ {
-					if _, err := l.Emit(context.Background(), types.Event{Kind: "k", App: fmt.Sprint("w", i), Reason: fmt.Sprint(j)}); err != nil {
+					if _, err := l.Emit(context.Background(), Event{Kind: "k", App: fmt.Sprint("w", i), Reason: fmt.Sprint(j)}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -214,9 +213,9 @@ func TestRetention(t *testing.T) {
 	})
 }
 
-func collect(t *testing.T, ch <-chan types.Event, n int) []types.Event {
+func collect(t *testing.T, ch <-chan Event, n int) []Event {
 	t.Helper()
-	var out []types.Event
+	var out []Event
 	timeout := time.After(30 * time.Second)
 	for len(out) < n {
 		select {
@@ -251,7 +250,7 @@ func TestWatch(t *testing.T) {
 		// Emits racing with the start of a watch are neither lost nor doubled.
 		var wg sync.WaitGroup
 		wg.Add(1)
-		var late <-chan types.Event
+		var late <-chan Event
 		go func() {
 			defer wg.Done()
 			for i := 4; i <= 10; i++ {
