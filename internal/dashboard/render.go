@@ -35,8 +35,9 @@ func staticFiles() http.Handler {
 }
 
 // sectionNames are the parts of the page that the stream replaces, each
-// the id of its element and the name of its template.
-var sectionNames = []string{"summary", "apps", "jobs"}
+// the id of its element and the name of its template. The apps section is
+// sent whole when the list of apps changes, else app by app.
+var sectionNames = []string{"summary", "jobs"}
 
 // pageView is what the templates draw.
 type pageView struct {
@@ -64,8 +65,9 @@ type spanChoice struct {
 
 type appView struct {
 	types.App
-	Revisions []revisionView
-	Charts    []chartView
+	Revisions  []revisionView
+	Charts     []chartView
+	ChartedMax int
 }
 
 // revisionView is a revision with its share of the traffic and its replicas.
@@ -92,7 +94,7 @@ func view(s Snapshot, span time.Duration) pageView {
 	charted := busiest(s.Apps, s.Time, span, maxCharted)
 	v.Uncharted, v.ChartedMax = len(s.Apps)-len(charted), maxCharted
 	for _, a := range s.Apps {
-		av := appView{App: a.App, Revisions: revisions(a.App)}
+		av := appView{App: a.App, Revisions: revisions(a.App), ChartedMax: maxCharted}
 		if charted[a.Name] {
 			av.Charts = appCharts(a.Points, s.Time, span)
 		}
@@ -206,34 +208,73 @@ func fmtInput(v float64) string {
 	return strconv.FormatFloat(v, 'g', 4, 64)
 }
 
-// renderCache renders the sections of a sample once, whatever the number
-// of pages that show it.
-type renderCache struct {
-	mu       sync.Mutex
-	seq      uint64
-	sections map[time.Duration]map[string]string // by chart span
+// rendered is one sample as the stream sends it: the sections, and the
+// apps one by one, in the page's order.
+type rendered struct {
+	sections map[string]string // by element id
+	note     string            // what the apps section says before the apps
+	names    []string
+	apps     map[string]string // name → its article
 }
 
-func (c *renderCache) get(s Snapshot, span time.Duration) (map[string]string, error) {
+// appsHTML is the whole apps section.
+func (r *rendered) appsHTML() string {
+	var b strings.Builder
+	b.WriteString(r.note)
+	for _, n := range r.names {
+		b.WriteString(r.apps[n])
+	}
+	return b.String()
+}
+
+// renderCache renders each sample once, whatever the number of pages that
+// show it.
+type renderCache struct {
+	mu   sync.Mutex
+	seq  uint64
+	byWn map[time.Duration]*rendered // by chart span
+}
+
+func (c *renderCache) get(s Snapshot, span time.Duration) (*rendered, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seq != s.Seq || c.sections == nil {
-		c.seq, c.sections = s.Seq, map[time.Duration]map[string]string{}
+	if c.seq != s.Seq || c.byWn == nil {
+		c.seq, c.byWn = s.Seq, map[time.Duration]*rendered{}
 	}
-	if secs := c.sections[span]; secs != nil {
-		return secs, nil
+	if r := c.byWn[span]; r != nil {
+		return r, nil
 	}
 	v := view(s, span)
-	out := make(map[string]string, len(sectionNames))
-	for _, name := range sectionNames {
-		var b bytes.Buffer
-		if err := templates.ExecuteTemplate(&b, name, v); err != nil {
-			return nil, fmt.Errorf("dashboard: section %s: %w", name, err)
+	r := &rendered{sections: make(map[string]string, len(sectionNames)), apps: make(map[string]string, len(v.Apps))}
+	var b bytes.Buffer
+	exec := func(name string, data any) (string, error) {
+		b.Reset()
+		if err := templates.ExecuteTemplate(&b, name, data); err != nil {
+			return "", fmt.Errorf("dashboard: section %s: %w", name, err)
 		}
-		out[name] = b.String()
+		return b.String(), nil
 	}
-	c.sections[span] = out
-	return out, nil
+	for _, name := range sectionNames {
+		html, err := exec(name, v)
+		if err != nil {
+			return nil, err
+		}
+		r.sections[name] = html
+	}
+	var err error
+	if r.note, err = exec("apps-note", v); err != nil {
+		return nil, err
+	}
+	for _, a := range v.Apps {
+		html, err := exec("app", a)
+		if err != nil {
+			return nil, err
+		}
+		r.names = append(r.names, a.Name)
+		r.apps[a.Name] = html
+	}
+	c.byWn[span] = r
+	return r, nil
 }
 
 // renderEvent renders one row of the event table.

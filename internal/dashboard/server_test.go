@@ -178,9 +178,20 @@ func TestStream(t *testing.T) {
 	d.s.sample(context.Background())
 	_, name, data = sse.next(t)
 	secs = nil
-	if err := json.Unmarshal([]byte(data), &secs); name != "sections" || err != nil ||
-		!strings.Contains(secs["apps"], `data-replica="hello-1" data-state="frozen"`) {
-		t.Fatalf("after the freeze: %s %v %q", name, err, data)
+	if err := json.Unmarshal([]byte(data), &secs); name != "sections" || err != nil || secs["apps"] != "" ||
+		!strings.Contains(secs["app:hello"], `data-replica="hello-1" data-state="frozen"`) {
+		t.Fatalf("after the freeze, only hello's article: %s %v %q", name, err, data)
+	}
+
+	// A new app sends the apps section whole.
+	f.set([]types.App{{Name: "hello", State: "running", Replicas: []types.Replica{replica("hello-1", "frozen", 0.5)}}, {Name: "new"}}, nil)
+	fc.Advance(time.Second)
+	d.s.sample(context.Background())
+	_, name, data = sse.next(t)
+	secs = nil
+	if err := json.Unmarshal([]byte(data), &secs); name != "sections" || err != nil || secs["app:new"] != "" ||
+		!strings.Contains(secs["apps"], `data-app="hello"`) || !strings.Contains(secs["apps"], `data-app="new"`) {
+		t.Fatalf("after a new app: %s %v %q", name, err, data)
 	}
 
 	f.watch <- types.Event{Seq: 3, Kind: "old", App: "hello"} // not after 3

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
@@ -81,7 +82,8 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 }
 
 // stream is the page's server-sent event stream: "sections" (a JSON object
-// of section id → HTML, only those that changed) after each sample, and
+// of element id → HTML, or "app:NAME" → that app's article, only what
+// changed) after each sample, and
 // "event" (the row of one logged event, with its seq as the event id)
 // from the event after ?after= or Last-Event-ID on.
 func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
@@ -125,19 +127,13 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 	sent := map[string]string{}
 	for {
 		snap, next := d.s.snapshot()
-		secs, err := d.render.get(snap, span)
+		r, err := d.render.get(snap, span)
 		if err != nil {
 			d.o.Logger.Error("dashboard: render", "err", err)
 			return
 		}
-		changed := map[string]string{}
-		for k, html := range secs {
-			if sent[k] != html {
-				changed[k], sent[k] = html, html
-			}
-		}
-		if len(changed) > 0 {
-			if !writeSSE(w, "", "sections", changed) {
+		if msg := changes(sent, r); len(msg) > 0 {
+			if !writeSSE(w, "", "sections", msg) {
 				return
 			}
 			fl.Flush()
@@ -166,6 +162,39 @@ func (d *Dashboard) stream(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// changes is what a page needs to show r, given what it was sent before:
+// the sections that changed, and the apps section whole when the list of apps
+// changed, else each app whose article changed ("app:NAME"). It records
+// what it returns in sent.
+func changes(sent map[string]string, r *rendered) map[string]string {
+	msg := map[string]string{}
+	for k, html := range r.sections {
+		if sent[k] != html {
+			msg[k], sent[k] = html, html
+		}
+	}
+	names := strings.Join(r.names, "\n")
+	if sent["names"] != names || sent["note"] != r.note {
+		for k := range sent {
+			if strings.HasPrefix(k, "app:") {
+				delete(sent, k)
+			}
+		}
+		for n, html := range r.apps {
+			sent["app:"+n] = html
+		}
+		sent["names"], sent["note"] = names, r.note
+		msg["apps"] = r.appsHTML()
+		return msg
+	}
+	for n, html := range r.apps {
+		if sent["app:"+n] != html {
+			msg["app:"+n], sent["app:"+n] = html, html
+		}
+	}
+	return msg
 }
 
 // writeSSE writes one server-sent event whose data is v as JSON (one

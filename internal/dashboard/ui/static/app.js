@@ -43,6 +43,11 @@
   es.addEventListener("sections", (e) => {
     const parts = JSON.parse(e.data);
     for (const id of Object.keys(parts)) {
+      if (id.startsWith("app:")) {
+        const el = document.querySelector('#apps article.app[data-app="' + CSS.escape(id.slice(4)) + '"]');
+        if (el) el.outerHTML = parts[id];
+        continue;
+      }
       const el = document.getElementById(id);
       if (el) el.innerHTML = parts[id];
     }
