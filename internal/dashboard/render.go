@@ -230,18 +230,18 @@ func (r *rendered) appsHTML() string {
 // renderCache renders each sample once, whatever the number of pages that
 // show it.
 type renderCache struct {
-	mu   sync.Mutex
-	seq  uint64
-	byWn map[time.Duration]*rendered // by chart span
+	mu     sync.Mutex
+	seq    uint64
+	bySpan map[time.Duration]*rendered // by chart span
 }
 
 func (c *renderCache) get(s Snapshot, span time.Duration) (*rendered, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.seq != s.Seq || c.byWn == nil {
-		c.seq, c.byWn = s.Seq, map[time.Duration]*rendered{}
+	if c.seq != s.Seq || c.bySpan == nil {
+		c.seq, c.bySpan = s.Seq, map[time.Duration]*rendered{}
 	}
-	if r := c.byWn[span]; r != nil {
+	if r := c.bySpan[span]; r != nil {
 		return r, nil
 	}
 	v := view(s, span)
@@ -273,7 +273,7 @@ func (c *renderCache) get(s Snapshot, span time.Duration) (*rendered, error) {
 		r.names = append(r.names, a.Name)
 		r.apps[a.Name] = html
 	}
-	c.byWn[span] = r
+	c.bySpan[span] = r
 	return r, nil
 }
 
