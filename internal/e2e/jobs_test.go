@@ -304,20 +304,7 @@ func TestJobUserNamespace(t *testing.T) {
 	if out := d.must("job", "run", "busybox:1", "id", "-u"); out != "65534\n" {
 		t.Fatalf("sandbox uid without a user namespace: %q", out)
 	}
-	for p := filepath.Dir(d.dataDir); p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
-		fi, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, fi.Mode().Perm()|0o001); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d.stop(syscall.SIGTERM)
-	d.start()
-	if out := d.must("info"); !strings.Contains(out, "user namespace mapped to host uids 100000-165535") {
-		t.Fatalf("info after making the path searchable:\n%s", out)
-	}
+	d.sandboxUserNS()
 	out := d.must("job", "run", "busybox:1", "sh", "-c", "id -u; cat /proc/self/uid_map; echo x > /work/f && echo wrote; if touch /bin/y; then echo IMAGE; fi")
 	if want := "0\n         0     100000      65536\nwrote\n"; out != want {
 		t.Fatalf("sandbox in a user namespace printed %q, want %q", out, want)

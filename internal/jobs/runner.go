@@ -177,7 +177,7 @@ func (s *Sandbox) makeWork(work string, p *Plan) error {
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", p.Work, max(p.Work/4096, 1024), uid, gid)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", p.Work, inodes(p.Work), uid, gid)
 	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount tmpfs at %s: %w", work, err)
 	}
@@ -215,6 +215,12 @@ func (s *Sandbox) makeWork(work string, p *Plan) error {
 	}
 	return nil
 }
+
+// inodes bounds the files of a tmpfs of size bytes: one per 4 KiB, at
+// least 1024. Without a bound a flood of empty files grows the kernel's
+// inode memory, not the file system's size, until the step's memory limit
+// kills it.
+func inodes(size int64) int64 { return max(size/4096, 1024) }
 
 // chownPath gives every directory of dir (relative to root) to uid:gid.
 func chownPath(root *os.Root, dir string, uid, gid int) error {
@@ -260,7 +266,7 @@ func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work strin
 		},
 		Mounts: []runtime.Mount{
 			{Source: work, Destination: "/work", Options: []string{"nosuid", "nodev"}},
-			{Type: "tmpfs", Destination: "/tmp", SizeBytes: l.TmpBytes, Options: []string{"mode=1777"}},
+			{Type: "tmpfs", Destination: "/tmp", SizeBytes: l.TmpBytes, Options: []string{"mode=1777", "nr_inodes=" + strconv.FormatInt(inodes(l.TmpBytes), 10)}},
 		},
 		Capabilities: []string{},
 		Rlimits: []specs.POSIXRlimit{

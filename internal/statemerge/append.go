@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"syscall"
 )
 
 // journalName is the append policy's journal in the work directory: the
@@ -118,9 +117,9 @@ func recoverAppend(sroot, droot *os.Root, work string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
-		f, err := droot.OpenFile(rel, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+		f, err := openRegular(droot, rel, os.O_WRONLY)
 		if err != nil {
-			return fmt.Errorf("%s: %w", rel, err)
+			return fmt.Errorf("%s: in the volume: %w", rel, err)
 		}
 		err = f.Truncate(off)
 		if err == nil {
@@ -142,7 +141,7 @@ func recoverAppend(sroot, droot *os.Root, work string) error {
 // and owner. It returns the target, open, for the caller to sync and
 // close, and whether it created it.
 func appendFile(sroot, droot *os.Root, rel string) (*os.File, int64, bool, error) {
-	in, err := sroot.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	in, err := openRegular(sroot, rel, os.O_RDONLY)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -157,15 +156,12 @@ func appendFile(sroot, droot *os.Root, rel string) (*os.File, int64, bool, error
 	out, err := droot.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
 	created := err == nil
 	if errors.Is(err, fs.ErrExist) {
-		out, err = droot.OpenFile(rel, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
+		out, err = openRegular(droot, rel, os.O_WRONLY)
 	}
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("in the volume: %w", err)
 	}
 	ofi, err := out.Stat()
-	if err == nil && !ofi.Mode().IsRegular() {
-		err = fmt.Errorf("in the volume it is not a regular file (%s)", kindOf(ofi.Mode()))
-	}
 	var n int64
 	if err == nil {
 		n, err = io.Copy(io.NewOffsetWriter(out, ofi.Size()), in)

@@ -156,6 +156,27 @@ func kindOf(m fs.FileMode) string {
 	return "not a regular file"
 }
 
+// openRegular opens rel in root without following a symlink and without
+// waiting on a FIFO, and refuses anything but a regular file. A replica
+// still running beside the merge can swap a checked entry of the shared
+// volume for a FIFO (opening it would hang the merge) or a device node
+// (the host's, not the container's, once the host opens it).
+func openRegular(root *os.Root, rel string, flag int) (*os.File, error) {
+	f, err := root.OpenFile(rel, flag|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("it is not a regular file (%s)", kindOf(fi.Mode()))
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
 // ensureParent makes the directories of rel in the volume, reporting
 // whether it made any (their parents are synced).
 func ensureParent(droot *os.Root, rel string) (bool, error) {

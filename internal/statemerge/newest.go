@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -82,7 +81,7 @@ type newestCopy struct {
 // its mode, owner and modification time, when the volume has no copy or an
 // older one (by modification time); nil when the volume's is as new.
 func copyIfNewer(sroot, droot *os.Root, work, rel, tmp string) (*newestCopy, error) {
-	in, err := sroot.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	in, err := openRegular(sroot, rel, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
