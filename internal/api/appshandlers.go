@@ -49,7 +49,7 @@ func (s *Server) routeApps(mux *http.ServeMux) {
 
 func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 	var req types.DeployRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -96,7 +96,7 @@ func (s *Server) removeApp(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) scaleApp(w http.ResponseWriter, r *http.Request) {
 	var req types.ScaleRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -115,7 +115,7 @@ func (s *Server) scaleApp(w http.ResponseWriter, r *http.Request) {
 func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 	var req types.RollbackRequest
 	if r.ContentLength != 0 {
-		if err := decode(r, &req); err != nil {
+		if err := decode(w, r, &req); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -134,7 +134,7 @@ func (s *Server) rollbackApp(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) appTraffic(w http.ResponseWriter, r *http.Request) {
 	var req types.TrafficRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -39,7 +39,7 @@ func (s *Server) removeImage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 	var req types.BuildRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -53,7 +53,7 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 	var req types.ImportRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -67,7 +67,7 @@ func (s *Server) importImage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 	var req types.PullRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -81,7 +81,7 @@ func (s *Server) pullImage(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) runContainer(w http.ResponseWriter, r *http.Request) {
 	var req types.RunRequest
-	if err := decode(r, &req); err != nil {
+	if err := decode(w, r, &req); err != nil {
 		s.fail(w, r, err)
 		return
 	}

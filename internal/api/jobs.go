@@ -3,12 +3,9 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -50,24 +47,19 @@ func (s *Server) submitJobs(w http.ResponseWriter, r *http.Request) {
 		s.jobFail(w, r, err)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, types.MaxJobBody))
+	body, err := httperr.ReadBody(w, r, types.MaxJobBody)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			httperr.Write(w, http.StatusRequestEntityTooLarge, errors.New("request body is above "+strconv.Itoa(types.MaxJobBody>>20)+" MiB"), "body")
-			return
-		}
-		s.jobFail(w, r, errdefs.Invalid("body", "%v", err))
+		s.jobFail(w, r, err)
 		return
 	}
 	batch := bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte("["))
 	var reqs []types.JobRequest
 	var derr error
 	if batch {
-		derr = decodeStrict(body, &reqs)
+		derr = httperr.DecodeJSON(body, &reqs)
 	} else {
 		var one types.JobRequest
-		derr = decodeStrict(body, &one)
+		derr = httperr.DecodeJSON(body, &one)
 		reqs = []types.JobRequest{one}
 	}
 	if derr != nil {
@@ -157,20 +149,3 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
-// decodeStrict decodes JSON, refusing unknown fields and naming the field
-// of a type mismatch.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		field := "body"
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) && ute.Field != "" {
-			field = ute.Field
-		} else if strings.HasPrefix(err.Error(), "json: unknown field ") {
-			field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		}
-		return errdefs.Invalid(field, "malformed request: %v", err)
-	}
-	return nil
-}

@@ -8,7 +8,6 @@ package api
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -131,21 +130,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	httperr.Write(w, code, err, errdefs.Field(err))
 }
 
-// decode reads a JSON body into v, refusing unknown fields.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		field := "body"
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) {
-			field = ute.Field
-		} else if strings.HasPrefix(err.Error(), "json: unknown field ") {
-			field = strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		}
-		return errdefs.Invalid(field, "malformed request: %v", err)
-	}
-	return nil
+// MaxBody bounds the JSON body of every request but a job submission.
+const MaxBody = 1 << 20
+
+// decode reads a JSON body of at most MaxBody bytes into v strictly (see
+// httperr.DecodeJSON).
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	return httperr.ReadJSON(w, r, MaxBody, v)
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

@@ -1,6 +1,7 @@
 package appapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // Platform is what the self API needs of the serving controller. Every
@@ -238,18 +240,22 @@ func (s *Server) record(kind, app, replica, reason string, inputs map[string]flo
 	}
 }
 
-// decode reads an optional JSON body into v; unknown fields are an error.
+// decode reads an optional JSON body into v strictly (see
+// httperr.DecodeJSON): an unknown field, a wrong type or trailing data is an
+// error naming the field.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && err != io.EOF {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err
 		}
-		return errdefs.Invalid("body", "not a JSON object of this call: %v", err)
+		return errdefs.Invalid("body", "reading the request: %v", err)
 	}
-	return nil
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	return httperr.DecodeJSON(b, v)
 }
 
 func (s *Server) get(ctx context.Context, c Caller, r *http.Request) (int, any, string, error) {

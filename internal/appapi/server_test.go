@@ -234,7 +234,9 @@ func TestCalls(t *testing.T) {
 		{`{"name":"Queue","value":1}`, "name"},
 		{`{"name":"queue"}`, "value"},
 		{`{"name":"queue","value":-1}`, "value"},
-		{`{"name":"queue","value":1,"extra":2}`, "body"},
+		{`{"name":"queue","value":1,"extra":2}`, "extra"},
+		{`{"name":"queue","value":"1"}`, "value"},
+		{`{"name":"queue","value":1} {"name":"queue","value":2}`, "body"},
 		{`not json`, "body"},
 	} {
 		if st, e, _ := r.do("POST", "/v1/self/metrics", r.own, c.body); st != 400 || e.Field != c.field {

@@ -35,11 +35,15 @@ func Write(w http.ResponseWriter, code int, err error, field string) {
 	WriteJSON(w, code, Body{Error: err.Error(), Field: field})
 }
 
-// Status maps err's errdefs category to an HTTP status code: invalid 400,
+// Status maps err's errdefs category to an HTTP status code: a body over
+// its limit 413, invalid 400,
 // not found 404, conflict 409, unavailable 503, a cancelled context 499, and
 // anything else 500.
 func Status(err error) int {
+	var tl *TooLarge
 	switch {
+	case errors.As(err, &tl):
+		return http.StatusRequestEntityTooLarge
 	case errdefs.IsInvalid(err):
 		return http.StatusBadRequest
 	case errdefs.IsNotFound(err):
