@@ -1,7 +1,10 @@
 // Package jobs is the jobs benchmark suite: hello-world jobs submitted
-// through shoal's API with ?wait=true against bare `runc run` and `podman
-// run --rm` per job, at 1, 2 and 8 concurrent clients, interleaved in one
-// run, with the time of each phase of a step.
+// through shoal's API with ?wait=true against the same command run as a
+// bare process on the host, bare `runc run` and `podman run --rm` per job,
+// and against an earlier shoal binary (SHOAL_BENCH_BEFORE names it) on a
+// daemon of its own, at 1, 2 and 8 concurrent clients, interleaved in one
+// run, with the time of each phase of a step and each subject's overhead
+// over the bare process.
 package jobs
 
 import (
@@ -156,11 +159,26 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 	if _, err := cli.CLI(ctx, "image", "build", rootfs, "--tag", kit.BenchImage); err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}
-	shoal := jobsSubject{name: "shoal job", command: `POST /v1/jobs?wait=true {"image":"` + kit.BenchImage + `","steps":[{"args":["echo","hello"]}]}`,
+	jobCall := `POST /v1/jobs?wait=true {"image":"` + kit.BenchImage + `","steps":[{"args":["echo","hello"]}]}`
+	shoal := jobsSubject{name: "shoal job", command: jobCall,
 		run: func(ctx context.Context, i int) (map[string]time.Duration, error) { return helloJob(ctx, cli, i) }}
 	runc := jobsSubject{name: "bare runc run", command: bare.Command("run") + " (B runs /bin/echo hello, stdout to a pipe)",
 		run: func(ctx context.Context, i int) (map[string]time.Duration, error) { return runCaptured(ctx, bare, i) }}
-	subjects := []jobsSubject{shoal, runc}
+	busybox := filepath.Join(rootfs, "bin", "busybox")
+	process := jobsSubject{name: "bare process", command: busybox + " echo hello (stdout to a pipe)",
+		run: func(ctx context.Context, _ int) (map[string]time.Duration, error) { return bareProcess(ctx, busybox) }}
+	subjects := []jobsSubject{shoal, process, runc}
+	names := []string{"shoal job", "bare process", "bare runc run", "podman run --rm"}
+	if before := os.Getenv("SHOAL_BENCH_BEFORE"); before != "" {
+		prev, err := startBefore(ctx, o, before, filepath.Join(dir, "before"), rootfs)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		cleanups = append(cleanups, prev.Close)
+		subjects = append(subjects, jobsSubject{name: "shoal job (before)", command: jobCall + " to " + before,
+			run: func(ctx context.Context, i int) (map[string]time.Duration, error) { return helloJob(ctx, prev, i) }})
+		names = append(names, "shoal job (before)")
+	}
 	if podmanErr == nil {
 		subjects = append(subjects, jobsSubject{name: "podman run --rm", command: podman.Command(), run: podman.Run})
 	}
@@ -235,7 +253,6 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 		}
 	}
 
-	names := []string{"shoal job", "bare runc run", "podman run --rm"}
 	commands := map[string]string{}
 	for _, s := range subjects {
 		commands[s.name] = s.command
@@ -281,6 +298,18 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 	rep.Plot("jobs-latency.svg", "median submission-to-result latency by concurrency",
 		bench.BarsOf("hello-world job, submission to result (ms, median)", groups, names, latGroups))
 	rep.Table(phaseT)
+	ovT := overheadTable(names, commands, results["bare process"][1].latency, func(name string) ([]time.Duration, string) {
+		return results[name][1].latency, results[name][1].err
+	})
+	rep.Table(ovT)
+	rep.Para("One client: the bare process takes %s ms (median, spawn to exit with its output read); a shoal job adds %s ms to it, bare `runc run` %s ms.",
+		bench.FormatValue(latT.Median("bare process, 1 client")), bench.FormatValue(ovT.Median("shoal job")), bench.FormatValue(ovT.Median("bare runc run")))
+	if _, ok := results["shoal job (before)"]; ok {
+		rep.Para("Against the earlier shoal in the same run: %s ms against %s ms per job at one client (%s), %s against %s jobs/s at 8 clients.",
+			bench.FormatValue(latT.Median("shoal job, 1 client")), bench.FormatValue(latT.Median("shoal job (before), 1 client")),
+			bench.FormatRatio(latT.Median("shoal job, 1 client")/latT.Median("shoal job (before), 1 client")),
+			bench.FormatValue(rateT.Median("shoal job, 8 clients")), bench.FormatValue(rateT.Median("shoal job (before), 8 clients")))
+	}
 	s1, r1 := latT.Median("shoal job, 1 client"), latT.Median("bare runc run, 1 client")
 	rep.Para("One client: a shoal job's result arrives in %s ms (median) against %s ms for bare `runc run` (%s); at 8 clients shoal completes %s jobs/s against %s for bare runc. The shoal figure includes the API round trip, three store writes, the sandbox's work tmpfs, limits, seccomp and output capture; bare runc runs the default `runc spec` bundle without them.",
 		bench.FormatValue(s1), bench.FormatValue(r1), bench.FormatRatio(s1/r1),
@@ -307,6 +336,66 @@ func jobsTargets(rep *bench.Report, rateT, latT bench.Table) {
 	b.WriteString("\n")
 	rep.Markdown(b.String())
 }
+
+// overheadTable is each subject's latency at one client less the median of
+// the bare process's: what running the command through it adds.
+func overheadTable(names []string, commands map[string]string, bare []time.Duration, of func(string) ([]time.Duration, string)) bench.Table {
+	t := bench.Table{Title: "Per-job overhead over the bare process, 1 client", Unit: "ms", Baseline: "bare runc run",
+		Note: "Each value is one job's submission-to-result time less the median time of the same command (`busybox echo hello`, stdout to a pipe) run as a bare process on the host in the same run."}
+	base := bench.Stats(bench.Millis(bare...)).Median
+	for _, name := range names {
+		if name == "bare process" {
+			continue
+		}
+		lat, err := of(name)
+		vals := bench.Millis(lat...)
+		for i := range vals {
+			vals[i] -= base
+		}
+		t.Rows = append(t.Rows, bench.Row{Name: name, Command: commands[name], Values: vals, Err: err})
+	}
+	return t
+}
+
+// bareProcess runs busybox echo hello on the host with its output to a
+// pipe, as a job's step is captured.
+func bareProcess(ctx context.Context, busybox string) (map[string]time.Duration, error) {
+	out, err := exec.CommandContext(ctx, busybox, "echo", "hello").Output()
+	if err != nil || string(out) != "hello\n" {
+		return nil, fmt.Errorf("bare process: %q %v", out, err)
+	}
+	return nil, nil
+}
+
+// startBefore starts the earlier shoal binary bin (copied into dir, as
+// the original may be shared) on a network and cgroup parent of its own,
+// with the bench image built from rootfs.
+func startBefore(ctx context.Context, o bench.Options, bin, dir, rootfs string) (*kit.Daemon, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, fmt.Errorf("SHOAL_BENCH_BEFORE: %w", err)
+	}
+	own := filepath.Join(dir, "shoal")
+	if err := os.WriteFile(own, b, 0o755); err != nil {
+		return nil, err
+	}
+	o.Logf("jobs: starting the earlier %s daemon", bin)
+	d, err := kit.StartDaemonOn(ctx, own, filepath.Join(dir, "daemon"), beforeNet)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.CLI(ctx, "image", "build", rootfs, "--tag", kit.BenchImage); err != nil {
+		d.Close(ctx)
+		return nil, err
+	}
+	return d, nil
+}
+
+// beforeNet keeps the earlier daemon apart from this suite's.
+var beforeNet = kit.DaemonNet{Bridge: "shoalbj1", Subnet: "10.189.0.0/16", CgroupParent: "/shoal-bench-jobs-before"}
 
 // helloJob submits a hello-world job and waits for its result.
 func helloJob(ctx context.Context, e *kit.Daemon, i int) (map[string]time.Duration, error) {

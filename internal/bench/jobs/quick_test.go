@@ -19,7 +19,7 @@ func TestQuick(t *testing.T) {
 // checkQuickJobs checks that every shoal and bare runc row of the jobs report
 // has numbers and that the targets have verdicts.
 func checkQuickJobs(t *testing.T, rep *bench.Report, docs string) {
-	benchtest.MeasuredRows("shoal job", "bare runc run", "queue", "create", "start", "exec", "teardown")(t, rep, docs)
+	benchtest.MeasuredRows("shoal job", "bare process", "bare runc run", "queue", "create", "start", "exec", "teardown")(t, rep, docs)
 	raw, err := os.ReadFile(filepath.Join(docs, "bench", "jobs.md"))
 	if err != nil {
 		t.Fatal(err)

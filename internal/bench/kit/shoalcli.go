@@ -51,6 +51,12 @@ func StartDaemon(ctx context.Context, bin, dir string) (*Daemon, error) {
 	return startDaemonOn(ctx, bin, dir, DaemonNet{daemonBenchBridge, daemonBenchSubnet, DaemonBenchCgroupParent})
 }
 
+// StartDaemonOn starts `shoal daemon` on network n, apart from the
+// daemons of other suites, and waits until /v1/health answers.
+func StartDaemonOn(ctx context.Context, bin, dir string, n DaemonNet) (*Daemon, error) {
+	return startDaemonOn(ctx, bin, dir, n)
+}
+
 // startDaemonOn starts `shoal daemon` on network n and waits until
 // /v1/health answers.
 func startDaemonOn(ctx context.Context, bin, dir string, n DaemonNet) (*Daemon, error) {
