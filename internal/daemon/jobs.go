@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -32,15 +33,19 @@ type jobService struct {
 	// rt is the sandboxes' own runtime when they use a user namespace
 	// (nil: the daemon's runtime).
 	rt     *runtime.Runtime
+	sb     *jobs.Sandbox
 	parent string   // rt's cgroup parent
 	dirs   []string // the directories rt's opening may have made, outermost first
 }
 
 // close stops the queue, if it was opened (its sandboxes are killed and
-// removed), then removes the sandboxes' cgroup parent.
+// removed), removes the warm sandboxes, then the sandboxes' cgroup parent.
 func (s *jobService) close() {
 	if s.Manager != nil {
 		s.Manager.Close()
+	}
+	if s.sb != nil {
+		s.sb.Close()
 	}
 	if s.parent != "" {
 		removeCgroup(s.parent)
@@ -134,7 +139,11 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 			return fmt.Errorf("jobs: %w", err)
 		}
 	}
-	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots; sandboxes run %s, with no capabilities and no network", slots, how))
+	if err := d.warmSandboxes(sb, slots); err != nil {
+		return fmt.Errorf("jobs: %w", err)
+	}
+	svc.sb = sb
+	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots, %d sandboxes kept warm; sandboxes run %s, with no capabilities and no network", slots, sb.Warm, how))
 	metered := newMeteredRunner(sb, d.reg, func() (int, int, int) {
 		if d.jobs == nil || d.jobs.Manager == nil {
 			return 0, 0, slots
@@ -157,6 +166,62 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 	svc.Manager = m
 	d.jobs = svc
 	return nil
+}
+
+// warmSandboxes sets how many sandboxes are kept created ahead (one per
+// slot; SHOAL_JOB_WARM overrides it, 0 turns it off) and installs their
+// process: a copy of the shoal-init found beside this binary (none there:
+// none kept warm), beside the work directories, where the sandboxes' host
+// uid can read it.
+func (d *Daemon) warmSandboxes(sb *jobs.Sandbox, slots int) error {
+	sb.Warm = slots
+	if v := os.Getenv("SHOAL_JOB_WARM"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("SHOAL_JOB_WARM=%q: want a count, 0 for none", v)
+		}
+		sb.Warm = n
+	}
+	if sb.Warm == 0 {
+		return nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("warm sandboxes: %w", err)
+	}
+	initBin := filepath.Join(filepath.Dir(self), "shoal-init")
+	if _, err := os.Stat(initBin); err != nil {
+		d.log.Warn("no sandboxes kept warm: shoal-init is not beside shoal", "err", err)
+		sb.Warm = 0
+		return nil
+	}
+	stub := filepath.Join(filepath.Dir(sb.Dir), "shoal-init")
+	if err := copyFile(initBin, stub+".tmp", 0o755); err != nil {
+		return fmt.Errorf("warm sandboxes: %w", err)
+	}
+	if err := os.Rename(stub+".tmp", stub); err != nil {
+		return fmt.Errorf("warm sandboxes: %w", err)
+	}
+	sb.Stub = stub
+	return nil
+}
+
+// copyFile copies src to a new dst with mode.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // sandboxDir holds the bundles and work directories of user-namespaced

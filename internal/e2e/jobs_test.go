@@ -311,10 +311,17 @@ func TestJobUserNamespace(t *testing.T) {
 	}
 	// Seen from the host, the sandbox's processes belong to uid 100000.
 	id := strings.TrimSpace(d.must("job", "submit", "busybox:1", "sleep", "5"))
-	procs := filepath.Join("/sys/fs/cgroup/pids", d.cgroup+"-jobs", id+"-0", "cgroup.procs")
+	// Its sandbox may be one created ahead (named for itself, not the job):
+	// the sleep is looked for in every sandbox's cgroup.
+	procs := filepath.Join("/sys/fs/cgroup/pids", d.cgroup+"-jobs", "*", "cgroup.procs")
 	var status string
 	for i := 0; i < 1000 && status == ""; i++ {
-		b, _ := os.ReadFile(procs)
+		var b []byte
+		files, _ := filepath.Glob(procs)
+		for _, f := range files {
+			more, _ := os.ReadFile(f)
+			b = append(append(b, more...), '\n')
+		}
 		for _, pid := range strings.Fields(string(b)) {
 			if st, err := os.ReadFile("/proc/" + pid + "/status"); err == nil && strings.HasPrefix(string(st), "Name:\tsleep\n") {
 				status = string(st)

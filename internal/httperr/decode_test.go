@@ -26,7 +26,7 @@ func TestDecodeJSON(t *testing.T) {
 		`{"":1}`:                       "body",
 		`{"name":"x"`:                  "body",
 		`{"name":"x","inner":{"n":1}}`: "",
-		" {\"name\":\"x\"} \n\t":        "",
+		" {\"name\":\"x\"} \n\t":       "",
 	} {
 		var v req
 		err := DecodeJSON([]byte(body), &v)

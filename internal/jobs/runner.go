@@ -25,6 +25,8 @@ import (
 // Runtime is what the sandbox runner needs of the container runtime.
 type Runtime interface {
 	Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
+	Create(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
+	StartCreated(ctx context.Context, id string) error
 	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
 	Signal(id string, sig syscall.Signal) error
 	Stats(id string) (runtime.Stats, error)
@@ -70,6 +72,16 @@ type Sandbox struct {
 	CPUCheck time.Duration
 	Clock    clock.Clock
 	Log      *slog.Logger
+	// Warm is how many sandboxes are kept created ahead for the shape of
+	// the last job (image, first step's limits, work size), each with a
+	// namespace, work tmpfs and cgroups of its own and Stub as its
+	// process; a job of that shape starts its first step by handing the
+	// stub its command, without running the OCI runtime. 0: none.
+	Warm int
+	// Stub is the host path of the shoal-init binary, mounted read-only at
+	// stub.Path in warm sandboxes (readable by the sandbox's host uid).
+	Stub string
+	pool warmPool
 }
 
 // Labels on job containers.
@@ -111,12 +123,30 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 	if err != nil {
 		return fmt.Errorf("image %q: %w", p.Req.Image, err)
 	}
+	var warm *warmBox
+	if s.Warm > 0 && s.Stub != "" && ctx.Err() == nil {
+		warm = s.take(keyOf(p, img), img)
+	}
 	work := filepath.Join(s.Dir, j.ID)
-	if err := s.makeWork(work, p); err != nil {
+	if warm != nil {
+		work = warm.work
+		if err := s.writeFiles(work, p); err != nil {
+			s.destroyWarm(warm)
+			return fmt.Errorf("job %s: work directory: %w", j.ID, err)
+		}
+	} else if err := s.makeWork(work, p); err != nil {
 		s.removeWork(work)
 		return fmt.Errorf("job %s: work directory: %w", j.ID, err)
 	}
 	defer s.removeWork(work)
+	warmUsed := false
+	defer func() {
+		if warm != nil && !warmUsed {
+			// Cancelled before its first step: its sandbox goes unused.
+			warm.work = ""
+			s.destroyWarm(warm)
+		}
+	}()
 	prep := time.Since(t0)
 	j.Steps = make([]StepResult, 0, len(p.Steps))
 	okSoFar := true
@@ -137,7 +167,14 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 			j.Steps = append(j.Steps, res)
 			continue
 		}
-		res, teardown := s.step(ctx, j.ID, i, img, p, &p.Steps[i], work)
+		var res api.StepResult
+		var teardown func() time.Duration
+		if i == 0 && warm != nil {
+			warmUsed = true
+			res, teardown = s.warmStep(ctx, warm, p, &p.Steps[0])
+		} else {
+			res, teardown = s.step(ctx, j.ID, i, img, p, &p.Steps[i], work)
+		}
 		if i == 0 {
 			res.CreateMs += ms(prep)
 		}
@@ -173,14 +210,29 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 
 // makeWork mounts a size-capped tmpfs at work and writes the input files.
 func (s *Sandbox) makeWork(work string, p *Plan) error {
+	if err := s.mountWork(work, p.Work); err != nil {
+		return err
+	}
+	return s.writeFiles(work, p)
+}
+
+// mountWork mounts a tmpfs of size bytes at work, a new directory.
+func (s *Sandbox) mountWork(work string, size int64) error {
 	uid, gid := s.hostOwner()
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return err
 	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", p.Work, inodes(p.Work), uid, gid)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", size, inodes(size), uid, gid)
 	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount tmpfs at %s: %w", work, err)
 	}
+	return nil
+}
+
+// writeFiles writes the job's input files into the work tmpfs, through an
+// os.Root (no link followed), before any step of the job has run in it.
+func (s *Sandbox) writeFiles(work string, p *Plan) error {
+	uid, gid := s.hostOwner()
 	if len(p.Req.Files) == 0 {
 		return nil
 	}
@@ -297,29 +349,7 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 	spec.Labels[LabelJob] = jobID
 	var att *network.Attachment
 	started := false
-	teardown := func() time.Duration {
-		t := time.Now()
-		deleted := false
-		if started {
-			err := s.RT.Delete(context.WithoutCancel(ctx), id)
-			if err != nil {
-				s.log().Warn("remove job container", "container", id, "err", err)
-			}
-			deleted = err == nil
-		}
-		if att != nil {
-			// Only a namespace whose processes are known to be gone may
-			// serve another job; Recycle still checks that it is empty.
-			giveBack := s.Net.Release
-			if deleted {
-				giveBack = s.Net.Recycle
-			}
-			if err := giveBack(context.WithoutCancel(ctx), att); err != nil {
-				s.log().Warn("release job namespace", "container", id, "err", err)
-			}
-		}
-		return time.Since(t)
-	}
+	teardown := s.teardown(ctx, id, &started, &att)
 	if s.Net != nil {
 		var err error
 		if att, err = s.Net.Acquire(ctx, id, network.None); err != nil {
@@ -364,6 +394,11 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown
 	}
 	started = true
+	return s.finish(ctx, id, st, outR, errR, res, tStarted), teardown
+}
+
+// finish supervises a started step to its end and fills in its result.
+func (s *Sandbox) finish(ctx context.Context, id string, st *Step, outR, errR *os.File, res api.StepResult, tStarted time.Time) api.StepResult {
 	end, exit, werr := s.supervise(ctx, id, st.Limits, outR, errR, &res)
 	tExited := time.Now()
 	res.ExecMs = ms(tExited.Sub(tStarted))
@@ -377,14 +412,43 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		}
 	}
 	if werr != nil {
-		return internalError(res, werr), teardown
+		return internalError(res, werr)
 	}
 	res.ExitCode = exit.Code
 	if exit.Signal != 0 {
 		res.Signal = exit.Signal.String()
 	}
 	res.Status = status(end, exit, st.OKCodes)
-	return res, teardown
+	return res
+}
+
+// teardown returns the function that removes a step's container (once
+// *started) and gives its namespace back (if *att is set), and says how
+// long that took.
+func (s *Sandbox) teardown(ctx context.Context, id string, started *bool, att **network.Attachment) func() time.Duration {
+	return func() time.Duration {
+		t := time.Now()
+		deleted := false
+		if *started {
+			err := s.RT.Delete(context.WithoutCancel(ctx), id)
+			if err != nil {
+				s.log().Warn("remove job container", "container", id, "err", err)
+			}
+			deleted = err == nil
+		}
+		if *att != nil {
+			// Only a namespace whose processes are known to be gone may
+			// serve another job; Recycle still checks that it is empty.
+			giveBack := s.Net.Release
+			if deleted {
+				giveBack = s.Net.Recycle
+			}
+			if err := giveBack(context.WithoutCancel(ctx), *att); err != nil {
+				s.log().Warn("release job namespace", "container", id, "err", err)
+			}
+		}
+		return time.Since(t)
+	}
 }
 
 func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {

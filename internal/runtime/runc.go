@@ -141,10 +141,15 @@ func (r *Runtime) listRuntime(ctx context.Context) ([]runtimeState, error) {
 	if _, err := os.Stat(r.runtimeRoot); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	out, err := r.runQuiet(ctx, "list", "--format", "json")
-	if err != nil {
-		return nil, err
+	// Only stdout is JSON: the runtime warns on stderr about a container
+	// whose state it cannot read (one a killed daemon left half-created).
+	cmd := r.command(ctx, "list", "--format", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%s list: %w: %s", r.name, err, strings.TrimSpace(stderr.String()))
 	}
+	out := stdout.Bytes()
 	var list []runtimeState
 	if s := bytes.TrimSpace(out); len(s) > 0 && !bytes.Equal(s, []byte("null")) {
 		if err := json.Unmarshal(s, &list); err != nil {

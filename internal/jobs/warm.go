@@ -1,0 +1,272 @@
+package jobs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/jobs/stub"
+	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// warmKey is the shape of job a warm sandbox was made for: the first
+// step's container spec is the same for every job of one shape but for the
+// command, environment, directory and stdin, which its stub reads when the
+// job takes it.
+type warmKey struct {
+	image, digest string
+	limits        Limits
+	work          int64
+}
+
+// warmBox is a sandbox created ahead of its job: namespace from the pool,
+// work tmpfs (empty), cgroups, and an init waiting to exec the stub.
+type warmBox struct {
+	id         string
+	shape      warmKey
+	work       string
+	att        *network.Attachment
+	stdin      *os.File // write end: the stub's command, then the step's stdin
+	outR, errR *os.File
+}
+
+// warmPool keeps up to Sandbox.Warm sandboxes created for the shape of the
+// last job that ran; a job of another shape takes the ordinary path and
+// becomes the shape kept. Each warm sandbox serves one job: its cgroups,
+// and so the step's CPU time, peak memory and OOM count, are its own.
+type warmPool struct {
+	once  sync.Once
+	mu    sync.Mutex
+	key   warmKey
+	img   image.Image
+	ready []*warmBox
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// take returns a warm sandbox of key's shape, or nil, and makes key the
+// shape the pool refills with.
+func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
+	p := &s.pool
+	p.once.Do(func() {
+		p.wake, p.stop, p.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		go s.fill()
+	})
+	p.mu.Lock()
+	var b *warmBox
+	if p.key == key && len(p.ready) > 0 {
+		b = p.ready[0]
+		p.ready = p.ready[1:]
+	}
+	p.key, p.img = key, img
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return b
+}
+
+// WarmIdle is how long warm sandboxes are kept after the last job took or
+// missed one: an idle host keeps no sandbox processes, cgroups or
+// namespaces.
+const WarmIdle = 2 * time.Second
+
+// fill keeps the pool at Warm sandboxes of the current shape, dropping
+// those of another, until Close; after WarmIdle without a job it drops
+// them all until the next job.
+func (s *Sandbox) fill() {
+	p := &s.pool
+	defer close(p.done)
+	idle := s.clock().NewTimer(WarmIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-idle.C():
+			p.mu.Lock()
+			p.key, p.img = warmKey{}, image.Image{}
+			p.mu.Unlock()
+		case <-p.wake:
+			idle.Reset(WarmIdle)
+		}
+		for {
+			p.mu.Lock()
+			var stale []*warmBox
+			kept := p.ready[:0]
+			for _, b := range p.ready {
+				if b.shape != p.key {
+					stale = append(stale, b)
+				} else {
+					kept = append(kept, b)
+				}
+			}
+			p.ready = kept
+			key, img, n := p.key, p.img, len(p.ready)
+			p.mu.Unlock()
+			for _, b := range stale {
+				s.destroyWarm(b)
+			}
+			if n >= s.Warm || key.digest == "" || stopped(p.stop) {
+				break
+			}
+			b, err := s.makeWarm(key, img)
+			if err != nil {
+				s.log().Warn("warm job sandbox", "err", err)
+				break // tried again at the next job
+			}
+			p.mu.Lock()
+			p.ready = append(p.ready, b)
+			p.mu.Unlock()
+		}
+	}
+}
+
+func stopped(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close removes the warm sandboxes and stops making them.
+func (s *Sandbox) Close() {
+	p := &s.pool
+	p.once.Do(func() { p.done = make(chan struct{}); close(p.done) })
+	if p.stop != nil {
+		close(p.stop)
+	}
+	<-p.done
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, b := range ready {
+		s.destroyWarm(b)
+	}
+}
+
+// keyOf is the shape of job j whose first step runs on img.
+func keyOf(p *Plan, img image.Image) warmKey {
+	return warmKey{image: p.Req.Image, digest: img.Digest, limits: p.Steps[0].Limits, work: p.Work}
+}
+
+// makeWarm creates a sandbox of key's shape whose process is the stub.
+func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error) {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	b = &warmBox{id: "w" + hex.EncodeToString(rnd[:]), shape: key}
+	b.work = filepath.Join(s.Dir, b.id)
+	created := false
+	defer func() {
+		if err != nil {
+			s.cleanWarm(b, created)
+		}
+	}()
+	if err := s.mountWork(b.work, key.work); err != nil {
+		return b, fmt.Errorf("work directory: %w", err)
+	}
+	st := &Step{JobStep: api.JobStep{Args: []string{stub.Path}, Workdir: "/"}, Limits: key.limits}
+	spec := s.spec(b.id, img, &Plan{Req: api.JobRequest{Image: key.image}}, st, b.work)
+	spec.Mounts = append(spec.Mounts, runtime.Mount{Source: s.Stub, Destination: stub.Path, ReadOnly: true, Options: []string{"nosuid", "nodev"}})
+	ctx := context.Background()
+	if s.Net != nil {
+		if b.att, err = s.Net.Acquire(ctx, b.id, network.None); err != nil {
+			return b, fmt.Errorf("network namespace: %w", err)
+		}
+		spec.NetNSPath = b.att.NSPath
+	}
+	var inR, outW, errW *os.File
+	defer func() {
+		for _, f := range []*os.File{inR, outW, errW} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	if inR, b.stdin, err = os.Pipe(); err != nil {
+		return b, err
+	}
+	if b.outR, outW, err = os.Pipe(); err != nil {
+		return b, err
+	}
+	if b.errR, errW, err = os.Pipe(); err != nil {
+		return b, err
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr = inR, outW, errW
+	if _, err := s.RT.Create(ctx, spec); err != nil {
+		return b, fmt.Errorf("create: %w", err)
+	}
+	created = true
+	return b, nil
+}
+
+// destroyWarm removes a warm sandbox no job took.
+func (s *Sandbox) destroyWarm(b *warmBox) { s.cleanWarm(b, true) }
+
+func (s *Sandbox) cleanWarm(b *warmBox, created bool) {
+	started := created
+	s.teardown(context.Background(), b.id, &started, &b.att)()
+	for _, f := range []*os.File{b.stdin, b.outR, b.errR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if b.work != "" {
+		s.removeWork(b.work)
+	}
+}
+
+// warmStep runs the first step of a job in warm sandbox b: the stub gets
+// the step's command, the container starts, and the step is supervised
+// as in step.
+func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (api.StepResult, func() time.Duration) {
+	res := api.StepResult{Name: st.Name}
+	t0 := time.Now()
+	started := true // created: removed whatever happens
+	teardown := s.teardown(ctx, b.id, &started, &b.att)
+	cwd := st.Workdir
+	if cwd == "" {
+		cwd = "/work"
+	}
+	cmd := stub.Encode(stub.Cmd{Args: st.Args, Env: append(append([]string{}, p.Req.Env...), st.Env...), Cwd: cwd})
+	go func() {
+		// Fails only if the sandbox is gone; its result says why.
+		if _, err := b.stdin.Write(cmd); err == nil && len(st.Stdin) > 0 {
+			b.stdin.Write(st.Stdin)
+		}
+		b.stdin.Close()
+	}()
+	err := s.RT.StartCreated(ctx, b.id)
+	tStarted := time.Now()
+	res.StartMs = ms(tStarted.Sub(t0))
+	if err != nil {
+		b.outR.Close()
+		b.errR.Close()
+		if ctx.Err() != nil {
+			res.Status, res.ExitCode, res.Error = api.StepKilled, -1, "cancelled while it started"
+			return res, teardown
+		}
+		return internalError(res, fmt.Errorf("start: %w", err)), teardown
+	}
+	res = s.finish(ctx, b.id, st, b.outR, b.errR, res, tStarted)
+	if res.ExitCode == 127 && strings.HasPrefix(res.Stderr, stub.Failed) {
+		// The command could not be run: said as the ordinary path says it.
+		line, rest, _ := strings.Cut(res.Stderr, "\n")
+		res.Error, res.Stderr = strings.TrimPrefix(line, "shoal-init: "), rest
+	}
+	return res, teardown
+}

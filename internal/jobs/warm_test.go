@@ -1,0 +1,81 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/api"
+)
+
+// TestWarmSandbox: with sandboxes kept warm, a job of the last job's shape
+// runs its first step in one created ahead, whose stub runs the step's
+// command with its stdin, environment, directory and files as the
+// ordinary path does; a command that cannot run is reported the same way;
+// a job of another shape takes the ordinary path; Close leaves nothing.
+func TestWarmSandbox(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		sb.Stub = filepath.Join(filepath.Dir(sb.Dir), "shoal-init")
+		cmd := exec.Command("go", "build", "-o", sb.Stub, "../../cmd/shoal-init")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build shoal-init: %v\n%s", err, out)
+		}
+		sb.Warm = 1
+		run := func(req api.JobRequest) api.Job {
+			t.Helper()
+			req.Image = "busybox:1"
+			p, err := NewPlan(req, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := api.Job{ID: fmt.Sprintf("jw%d-%d", os.Getpid(), jobSeq.Add(1))}
+			if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
+				t.Fatal(err)
+			}
+			return j
+		}
+		warm := "if test -e /dev/shoal-init; then echo warm; else echo cold; fi; "
+		first := run(api.JobRequest{Steps: []api.JobStep{shStep(warm, nil)}})
+		wantStatus(t, first.Steps[0], api.StepOK)
+		if first.Steps[0].Stdout != "cold\n" {
+			t.Fatalf("the first job of a shape: %q, want the ordinary path", first.Steps[0].Stdout)
+		}
+		// The pool fills in the background: a few jobs of the shape, and
+		// one of them must have found a warm sandbox.
+		var got api.Job
+		for i := 0; i < 20; i++ {
+			got = run(api.JobRequest{Env: []string{"A=job"}, Files: map[string][]byte{"in/x": []byte("file\n")}, Steps: []api.JobStep{
+				{Args: []string{"sh", "-c", warm + `read l; echo "$l $A $B $(pwd) $(cat x)"`}, Env: []string{"B=step"}, Workdir: "/work/in", Stdin: []byte("stdin\n")},
+				shStep("cat in/x", nil),
+			}})
+			if strings.HasPrefix(got.Steps[0].Stdout, "warm\n") {
+				break
+			}
+		}
+		wantStatus(t, got.Steps[0], api.StepOK)
+		wantStatus(t, got.Steps[1], api.StepOK)
+		if got.Steps[0].Stdout != "warm\nstdin job step /work/in file\n" || got.Steps[1].Stdout != "file\n" || got.Steps[0].MemoryPeak == 0 {
+			t.Fatalf("a job in a warm sandbox: %+v", got.Steps)
+		}
+		// The pool holds a sandbox of the default shape again by now, or
+		// the ordinary path runs it: the answer is the same.
+		missing := run(api.JobRequest{Steps: []api.JobStep{{Args: []string{"no-such-command"}}}})
+		s := missing.Steps[0]
+		if s.Status != api.StepNonzeroExit || s.ExitCode != 127 || !strings.Contains(s.Error, "no-such-command") || s.Stderr != "" {
+			t.Fatalf("a missing command in a warm sandbox: %+v", s)
+		}
+		other := run(api.JobRequest{Limits: api.JobLimits{Memory: "64Mi"}, Steps: []api.JobStep{shStep(warm, nil)}})
+		if other.Steps[0].Stdout != "cold\n" {
+			t.Fatalf("a job of another shape: %q", other.Steps[0].Stdout)
+		}
+		sb.Close()
+		if left, _ := os.ReadDir(sb.Dir); len(left) != 0 {
+			t.Fatalf("left after Close: %v", left)
+		}
+	})
+}
