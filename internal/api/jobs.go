@@ -148,4 +148,3 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	}
 	return b, nil
 }
-

@@ -12,15 +12,15 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/image/imagetest"
 )
 
 // hostileCase is one attack: a job and what must hold of its result.
 type hostileCase struct {
 	name  string
-	req   api.JobRequest
-	check func(t *testing.T, j api.Job)
+	req   types.JobRequest
+	check func(t *testing.T, j types.Job)
 }
 
 // TestJobHostile runs jobs that attack the sandbox, the host and other
@@ -64,7 +64,7 @@ func hostileSuite(t *testing.T, userns bool) {
 		if ents, _ := os.ReadDir(canaryDir); len(ents) != 1 {
 			t.Fatalf("after %s the canary's directory holds %v", after, ents)
 		}
-		var h api.Health
+		var h types.Health
 		if err := json.Unmarshal([]byte(d.getText("/v1/health")), &h); err != nil || h.Status != "ok" {
 			t.Fatalf("after %s the daemon's health: %+v %v", after, h, err)
 		}
@@ -103,8 +103,8 @@ func hostileSuite(t *testing.T, userns bool) {
 	// The victim: another tenant's job that keeps a secret in its /work,
 	// serves on its loopback and an abstract socket, and checks its secret
 	// at the end.
-	victim := d.submit(api.JobRequest{Image: "hostile:1", Tenant: "victim", Limits: api.JobLimits{Timeout: "60s"},
-		Steps: []api.JobStep{{Args: []string{"sh", "-c", `echo victim-secret > /work/secret
+	victim := d.submit(types.JobRequest{Image: "hostile:1", Tenant: "victim", Limits: types.JobLimits{Timeout: "60s"},
+		Steps: []types.JobStep{{Args: []string{"sh", "-c", `echo victim-secret > /work/secret
 hostile listen 127.0.0.1:7000 & a=$!; hostile listen @victim & b=$!; sleep 20; cat /work/secret; ls /work; kill $a $b; wait`}}}})
 	d.waitRunning(victim)
 
@@ -116,7 +116,7 @@ hostile listen 127.0.0.1:7000 & a=$!; hostile listen @victim & b=$!; sleep 20; c
 			c.req.Tenant = "attacker"
 		}
 		j := d.runJob(c.req)
-		if j.State != api.JobDone {
+		if j.State != types.JobDone {
 			t.Fatalf("%s: job %s (%s), want done", c.name, j.State, j.Error)
 		}
 		c.check(t, j)
@@ -125,11 +125,11 @@ hostile listen 127.0.0.1:7000 & a=$!; hostile listen @victim & b=$!; sleep 20; c
 	if n := reached.Load(); n != 0 {
 		t.Fatalf("jobs reached the host's loopback or abstract socket %d times", n)
 	}
-	var v api.Job
+	var v types.Job
 	if err := json.Unmarshal([]byte(d.getText("/v1/jobs/"+victim+"?wait=true")), &v); err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Steps) != 1 || v.Steps[0].Status != api.StepOK || !strings.Contains(v.Steps[0].Stdout, "listen 127.0.0.1:7000: ok\n") ||
+	if len(v.Steps) != 1 || v.Steps[0].Status != types.StepOK || !strings.Contains(v.Steps[0].Stdout, "listen 127.0.0.1:7000: ok\n") ||
 		!strings.Contains(v.Steps[0].Stdout, "listen @victim: ok\n") || !strings.HasSuffix(v.Steps[0].Stdout, "\nvictim-secret\nsecret\n") ||
 		strings.Contains(v.Steps[0].Stdout, "ACCEPTED") {
 		t.Fatalf("the victim's job beside the attacks: %+v", v.Steps)
@@ -150,71 +150,71 @@ func name(userns bool) string {
 // the bridge's address (where the self API listens) and proxy the daemon's
 // proxy.
 func hostileCases(canary, canaryDir, sock, abstract, loopback, gateway, proxy string) []hostileCase {
-	sh := func(script string) api.JobStep { return api.JobStep{Args: []string{"sh", "-c", script}} }
+	sh := func(script string) types.JobStep { return types.JobStep{Args: []string{"sh", "-c", script}} }
 	return []hostileCase{
-		{name: "symlinks to host paths in /work and over an input directory", req: api.JobRequest{
+		{name: "symlinks to host paths in /work and over an input directory", req: types.JobRequest{
 			Files: map[string][]byte{"in/a.txt": []byte("input\n")},
-			Steps: []api.JobStep{
+			Steps: []types.JobStep{
 				sh(fmt.Sprintf("ln -s %s /work/canary && ln -s %s /work/dir && ln -s / /work/root && rm -rf in && ln -s %s in && echo planted", canary, canaryDir, canaryDir)),
 				sh("echo pwned > /work/canary; echo pwned > in/a.txt; chmod 777 /work/canary /work/dir; chown 0:0 /work/canary; cat /work/canary; ls /work/root/work/dir/; exit 0"),
 			}},
-			check: func(t *testing.T, j api.Job) {
-				wantSteps(t, j, api.StepOK, api.StepOK)
+			check: func(t *testing.T, j types.Job) {
+				wantSteps(t, j, types.StepOK, types.StepOK)
 				if j.Steps[0].Stdout != "planted\n" || strings.Contains(j.Steps[1].Stdout, "secret") {
 					t.Fatalf("symlinks: %+v", j.Steps)
 				}
 			}},
-		{name: "hard links out of /work and /tmp", req: api.JobRequest{Steps: []api.JobStep{
+		{name: "hard links out of /work and /tmp", req: types.JobRequest{Steps: []types.JobStep{
 			sh("echo x > /tmp/t; echo y > /work/y; hostile link /etc/passwd /work/p; hostile link /bin/busybox /tmp/b; hostile link /tmp/t /work/t; hostile link /work/y /tmp/y; hostile link /work/y /work/y2"),
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK)
 			refused(t, j.Steps[0].Stdout, "link /etc/passwd /work/p", "link /bin/busybox /tmp/b", "link /tmp/t /work/t", "link /work/y /tmp/y")
 		}},
-		{name: "FIFOs and device nodes in /work and /tmp", req: api.JobRequest{
+		{name: "FIFOs and device nodes in /work and /tmp", req: types.JobRequest{
 			Files: map[string][]byte{"in.txt": []byte("input\n")},
-			Steps: []api.JobStep{
+			Steps: []types.JobStep{
 				sh("rm in.txt; hostile mkfifo /work/fifo /work/in.txt /tmp/fifo; hostile mknod /work/null; hostile mknod /tmp/null; hostile mknod /dev/shm/null"),
 				{Args: []string{"sh", "-c", "read x; echo got $x; ls -l /work"}, Stdin: []byte("stdin\n")},
 			}},
-			check: func(t *testing.T, j api.Job) {
-				wantSteps(t, j, api.StepOK, api.StepOK)
+			check: func(t *testing.T, j types.Job) {
+				wantSteps(t, j, types.StepOK, types.StepOK)
 				refused(t, j.Steps[0].Stdout, "mknod /work/null", "mknod-block /work/nullb", "mknod /tmp/null", "mknod /dev/shm/null")
 				if !strings.HasPrefix(j.Steps[1].Stdout, "got stdin\n") {
 					t.Fatalf("the step after the FIFOs: %+v", j.Steps[1])
 				}
 			}},
-		{name: "a work directory swapped for a symlink to / between steps", req: api.JobRequest{Steps: []api.JobStep{
+		{name: "a work directory swapped for a symlink to / between steps", req: types.JobRequest{Steps: []types.JobStep{
 			sh("mkdir /work/sub && rm -rf /work/sub && ln -s / /work/sub"),
 			{Args: []string{"sh", "-c", "pwd -P; ls"}, Workdir: "/work/sub"},
 			{Args: []string{"sh", "-c", "pwd -P"}, Workdir: "/work/sub/work/made/here"},
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK, api.StepOK, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK, types.StepOK, types.StepOK)
 			if !strings.HasPrefix(j.Steps[1].Stdout, "/\n") || !strings.Contains(j.Steps[1].Stdout, "\nbin\n") || j.Steps[2].Stdout != "/work/made/here\n" {
 				t.Fatalf("steps in a symlinked work directory: %+v", j.Steps[1:])
 			}
 		}},
-		{name: "a directory swapped for a symlink while the step ends", req: api.JobRequest{Limits: api.JobLimits{Timeout: "1s"}, Steps: []api.JobStep{
+		{name: "a directory swapped for a symlink while the step ends", req: types.JobRequest{Limits: types.JobLimits{Timeout: "1s"}, Steps: []types.JobStep{
 			sh("hostile swap /work & hostile swap /tmp & sleep 0.3; exit 0"),
 			{Args: []string{"hostile", "swap", "/work"}},
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK, api.StepTimeout)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK, types.StepTimeout)
 		}},
-		{name: "fork bomb", req: api.JobRequest{Limits: api.JobLimits{Pids: 32, Timeout: "2s"}, Steps: []api.JobStep{
+		{name: "fork bomb", req: types.JobRequest{Limits: types.JobLimits{Pids: 32, Timeout: "2s"}, Steps: []types.JobStep{
 			sh("f(){ f | f & }; f; while :; do :; done"),
-		}}, check: func(t *testing.T, j api.Job) { wantSteps(t, j, api.StepTimeout) }},
-		{name: "memory bomb", req: api.JobRequest{Limits: api.JobLimits{Memory: "32Mi"}, Steps: []api.JobStep{
+		}}, check: func(t *testing.T, j types.Job) { wantSteps(t, j, types.StepTimeout) }},
+		{name: "memory bomb", req: types.JobRequest{Limits: types.JobLimits{Memory: "32Mi"}, Steps: []types.JobStep{
 			sh("head -c 500m /dev/zero | tail"),
-		}}, check: func(t *testing.T, j api.Job) { wantSteps(t, j, api.StepOOM) }},
-		{name: "disk fill of /work, /tmp and /dev/shm", req: api.JobRequest{Limits: api.JobLimits{WorkSize: "8Mi", TmpSize: "8Mi"}, Steps: []api.JobStep{
+		}}, check: func(t *testing.T, j types.Job) { wantSteps(t, j, types.StepOOM) }},
+		{name: "disk fill of /work, /tmp and /dev/shm", req: types.JobRequest{Limits: types.JobLimits{WorkSize: "8Mi", TmpSize: "8Mi"}, Steps: []types.JobStep{
 			sh("hostile fill /work; hostile fill /tmp; hostile fill /dev/shm"),
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK)
 			wantFilled(t, j.Steps[0].Stdout, 8<<20, 8<<20, 64<<20)
 		}},
-		{name: "inode exhaustion of /work and /tmp", req: api.JobRequest{Limits: api.JobLimits{WorkSize: "8Mi", TmpSize: "8Mi", Timeout: "20s"}, Steps: []api.JobStep{
+		{name: "inode exhaustion of /work and /tmp", req: types.JobRequest{Limits: types.JobLimits{WorkSize: "8Mi", TmpSize: "8Mi", Timeout: "20s"}, Steps: []types.JobStep{
 			sh("hostile inodes /work; hostile inodes /tmp"),
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK)
 			lines := strings.Split(strings.TrimSpace(j.Steps[0].Stdout), "\n")
 			if len(lines) != 2 {
 				t.Fatalf("inodes: %q", j.Steps[0].Stdout)
@@ -226,52 +226,52 @@ func hostileCases(canary, canaryDir, sock, abstract, loopback, gateway, proxy st
 				}
 			}
 		}},
-		{name: "output flood on stdout and stderr at once", req: api.JobRequest{Limits: api.JobLimits{Output: "4Ki"}, Steps: []api.JobStep{
+		{name: "output flood on stdout and stderr at once", req: types.JobRequest{Limits: types.JobLimits{Output: "4Ki"}, Steps: []types.JobStep{
 			sh("yes out & yes err >&2 & wait"),
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOutputLimit)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOutputLimit)
 			s := j.Steps[0]
 			if len(s.Stdout) > 4096 || len(s.Stderr) > 4096 || !(s.StdoutTruncated || s.StderrTruncated) {
 				t.Fatalf("flood: stdout %d stderr %d truncated %v %v", len(s.Stdout), len(s.Stderr), s.StdoutTruncated, s.StderrTruncated)
 			}
 		}},
-		{name: "children left behind", req: api.JobRequest{Limits: api.JobLimits{Timeout: "30s"}, Steps: []api.JobStep{
+		{name: "children left behind", req: types.JobRequest{Limits: types.JobLimits{Timeout: "30s"}, Steps: []types.JobStep{
 			sh("sleep 1000 & (sleep 1000 >/dev/null 2>&1 &); nohup sleep 1000 >/dev/null 2>&1 & exit 0"),
 			sh("ps -o comm | grep -c sleep; exit 0"),
-		}}, check: func(t *testing.T, j api.Job) {
+		}}, check: func(t *testing.T, j types.Job) {
 			// Had the step waited for its children, it would have timed out.
-			wantSteps(t, j, api.StepOK, api.StepOK)
+			wantSteps(t, j, types.StepOK, types.StepOK)
 			if j.Steps[1].Stdout != "0\n" {
 				t.Fatalf("the next step sees the last one's children: %q", j.Steps[1].Stdout)
 			}
 		}},
-		{name: "ptrace, mount, unshare, keyctl, bpf and other privileged calls", req: api.JobRequest{Steps: []api.JobStep{
+		{name: "ptrace, mount, unshare, keyctl, bpf and other privileged calls", req: types.JobRequest{Steps: []types.JobStep{
 			{Args: []string{"hostile", "syscalls"}},
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK)
 			lines := strings.Split(strings.TrimSpace(j.Steps[0].Stdout), "\n")
 			if len(lines) < 28 {
 				t.Fatalf("syscalls: %q %q", j.Steps[0].Stdout, j.Steps[0].Stderr)
 			}
 			refused(t, j.Steps[0].Stdout, lines...)
 		}},
-		{name: "raw and packet sockets", req: api.JobRequest{Steps: []api.JobStep{{Args: []string{"hostile", "sockets"}}}},
-			check: func(t *testing.T, j api.Job) {
-				wantSteps(t, j, api.StepOK)
+		{name: "raw and packet sockets", req: types.JobRequest{Steps: []types.JobStep{{Args: []string{"hostile", "sockets"}}}},
+			check: func(t *testing.T, j types.Job) {
+				wantSteps(t, j, types.StepOK)
 				refused(t, j.Steps[0].Stdout, "raw-inet", "raw-inet6", "raw-inet-tcp", "packet", "packet-dgram", "lo-down")
 			}},
-		{name: "the host's loopback, the daemon's sockets, the self API and the proxy", req: api.JobRequest{Steps: []api.JobStep{
+		{name: "the host's loopback, the daemon's sockets, the self API and the proxy", req: types.JobRequest{Steps: []types.JobStep{
 			{Args: []string{"hostile", "connect", loopback, gateway + ":7071", proxy}},
 			{Args: []string{"hostile", "unix", sock, abstract, "@/var/run/docker.sock"}},
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK, types.StepOK)
 			refused(t, j.Steps[0].Stdout, "connect "+loopback, "connect "+gateway+":7071", "connect "+proxy)
 			refused(t, j.Steps[1].Stdout, "unix "+sock, "unix "+abstract)
 		}},
-		{name: "another tenant's job", req: api.JobRequest{Steps: []api.JobStep{
+		{name: "another tenant's job", req: types.JobRequest{Steps: []types.JobStep{
 			sh("ps -o comm | grep -c sleep; grep -rls victim-secret /work /tmp /dev/shm /run /var /root; ls /proc | grep -c '^[0-9]'; hostile connect 127.0.0.1:7000; hostile unix @victim; exit 0"),
-		}}, check: func(t *testing.T, j api.Job) {
-			wantSteps(t, j, api.StepOK)
+		}}, check: func(t *testing.T, j types.Job) {
+			wantSteps(t, j, types.StepOK)
 			out := j.Steps[0].Stdout
 			if !strings.HasPrefix(out, "0\n") || strings.Contains(out, "/secret") {
 				t.Fatalf("another tenant's job is visible: %q", out)
@@ -282,7 +282,7 @@ func hostileCases(canary, canaryDir, sock, abstract, loopback, gateway, proxy st
 }
 
 // wantSteps checks the steps' statuses.
-func wantSteps(t *testing.T, j api.Job, status ...string) {
+func wantSteps(t *testing.T, j types.Job, status ...string) {
 	t.Helper()
 	if len(j.Steps) != len(status) {
 		t.Fatalf("job %s: %d steps, want %d: %+v", j.ID, len(j.Steps), len(status), j.Steps)
@@ -331,11 +331,11 @@ func wantFilled(t *testing.T, out string, bounds ...int64) {
 }
 
 // submit queues a job and returns its id.
-func (d *daemon) submit(req api.JobRequest) string {
+func (d *daemon) submit(req types.JobRequest) string {
 	d.t.Helper()
 	body, _ := json.Marshal(req)
 	code, _, raw := d.post("/v1/jobs", body)
-	var j api.Job
+	var j types.Job
 	if code != 202 || json.Unmarshal(raw, &j) != nil {
 		d.t.Fatalf("submit: %d %s", code, raw)
 	}
@@ -343,11 +343,11 @@ func (d *daemon) submit(req api.JobRequest) string {
 }
 
 // runJob submits a job and waits for its end.
-func (d *daemon) runJob(req api.JobRequest) api.Job {
+func (d *daemon) runJob(req types.JobRequest) types.Job {
 	d.t.Helper()
 	body, _ := json.Marshal(req)
 	code, _, raw := d.post("/v1/jobs?wait=true", body)
-	var j api.Job
+	var j types.Job
 	if code != 200 || json.Unmarshal(raw, &j) != nil {
 		d.t.Fatalf("run job: %d %s", code, raw)
 	}
@@ -401,16 +401,16 @@ func (d *daemon) hostileImage(tag string) {
 func (d *daemon) killedMidRace(canaryDir string, intact func(string)) {
 	t := d.t
 	t.Helper()
-	id := d.submit(api.JobRequest{Image: "hostile:1", Limits: api.JobLimits{Timeout: "2s"}, Steps: []api.JobStep{{Args: []string{"sh", "-c",
+	id := d.submit(types.JobRequest{Image: "hostile:1", Limits: types.JobLimits{Timeout: "2s"}, Steps: []types.JobStep{{Args: []string{"sh", "-c",
 		fmt.Sprintf("ln -s %s /work/canary; mkdir -p /work/in/a/b; hostile swap /work/in & hostile swap /work & hostile swap /tmp; wait", canaryDir)}}}})
 	d.waitRunning(id)
 	d.stop(syscall.SIGKILL)
 	d.start()
-	var j api.Job
+	var j types.Job
 	if err := json.Unmarshal([]byte(d.getText("/v1/jobs/"+id+"?wait=true")), &j); err != nil {
 		t.Fatal(err)
 	}
-	if j.State != api.JobDone || j.Attempts < 2 {
+	if j.State != types.JobDone || j.Attempts < 2 {
 		t.Fatalf("the job killed mid-race: %s (%s), attempts %d", j.State, j.Error, j.Attempts)
 	}
 	intact("a daemon killed while a job raced symlinks in /work")

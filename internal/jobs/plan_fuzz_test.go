@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
 )
@@ -29,7 +29,7 @@ func FuzzNewPlan(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var req api.JobRequest
+		var req types.JobRequest
 		if err := httperr.DecodeJSON(body, &req); err != nil {
 			if errdefs.Field(err) == "" {
 				t.Fatalf("decode error %v names no field", err)

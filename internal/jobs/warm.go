@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/jobs/stub"
 	"github.com/shoal-run/shoal/internal/network"
@@ -179,8 +179,8 @@ func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error)
 	if err := s.mountWork(b.work, key.work); err != nil {
 		return b, fmt.Errorf("work directory: %w", err)
 	}
-	st := &Step{JobStep: api.JobStep{Args: []string{stub.Path}, Workdir: "/"}, Limits: key.limits}
-	spec := s.spec(b.id, img, &Plan{Req: api.JobRequest{Image: key.image}}, st, b.work)
+	st := &Step{JobStep: types.JobStep{Args: []string{stub.Path}, Workdir: "/"}, Limits: key.limits}
+	spec := s.spec(b.id, img, &Plan{Req: types.JobRequest{Image: key.image}}, st, b.work)
 	spec.Mounts = append(spec.Mounts, runtime.Mount{Source: s.Stub, Destination: stub.Path, ReadOnly: true, Options: []string{"nosuid", "nodev"}})
 	ctx := context.Background()
 	if s.Net != nil {
@@ -233,8 +233,8 @@ func (s *Sandbox) cleanWarm(b *warmBox, created bool) {
 // warmStep runs the first step of a job in warm sandbox b: the stub gets
 // the step's command, the container starts, and the step is supervised
 // as in step.
-func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (api.StepResult, func() time.Duration) {
-	res := api.StepResult{Name: st.Name}
+func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (types.StepResult, func() time.Duration) {
+	res := types.StepResult{Name: st.Name}
 	t0 := time.Now()
 	started := true // created: removed whatever happens
 	teardown := s.teardown(ctx, b.id, &started, &b.att)
@@ -257,7 +257,7 @@ func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (
 		b.outR.Close()
 		b.errR.Close()
 		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = api.StepKilled, -1, "cancelled while it started"
+			res.Status, res.ExitCode, res.Error = types.StepKilled, -1, "cancelled while it started"
 			return res, teardown
 		}
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown
