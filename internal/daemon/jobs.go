@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -196,7 +195,11 @@ func (d *Daemon) warmSandboxes(sb *jobs.Sandbox, slots int) error {
 		return nil
 	}
 	stub := filepath.Join(filepath.Dir(sb.Dir), "shoal-init")
-	if err := copyFile(initBin, stub+".tmp", 0o755); err != nil {
+	b, err := os.ReadFile(initBin)
+	if err == nil {
+		err = os.WriteFile(stub+".tmp", b, 0o755)
+	}
+	if err != nil {
 		return fmt.Errorf("warm sandboxes: %w", err)
 	}
 	if err := os.Rename(stub+".tmp", stub); err != nil {
@@ -204,24 +207,6 @@ func (d *Daemon) warmSandboxes(sb *jobs.Sandbox, slots int) error {
 	}
 	sb.Stub = stub
 	return nil
-}
-
-// copyFile copies src to a new dst with mode.
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // sandboxDir holds the bundles and work directories of user-namespaced
