@@ -167,7 +167,7 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 			j.Steps = append(j.Steps, res)
 			continue
 		}
-		var res types.StepResult
+		var res StepResult
 		var teardown func() time.Duration
 		if i == 0 && warm != nil {
 			warmUsed = true
@@ -398,7 +398,7 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 }
 
 // finish supervises a started step to its end and fills in its result.
-func (s *Sandbox) finish(ctx context.Context, id string, st *Step, outR, errR *os.File, res types.StepResult, tStarted time.Time) types.StepResult {
+func (s *Sandbox) finish(ctx context.Context, id string, st *Step, outR, errR *os.File, res StepResult, tStarted time.Time) StepResult {
 	end, exit, werr := s.supervise(ctx, id, st.Limits, outR, errR, &res)
 	tExited := time.Now()
 	res.ExecMs = ms(tExited.Sub(tStarted))

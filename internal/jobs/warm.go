@@ -233,8 +233,8 @@ func (s *Sandbox) cleanWarm(b *warmBox, created bool) {
 // warmStep runs the first step of a job in warm sandbox b: the stub gets
 // the step's command, the container starts, and the step is supervised
 // as in step.
-func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (types.StepResult, func() time.Duration) {
-	res := types.StepResult{Name: st.Name}
+func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (StepResult, func() time.Duration) {
+	res := StepResult{Name: st.Name}
 	t0 := time.Now()
 	started := true // created: removed whatever happens
 	teardown := s.teardown(ctx, b.id, &started, &b.att)
@@ -257,7 +257,7 @@ func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (
 		b.outR.Close()
 		b.errR.Close()
 		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = types.StepKilled, -1, "cancelled while it started"
+			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
 			return res, teardown
 		}
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown

@@ -26,14 +26,14 @@ func TestWarmSandbox(t *testing.T) {
 			t.Fatalf("build shoal-init: %v\n%s", err, out)
 		}
 		sb.Warm = 1
-		run := func(req types.JobRequest) types.Job {
+		run := func(req types.JobRequest) Job {
 			t.Helper()
 			req.Image = "busybox:1"
 			p, err := NewPlan(req, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			j := types.Job{ID: fmt.Sprintf("jw%d-%d", os.Getpid(), jobSeq.Add(1))}
+			j := Job{ID: fmt.Sprintf("jw%d-%d", os.Getpid(), jobSeq.Add(1))}
 			if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 				t.Fatal(err)
 			}
@@ -41,13 +41,13 @@ func TestWarmSandbox(t *testing.T) {
 		}
 		warm := "if test -e /dev/shoal-init; then echo warm; else echo cold; fi; "
 		first := run(types.JobRequest{Steps: []types.JobStep{shStep(warm, nil)}})
-		wantStatus(t, first.Steps[0], types.StepOK)
+		wantStatus(t, first.Steps[0], StepOK)
 		if first.Steps[0].Stdout != "cold\n" {
 			t.Fatalf("the first job of a shape: %q, want the ordinary path", first.Steps[0].Stdout)
 		}
 		// The pool fills in the background: a few jobs of the shape, and
 		// one of them must have found a warm sandbox.
-		var got types.Job
+		var got Job
 		for i := 0; i < 20; i++ {
 			got = run(types.JobRequest{Env: []string{"A=job"}, Files: map[string][]byte{"in/x": []byte("file\n")}, Steps: []types.JobStep{
 				{Args: []string{"sh", "-c", warm + `read l; echo "$l $A $B $(pwd) $(cat x)"`}, Env: []string{"B=step"}, Workdir: "/work/in", Stdin: []byte("stdin\n")},
@@ -57,8 +57,8 @@ func TestWarmSandbox(t *testing.T) {
 				break
 			}
 		}
-		wantStatus(t, got.Steps[0], types.StepOK)
-		wantStatus(t, got.Steps[1], types.StepOK)
+		wantStatus(t, got.Steps[0], StepOK)
+		wantStatus(t, got.Steps[1], StepOK)
 		if got.Steps[0].Stdout != "warm\nstdin job step /work/in file\n" || got.Steps[1].Stdout != "file\n" || got.Steps[0].MemoryPeak == 0 {
 			t.Fatalf("a job in a warm sandbox: %+v", got.Steps)
 		}
@@ -66,7 +66,7 @@ func TestWarmSandbox(t *testing.T) {
 		// the ordinary path runs it: the answer is the same.
 		missing := run(types.JobRequest{Steps: []types.JobStep{{Args: []string{"no-such-command"}}}})
 		s := missing.Steps[0]
-		if s.Status != types.StepNonzeroExit || s.ExitCode != 127 || !strings.Contains(s.Error, "no-such-command") || s.Stderr != "" {
+		if s.Status != StepNonzeroExit || s.ExitCode != 127 || !strings.Contains(s.Error, "no-such-command") || s.Stderr != "" {
 			t.Fatalf("a missing command in a warm sandbox: %+v", s)
 		}
 		other := run(types.JobRequest{Limits: types.JobLimits{Memory: "64Mi"}, Steps: []types.JobStep{shStep(warm, nil)}})
