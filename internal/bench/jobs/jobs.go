@@ -263,7 +263,7 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 	latT := bench.Table{Title: "Submission to result", Unit: "ms", Baseline: "bare runc run, 1 client",
 		Note: "Each value is one job, from the client sending it to the client holding its result (output and exit status)."}
 	phaseT := bench.Table{Title: "Where a shoal job's time goes", Unit: "ms",
-		Note: "From each job's result: queue (submission to the first step), create (work directory, namespace from the pool, pipes), start (overlay, bundle, runc run), exec (the process). Teardown (container delete, namespace release) runs after the answer, while the job still holds its slot; its row is the mean per round from the daemon's `shoal_job_step_phase_seconds` metric."}
+		Note: "From each job's result: queue (submission to the first step), create (work directory, namespace from the pool, pipes), start (overlay, bundle, runc run; in a warm sandbox, the stub handed its command and the exec FIFO opened), exec (the process). Teardown (container delete, namespace release) runs after the answer, while the job still holds its slot; its row is the mean per round from the daemon's `shoal_job_step_phase_seconds` metric."}
 	var latGroups []bench.Table
 	for _, c := range jobsConcurrency {
 		var lt bench.Table
