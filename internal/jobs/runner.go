@@ -72,8 +72,8 @@ type Sandbox struct {
 	CPUCheck time.Duration
 	Clock    clock.Clock
 	Log      *slog.Logger
-	// Warm is how many sandboxes are kept created ahead for the shape of
-	// the last job (image, first step's limits, work size), each with a
+	// Warm is how many sandboxes are kept created ahead for one shape of
+	// job (image, first step's limits, work size; see warmPool), each with a
 	// namespace, work tmpfs and cgroups of its own and Stub as its
 	// process; a job of that shape starts its first step by handing the
 	// stub its command, without running the OCI runtime. 0: none.

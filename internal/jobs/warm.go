@@ -39,14 +39,17 @@ type warmBox struct {
 	outR, errR *os.File
 }
 
-// warmPool keeps up to Sandbox.Warm sandboxes created for the shape of the
-// last job that ran; a job of another shape takes the ordinary path and
-// becomes the shape kept. Each warm sandbox serves one job: its cgroups,
-// and so the step's CPU time, peak memory and OOM count, are its own.
+// warmPool keeps up to Sandbox.Warm sandboxes created for one shape of
+// job; a job of another shape takes the ordinary path, and two such jobs
+// in a row make theirs the shape kept (so jobs of two shapes interleaved
+// do not make and drop sandboxes at every job). Each warm sandbox serves
+// one job: its cgroups, and so the step's CPU time, peak memory and OOM
+// count, are its own.
 type warmPool struct {
 	once  sync.Once
 	mu    sync.Mutex
-	key   warmKey
+	key   warmKey // the shape kept; zero: none (idle)
+	next  warmKey // the shape of the last job that missed, if the one before did not
 	img   image.Image
 	ready []*warmBox
 	wake  chan struct{}
@@ -54,8 +57,8 @@ type warmPool struct {
 	done  chan struct{}
 }
 
-// take returns a warm sandbox of key's shape, or nil, and makes key the
-// shape the pool refills with.
+// take returns a warm sandbox of key's shape, or nil; the second job in a
+// row of a shape the pool does not keep makes it the one kept.
 func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
 	p := &s.pool
 	p.once.Do(func() {
@@ -64,11 +67,18 @@ func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
 	})
 	p.mu.Lock()
 	var b *warmBox
-	if p.key == key && len(p.ready) > 0 {
-		b = p.ready[0]
-		p.ready = p.ready[1:]
+	switch {
+	case p.key == key:
+		if len(p.ready) > 0 {
+			b = p.ready[0]
+			p.ready = p.ready[1:]
+		}
+		p.next = warmKey{}
+	case p.next == key:
+		p.key, p.img = key, img
+	default:
+		p.next = key
 	}
-	p.key, p.img = key, img
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -95,8 +105,9 @@ func (s *Sandbox) fill() {
 		case <-p.stop:
 			return
 		case <-idle.C():
+			// Dropped; the next job of the shape makes it kept again.
 			p.mu.Lock()
-			p.key, p.img = warmKey{}, image.Image{}
+			p.next, p.key, p.img = p.key, warmKey{}, image.Image{}
 			p.mu.Unlock()
 		case <-p.wake:
 			idle.Reset(WarmIdle)
