@@ -19,7 +19,9 @@ import (
 //	    ├── revisions/<app>/<n>         immutable revisions, n zero-padded
 //	    ├── replicas/<app>/<id>         replicas of an app and their state
 //	    ├── jobs/<id>                   queued, running and finished jobs
-//	    ├── nodes/<name>                node records, kept alive by a lease
+//	    ├── nodes/<name>                node records: address, capacity, draining
+//	    ├── alive/<name>                a node's heartbeat, on the node's lease
+//	    ├── leader/<lease>              candidates of the leader election
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in
@@ -48,6 +50,8 @@ const (
 	ReplicasRoot     = Root + "replicas/"
 	JobsPrefix       = Root + "jobs/"
 	NodesPrefix      = Root + "nodes/"
+	AlivePrefix      = Root + "alive/"
+	LeaderPrefix     = Root + "leader/"
 	EventsPrefix     = Root + "events/"
 )
 
@@ -78,6 +82,10 @@ func JobKey(id string) string { return JobsPrefix + id }
 
 // NodeKey is the key of the node with the given name.
 func NodeKey(name string) string { return NodesPrefix + name }
+
+// AliveKey is the heartbeat key of the node with the given name; it lives on
+// the node's lease and is gone once the lease expires.
+func AliveKey(name string) string { return AlivePrefix + name }
 
 // EventKey is the key of event number seq in the event log.
 func EventKey(seq int64) string { return EventsPrefix + pad(seq) }
