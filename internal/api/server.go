@@ -50,6 +50,7 @@ type Server struct {
 	Apps       Apps   // nil: the app routes answer 503
 	Events     Events // nil: /v1/events answers 503
 	Jobs       Jobs   // nil: no job routes
+	Nodes      Nodes  // nil: no node routes
 	Health     func(ctx context.Context) types.Health
 	Registry   prometheus.Gatherer
 	Logger     *slog.Logger
@@ -82,6 +83,7 @@ func (s *Server) Handler(token string) http.Handler {
 	s.routeApps(mux)
 	s.routeActivate(mux)
 	s.registerJobs(mux)
+	s.nodeRoutes(mux)
 	if s.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoal-run/shoal/internal/appapi"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/daemon"
 )
 
@@ -24,6 +25,7 @@ adopts them and removes any orphans it has no record of.`,
 		Example: `  shoal daemon
   shoal daemon --data-dir /tmp/shoal --api unix:///tmp/shoal.sock
   shoal daemon --store etcd://127.0.0.1:2379 --api-tcp 127.0.0.1:7070
+  shoal daemon --store etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --node-name n1 --advertise 10.0.0.11:7070
   shoal daemon --ui 127.0.0.1:7080    # the dashboard; open http://127.0.0.1:7080/?token=$(cat /var/lib/shoal/api-token)`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -71,6 +73,8 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Cgroup, "cgroup-parent", "/shoal", "cgroup under which containers are made; cgroups under it that the daemon has no record of are removed at start")
 	f.IntVar(&cfg.NetnsPool, "netns-pool", 0, "network namespaces kept ready per network mode (0: default of 4 none and 2 bridge; -1: none, create on each start)")
 	f.StringVar(&cfg.Node, "node-name", "", "this node's name in the store (default: the hostname)")
+	f.StringVar(&cfg.Advertise, "advertise", "", "with --store etcd: host:port where other nodes reach this one")
+	f.DurationVar(&cfg.NodeTTL, "node-ttl", cluster.DefaultTTL, "with --store etcd: this node's lease; a node that stops renewing it is down after it (1s-1m, whole seconds)")
 	f.StringVar(&cfg.Bridge, "bridge", "shoal0", "name of the bridge for --network bridge containers")
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")
 	f.StringVar(&cfg.Proxy, "proxy", "127.0.0.1:8080", "where the app proxy listens (Host: <app>.localhost), or off")

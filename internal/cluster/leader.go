@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -89,7 +90,8 @@ func (e *Elector) once(ctx context.Context) error {
 		return fmt.Errorf("session: %w", err)
 	}
 	defer s.Close()
-	el := concurrency.NewElection(s, store.LeaderPrefix)
+	// The election adds the "/" between the prefix and its keys.
+	el := concurrency.NewElection(s, strings.TrimSuffix(store.LeaderPrefix, "/"))
 	// Campaign returns once this node leads; a lost session ends it too.
 	cctx, cancel := context.WithCancel(ctx)
 	go func() {

@@ -171,9 +171,17 @@ func Drain(ctx context.Context, st store.Store, name string) error {
 	}
 }
 
-// ErrLive is returned when removing a node that is ready: drain it first
-// or let it go down.
-var ErrLive = errors.New("node is ready: drain it first or stop it")
+// ErrLive is matched by the error of removing a node that is ready: drain
+// it first or let it go down.
+var ErrLive = errors.New("node is ready")
+
+type liveError struct{ name string }
+
+func (e liveError) Error() string {
+	return fmt.Sprintf("node %q is ready: drain it first (shoal node drain %s) or stop it", e.name, e.name)
+}
+
+func (e liveError) Is(target error) bool { return target == ErrLive || target == errdefs.ErrConflict }
 
 // Remove deletes the record of a node that is draining or down; a ready
 // node is refused with an error that wraps ErrLive and errdefs.ErrConflict.
@@ -183,7 +191,7 @@ func Remove(ctx context.Context, st store.Store, name string) error {
 		return err
 	}
 	if n.State == StateReady {
-		return fmt.Errorf("node %q: %w (%w)", name, ErrLive, errdefs.ErrConflict)
+		return liveError{name}
 	}
 	if err := st.Delete(ctx, store.NodeKey(name)); err != nil {
 		return fmt.Errorf("node %q: %w", name, err)

@@ -9,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/units"
@@ -39,6 +42,9 @@ func (c *Config) defaults() {
 	}
 	if c.Node == "" {
 		c.Node, _ = os.Hostname()
+	}
+	if c.NodeTTL == 0 {
+		c.NodeTTL = cluster.DefaultTTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -92,6 +98,14 @@ func (c *Config) Validate() error {
 	if !nameRE.MatchString(c.Node) {
 		return errdefs.Invalid("--node-name", "%q is not a node name (letters, digits, _.-)", c.Node)
 	}
+	if c.NodeTTL < time.Second || c.NodeTTL > time.Minute {
+		return errdefs.Invalid("--node-ttl", "%s: use a lease between 1s and 1m (etcd rounds up to whole seconds, and its own minimum is 2s by default)", c.NodeTTL)
+	}
+	if c.Advertise != "" {
+		if err := checkAdvertise(c.Advertise); err != nil {
+			return errdefs.Invalid("--advertise", "%q: %v", c.Advertise, err)
+		}
+	}
 	if c.SelfAPIPort < -1 || c.SelfAPIPort > 65535 {
 		return errdefs.Invalid("--self-api-port", "%d is not a port number (0: any free port, -1: no self API)", c.SelfAPIPort)
 	}
@@ -115,6 +129,30 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// checkAdvertise accepts host:port where host is an IP other nodes can reach
+// (not 0.0.0.0) or a DNS name, and port is 1-65535.
+func checkAdvertise(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not host:port")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q is not 1-65535", port)
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		if ip.IsUnspecified() {
+			return fmt.Errorf("%s is not an address other nodes can reach", host)
+		}
+		return nil
+	}
+	if !hostRE.MatchString(host) {
+		return fmt.Errorf("host %q is neither an IP address nor a DNS name", host)
+	}
+	return nil
+}
+
+var hostRE = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?)*$`)
 
 // lockFile takes an exclusive lock on path, or says who holds it.
 func lockFile(path, what string) (*os.File, error) {

@@ -51,6 +51,11 @@ type Config struct {
 	Cgroup    string // cgroup parent of every container (default /shoal)
 	NetnsPool int    // ready network namespaces per mode (0: default, <0: none)
 	Node      string // this node's name in the store (default: the hostname)
+	// Advertise is where other nodes reach this one (host:port; cluster
+	// only, may be empty). NodeTTL is the node's lease: a node that stops
+	// renewing it is down after it (default cluster.DefaultTTL).
+	Advertise string
+	NodeTTL   time.Duration
 	Subnet    string // CNI subnet (default 10.77.0.0/16)
 	// Proxy is where the serving proxy listens (default 127.0.0.1:8080;
 	// "off": no proxy). Domain also routes <app>.<Domain>.
@@ -91,6 +96,7 @@ type Daemon struct {
 	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
 	apps      *serving.Manager
 	route     serving.Router // the proxy's table, for the dashboard's counters
+	cluster   *clusterNode   // nil on bolt: single host
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running
@@ -205,6 +211,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.openServing(ctx); err != nil {
 		return err
 	}
+	if err := d.openCluster(ctx); err != nil {
+		return err
+	}
 	d.removeUnownedReplicas(ctx, adopted)
 	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
 		if err := runtime.CrunUsable(ctx); err != nil {
@@ -248,6 +257,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Images:     images.New(d.images, d.imageUsers),
 		Containers: d.ctrs,
 		Jobs:       jobsAPI{d.jobs.Manager},
+		Nodes:      nodeService{d},
 		Apps:       d.apps,
 		Events:     wireEvents{d.events},
 		Health:     d.health,
@@ -299,6 +309,7 @@ func (d *Daemon) close() {
 	for _, s := range d.servers {
 		s.Close()
 	}
+	d.closeCluster()
 	d.closeServing()
 	d.closeJobs()
 	if d.ctrs != nil {

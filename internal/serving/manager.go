@@ -142,7 +142,7 @@ func New(o Options) (*Manager, error) {
 		o.Placer = placement.NewCPUs(nil, nil)
 	}
 	if o.FrozenMemory == 0 {
-		o.FrozenMemory = memTotal() / 4
+		o.FrozenMemory = MemTotal() / 4
 	}
 	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{},
 		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096)}}
@@ -301,8 +301,8 @@ func (x *eventQueue) record(ctx context.Context) {
 
 func (m *Manager) appDir(app string) string { return filepath.Join(m.o.Dir, app) }
 
-// memTotal is the host's RAM in bytes (0 if unknown).
-func memTotal() int64 {
+// MemTotal is the host's RAM in bytes (0 if unknown).
+func MemTotal() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0

@@ -1,0 +1,111 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/store"
+	"github.com/shoal-run/shoal/internal/units"
+)
+
+// clusterNode is this daemon's membership of a cluster: its heartbeat and
+// its candidacy in the leader election. It runs only on an etcd store.
+type clusterNode struct {
+	elector *cluster.Elector
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// openCluster joins the cluster when the store is etcd: it writes the node's
+// record, keeps its heartbeat and campaigns for leadership. On bolt it does
+// nothing: the daemon is single-host.
+func (d *Daemon) openCluster(ctx context.Context) error {
+	et, ok := d.store.(*store.Etcd)
+	if !ok {
+		return nil
+	}
+	cfg := d.cfg
+	frozen := serving.MemTotal() / 4
+	if cfg.FrozenMemory != "" {
+		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated
+	}
+	rec := cluster.Record{Name: cfg.Node, Addr: cfg.Advertise, CPUs: goruntime.NumCPU(),
+		Memory: serving.MemTotal(), FrozenMemory: frozen, Joined: time.Now().UTC()}
+	if err := cluster.Join(ctx, d.store, rec); err != nil {
+		return fmt.Errorf("join the cluster: %w", err)
+	}
+	cctx, cancel := context.WithCancel(context.Background())
+	c := &clusterNode{stop: cancel}
+	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
+	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
+	c.wg.Add(2)
+	go func() { defer c.wg.Done(); hb.Run(cctx) }()
+	go func() { defer c.wg.Done(); c.elector.Run(cctx) }()
+	d.cluster = c
+	d.log.Info("joined the cluster", "node", cfg.Node, "advertise", cfg.Advertise, "ttl", cfg.NodeTTL)
+	return nil
+}
+
+// closeCluster leaves: the heartbeat lease is revoked (the node shows down at
+// once) and leadership, if held, is resigned.
+func (d *Daemon) closeCluster() {
+	if d.cluster == nil {
+		return
+	}
+	d.cluster.stop()
+	d.cluster.wg.Wait()
+}
+
+// errSingleHost answers the node commands of a daemon on bolt.
+var errSingleHost = fmt.Errorf("this daemon is single-host (store bolt): it has no cluster nodes; start daemons with --store etcd://... to form a cluster: %w", errdefs.ErrInvalid)
+
+// nodeService is the API's view of the cluster's nodes.
+type nodeService struct{ d *Daemon }
+
+func (s nodeService) check() error {
+	if s.d.cluster == nil {
+		return errSingleHost
+	}
+	return nil
+}
+
+// List returns every node of the cluster.
+func (s nodeService) List(ctx context.Context) ([]types.Node, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	nodes, err := cluster.List(ctx, s.d.store)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, types.Node{Name: n.Name, Addr: n.Addr, State: n.State, Health: n.Health,
+			CPUs: n.CPUs, Memory: n.Memory, FrozenMemory: n.FrozenMemory, Leader: n.Leader, Joined: n.Joined})
+	}
+	return out, nil
+}
+
+// Drain marks a node draining.
+func (s nodeService) Drain(ctx context.Context, name string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return cluster.Drain(ctx, s.d.store, name)
+}
+
+// Remove removes a draining or down node's record.
+func (s nodeService) Remove(ctx context.Context, name string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return cluster.Remove(ctx, s.d.store, name)
+}
