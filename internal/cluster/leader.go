@@ -43,6 +43,12 @@ type Term struct {
 	Rev int64
 }
 
+// NewTerm returns the term of the leadership whose election key was created
+// at rev: its writes are fenced like the leader's own.
+func NewTerm(cli *clientv3.Client, key string, rev int64) *Term {
+	return &Term{cli: cli, Key: key, Rev: rev}
+}
+
 // ErrDeposed is returned by a Term's write once the term is over.
 var ErrDeposed = fmt.Errorf("not the leader any more: %w", errdefs.ErrConflict)
 
@@ -105,7 +111,7 @@ func (e *Elector) once(ctx context.Context) error {
 	if err := el.Campaign(cctx, e.Name); err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
-	t := &Term{cli: e.Client, Key: el.Key(), Rev: el.Rev()}
+	t := NewTerm(e.Client, el.Key(), el.Rev())
 	e.mu.Lock()
 	e.term = t
 	e.mu.Unlock()
