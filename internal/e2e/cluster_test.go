@@ -194,6 +194,17 @@ func TestCluster(t *testing.T) {
 	}
 }
 
+// TestNodeSingleHost: a daemon on bolt has no nodes, and says so.
+func TestNodeSingleHost(t *testing.T) {
+	d := startDaemon(t)
+	for _, args := range [][]string{{"node", "ls"}, {"node", "drain", "n1"}, {"node", "rm", "n1"}} {
+		r := d.shoal(args...)
+		if r.code == 0 || !strings.Contains(r.stderr, "single-host") {
+			t.Errorf("shoal %v on bolt: exit %d, stderr %q; want refused as single-host", args, r.code, r.stderr)
+		}
+	}
+}
+
 // maps returns a copy of m with key set to v.
 func maps(m map[string]string, key, v string) map[string]string {
 	out := map[string]string{}

@@ -29,6 +29,10 @@ func TestDaemonBadFlags(t *testing.T) {
 		{[]string{"--frozen-memory", "lots"}, "--frozen-memory"},
 		{[]string{"--self-api-port", "70000"}, "--self-api-port"},
 		{[]string{"--ui", "7080"}, "--ui"},
+		{[]string{"--advertise", "0.0.0.0:7070"}, "--advertise"},
+		{[]string{"--advertise", "10.0.0.1"}, "--advertise"},
+		{[]string{"--node-ttl", "200ms"}, "--node-ttl"},
+		{[]string{"--node-ttl", "soon"}, "--node-ttl"},
 	} {
 		data := filepath.Join(base, "data")
 		args := append([]string{"daemon", "--data-dir", data, "--run-dir", filepath.Join(base, "run")}, c.args...)
