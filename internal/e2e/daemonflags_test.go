@@ -59,7 +59,7 @@ func TestSecondDaemonRefused(t *testing.T) {
 	before := d.runAttached("busybox:1", "sleep", "600")
 	var stderr bytes.Buffer
 	second := exec.Command(shoalBin, "daemon", "--data-dir", filepath.Join(t.TempDir(), "other"),
-		"--run-dir", d.runDir, "--cgroup-parent", d.cgroup+"-other", "--bridge", d.bridge+"x", "--subnet", "10.184.0.0/24")
+		"--run-dir", d.runDir, "--cgroup-parent", d.cgroup+"-other", "--bridge", d.bridge+"x", "--subnet", "10.187.0.0/24")
 	second.Stderr = &stderr
 	if err := second.Run(); err == nil || !strings.Contains(stderr.String(), "in use by another shoal daemon") {
 		t.Fatalf("second daemon on the same run dir: %v, stderr %q", err, stderr.String())

@@ -254,7 +254,7 @@ func TestSecondProxyRefused(t *testing.T) {
 	second.sock = filepath.Join(second.runDir, "shoal.sock")
 	var stderr bytes.Buffer
 	cmd := exec.Command(shoalBin, "daemon", "--data-dir", filepath.Join(base, "data"), "--run-dir", second.runDir,
-		"--cgroup-parent", d.cgroup+"-second", "--bridge", d.bridge+"x", "--subnet", "10.184.1.0/24", "--proxy", addr)
+		"--cgroup-parent", d.cgroup+"-second", "--bridge", d.bridge+"x", "--subnet", "10.187.1.0/24", "--proxy", addr)
 	cmd.Stderr = &stderr
 	err = cmd.Run()
 	if err == nil || !strings.Contains(stderr.String(), "--proxy "+addr) {
