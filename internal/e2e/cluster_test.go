@@ -114,7 +114,18 @@ func TestCluster(t *testing.T) {
 	watcher.waitNodes(f.name+" ready with its network back", states(ready))
 
 	// One etcd member killed: quorum holds, the nodes stay ready, and a
-	// write (a drain) still goes through.
+	// write (a drain) still goes through. No node's heartbeat lapses: each
+	// keeps the lease it had before, through what follows (longer than a
+	// TTL: the leader's lease has to expire).
+	st, err := store.OpenEtcd(context.Background(), []string{"http://" + c.etcd[0].client, "http://" + c.etcd[1].client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	leases := aliveLeases(t, st)
+	if len(leases) != 3 || leases["n1"] == 0 || leases["n2"] == 0 || leases["n3"] == 0 {
+		t.Fatalf("heartbeat leases %v; want one for each of n1, n2, n3", leases)
+	}
 	c.etcd[2].kill()
 	if r := n1.shoal("node", "drain", "n3"); r.code != 0 {
 		t.Fatalf("drain with one etcd member down: exit %d: %s", r.code, r.stderr)
@@ -123,11 +134,6 @@ func TestCluster(t *testing.T) {
 
 	// The leader killed: another node leads, and a write fenced by the old
 	// leader's term is refused by etcd.
-	st, err := store.OpenEtcd(context.Background(), []string{"http://" + c.etcd[0].client, "http://" + c.etcd[1].client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	m, err := n1.nodes()
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +175,12 @@ func TestCluster(t *testing.T) {
 	if !errors.Is(err, cluster.ErrDeposed) {
 		t.Fatalf("fenced write of the deposed leader %s: %v; want refused", old, err)
 	}
+	after := aliveLeases(t, st)
+	for name, lease := range leases {
+		if name != old && after[name] != lease {
+			t.Fatalf("node %s: heartbeat lease %d before the etcd member was killed, %d after; want kept", name, lease, after[name])
+		}
+	}
 
 	// Remove: a ready node is refused (409, named); a draining or down one
 	// goes.
@@ -203,6 +215,20 @@ func TestNodeSingleHost(t *testing.T) {
 			t.Errorf("shoal %v on bolt: exit %d, stderr %q; want refused as single-host", args, r.code, r.stderr)
 		}
 	}
+}
+
+// aliveLeases returns the lease of each node's heartbeat key.
+func aliveLeases(t *testing.T, st store.Store) map[string]store.LeaseID {
+	t.Helper()
+	kvs, err := st.List(context.Background(), store.AlivePrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.LeaseID{}
+	for _, kv := range kvs {
+		out[strings.TrimPrefix(kv.Key, store.AlivePrefix)] = kv.Lease
+	}
+	return out
 }
 
 // maps returns a copy of m with key set to v.
