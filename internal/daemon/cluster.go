@@ -64,6 +64,23 @@ func (d *Daemon) closeCluster() {
 	d.cluster.wg.Wait()
 }
 
+// clusterNote is what shoal info says of the cluster: this node's name, its
+// address and lease, and whether it leads ("" on a single host).
+func (d *Daemon) clusterNote() string {
+	if d.cluster == nil {
+		return ""
+	}
+	role := "follower"
+	if d.cluster.elector.Leading() != nil {
+		role = "leader"
+	}
+	addr := d.cfg.Advertise
+	if addr == "" {
+		addr = "no --advertise"
+	}
+	return fmt.Sprintf("cluster: node %s (%s), %s, lease %s (shoal node ls)", d.cfg.Node, addr, role, d.cfg.NodeTTL)
+}
+
 // errSingleHost answers the node commands of a daemon on bolt.
 var errSingleHost = fmt.Errorf("this daemon is single-host (store bolt): it has no cluster nodes; start daemons with --store etcd://... to form a cluster: %w", errdefs.ErrInvalid)
 

@@ -345,6 +345,9 @@ func (d *Daemon) health(ctx context.Context) types.Health {
 		h.Notes = append(slices.Clone(d.notes), fmt.Sprintf("proxy: process %d on %s since %s (%s)",
 			in.Pid, in.Addr, in.Started.UTC().Format(time.RFC3339), how))
 	}
+	if note := d.clusterNote(); note != "" {
+		h.Notes = append(slices.Clone(h.Notes), note)
+	}
 	if cs, err := d.ctrs.List(ctx); err == nil {
 		h.Containers = len(cs)
 	}

@@ -64,6 +64,9 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("node %s listed as %+v; want addr %s:7070 and its capacity", nd.name, got, nd.ip)
 		}
 	}
+	if out := n2.shoal("info").stdout; !strings.Contains(out, "cluster: node n2 ("+n2.ip+":7070)") {
+		t.Fatalf("info of n2 does not name its membership:\n%s", out)
+	}
 	if out := n1.shoal("node", "ls").stdout; !strings.Contains(out, "LEADER") || !strings.Contains(out, n2.ip+":7070") {
 		t.Fatalf("node ls table:\n%s", out)
 	}
