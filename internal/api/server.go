@@ -43,7 +43,10 @@ type Containers interface {
 	Remove(ctx context.Context, id string) error
 }
 
-// Server serves the v1 API.
+// Server serves the v1 API. It has one method per route (about 30),
+// grouped by resource in files of their own (images and containers,
+// apps, jobs, nodes); each is a thin HTTP edge over one of the services
+// below, so splitting Server by resource would only repeat its fields.
 type Server struct {
 	Images     Images
 	Containers Containers

@@ -81,6 +81,12 @@ type record struct {
 
 // Store is the image store rooted at one directory. One process owns a root:
 // Open takes an exclusive flock on it. A Store is safe for concurrent use.
+//
+// Store's methods (about 27, most unexported path and index helpers) all
+// work on one on-disk layout under one lock: the index, blobs and
+// snapshots must change together for an import to be all or nothing, so
+// they stay on one type, grouped by operation in files (build, import,
+// pull, gc).
 type Store struct {
 	root   string
 	limits Limits

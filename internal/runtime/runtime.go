@@ -68,6 +68,14 @@ type Options struct {
 }
 
 // Runtime creates and manages containers. It is safe for concurrent use.
+//
+// Runtime has more methods than a type here usually has (about 40, half of
+// them unexported), on purpose: each exported one is one operation of a
+// container's life (create, start, exec, signal, freeze, thaw, update,
+// stats, delete, recover), and all of them share the one table of watched
+// containers and its lock, which must not be split across types. They are
+// grouped by operation in files of their own (lifecycle.go, exec.go,
+// control.go, delete.go, wait.go, recover.go, ...).
 type Runtime struct {
 	name        string
 	bin         string
