@@ -31,6 +31,9 @@ func (d *Daemon) serveUI(ctx context.Context) error {
 	if d.route != nil {
 		o.Loads = d.route
 	}
+	if d.cluster != nil {
+		o.Nodes = nodeService{d}
+	}
 	if d.jobs != nil && d.jobs.Manager != nil {
 		o.Jobs = dashJobs{d.jobs.Manager}
 	}

@@ -65,13 +65,20 @@ type Jobs interface {
 	Tenants() []Tenant
 }
 
+// Nodes lists the cluster's nodes.
+type Nodes interface {
+	List(ctx context.Context) ([]types.Node, error)
+}
+
 // Options configure a Dashboard. Any of Apps, Loads, Events and Jobs may
-// be nil: its part of the page is then empty.
+// be nil: its part of the page is then empty. Nodes is nil on a single
+// host: the page then has no nodes section.
 type Options struct {
 	Apps   Apps
 	Loads  Loads
 	Events Events
 	Jobs   Jobs
+	Nodes  Nodes
 	// Token is the bearer token that opens the page; it must not be empty.
 	Token string
 	// Interval is the time between samples (default a second) and History

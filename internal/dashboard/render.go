@@ -23,6 +23,7 @@ var uiFiles embed.FS
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
 	"clock": func(t time.Time) string { return t.Local().Format("15:04:05") },
 	"cores": func(v float64) string { return fmtNum(v, 2) },
+	"gib":   func(b int64) string { return fmtNum(float64(b)/(1<<30), 1) },
 }).ParseFS(uiFiles, "ui/*.html"))
 
 // staticFiles serves the script and the style sheet.
@@ -35,9 +36,10 @@ func staticFiles() http.Handler {
 }
 
 // sectionNames are the parts of the page that the stream replaces, each
-// the id of its element and the name of its template. The apps section is
-// sent whole when the list of apps changes, else app by app.
-var sectionNames = []string{"summary", "jobs"}
+// the id of its element and the name of its template (nodes only in a
+// cluster). The apps section is sent whole when the list of apps changes,
+// else app by app.
+var sectionNames = []string{"summary", "jobs", "nodes"}
 
 // pageView is what the templates draw.
 type pageView struct {
@@ -49,6 +51,8 @@ type pageView struct {
 	Tenants []Tenant
 	Jobs    JobStats
 	JobHist chartView
+	Cluster bool // the page has a nodes section
+	Nodes   []types.Node
 	Events  []eventView
 	After   int64 // the last event shown
 	Spans   []spanChoice
@@ -90,7 +94,8 @@ const maxCharted = 12
 // view turns a snapshot into what the templates draw, with charts over
 // span for the busiest apps.
 func view(s Snapshot, span time.Duration) pageView {
-	v := pageView{Time: s.Time, Err: s.Err, Tenants: s.Tenants, Jobs: s.Jobs, JobHist: jobChart(s.JobHist, s.Time, span)}
+	v := pageView{Time: s.Time, Err: s.Err, Tenants: s.Tenants, Jobs: s.Jobs, JobHist: jobChart(s.JobHist, s.Time, span),
+		Cluster: s.Cluster, Nodes: s.Nodes}
 	charted := busiest(s.Apps, s.Time, span, maxCharted)
 	v.Uncharted, v.ChartedMax = len(s.Apps)-len(charted), maxCharted
 	for _, a := range s.Apps {
@@ -255,6 +260,9 @@ func (c *renderCache) get(s Snapshot, span time.Duration) (*rendered, error) {
 		return b.String(), nil
 	}
 	for _, name := range sectionNames {
+		if name == "nodes" && !v.Cluster {
+			continue
+		}
 		html, err := exec(name, v)
 		if err != nil {
 			return nil, err

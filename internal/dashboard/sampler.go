@@ -3,6 +3,7 @@ package dashboard
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +73,8 @@ type Snapshot struct {
 	Tenants []Tenant      `json:"tenants"`
 	Jobs    JobStats      `json:"jobs"`
 	JobHist []JobPoint    `json:"job_history"`
+	Cluster bool          `json:"cluster"`         // the daemon is a node of a cluster
+	Nodes   []types.Node  `json:"nodes,omitempty"` // the cluster's nodes
 	Err     string        `json:"error,omitempty"` // why the last sample is incomplete
 }
 
@@ -92,6 +95,7 @@ type sampler struct {
 	jobs   *ring[JobPoint]
 	stats  JobStats
 	tenant []Tenant
+	nodes  []types.Node
 	err    string
 	tick   chan struct{} // closed and replaced after each sample
 }
@@ -131,6 +135,13 @@ func (s *sampler) sample(ctx context.Context) {
 			loads[a.Name] = s.o.Loads.Load(a.Name)
 		}
 	}
+	var nodes []types.Node
+	if s.o.Nodes != nil {
+		var err error
+		if nodes, err = s.o.Nodes.List(ctx); err != nil {
+			errText = strings.TrimPrefix(errText+"; nodes: "+err.Error(), "; ")
+		}
+	}
 	var stats JobStats
 	var tenants []Tenant
 	if s.o.Jobs != nil {
@@ -163,7 +174,7 @@ func (s *sampler) sample(ctx context.Context) {
 			delete(s.series, name)
 		}
 	}
-	s.apps, s.stats, s.tenant, s.err = apps, stats, tenants, errText
+	s.apps, s.stats, s.tenant, s.nodes, s.err = apps, stats, tenants, nodes, errText
 	s.jobs.add(JobPoint{Time: now, Queued: stats.Queued, Running: stats.Running})
 	s.seq++
 	close(s.tick)
@@ -195,7 +206,8 @@ func pointOf(a types.App, l route.Load, now time.Time) Point {
 func (s *sampler) snapshot() (Snapshot, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	snap := Snapshot{Seq: s.seq, Tenants: s.tenant, Jobs: s.stats, JobHist: s.jobs.slice(), Err: s.err}
+	snap := Snapshot{Seq: s.seq, Tenants: s.tenant, Jobs: s.stats, JobHist: s.jobs.slice(), Err: s.err,
+		Cluster: s.o.Nodes != nil, Nodes: s.nodes}
 	for _, a := range s.apps {
 		as := AppSnapshot{App: a}
 		if ser := s.series[a.Name]; ser != nil {

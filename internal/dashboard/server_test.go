@@ -221,3 +221,38 @@ func TestNoTokenOpensNothing(t *testing.T) {
 		}
 	}
 }
+
+type fakeNodes []types.Node
+
+func (f fakeNodes) List(context.Context) ([]types.Node, error) { return f, nil }
+
+// In a cluster the page lists the nodes with their state and the leader; on
+// a single host it has no nodes section.
+func TestNodesInACluster(t *testing.T) {
+	get := func(d *Dashboard) string {
+		d.s.sample(context.Background())
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("Authorization", "Bearer sesame")
+		d.Handler().ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	if page := get(newTestDashboard(newFakeDaemon(), clock.NewFake(t0))); strings.Contains(page, `id="nodes"`) {
+		t.Fatal("a single host's page has a nodes section")
+	}
+	nodes := fakeNodes{{Name: "n1", Addr: "10.0.0.11:7070", State: "ready", Leader: true, CPUs: 2, Memory: 4 << 30},
+		{Name: "n2", Addr: "10.0.0.12:7070", State: "down", Health: "lease expired"}}
+	d := New(Options{Nodes: nodes, Token: "sesame", Clock: clock.NewFake(t0), History: 5})
+	page := get(d)
+	for _, want := range []string{`id="nodes"`, `data-node="n1" data-state="ready"`, `<b>n1</b> <span class="muted">leader</span>`,
+		`data-node="n2" data-state="down"`, `lease expired`, `4.0 GiB`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	snap, _ := d.s.snapshot()
+	r, err := d.render.get(snap, 5*time.Second)
+	if err != nil || !strings.Contains(r.sections["nodes"], `data-node="n2"`) {
+		t.Fatalf("the stream's nodes section: %v %q", err, r.sections["nodes"])
+	}
+}
