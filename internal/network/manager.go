@@ -354,8 +354,12 @@ func (m *Manager) destroy(ctx context.Context, name string, mode Mode) error {
 	path := filepath.Join(m.o.StateDir, name)
 	var errs []error
 	if mode == Bridge {
+		// A file that is not a namespace (a daemon killed while it made
+		// one leaves the empty file before the bind mount) is not named
+		// to CNI: the plugins refuse it, and DEL without a namespace still
+		// frees the attachment's address and rules.
 		nsPath := path
-		if _, err := os.Stat(path); err != nil {
+		if !isNetNS(path) {
 			nsPath = ""
 		}
 		errs = append(errs, m.cni.del(ctx, name, nsPath))

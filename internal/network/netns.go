@@ -51,6 +51,12 @@ func createNetNS(path string) error {
 // destroyNetNS unmounts and removes a namespace file made by createNetNS.
 // The kernel frees the namespace, and every interface in it, once no process
 // is left inside. A missing file is not an error.
+// isNetNS reports whether path is a namespace file: a mount of nsfs.
+func isNetNS(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
 func destroyNetNS(path string) error {
 	err := unix.Unmount(path, unix.MNT_DETACH)
 	if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {

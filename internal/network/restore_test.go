@@ -124,3 +124,24 @@ func TestLeftBindUndoneAtClose(t *testing.T) {
 		t.Fatalf("state dir %s still bound after Close", o.StateDir)
 	}
 }
+
+// A daemon killed while it made a namespace leaves the empty file it was
+// to bind the namespace onto: the next daemon removes it and starts.
+func TestRestoreRemovesHalfMadeNamespace(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(t, -1)
+	m1 := newManager(t, o)
+	crash(m1)
+	for _, name := range []string{"bridge-00112233aabbccdd", "none-00112233aabbccdd"} {
+		if err := os.WriteFile(filepath.Join(o.StateDir, name), nil, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m2 := newManager(t, Options{StateDir: o.StateDir, CNIConfDir: o.CNIConfDir, Bridge: o.Bridge, Subnet: o.Subnet, PoolSize: -1})
+	if err := m2.Restore(ctx, nil); err != nil {
+		t.Fatalf("Restore over half-made namespace files: %v", err)
+	}
+	if left, _ := os.ReadDir(o.StateDir); len(left) != 0 {
+		t.Fatalf("state dir holds %v, want nothing", left)
+	}
+}
