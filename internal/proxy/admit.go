@@ -98,8 +98,14 @@ func (p *Proxy) admit(st *reqState, a *app, cl int64, in inbound) *refusal {
 	}
 	if ep == nil {
 		st.Context = in.hold()
+		st.tier = tierCold
+		if rt.frozen > 0 {
+			st.tier = tierFrozen
+		}
 		var err error
-		if ep, err = p.wait(st.Context, a); err != nil {
+		ep, err = p.wait(st.Context, a)
+		st.held = p.clock.Since(st.start)
+		if err != nil {
 			return waitFailed(st, err, in)
 		}
 	}
@@ -161,6 +167,6 @@ func (p *Proxy) finish(st *reqState) {
 			code = http.StatusBadGateway
 		}
 	}
-	a.observe(code, now.Sub(st.start))
+	a.observe(code, now.Sub(st.start), st)
 	st.app, st.ep = nil, nil
 }

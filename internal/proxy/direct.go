@@ -133,7 +133,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		}
 		return sendDone, nil
 	}
-	st.code = resp.StatusCode
+	st.code, st.head = resp.StatusCode, x.p.clock.Now()
 	h := w.Header()
 	for k, vs := range resp.Header {
 		if !hopByHop(k) {

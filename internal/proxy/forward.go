@@ -60,6 +60,7 @@ func (p *Proxy) forward(st *reqState, l leg, safe, idempotent bool, cl int64) {
 	stale := safe
 	deaths := 0
 	fresh := false
+	st.sent = p.clock.Now()
 	for {
 		res, err := l.send(st, fresh, stale)
 		switch res {

@@ -15,6 +15,8 @@ type metrics struct {
 	requests   *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	activation *prometheus.HistogramVec
+	added      *prometheus.HistogramVec
+	firstByte  *prometheus.HistogramVec
 	retries    *prometheus.CounterVec
 	cold       *prometheus.CounterVec
 
@@ -42,6 +44,16 @@ func newMetrics(t *table, reg prometheus.Registerer, log *slog.Logger) *metrics 
 			Help:    "Time a request was held while its app had no ready replica.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"app"}),
+		added: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    ns + "added_latency_seconds",
+			Help:    "Time from a request's arrival to its sending to a replica, less the time it was held for activation: the proxy's own share.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"app"}),
+		firstByte: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    ns + "first_byte_seconds",
+			Help:    "Time from a request's arrival to the first byte of the replica's answer, by tier: warm (a replica was ready), frozen (held for a thaw), cold (held for a start).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"app", "tier"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ns + "retries_total",
 			Help: "Requests sent to another replica: after a failed connect, or after a replica failed before answering an idempotent request without a body.",
@@ -58,7 +70,7 @@ func newMetrics(t *table, reg prometheus.Registerer, log *slog.Logger) *metrics 
 			"Ready replicas in the app's route.", []string{"app"}, nil),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration, m.activation, m.retries, m.cold, gauges{m}} {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.activation, m.added, m.firstByte, m.retries, m.cold, gauges{m}} {
 			if err := reg.Register(c); err != nil {
 				log.Warn("proxy: metrics not registered", "err", err)
 			}
@@ -67,10 +79,27 @@ func newMetrics(t *table, reg prometheus.Registerer, log *slog.Logger) *metrics 
 	return m
 }
 
+// tier is how a request found its app: a label of first_byte_seconds.
+type tier uint8
+
+const (
+	tierWarm tier = iota
+	tierFrozen
+	tierCold
+)
+
+var tierNames = [...]string{tierWarm: "warm", tierFrozen: "frozen", tierCold: "cold"}
+
 func (m *metrics) forApp(name string) appMetrics {
+	var fb [len(tierNames)]prometheus.Observer
+	for t, n := range tierNames {
+		fb[t] = m.firstByte.WithLabelValues(name, n)
+	}
 	return appMetrics{
 		duration:   m.duration.WithLabelValues(name),
 		activation: m.activation.WithLabelValues(name),
+		added:      m.added.WithLabelValues(name),
+		firstByte:  fb,
 		retries:    m.retries.WithLabelValues(name),
 		cold:       m.cold.WithLabelValues(name),
 		requests:   m.requests,
@@ -83,6 +112,8 @@ func (m *metrics) forget(name string) {
 	m.requests.DeletePartialMatch(l)
 	m.duration.DeletePartialMatch(l)
 	m.activation.DeletePartialMatch(l)
+	m.added.DeletePartialMatch(l)
+	m.firstByte.DeletePartialMatch(l)
 	m.retries.DeletePartialMatch(l)
 	m.cold.DeletePartialMatch(l)
 }

@@ -85,7 +85,7 @@ func New(o Options) *Proxy {
 		Director:       director,
 		Transport:      &retryTransport{p: p, base: base},
 		BufferPool:     bufferPool{},
-		ModifyResponse: modifyResponse,
+		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
@@ -151,6 +151,12 @@ type reqState struct {
 	body  *retryBody
 	code  int
 	start time.Time
+	// tier is how the request found its app (warm: a ready replica); held
+	// is the time it waited for one; sent is when it was first sent to a
+	// replica and head when the replica's answer head came.
+	tier       tier
+	held       time.Duration
+	sent, head time.Time
 	// sticky is set when the route is sticky; stuck is then the endpoint
 	// the request's cookie named and got, or nil.
 	sticky bool

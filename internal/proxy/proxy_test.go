@@ -337,7 +337,7 @@ func TestMetricsExposed(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"requests_total", "in_flight", "queued", "endpoints", "request_duration_seconds", "activation_wait_seconds", "retries_total", "cold_starts_total"} {
+	for _, want := range []string{"requests_total", "in_flight", "queued", "endpoints", "request_duration_seconds", "activation_wait_seconds", "added_latency_seconds", "first_byte_seconds", "retries_total", "cold_starts_total"} {
 		if !names["shoal_proxy_"+want] {
 			t.Errorf("metric shoal_proxy_%s not exposed (have %v)", want, names)
 		}

@@ -52,7 +52,7 @@ func (x *fastReq) relay(bc *bconn, keepBackend *bool) outcome {
 		}
 		bc.br.Discard(n)
 	}
-	x.st.code = a.code
+	x.st.code, x.st.head = a.code, c.f.p.clock.Now()
 	closing := x.req.close || c.f.shutting.Load()
 	bodyless := x.req.isHead || a.code == http.StatusNoContent || a.code == http.StatusNotModified
 	c.writeTimeout()
@@ -269,7 +269,7 @@ func (x *fastReq) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	}
 	// resp.Body is not closed: Close would read the rest of an unfinished
 	// body; the connection is closed instead.
-	x.st.code = resp.StatusCode
+	x.st.code, x.st.head = resp.StatusCode, c.f.p.clock.Now()
 	closing := x.req.close || c.f.shutting.Load()
 	bodyless := x.req.isHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
 	c.writeTimeout()

@@ -69,6 +69,7 @@ type routeSnap struct {
 	queueLimit   int64
 	queueTimeout time.Duration
 	unavailable  string
+	frozen       int
 }
 
 func (a *app) waitChan() <-chan struct{} { return *a.changed.Load() }
@@ -184,6 +185,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		queueLimit:   int64(r.QueueLimit),
 		queueTimeout: r.QueueTimeout,
 		unavailable:  r.Unavailable,
+		frozen:       r.Frozen,
 	}
 	if snap.maxBody == 0 {
 		snap.maxBody = route.DefaultMaxBodyBytes
@@ -317,17 +319,28 @@ func unixTime(ns int64) time.Time {
 type appMetrics struct {
 	duration   prometheus.Observer
 	activation prometheus.Observer
+	added      prometheus.Observer
+	firstByte  [3]prometheus.Observer // by tier
 	retries    prometheus.Counter
 	cold       prometheus.Counter
 	codes      sync.Map // int → prometheus.Counter
 	requests   *prometheus.CounterVec
 }
 
-func (a *app) observe(code int, d time.Duration) {
+// observe records a finished request: its status and duration, and, when
+// the replica answered, its time to first byte by tier and the proxy's
+// own share of it.
+func (a *app) observe(code int, d time.Duration, st *reqState) {
 	c, ok := a.m.codes.Load(code)
 	if !ok {
 		c, _ = a.m.codes.LoadOrStore(code, a.m.requests.WithLabelValues(a.name, statusText(code)))
 	}
 	c.(prometheus.Counter).Inc()
 	a.m.duration.Observe(d.Seconds())
+	if !st.head.IsZero() {
+		a.m.firstByte[st.tier].Observe(st.head.Sub(st.start).Seconds())
+	}
+	if !st.sent.IsZero() {
+		a.m.added.Observe((st.sent.Sub(st.start) - st.held).Seconds())
+	}
 }

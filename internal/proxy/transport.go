@@ -133,9 +133,9 @@ func (b *retryBody) Close() error { return nil }
 
 // modifyResponse records the status of the replica's answer and adds the
 // sticky cookie when it is due.
-func modifyResponse(resp *http.Response) error {
+func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if st := stateOf(resp.Request); st != nil {
-		st.code = resp.StatusCode
+		st.code, st.head = resp.StatusCode, p.clock.Now()
 		if v := st.setCookie(); v != "" {
 			resp.Header.Add("Set-Cookie", v)
 		}

@@ -53,6 +53,9 @@ type Route struct {
 	// carries it goes to that endpoint while it is in the route, whatever
 	// the weights.
 	Sticky bool
+	// Frozen is how many replicas of the routed revisions are frozen: a
+	// request held while there is one waits for a thaw, not a start.
+	Frozen int
 }
 
 // Load is the proxy's view of one app's traffic.

@@ -48,8 +48,13 @@ func (st *appState) route() route.Route {
 	rt.Weights, rt.Sticky = weights, st.rec.Sticky
 	ids := make([]string, 0, len(st.reps))
 	for id, r := range st.reps {
-		if r.rec.State == StateReady && !r.closed && weights[r.rec.Revision] > 0 {
+		if weights[r.rec.Revision] == 0 {
+			continue
+		}
+		if r.rec.State == StateReady && !r.closed {
 			ids = append(ids, id)
+		} else if r.rec.State == StateFrozen {
+			rt.Frozen++
 		}
 	}
 	sort.Strings(ids)

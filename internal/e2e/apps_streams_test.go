@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+)
+
+// dialWS opens a WebSocket to app's path through the proxy.
+func dialWS(t *testing.T, proxy, app, path string) *websocket.Conn {
+	t.Helper()
+	cfg, err := websocket.NewConfig("ws://"+app+".localhost"+path, "http://"+app+".localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatalf("dial the proxy: %v", err)
+	}
+	ws, err := websocket.NewClient(cfg, c)
+	if err != nil {
+		c.Close()
+		t.Fatalf("WebSocket handshake through the proxy: %v", err)
+	}
+	return ws
+}
+
+// echo sends msg on ws and returns the answer.
+func echo(t *testing.T, ws *websocket.Conn, msg string) string {
+	t.Helper()
+	if err := websocket.Message.Send(ws, msg); err != nil {
+		t.Fatalf("WebSocket send: %v", err)
+	}
+	var got string
+	if err := websocket.Message.Receive(ws, &got); err != nil {
+		t.Fatalf("WebSocket receive: %v", err)
+	}
+	if !strings.HasPrefix(got, msg+" from ") {
+		t.Fatalf("WebSocket answer %q, want %q from a replica", got, msg)
+	}
+	return got
+}
+
+// holdsReplica watches the app for ten idle timeouts (300ms) while a stream
+// is open: its one replica stays ready with a request in flight.
+func (d *daemon) holdsReplica(what string) {
+	d.t.Helper()
+	d.waitApp("hello", what+" in flight", func(a types.App) bool {
+		return len(a.Replicas) == 1 && a.Replicas[0].State == "ready" && a.Replicas[0].InFlight == 1
+	})
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		a := d.app("hello")
+		if len(a.Replicas) != 1 || a.Replicas[0].State != "ready" || a.Replicas[0].InFlight != 1 {
+			d.t.Fatalf("with %s open past idle_timeout: %+v, want one ready replica with it in flight", what, a.Replicas)
+		}
+	}
+}
+
+// An open WebSocket and an open SSE stream through the proxy each count as
+// a request in flight: the replica behind it stays ready past idle_timeout
+// and the stream keeps flowing; once the client closes it, the replica
+// freezes.
+func TestStreamsKeepReplicaFromIdleFreeze(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	d.deploy(manifest("300ms", "10m"))
+	proxy := d.proxyAddr()
+
+	ws := dialWS(t, proxy, "hello", "/ws")
+	echo(t, ws, "one")
+	d.holdsReplica("a WebSocket")
+	echo(t, ws, "two")
+	ws.Close()
+	d.waitApp("hello", "the replica to freeze once the WebSocket closed", func(a types.App) bool { return replicasIn(a, "frozen") == 1 })
+
+	req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+"/sse", nil)
+	req.Host = "hello.localhost"
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("SSE through the proxy: %v", err)
+	}
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("SSE answer: %s %q", resp.Status, ct)
+	}
+	events := bufio.NewReader(resp.Body)
+	next := func() int {
+		for {
+			line, err := events.ReadString('\n')
+			if err != nil {
+				t.Fatalf("SSE stream cut: %v", err)
+			}
+			if n, ok := strings.CutPrefix(line, "data: "); ok {
+				i, _ := strconv.Atoi(strings.Fields(n)[0])
+				return i
+			}
+		}
+	}
+	first := next()
+	d.holdsReplica("an SSE stream")
+	// Events flowed all along (one every 100ms, read after the hold):
+	// the stream was neither cut nor held back.
+	if last := next(); last <= first+10 {
+		t.Fatalf("SSE events %d then %d across the hold, want more than ten between", first, last)
+	}
+	resp.Body.Close()
+	d.waitApp("hello", "the replica to freeze once the SSE stream closed", func(a types.App) bool { return replicasIn(a, "frozen") == 1 })
+}
+
+// procMem reads a /proc/PID/status field in KiB (VmRSS, VmHWM).
+func procMem(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/status %s: %v", pid, field, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/proc/%d/status has no %s", pid, field)
+	return 0
+}
+
+// A 1 GiB upload streams through the proxy, with a length and chunked: the
+// app reads all of it, and the proxy process's peak memory grows by less
+// than 64 MiB over what it held before.
+func TestLargeUploadStreamsThroughProxy(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	d.deploy(manifest("10m", "10m"))
+	proxy := d.proxyAddr()
+	if code, _, _ := get(t, proxy, "hello", "/"); code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	procs := d.proxyProcs()
+	if len(procs) != 1 {
+		t.Fatalf("proxy processes of the daemon: %v, want one", procs)
+	}
+	pid := procs[0]
+	const size = 1 << 30
+	for _, chunked := range []bool{false, true} {
+		before := procMem(t, pid, "VmRSS")
+		var body io.Reader = io.LimitReader(zeros{}, size)
+		if chunked {
+			body = struct{ io.Reader }{body} // no length known: sent chunked
+		}
+		req, _ := http.NewRequest(http.MethodPost, "http://"+proxy+"/upload", body)
+		req.Host = "hello.localhost"
+		if !chunked {
+			req.ContentLength = size
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("upload (chunked %v): %v", chunked, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || strings.TrimSpace(string(b)) != strconv.Itoa(size) {
+			t.Fatalf("upload (chunked %v): %s %q, want the app to have read %d bytes", chunked, resp.Status, b, size)
+		}
+		peak := procMem(t, pid, "VmHWM")
+		t.Logf("upload (chunked %v): proxy RSS %d KiB before, peak %d KiB", chunked, before, peak)
+		if peak-before >= 64<<10 {
+			t.Fatalf("upload (chunked %v): the proxy's peak RSS grew by %d KiB, want under 64 MiB", chunked, peak-before)
+		}
+	}
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
