@@ -70,7 +70,9 @@ func (d *daemon) holdsReplica(what string) {
 // An open WebSocket and an open SSE stream through the proxy each count as
 // a request in flight: the replica behind it stays ready past idle_timeout
 // and the stream keeps flowing; once the client closes it, the replica
-// freezes.
+// freezes. The daemon's /metrics then counts the WebSocket's first byte as
+// cold (it woke the app), the SSE stream's as frozen (it thawed the
+// replica), the proxy's added latency, and the wake-up's scale decision.
 func TestStreamsKeepReplicaFromIdleFreeze(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("hello")
@@ -115,6 +117,24 @@ func TestStreamsKeepReplicaFromIdleFreeze(t *testing.T) {
 	}
 	resp.Body.Close()
 	d.waitApp("hello", "the replica to freeze once the SSE stream closed", func(a types.App) bool { return replicasIn(a, "frozen") == 1 })
+
+	var m string
+	want := []string{
+		`shoal_proxy_first_byte_seconds_count{app="hello",tier="cold"} 1`,
+		`shoal_proxy_first_byte_seconds_count{app="hello",tier="frozen"} 1`,
+		`shoal_proxy_added_latency_seconds_count{app="hello"} 2`,
+		`shoal_app_scale_decisions_total{app="hello",direction="out",reason="request_waiting"}`,
+		`shoal_app_activation_seconds_count{app="hello",kind="thaw"} 1`,
+	}
+	waitFor(t, "the streams in the metrics", func() bool {
+		m = d.getText("/metrics")
+		for _, w := range want {
+			if !strings.Contains(m, w) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // procMem reads a /proc/PID/status field in KiB (VmRSS, VmHWM).

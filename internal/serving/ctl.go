@@ -191,22 +191,34 @@ func (ctl *appCtl) reconcile() time.Duration {
 	dec := ctl.decide(active, ready, usage)
 	ctl.applyCPU(dec)
 	want, reason := dec.Replicas, dec.Reason
+	// cause is the decision's reason as a metric label: what set want last.
+	cause := causeAutoscaler
+	if dec.Panic {
+		cause = causePanic
+	}
 	// The autoscaler remembers its window; an app that has had no request
 	// for idle_timeout does not grow on that memory (its idle replicas
 	// would freeze and thaw in turn).
 	// An app scaled on its own metric may work without requests.
 	if cfg.Scale.Metric == "" && want > active && load.InFlight == 0 && now.Sub(load.LastRequest) >= cfg.Scale.IdleTimeout.Duration {
-		want = active
+		want, cause = active, causeIdle
 	}
 	if len(ready) > 0 {
 		ctl.woken.Store(false)
 	} else if (ctl.woken.Load() || load.Queued > 0) && want < 1 {
-		want, reason = 1, "a request is waiting for a replica"
+		want, reason, cause = 1, "a request is waiting for a replica", causeWaiting
 	}
-	want, reason = ctl.floor.apply(now, load, cfg.Scale.IdleTimeout.Duration, want, reason)
-	want, reason = capHalted(want, reason, ctl.halted(), ctl.rec.Max)
-	want = clamp(want, ctl.rec.Min, ctl.rec.Max)
+	if w, r := ctl.floor.apply(now, load, cfg.Scale.IdleTimeout.Duration, want, reason); r != reason {
+		want, reason, cause = w, r, causeSelf
+	}
+	if w, r := capHalted(want, reason, ctl.halted(), ctl.rec.Max); w != want {
+		want, reason, cause = w, r, causeHalted
+	}
+	if w := clamp(want, ctl.rec.Min, ctl.rec.Max); w != want {
+		want, cause = w, causeBounds
+	}
 	if want != ctl.desired {
+		m.metrics.decision(ctl.name, want > ctl.desired, cause)
 		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
 		ctl.desired = want
 	}

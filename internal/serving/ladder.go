@@ -33,6 +33,7 @@ func (d *driver) freeze(r *replica, why string) {
 		}
 		r.rec.State, r.frozenAt, r.memory = StateFrozen, m.clock.Now(), mem
 		d.markDirty(id)
+		d.publish() // the route counts frozen replicas
 		d.unlock()
 		m.emit("freeze", d.name, id, why, map[string]float64{"memory_bytes": float64(mem)})
 		d.notify()

@@ -12,7 +12,23 @@ type metrics struct {
 	failures   *prometheus.CounterVec
 	cpuChanges *prometheus.CounterVec
 	merges     *prometheus.HistogramVec
+	decisions  *prometheus.CounterVec
 }
+
+// The causes of a scale decision, as shoal_app_scale_decisions_total's
+// reason label: the autoscaler's own count (panic: in its panic mode), the
+// app kept from growing while idle, a request waiting for a first replica,
+// the app's own request through its self API, halted replicas counted
+// toward max, and min or max.
+const (
+	causeAutoscaler = "autoscaler"
+	causePanic      = "panic"
+	causeIdle       = "idle"
+	causeWaiting    = "request_waiting"
+	causeSelf       = "self"
+	causeHalted     = "halted"
+	causeBounds     = "bounds"
+)
 
 func newMetrics(m *Manager, reg prometheus.Registerer) *metrics {
 	x := &metrics{
@@ -32,17 +48,29 @@ func newMetrics(m *Manager, reg prometheus.Registerer) *metrics {
 			Help:    "Time to merge a gone replica's state into the app's volume, by app and policy.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"app", "policy"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shoal_app_scale_decisions_total",
+			Help: "Changes of an app's desired replica count, by direction (out, in) and reason (autoscaler, panic, idle, request_waiting, self, halted, bounds).",
+		}, []string{"app", "direction", "reason"}),
 	}
 	if reg == nil {
 		return x
 	}
-	reg.MustRegister(x.coldStarts, x.failures, x.cpuChanges, x.merges, &replicaCollector{m: m,
+	reg.MustRegister(x.coldStarts, x.failures, x.cpuChanges, x.merges, x.decisions, &replicaCollector{m: m,
 		desc: prometheus.NewDesc("shoal_app_replicas", "Replicas by app and state.", []string{"app", "state"}, nil)})
 	return x
 }
 
 func (x *metrics) coldStart(app, kind string, d time.Duration) {
 	x.coldStarts.WithLabelValues(app, kind).Observe(d.Seconds())
+}
+
+func (x *metrics) decision(app string, out bool, cause string) {
+	dir := "in"
+	if out {
+		dir = "out"
+	}
+	x.decisions.WithLabelValues(app, dir, cause).Inc()
 }
 
 func (x *metrics) merge(app, policy string, d time.Duration) {

@@ -44,7 +44,8 @@ func (h *harness) metric(name string, labels map[string]string) (float64, bool) 
 
 // shoal_app_replicas counts an app's replicas by state as they move along
 // the ladder; shoal_app_activation_seconds observes each start and each
-// thaw; shoal_app_replica_failures_total counts crashes.
+// thaw; shoal_app_replica_failures_total counts crashes;
+// shoal_app_scale_decisions_total counts the wake-up and the scale-in.
 func TestMetricsFollowTheLadder(t *testing.T) {
 	h := newHarness(t)
 	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
@@ -69,8 +70,16 @@ func TestMetricsFollowTheLadder(t *testing.T) {
 	if r := replicas(StateReady); r != 1 {
 		t.Fatalf("after the start: %g ready replicas in the metric, want 1", r)
 	}
+	decisions := func(dir, reason string) float64 {
+		v, _ := h.metric("shoal_app_scale_decisions_total", map[string]string{"app": "hello", "direction": dir, "reason": reason})
+		return v
+	}
+	if n := decisions("out", "request_waiting"); n != 1 {
+		t.Fatalf("scale decisions out for a waiting request: %g, want 1", n)
+	}
 	h.advance(30 * time.Second)
 	h.wait("the replica freezes", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	h.wait("the scale-in is counted", func() bool { return decisions("in", "autoscaler") == 1 })
 	if r, f := replicas(StateReady), replicas(StateFrozen); r != 0 || f != 1 {
 		t.Fatalf("after the freeze: %g ready, %g frozen in the metric; want 0 and 1", r, f)
 	}
