@@ -209,3 +209,54 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// A WebSocket open on revision 1's replica outlives the rollout of
+// revision 2: new requests go to revision 2 while the old replica, out of
+// the route, keeps the WebSocket (in flight, still echoing) within its
+// drain_timeout; once the client closes it, the old replica leaves service.
+func TestWebSocketOutlivesRollout(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	drain := func(greeting string) string {
+		return strings.Replace(revManifest(1, greeting), `idle_timeout = "10m"`, "idle_timeout = \"10m\"\ndrain_timeout = \"60s\"", 1)
+	}
+	if r, _ := d.deployFile(drain("v1")); r.code != 0 {
+		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
+	}
+	d.waitApp("hello", "revision 1 ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 1 })
+	proxy := d.proxyAddr()
+	ws := dialWS(t, proxy, "hello", "/ws")
+	defer ws.Close()
+	first := echo(t, ws, "one")
+
+	if r, _ := d.deployFile(drain("v2"), "--detach"); r.code != 0 {
+		t.Fatalf("deploy --detach revision 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	oldHolds := func(a types.App) bool {
+		for _, r := range a.Replicas {
+			if r.Revision == 1 && r.State == "ready" && r.InFlight == 1 {
+				return true
+			}
+		}
+		return false
+	}
+	d.waitApp("hello", "revision 2 takes the traffic while revision 1 holds the WebSocket", func(a types.App) bool {
+		return a.Revision == 2 && a.Rollout != nil && a.Rollout.State == types.RolloutDone &&
+			len(pids(a, 2, "ready")) == 1 && oldHolds(a)
+	})
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if a := d.app("hello"); !oldHolds(a) {
+			t.Fatalf("revision 1's replica let go of the open WebSocket within its drain_timeout: %+v", a.Replicas)
+		}
+		if _, body, _ := get(t, proxy, "hello", "/"); !strings.HasPrefix(body, "v2 from ") {
+			t.Fatalf("a new request during the drain: %q, want revision 2", body)
+		}
+	}
+	if got, want := echo(t, ws, "two"), strings.Replace(first, "one", "two", 1); got != want {
+		t.Fatalf("the WebSocket after the rollout answers %q, want %q (the same replica)", got, want)
+	}
+	ws.Close()
+	d.waitApp("hello", "revision 1's replica to leave service once the WebSocket closed", func(a types.App) bool {
+		return len(pids(a, 1, "ready")) == 0
+	})
+}
