@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,25 +96,32 @@ func TestStreamsKeepReplicaFromIdleFreeze(t *testing.T) {
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
 		t.Fatalf("SSE answer: %s %q", resp.Status, ct)
 	}
-	events := bufio.NewReader(resp.Body)
-	next := func() int {
-		for {
-			line, err := events.ReadString('\n')
-			if err != nil {
-				t.Fatalf("SSE stream cut: %v", err)
-			}
-			if n, ok := strings.CutPrefix(line, "data: "); ok {
+	// The events are read as they come; the stream ends only when the
+	// test closes it.
+	var last atomic.Int64
+	cut := make(chan error, 1)
+	go func() {
+		events := bufio.NewScanner(resp.Body)
+		for events.Scan() {
+			if n, ok := strings.CutPrefix(events.Text(), "data: "); ok {
 				i, _ := strconv.Atoi(strings.Fields(n)[0])
-				return i
+				last.Store(int64(i))
 			}
 		}
-	}
-	first := next()
+		cut <- events.Err()
+	}()
+	waitFor(t, "a first SSE event", func() bool { return last.Load() >= 1 })
+	first := last.Load()
 	d.holdsReplica("an SSE stream")
-	// Events flowed all along (one every 100ms, read after the hold):
-	// the stream was neither cut nor held back.
-	if last := next(); last <= first+10 {
-		t.Fatalf("SSE events %d then %d across the hold, want more than ten between", first, last)
+	// Events flowed all along (one every 100ms): the stream was neither
+	// cut nor held back.
+	select {
+	case err := <-cut:
+		t.Fatalf("the SSE stream was cut during the hold: %v", err)
+	default:
+	}
+	if n := last.Load(); n <= first+10 {
+		t.Fatalf("SSE events %d then %d across the hold, want more than ten between", first, n)
 	}
 	resp.Body.Close()
 	d.waitApp("hello", "the replica to freeze once the SSE stream closed", func(a types.App) bool { return replicasIn(a, "frozen") == 1 })
@@ -159,11 +167,11 @@ func procMem(t *testing.T, pid int, field string) int64 {
 
 // A 1 GiB upload streams through the proxy, with a length and chunked: the
 // app reads all of it, and the proxy process's peak memory grows by less
-// than 64 MiB over what it held before.
+// than 64 MiB over what it held before. The app's max_body lets it in.
 func TestLargeUploadStreamsThroughProxy(t *testing.T) {
 	d := startDaemon(t)
 	d.exampleImage("hello")
-	d.deploy(manifest("10m", "10m"))
+	d.deploy(manifest("10m", "10m") + "[resources]\nmax_body = \"2GiB\"\n")
 	proxy := d.proxyAddr()
 	if code, _, _ := get(t, proxy, "hello", "/"); code != 200 {
 		t.Fatalf("first request: %d", code)
