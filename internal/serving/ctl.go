@@ -217,6 +217,13 @@ func (ctl *appCtl) reconcile() time.Duration {
 	if w := clamp(want, ctl.rec.Min, ctl.rec.Max); w != want {
 		want, cause = w, causeBounds
 	}
+	// Each revision that takes traffic keeps a replica while the app is
+	// active (split's floor): the count says what runs, so that the
+	// autoscaler, seeing that many, does not ask for fewer again and again.
+	if want > 0 && want < len(weights) {
+		want, cause = len(weights), causeSplit
+		reason = fmt.Sprintf("%s; each of the %d revisions that take traffic keeps a replica", reason, len(weights))
+	}
 	if want != ctl.desired {
 		m.metrics.decision(ctl.name, want > ctl.desired, cause)
 		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)

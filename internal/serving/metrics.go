@@ -19,7 +19,8 @@ type metrics struct {
 // reason label: the autoscaler's own count (panic: in its panic mode), the
 // app kept from growing while idle, a request waiting for a first replica,
 // the app's own request through its self API, halted replicas counted
-// toward max, and min or max.
+// toward max, min or max, and a replica kept for each revision of a
+// traffic split.
 const (
 	causeAutoscaler = "autoscaler"
 	causePanic      = "panic"
@@ -28,6 +29,7 @@ const (
 	causeSelf       = "self"
 	causeHalted     = "halted"
 	causeBounds     = "bounds"
+	causeSplit      = "split"
 )
 
 func newMetrics(m *Manager, reg prometheus.Registerer) *metrics {

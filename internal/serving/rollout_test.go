@@ -302,6 +302,13 @@ func TestTrafficSplit(t *testing.T) {
 	h.advanceUntil("1 + 1 ready", 10*time.Second, func() bool {
 		return len(h.byRevision(1, StateReady)) == 1 && len(h.byRevision(2, StateReady)) == 1
 	})
+	// Two revisions that take traffic run two replicas: the autoscaler's
+	// count says so too, and does not go 2 → 1 → 2 while nothing changes.
+	settled := len(h.ev.of("scale"))
+	h.advance(time.Minute)
+	if evs := h.ev.of("scale"); len(evs) != settled {
+		t.Fatalf("scale events with the split steady: %v", evs[settled:])
+	}
 	var rec appRecord
 	kv, err := h.m.o.Store.Get(context.Background(), store.AppKey("hello"))
 	if err != nil || json.Unmarshal(kv.Value, &rec) != nil || len(rec.Traffic) != 2 || !rec.Sticky {
