@@ -28,6 +28,38 @@ type endpoint struct {
 	idleWaiters atomic.Int32
 	mu          sync.Mutex
 	idle        chan struct{} // closed when inFlight reaches zero; guarded by mu
+	// held ends each long-lived request (an upgrade, a chunked upload) in
+	// flight on e; guarded by mu.
+	held    map[uint64]context.CancelFunc
+	heldSeq uint64
+}
+
+// hold registers end, which ends a long-lived request on e, until the
+// returned func is called.
+func (e *endpoint) hold(end context.CancelFunc) (unhold func()) {
+	e.mu.Lock()
+	if e.held == nil {
+		e.held = map[uint64]context.CancelFunc{}
+	}
+	e.heldSeq++
+	id := e.heldSeq
+	e.held[id] = end
+	e.mu.Unlock()
+	return func() {
+		e.mu.Lock()
+		delete(e.held, id)
+		e.mu.Unlock()
+	}
+}
+
+// cutHeld ends every long-lived request on e: their connections to the
+// replica and to the client close.
+func (e *endpoint) cutHeld() {
+	e.mu.Lock()
+	for _, end := range e.held {
+		end()
+	}
+	e.mu.Unlock()
 }
 
 func newEndpoint(id, addr string) *endpoint {
@@ -115,7 +147,10 @@ func (e *endpoint) waitIdle(ctx context.Context) error {
 
 // WaitIdle returns once the endpoint has no request in flight, or with the
 // context's error. An unknown endpoint is idle. Called after the endpoint
-// left its app's route, it tells when the replica may be frozen or stopped.
+// left its app's route, it tells when the replica may be frozen or stopped;
+// when the context ends first (the drain's grace is over), the endpoint's
+// long-lived requests (upgraded connections, chunked uploads) are cut:
+// both their connections close, rather than hang on a frozen replica.
 func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
 	t.mu.Lock()
 	e := t.endpoints[endpointID]
@@ -123,7 +158,11 @@ func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
 	if e == nil {
 		return nil
 	}
-	return e.waitIdle(ctx)
+	err := e.waitIdle(ctx)
+	if err != nil {
+		e.cutHeld()
+	}
+	return err
 }
 
 // maxPickTries bounds how often a request picks again after it drew an

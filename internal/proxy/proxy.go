@@ -108,6 +108,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(st, x, safe, idempotent, r.ContentLength)
 		return
 	}
+	// An upgraded connection or a chunked upload may outlive its
+	// endpoint's drain: WaitIdle cuts it when the grace is over.
+	ctx, end := context.WithCancel(st.Context)
+	defer end()
+	st.Context = ctx
+	defer st.ep.hold(end)()
 	p.rp.ServeHTTP(w, r.WithContext(st))
 }
 
