@@ -268,3 +268,38 @@ func TestWebSocketOutlivesRollout(t *testing.T) {
 		return len(pids(a, 1, "ready")) == 0
 	})
 }
+
+// A WebSocket still open when its replica's drain_timeout is over is closed
+// by the proxy (the client reads the end of the connection), and the old
+// replica leaves service.
+func TestWebSocketClosedAfterDrainTimeout(t *testing.T) {
+	d := startDaemon(t)
+	d.exampleImage("hello")
+	drain := func(greeting string) string {
+		return strings.Replace(revManifest(1, greeting), `idle_timeout = "10m"`, "idle_timeout = \"10m\"\ndrain_timeout = \"1s\"", 1)
+	}
+	if r, _ := d.deployFile(drain("v1")); r.code != 0 {
+		t.Fatalf("deploy revision 1: %d %s", r.code, r.stderr)
+	}
+	d.waitApp("hello", "revision 1 ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 1 })
+	ws := dialWS(t, d.proxyAddr(), "hello", "/ws")
+	defer ws.Close()
+	echo(t, ws, "one")
+	closed := make(chan error, 1)
+	go func() {
+		var msg string
+		closed <- websocket.Message.Receive(ws, &msg)
+	}()
+	if r, _ := d.deployFile(drain("v2")); r.code != 0 {
+		t.Fatalf("deploy revision 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	select {
+	case err := <-closed:
+		if err != io.EOF {
+			t.Fatalf("the WebSocket ended with %v, want the end of the connection", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the WebSocket is still open a minute after the rollout; its replica's drain_timeout is 1s")
+	}
+	d.waitApp("hello", "revision 1's replica to leave service", func(a types.App) bool { return len(pids(a, 1, "ready")) == 0 })
+}
