@@ -123,9 +123,17 @@ func TestSelfRefusals(t *testing.T) {
 	if a := d.app("web"); a.Ready != 1 {
 		t.Fatalf("refused calls changed the app: %+v", a.Replicas)
 	}
+	// The event log is written in the background, in order: the refusal
+	// answered last is the last to be listed.
 	reasons := ""
-	for _, e := range d.events("web", "self-refused") {
-		reasons += e.Replica + " " + e.Reason + "\n"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		reasons = ""
+		for _, e := range d.events("web", "self-refused") {
+			reasons += e.Replica + " " + e.Reason + "\n"
+		}
+		if strings.Contains(reasons, "rate limit") || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, want := range []string{"max is 2", "which is gone", "not from the replica's own address", "names app shop", "its min is 1", "rate limit"} {
 		if !strings.Contains(reasons, want) {
