@@ -216,8 +216,3 @@ func trafficString(ts []trafficShare) string {
 	}
 	return strings.Join(parts, " ")
 }
-
-// writeApp writes the app record now. ctl.recMu is held, ctl.mu is not.
-func (ctl *appCtl) writeApp(ctx context.Context, rec appRecord) error {
-	return putJSON(ctx, ctl.m.o.Store, store.AppKey(ctl.name), rec)
-}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	goruntime "runtime"
 	"strings"
 	"time"
@@ -108,16 +107,7 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// procExited returns a check that reports when p has ended.
-func procExited(p *os.Process) func() error {
-	return func() error {
-		if err := p.Signal(unix.Signal(0)); err != nil {
-			return fmt.Errorf("server process ended: %w", err)
-		}
-		return nil
-	}
-}
-
+// WaitTCP waits until addr, dialled through d, accepts a connection.
 func WaitTCP(ctx context.Context, d Dialer, addr string) error {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
