@@ -25,6 +25,8 @@ type Endpoint struct {
 	// Revision is the app revision the replica runs; Route.Weights refers
 	// to it.
 	Revision int
+	// Node is the cluster node the replica runs on; "" on a single host.
+	Node string `json:",omitempty"`
 }
 
 // Route is one app's routing entry.
