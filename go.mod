@@ -7,6 +7,7 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/containernetworking/cni v1.3.1
 	github.com/google/go-containerregistry v0.22.1
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
 	github.com/opencontainers/runtime-spec v1.3.0
