@@ -33,6 +33,7 @@ type Elector struct {
 
 	mu   sync.Mutex
 	term *Term
+	subs []chan struct{}
 }
 
 // Term is one leadership: the election key and the revision it was created
@@ -66,6 +67,46 @@ func (t *Term) Put(ctx context.Context, key string, value []byte) (int64, error)
 		return 0, fmt.Errorf("key %q: leadership %s@%d: %w", key, t.Key, t.Rev, ErrDeposed)
 	}
 	return resp.Header.Revision, nil
+}
+
+// Delete removes key only while the term lasts (a key already gone is no
+// error); after, it returns an error that wraps ErrDeposed.
+func (t *Term) Delete(ctx context.Context, key string) error {
+	resp, err := t.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("key %q: %w", key, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("key %q: leadership %s@%d: %w", key, t.Key, t.Rev, ErrDeposed)
+	}
+	return nil
+}
+
+// Changed returns a channel that gets a value after every change of
+// leadership of this node: it leads, or no longer does (changes close
+// together may be told once).
+func (e *Elector) Changed() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	e.subs = append(e.subs, ch)
+	return ch
+}
+
+// setTerm makes t the current term (nil: none) and tells the subscribers.
+func (e *Elector) setTerm(t *Term) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.term = t
+	for _, ch := range e.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // Leading returns the current term while this node leads, or nil.
@@ -112,15 +153,9 @@ func (e *Elector) once(ctx context.Context) error {
 		return fmt.Errorf("campaign: %w", err)
 	}
 	t := NewTerm(e.Client, el.Key(), el.Rev())
-	e.mu.Lock()
-	e.term = t
-	e.mu.Unlock()
+	e.setTerm(t)
 	e.Log.Info("leading the cluster", "node", e.Name, "key", t.Key, "rev", t.Rev)
-	defer func() {
-		e.mu.Lock()
-		e.term = nil
-		e.mu.Unlock()
-	}()
+	defer e.setTerm(nil)
 	select {
 	case <-s.Done():
 		e.Log.Warn("leadership lost: session expired", "node", e.Name)

@@ -50,7 +50,13 @@ func TestLeaderFencing(t *testing.T) {
 	}
 	defer st.Close()
 	a := elector(t, ep, "a")
+	aChanged := a.Changed()
 	until(t, "a to lead", func() bool { return a.Leading() != nil })
+	select {
+	case <-aChanged:
+	default:
+		t.Fatal("a leads and its Changed channel was not told")
+	}
 	b := elector(t, ep, "b")
 	until(t, "b to campaign", func() bool {
 		kvs, _ := st.List(ctx, store.LeaderPrefix)
@@ -82,12 +88,32 @@ func TestLeaderFencing(t *testing.T) {
 	if !errors.Is(err, ErrDeposed) || !errdefs.IsConflict(err) {
 		t.Fatalf("write by the deposed leader: %v; want ErrDeposed", err)
 	}
+	if err := old.Delete(ctx, "/shoal/v1/test/fenced"); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("delete by the deposed leader: %v; want ErrDeposed", err)
+	}
+	until(t, "a to be told it no longer leads", func() bool {
+		select {
+		case <-aChanged:
+			return a.Leading() == nil
+		default:
+			return false
+		}
+	})
 	if _, err := b.Leading().Put(ctx, "/shoal/v1/test/fenced", []byte("b")); err != nil {
 		t.Fatalf("write by the new leader: %v", err)
 	}
 	got, err := st.Get(ctx, "/shoal/v1/test/fenced")
 	if err != nil || string(got.Value) != "b" {
 		t.Fatalf("fenced key %q, %v; want b", got.Value, err)
+	}
+	if err := b.Leading().Delete(ctx, "/shoal/v1/test/fenced"); err != nil {
+		t.Fatalf("delete by the new leader: %v", err)
+	}
+	if _, err := st.Get(ctx, "/shoal/v1/test/fenced"); !errdefs.IsNotFound(err) {
+		t.Fatalf("fenced key after the leader's delete: %v; want not found", err)
+	}
+	if err := b.Leading().Delete(ctx, "/shoal/v1/test/fenced"); err != nil {
+		t.Fatalf("delete of a key already gone: %v", err)
 	}
 	// a campaigns again and waits behind b.
 	until(t, "a to campaign again", func() bool {

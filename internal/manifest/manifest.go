@@ -29,6 +29,24 @@ type Config struct {
 	// of the hash: a change applies at the next deploy without a new
 	// revision.
 	Traffic Traffic `toml:"traffic" json:",omitzero"`
+	// Placement is where the app's replicas run in a cluster; a single
+	// host has one place and ignores it. Left out of the hash's JSON
+	// when unset, so that apps without it keep their revisions' hashes.
+	Placement Placement `toml:"placement" json:",omitzero"`
+}
+
+// Placement is the [placement] table: the cluster nodes an app's replicas
+// may run on and prefer, and the apps they keep apart from or run with.
+type Placement struct {
+	// Nodes, when set, are the only nodes the replicas may run on.
+	Nodes []string `toml:"nodes" json:",omitempty"`
+	// Prefer are nodes the replicas go to first, when the spread of the
+	// app's replicas over nodes allows.
+	Prefer []string `toml:"prefer" json:",omitempty"`
+	// Apart names apps whose nodes the replicas avoid.
+	Apart []string `toml:"apart" json:",omitempty"`
+	// With names apps whose nodes the replicas join.
+	With []string `toml:"with" json:",omitempty"`
 }
 
 // Traffic is the [traffic] table.

@@ -194,6 +194,13 @@ func TestParseErrors(t *testing.T) {
 		{"state no volume", base + "[state]\ndir = \"/state\"\nmerge = \"append\"\n", "state.volume", "declare one under [volumes]"},
 		{"state which volume", base + "[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/state\"\nmerge = \"append\"\n", "state.volume", "one of a, b"},
 		{"state unknown volume", base + vol + "[state]\ndir = \"/state\"\nmerge = \"append\"\nvolume = \"logs\"\n", "state.volume", "\"logs\" is not a volume"},
+		{"placement node name", base + "[placement]\nnodes = [\"n 1\"]\n", "placement.nodes[0]", "not a node name"},
+		{"placement node twice", base + "[placement]\nnodes = [\"n1\", \"n2\", \"n1\"]\n", "placement.nodes[2]", "listed twice"},
+		{"placement prefer outside nodes", base + "[placement]\nnodes = [\"n1\", \"n2\"]\nprefer = [\"n3\"]\n", "placement.prefer[0]", "not one of placement.nodes (n1, n2)"},
+		{"placement apart itself", base + "[placement]\napart = [\"db\", \"web\"]\n", "placement.apart[1]", "the app itself"},
+		{"placement apart and with", base + "[placement]\napart = [\"db\"]\nwith = [\"db\"]\n", "placement.apart[0]", "also in placement.with"},
+		{"placement with bad app", base + "[placement]\nwith = [\"Cache\"]\n", "placement.with[0]", "not an app name"},
+		{"placement unknown key", base + "[placement]\nzone = \"a\"\n", "placement.zone", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -228,6 +235,7 @@ func TestParseValid(t *testing.T) {
 		"state hook":      "[volumes]\na = \"/a\"\nb = \"/b\"\n[state]\ndir = \"/var/state\"\nmerge = \"hook\"\nhook = [\"sh\", \"-c\", \"cat /var/state/* >> /b/all\"]\nvolume = \"b\"\n",
 		"state newest":    "[volumes]\na = \"/a\"\n[state]\ndir = \"/a-state\"\nmerge = \"newest\"\n",
 		"app metric":      "[scale]\nmetric = \"queue\"\ntarget = 2.5\n",
+		"placement":       "[placement]\nnodes = [\"n1\", \"node-2.b\"]\nprefer = [\"n1\"]\napart = [\"db\"]\nwith = [\"cache\"]\n",
 	} {
 		doc := base + extra
 		if name == "name of 40" {
@@ -311,7 +319,12 @@ tcp = true
 	if c := parse("name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[traffic]\nsticky = true\n"); !c.Traffic.Sticky || c.Hash() != a.Hash() {
 		t.Errorf("[traffic] sticky = true: sticky %v, hash %s, want %s", c.Traffic.Sticky, c.Hash(), a.Hash())
 	}
+	// An empty [placement] is none.
+	if c := parse("name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[placement]\nnodes = []\n"); c.Hash() != a.Hash() {
+		t.Errorf("empty [placement]: hash %s, want %s", c.Hash(), a.Hash())
+	}
 	for _, doc := range []string{
+		"name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[placement]\nnodes = [\"n1\"]\n",
 		"name = \"web\"\nimage = \"web:2\"\n[env]\nA = \"1\"\nB = \"2\"\n",
 		"name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"3\"\n",
 		"name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[scale]\nmax = 11\n",

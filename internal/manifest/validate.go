@@ -72,6 +72,9 @@ func (c *Config) Validate() error {
 	if err := c.State.validate(c.Volumes); err != nil {
 		return err
 	}
+	if err := c.Placement.validate(c.Name); err != nil {
+		return err
+	}
 	return validateEnv(c.Env)
 }
 
@@ -281,4 +284,62 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// nodeName is what a node's name may be (the daemon's --node-name).
+var nodeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// validate checks the [placement] table of app.
+func (p *Placement) validate(app string) error {
+	names := func(key string, list []string, ok func(string) bool, what string) error {
+		seen := map[string]bool{}
+		for i, n := range list {
+			k := fmt.Sprintf("placement.%s[%d]", key, i)
+			switch {
+			case !ok(n):
+				return errdefs.Invalid(k, "%q is not %s", n, what)
+			case seen[n]:
+				return errdefs.Invalid(k, "%q is listed twice", n)
+			}
+			seen[n] = true
+		}
+		return nil
+	}
+	nodeOK := nodeName.MatchString
+	for _, l := range []struct {
+		key  string
+		list []string
+		ok   func(string) bool
+		what string
+	}{
+		{"nodes", p.Nodes, nodeOK, "a node name (letters, digits, _.-)"},
+		{"prefer", p.Prefer, nodeOK, "a node name (letters, digits, _.-)"},
+		{"apart", p.Apart, IsDNSLabel, "an app name"},
+		{"with", p.With, IsDNSLabel, "an app name"},
+	} {
+		if err := names(l.key, l.list, l.ok, l.what); err != nil {
+			return err
+		}
+	}
+	if len(p.Nodes) > 0 {
+		for i, n := range p.Prefer {
+			if !slices.Contains(p.Nodes, n) {
+				return errdefs.Invalid(fmt.Sprintf("placement.prefer[%d]", i), "%q is not one of placement.nodes (%s): the replicas never run there", n, strings.Join(p.Nodes, ", "))
+			}
+		}
+	}
+	for i, a := range p.Apart {
+		if a == app {
+			return errdefs.Invalid(fmt.Sprintf("placement.apart[%d]", i), "%q is the app itself; its replicas keep apart already", a)
+		}
+		if slices.Contains(p.With, a) {
+			return errdefs.Invalid(fmt.Sprintf("placement.apart[%d]", i), "%q is also in placement.with", a)
+		}
+	}
+	for i, a := range p.With {
+		if a == app {
+			return errdefs.Invalid(fmt.Sprintf("placement.with[%d]", i), "%q is the app itself", a)
+		}
+	}
+	return nil
 }
