@@ -47,9 +47,16 @@ func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest
 		return manifest.Config{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
 	}
 	now := m.clock.Now()
+	l, err := m.leading()
+	if err != nil {
+		return manifest.Config{}, err
+	}
 	m.mu.Lock()
 	ctl := m.apps[cfg.Name]
 	m.mu.Unlock()
+	if ctl != nil {
+		l = ctl.lead
+	}
 	if ctl != nil {
 		// ctl.recMu keeps the writer from writing an older record after
 		// this one.
@@ -73,20 +80,24 @@ func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest
 		rec, rv, newRev := nextRecord(rec, cfg, req.Manifest, img.Digest, now)
 		// The records are written without ctl.mu.
 		if newRev {
-			if err := putJSON(ctx, m.o.Store, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
+			if err := putJSON(ctx, l, store.RevisionKey(cfg.Name, rec.Revision), rv); err != nil {
 				return manifest.Config{}, err
 			}
 		}
-		if err := putJSON(ctx, m.o.Store, store.AppKey(cfg.Name), rec); err != nil {
+		if err := putJSON(ctx, l, store.AppKey(cfg.Name), rec); err != nil {
 			return manifest.Config{}, err
 		}
 		if ctl == nil {
-			ctl = newAppCtl(m, rec)
+			ctl = newAppCtl(m, rec, l)
 			ctl.revs[rec.Revision] = rv
 			m.mu.Lock()
 			if other := m.apps[cfg.Name]; other != nil {
 				m.mu.Unlock()
 				return manifest.Config{}, fmt.Errorf("app %q: deployed twice at once: %w", cfg.Name, errdefs.ErrConflict)
+			}
+			if m.lead != l {
+				m.mu.Unlock()
+				return manifest.Config{}, m.errNotLeader()
 			}
 			m.apps[cfg.Name] = ctl
 			m.mu.Unlock()
@@ -164,6 +175,11 @@ func nextRecord(rec appRecord, cfg manifest.Config, text, digest string, now tim
 
 // List returns every app.
 func (m *Manager) List(ctx context.Context) ([]types.App, error) {
+	if m.o.Cluster != nil {
+		if _, err := m.leading(); err != nil {
+			return nil, err
+		}
+	}
 	m.mu.Lock()
 	names := make([]string, 0, len(m.apps))
 	for n := range m.apps {
@@ -184,7 +200,7 @@ func (m *Manager) List(ctx context.Context) ([]types.App, error) {
 func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, m.noApp(name)
 	}
 	load := m.o.Router.Load(name)
 	ctl.mu.Lock()
@@ -253,7 +269,7 @@ func appURL(proxyAddr, app string) string {
 func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, m.noApp(name)
 	}
 	ctl.recMu.Lock()
 	defer ctl.recMu.Unlock()
@@ -278,7 +294,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest
 	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, m.clock.Now()
 	rec = ctl.rec
 	ctl.unlock()
-	if err := putJSON(ctx, m.o.Store, store.AppKey(name), rec); err != nil {
+	if err := putJSON(ctx, ctl.lead, store.AppKey(name), rec); err != nil {
 		return types.App{}, err
 	}
 	ctl.mu.Lock()
@@ -296,7 +312,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest
 func (m *Manager) Remove(ctx context.Context, name string) error {
 	ctl := m.app(name)
 	if ctl == nil {
-		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return m.noApp(name)
 	}
 	ctl.recMu.Lock()
 	ctl.mu.Lock()
@@ -310,7 +326,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	rec := ctl.rec
 	ctl.publish()
 	ctl.unlock()
-	err := putJSON(ctx, m.o.Store, store.AppKey(name), rec)
+	err := putJSON(ctx, ctl.lead, store.AppKey(name), rec)
 	ctl.recMu.Unlock()
 	if err != nil {
 		return err
@@ -352,14 +368,10 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		kvs, err := m.o.Store.List(ctx, prefix)
 		errs = append(errs, err)
 		for _, kv := range kvs {
-			if err := m.o.Store.Delete(ctx, kv.Key); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, err)
-			}
+			errs = append(errs, ctl.lead.del(ctx, kv.Key))
 		}
 	}
-	if err := m.o.Store.Delete(ctx, store.AppKey(ctl.name)); err != nil && !errdefs.IsNotFound(err) {
-		errs = append(errs, err)
-	}
+	errs = append(errs, ctl.lead.del(ctx, store.AppKey(ctl.name)))
 	errs = append(errs, os.RemoveAll(m.appDir(ctl.name)))
 	ctl.pub.remove(m.o.Router, ctl.name)
 	m.mu.Lock()
@@ -373,12 +385,13 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 	return nil
 }
 
-func putJSON(ctx context.Context, st store.Store, key string, v any) error {
+// putJSON writes v at key through lead l.
+func putJSON(ctx context.Context, l *lead, key string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("%s: %w", key, err)
 	}
-	if _, err := st.Put(ctx, key, b); err != nil {
+	if err := l.put(ctx, key, b); err != nil {
 		return fmt.Errorf("store %s: %w", key, err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 // and change it; none calls out.
 type appState struct {
 	name     string
+	cluster  bool // a node of a cluster runs it: endpoints name their node
 	mu       sync.Mutex
 	rec      appRecord
 	reps     map[string]*replica
@@ -60,7 +61,11 @@ func (st *appState) route() route.Route {
 	sort.Strings(ids)
 	for _, id := range ids {
 		r := st.reps[id]
-		rt.Endpoints = append(rt.Endpoints, route.Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision})
+		ep := route.Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision}
+		if st.cluster {
+			ep.Node = r.rec.Node
+		}
+		rt.Endpoints = append(rt.Endpoints, ep)
 	}
 	for _, ep := range st.remote {
 		if st.reps[ep.ID] == nil && weights[ep.Revision] > 0 {

@@ -27,6 +27,7 @@ const tick = 100 * time.Millisecond
 type appCtl struct {
 	appState
 	m     *Manager
+	lead  *lead    // the run of the controllers it belongs to
 	node  Node     // where the app's replicas run
 	drv   *driver  // carries out what the controller decides
 	pub   routePub // orders the app's routes
@@ -59,11 +60,11 @@ type appCtl struct {
 	boots boots // replicas starting
 }
 
-func newAppCtl(m *Manager, rec appRecord) *appCtl {
+func newAppCtl(m *Manager, rec appRecord, l *lead) *appCtl {
 	ctl := &appCtl{
-		appState: appState{name: rec.Config.Name, rec: rec, reps: map[string]*replica{}, unsaved: map[string]bool{},
+		appState: appState{name: rec.Config.Name, cluster: m.disp != nil, rec: rec, reps: map[string]*replica{}, unsaved: map[string]bool{},
 			revs: map[int]revisionRecord{}, deleting: rec.Deleting, dirty: make(chan struct{}, 1)},
-		m: m, node: m.node,
+		m: m, lead: l, node: m.node,
 		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	ctl.drv = &driver{ctl}
@@ -386,4 +387,6 @@ func clamp(v, lo, hi int) int {
 
 func (ctl *appCtl) notify() { poke(ctl.changed) }
 
-func (ctl *appCtl) ctx() context.Context { return ctl.m.ctx }
+// ctx ends when the controller's lead does: the daemon stops, or the node
+// no longer leads the cluster.
+func (ctl *appCtl) ctx() context.Context { return ctl.lead.ctx }

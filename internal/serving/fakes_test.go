@@ -444,6 +444,12 @@ func newHarnessWith(t *testing.T, frozen int64, netw Network) *harness {
 // newHarnessPlaced is newHarnessWith with a placer (nil: none).
 func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *harness {
 	t.Helper()
+	return newHarnessOpts(t, func(o *Options) { o.FrozenMemory, o.Network, o.Placer = frozen, netw, placer })
+}
+
+// newHarnessOpts is newHarness with its Manager's options changed by opt.
+func newHarnessOpts(t *testing.T, opt func(o *Options)) *harness {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/fail" { // a health check that never passes
 			w.WriteHeader(http.StatusInternalServerError)
@@ -460,8 +466,10 @@ func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]route.Route{}}, ev: &fakeEvents{},
 		reg: prometheus.NewRegistry(), clock: fc, port: port}
-	h.m, err = New(Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: netw, Router: h.r,
-		Events: h.ev, Placer: placer, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: frozen, Registerer: h.reg})
+	o := Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
+		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg}
+	opt(&o)
+	h.m, err = New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

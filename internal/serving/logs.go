@@ -12,8 +12,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // Replica logs: each replica's stdout and stderr go to <app>/logs/<id>.log,
@@ -139,7 +137,7 @@ func (l replicaLogs) prune(known func(id string) bool) {
 func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
 	ctl := m.app(name)
 	if ctl == nil {
-		return fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return m.noApp(name)
 	}
 	lfs, err := ctl.logs.files()
 	if err != nil {

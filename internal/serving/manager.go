@@ -2,7 +2,6 @@ package serving
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,6 +84,12 @@ type Options struct {
 	Events  EventLog
 	// Placer pins replicas to CPUs; nil pins none.
 	Placer Placer
+	// Cluster, when set, makes this Manager a node of a cluster: it runs
+	// the apps only while the node leads, and places their replicas on
+	// the cluster's live nodes. Nil: a single host.
+	Cluster Cluster
+	// Remote reaches another node of the cluster by name; cluster only.
+	Remote func(node string) Node
 	// Node is this host's name; replicas are recorded under it.
 	Node string
 	// Dir holds each app's volumes and replica logs: <Dir>/<app>/...
@@ -107,7 +112,9 @@ type Options struct {
 // proxy's activator through Activate.
 type Manager struct {
 	o       Options
-	node    Node // this host, where the apps' replicas run
+	node    Node        // where the apps' replicas run: this host, or the cluster's nodes
+	local   *localNode  // this host
+	disp    *dispatcher // the cluster's nodes; nil on a single host
 	log     *slog.Logger
 	clock   clock.Clock
 	metrics *metrics
@@ -116,7 +123,11 @@ type Manager struct {
 
 	mu   sync.Mutex
 	apps map[string]*appCtl
+	lead *lead // the apps run under it; nil while a node of a cluster follows
+	kick chan struct{}
 	wg   sync.WaitGroup
+	// followed is closed when the cluster follower has stopped.
+	followed chan struct{}
 	eventQueue
 	self tokenIndex
 }
@@ -125,6 +136,9 @@ type Manager struct {
 func New(o Options) (*Manager, error) {
 	if o.Store == nil || o.Runtime == nil || o.Images == nil || o.Network == nil || o.Router == nil {
 		return nil, errors.New("serving: store, runtime, images, network and router are required")
+	}
+	if o.Cluster != nil && o.Remote == nil {
+		return nil, errors.New("serving: a node of a cluster needs a way to reach the other nodes")
 	}
 	if o.Dir == "" || !filepath.IsAbs(o.Dir) {
 		return nil, errdefs.Invalid("dir", "%q is not an absolute path", o.Dir)
@@ -144,9 +158,15 @@ func New(o Options) (*Manager, error) {
 	if o.FrozenMemory == 0 {
 		o.FrozenMemory = MemTotal() / 4
 	}
-	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{},
+	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}, kick: make(chan struct{}, 1),
+		followed:   make(chan struct{}),
 		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096)}}
-	m.node = newLocalNode(o)
+	m.local = newLocalNode(o)
+	m.node = m.local
+	if o.Cluster != nil {
+		m.disp = newDispatcher(o.Node, m.local, o.Remote, m.log)
+		m.node = m.disp
+	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
 	if o.Events != nil {
@@ -157,60 +177,56 @@ func New(o Options) (*Manager, error) {
 }
 
 // Start loads every app from the store, adopts the replicas this node left
-// running and starts a controller per app.
+// running and starts a controller per app. A node of a cluster does so only
+// while it leads: Start returns at once, and the apps are loaded when the
+// node is elected.
 func (m *Manager) Start(ctx context.Context) error {
 	if err := os.MkdirAll(m.o.Dir, 0o700); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
-	kvs, err := m.o.Store.List(ctx, store.AppsPrefix)
-	if err != nil {
-		return fmt.Errorf("serving: list apps: %w", err)
+	if m.o.Cluster != nil {
+		m.wg.Add(1)
+		go func() { defer close(m.followed); m.follow() }()
+		return nil
 	}
-	for _, kv := range kvs {
-		var rec appRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			m.log.Error("serving: unreadable app record; skipped", "key", kv.Key, "err", err)
-			continue
-		}
-		ctl := newAppCtl(m, rec)
-		if err := ctl.drv.adopt(ctx); err != nil {
-			m.log.Error("serving: adopt replicas", "app", rec.Config.Name, "err", err)
-		}
-		// The proxy knows the app from now on, even with no ready replica:
-		// its first request wakes it.
-		ctl.mu.Lock()
-		ctl.publish()
-		ctl.unlock()
-		m.mu.Lock()
-		m.apps[rec.Config.Name] = ctl
-		m.mu.Unlock()
-		m.run(ctl)
-		if rec.Deleting {
-			go m.finishRemove(ctl)
-		}
+	close(m.followed)
+	l := m.newLead(nil)
+	m.lead = l
+	if err := m.load(ctx, l); err != nil {
+		return err
 	}
 	m.wg.Add(1)
 	go m.watchRemote()
 	return nil
 }
 
+// Local is this host as a Node: what another node of the cluster calls
+// to run replicas here.
+func (m *Manager) Local() Node { return m.local }
+
 func (m *Manager) run(ctl *appCtl) {
-	m.wg.Add(3)
-	go func() { defer m.wg.Done(); ctl.loop() }()
-	go func() { defer m.wg.Done(); ctl.writer() }()
+	wg := &ctl.lead.wg
+	wg.Add(3)
+	go func() { defer wg.Done(); ctl.loop() }()
+	go func() { defer wg.Done(); ctl.writer() }()
 	ctl.merge.wg.Add(1)
-	go func() { defer m.wg.Done(); ctl.merge.loop(ctl.ctx(), ctl.stop) }()
+	go func() { defer wg.Done(); ctl.merge.loop(ctl.ctx(), ctl.stop) }()
 }
 
 // Close stops the controllers. Replicas keep running: the next daemon
 // adopts them.
 func (m *Manager) Close() {
 	m.cancel()
+	<-m.followed
 	m.mu.Lock()
+	l := m.lead
 	for _, ctl := range m.apps {
 		ctl.close()
 	}
 	m.mu.Unlock()
+	if l != nil {
+		l.wg.Wait()
+	}
 	m.wg.Wait()
 }
 

@@ -81,6 +81,12 @@ type Known struct {
 	ID     string
 	App    string
 	CPUSet string // the CPUs it was pinned to, or ""
+	// Node is the cluster node its record names ("" on a single host);
+	// CPU and Memory are what it asks (its revision's resources), for
+	// the cluster's placement.
+	Node   string  `json:",omitempty"`
+	CPU    float64 `json:",omitempty"`
+	Memory int64   `json:",omitempty"`
 }
 
 // ReplicaSpec is what a node needs to start a replica.
@@ -96,6 +102,9 @@ type ReplicaSpec struct {
 	Mounts []runtime.Mount
 	// Log is the file that takes the container's stdout and stderr.
 	Log string
+	// ImageFrom is the cluster node that has the image, for a node that
+	// lacks it ("" on a single host).
+	ImageFrom string `json:",omitempty"`
 }
 
 // Started is a replica whose container runs.
@@ -103,6 +112,8 @@ type Started struct {
 	Addr   string // host:port the proxy and health checks reach
 	Pid    int
 	CPUSet string // the CPUs it is pinned to, or ""
+	// Node is the cluster node it was placed on ("" on a single host).
+	Node string `json:",omitempty"`
 }
 
 // Adopted is what a node found of a replica at a restart.

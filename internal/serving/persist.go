@@ -53,7 +53,7 @@ func (ctl *appCtl) flush() {
 	ctl.unlock()
 	ctx := context.Background()
 	if appVal != nil {
-		if _, err := ctl.m.o.Store.Put(ctx, store.AppKey(ctl.name), appVal); err != nil {
+		if err := ctl.lead.put(ctx, store.AppKey(ctl.name), appVal); err != nil {
 			ctl.m.log.Error("serving: write app record", "app", ctl.name, "err", err)
 		}
 	}
@@ -61,11 +61,9 @@ func (ctl *appCtl) flush() {
 		key := store.ReplicaKey(ctl.name, o.id)
 		var err error
 		if o.val == nil {
-			if err = ctl.m.o.Store.Delete(ctx, key); errdefs.IsNotFound(err) {
-				err = nil
-			}
+			err = ctl.lead.del(ctx, key)
 		} else {
-			_, err = ctl.m.o.Store.Put(ctx, key, o.val)
+			err = ctl.lead.put(ctx, key, o.val)
 		}
 		if err != nil {
 			ctl.m.log.Error("serving: write replica record", "key", key, "err", err)
@@ -95,14 +93,28 @@ func (d *driver) adopt(ctx context.Context) error {
 		var rec replicaRecord
 		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.ID == "" {
 			m.log.Error("serving: unreadable replica record; removed", "key", kv.Key, "err", err)
-			m.o.Store.Delete(ctx, kv.Key)
+			d.lead.del(ctx, kv.Key)
 			continue
 		}
-		if rec.Node != m.o.Node {
+		if rec.Node != m.o.Node && m.disp == nil {
+			continue
+		}
+		if m.disp != nil && rec.Node != "" && !m.disp.isLive(rec.Node) {
+			// Its node is lost: nothing is called there, and the
+			// controller replaces it.
+			d.lead.del(ctx, kv.Key)
+			m.emit("lost", d.name, rec.ID, fmt.Sprintf("node %s is lost; the replica is replaced on a live node", rec.Node), nil)
 			continue
 		}
 		r := &replica{rec: rec, lastActive: now, closed: true}
-		ad := d.node.Adopt(Known{ID: rec.ID, App: rec.App, CPUSet: rec.CPUSet})
+		k := Known{ID: rec.ID, App: rec.App, CPUSet: rec.CPUSet}
+		if m.disp != nil {
+			d.mu.Lock()
+			cfg, _, _ := d.configOf(rec.Revision)
+			d.unlock()
+			k.Node, k.CPU, k.Memory = rec.Node, cfg.Resources.CPU, cfg.Resources.MemoryBytes()
+		}
+		ad := d.node.Adopt(k)
 		alive := ad.Running && rec.State != StateFailed && rec.State != StateStopped && rec.State != StateDraining &&
 			rec.Addr != ""
 		// The replicas adopted so far are at work already.
@@ -156,7 +168,7 @@ func (d *driver) adopt(ctx context.Context) error {
 		d.unlock()
 		go func() {
 			if err := d.waitReady(r, cfg, exited); err != nil {
-				if err != errExitedEarly && m.ctx.Err() == nil {
+				if err != errExitedEarly && d.ctx().Err() == nil {
 					d.failed(r, err, true)
 				}
 				return

@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+
 	"github.com/shoal-run/shoal/internal/clock"
 
 	"encoding/json"

@@ -3,7 +3,6 @@ package serving
 import (
 	"github.com/shoal-run/shoal/internal/clock"
 
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -75,17 +74,20 @@ func (d *driver) startReplica(rev int, why string) string {
 		ID: id, App: d.name, Revision: rev, Node: d.m.o.Node, State: StatePending, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
+	if d.m.disp != nil {
+		r.rec.Node = "" // the node is picked at its start
+	}
 	d.m.self.mint(r, d.m.o.SelfURL)
 	d.reps[id] = r
 	d.markDirty(id)
 	d.m.emit("start", d.name, id, why, nil)
 	// Close waits for boots: one cut short by the daemon's exit would
 	// leave its namespace attached with nobody to release it.
-	d.m.wg.Add(1)
+	d.lead.wg.Add(1)
 	d.boots.add()
 	env := r.selfEnv(d.m.o.SelfURL)
 	d.spawn(func() {
-		defer d.m.wg.Done()
+		defer d.lead.wg.Done()
 		defer d.boots.finish()
 		d.boot(r, cfg, digest, env)
 	})
@@ -100,7 +102,7 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 	// fail reports a start that went wrong, unless the daemon is stopping:
 	// then what was made is only removed.
 	fail := func(err error) {
-		if m.ctx.Err() != nil {
+		if d.ctx().Err() != nil {
 			d.remove(r, false)
 			return
 		}
@@ -115,6 +117,9 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 		Config: cfg, Env: env, Mounts: mounts, Log: d.logs.path(id)})
 	d.mu.Lock()
 	stopping := r.stopping
+	if st.Node != "" {
+		r.rec.Node = st.Node
+	}
 	if err == nil && !stopping {
 		r.rec.Addr, r.rec.Pid, r.rec.CPUSet = st.Addr, st.Pid, st.CPUSet
 		r.rec.State = StateStarting
@@ -141,8 +146,8 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 	case stopping:
 		d.remove(r, true) // stopped while it started (app deleted)
 		return
-	case m.ctx.Err() != nil:
-		return // the daemon is stopping; the next one adopts the replica
+	case d.ctx().Err() != nil:
+		return // the daemon is stopping (or the node leads no more); the next one adopts the replica
 	case err == errExitedEarly:
 		return // watch reports why
 	case err != nil:
@@ -202,12 +207,12 @@ func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]runti
 
 // watch waits for the replica's container to exit.
 func (d *driver) watch(r *replica, exited chan struct{}) {
-	st, err := d.node.Wait(context.Background(), r.rec.ID)
+	st, err := d.node.Wait(d.ctx(), r.rec.ID)
 	close(exited)
 	d.mu.Lock()
 	expected := r.stopping
 	d.unlock()
-	if expected || d.m.ctx.Err() != nil {
+	if expected || d.ctx().Err() != nil {
 		return
 	}
 	why := fmt.Sprintf("exited with code %d", st.Code)

@@ -21,7 +21,7 @@ import (
 func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, m.noApp(name)
 	}
 	ctl.recMu.Lock()
 	defer ctl.recMu.Unlock()
@@ -115,7 +115,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 	m.emit("rollback", name, "", fmt.Sprintf("revision %d rolled back to revision %d by request: %d replicas thawed, %d started",
 		from, to, thawed, started), map[string]float64{"thawed": float64(thawed), "started": float64(started)})
 	ctl.notify()
-	return m.storeApp(ctx, name, val)
+	return m.storeApp(ctx, ctl, val)
 }
 
 // SetTraffic splits an app's requests between revisions by percent.
@@ -124,7 +124,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 func (m *Manager) SetTraffic(ctx context.Context, name string, req types.TrafficRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
-		return types.App{}, fmt.Errorf("app %q: %w", name, errdefs.ErrNotFound)
+		return types.App{}, m.noApp(name)
 	}
 	if len(req.Traffic) == 0 {
 		return types.App{}, errdefs.Invalid("traffic", "give at least one revision's percent")
@@ -192,16 +192,16 @@ func (m *Manager) SetTraffic(ctx context.Context, name string, req types.Traffic
 	}
 	m.emit("traffic", name, "", why, nil)
 	ctl.notify()
-	return m.storeApp(ctx, name, val)
+	return m.storeApp(ctx, ctl, val)
 }
 
 // storeApp writes the app record val of takeRecord and returns the app as
 // it is now. ctl.recMu is held, ctl.mu is not.
-func (m *Manager) storeApp(ctx context.Context, name string, val []byte) (types.App, error) {
-	if _, err := m.o.Store.Put(ctx, store.AppKey(name), val); err != nil {
-		return types.App{}, fmt.Errorf("store %s: %w", store.AppKey(name), err)
+func (m *Manager) storeApp(ctx context.Context, ctl *appCtl, val []byte) (types.App, error) {
+	if err := ctl.lead.put(ctx, store.AppKey(ctl.name), val); err != nil {
+		return types.App{}, fmt.Errorf("store %s: %w", store.AppKey(ctl.name), err)
 	}
-	return m.Get(ctx, name)
+	return m.Get(ctx, ctl.name)
 }
 
 // revisionNumbers lists the app's revisions, in order.

@@ -1,0 +1,192 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/placement"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// fakeTerm is a leadership over the test's store; once over, its writes
+// are refused as etcd refuses a deposed leader's.
+type fakeTerm struct {
+	st   store.Store
+	over atomic.Bool
+}
+
+func (t *fakeTerm) Put(ctx context.Context, key string, val []byte) (int64, error) {
+	if t.over.Load() {
+		return 0, fmt.Errorf("key %q: %w", key, cluster.ErrDeposed)
+	}
+	return t.st.Put(ctx, key, val)
+}
+
+func (t *fakeTerm) Delete(ctx context.Context, key string) error {
+	if t.over.Load() {
+		return fmt.Errorf("key %q: %w", key, cluster.ErrDeposed)
+	}
+	return t.st.Delete(ctx, key)
+}
+
+// fakeCluster is a cluster whose leadership and live nodes the test sets.
+type fakeCluster struct {
+	mu    sync.Mutex
+	term  Term
+	nodes []NodeInfo
+	ch    chan struct{}
+}
+
+func (c *fakeCluster) Term() Term {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.term
+}
+
+func (c *fakeCluster) Nodes(context.Context) ([]NodeInfo, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]NodeInfo(nil), c.nodes...), nil
+}
+
+func (c *fakeCluster) Changed() <-chan struct{} { return c.ch }
+
+// set changes the leadership and live nodes and tells the Manager.
+func (c *fakeCluster) set(t Term, nodes ...NodeInfo) {
+	c.mu.Lock()
+	c.term, c.nodes = t, nodes
+	c.mu.Unlock()
+	poke(c.ch)
+}
+
+// countingNode is a node of the cluster on a fake runtime of its own; it
+// counts the calls made to it.
+type countingNode struct {
+	Node
+	rt    *fakeRuntime
+	calls atomic.Int32
+}
+
+func (n *countingNode) count() { n.calls.Add(1) }
+func (n *countingNode) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
+	n.count()
+	return n.Node.Start(ctx, s)
+}
+func (n *countingNode) Freeze(id string) (int64, error) { n.count(); return n.Node.Freeze(id) }
+func (n *countingNode) Thaw(id string) error            { n.count(); return n.Node.Thaw(id) }
+func (n *countingNode) Drain(ctx context.Context, id string, g time.Duration) error {
+	n.count()
+	return n.Node.Drain(ctx, id, g)
+}
+func (n *countingNode) Stop(ctx context.Context, id string, g time.Duration) error {
+	n.count()
+	return n.Node.Stop(ctx, id, g)
+}
+func (n *countingNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	n.count()
+	return n.Node.Wait(ctx, id)
+}
+func (n *countingNode) Check(ctx context.Context, id, addr string, h manifest.Health) error {
+	n.count()
+	return n.Node.Check(ctx, id, addr, h)
+}
+func (n *countingNode) Remove(ctx context.Context, id string) error {
+	n.count()
+	return n.Node.Remove(ctx, id)
+}
+func (n *countingNode) Adopt(k Known) Adopted { n.count(); return n.Node.Adopt(k) }
+func (n *countingNode) Release(id string)     { n.count(); n.Node.Release(id) }
+
+// clusterHarness is a harness whose Manager is node n1 of a cluster of
+// n1, n2 and n3; n2 and n3 are nodes on fake runtimes of their own.
+type clusterHarness struct {
+	*harness
+	cl     *fakeCluster
+	remote map[string]*countingNode
+}
+
+// info is a live node of 4 CPUs and 4 GiB.
+func info(name string) NodeInfo { return NodeInfo{Name: name, CPUs: 4, Memory: 4 << 30} }
+
+func newClusterHarness(t *testing.T) *clusterHarness {
+	t.Helper()
+	ch := &clusterHarness{cl: &fakeCluster{ch: make(chan struct{}, 1)}, remote: map[string]*countingNode{}}
+	ch.cl.nodes = []NodeInfo{info("n1"), info("n2"), info("n3")}
+	ch.harness = newHarnessOpts(t, func(o *Options) {
+		for _, name := range []string{"n2", "n3"} {
+			rt := newFakeRuntime(o.Clock)
+			ch.remote[name] = &countingNode{rt: rt, Node: newLocalNode(Options{Runtime: rt, Network: fakeNet{},
+				Placer: placement.NewCPUs(nil, nil), Images: fakeImages{}, Router: o.Router, Clock: o.Clock,
+				Logger: slog.New(slog.DiscardHandler)})}
+		}
+		o.Cluster = ch.cl
+		o.Remote = func(n string) Node { return ch.remote[n] }
+	})
+	return ch
+}
+
+// lead makes n1 the leader with a new term and waits until it runs the
+// apps.
+func (c *clusterHarness) lead() *fakeTerm {
+	c.t.Helper()
+	t := &fakeTerm{st: c.m.o.Store}
+	c.cl.set(t, c.cl.nodes...)
+	c.wait("n1 to lead", func() bool { _, err := c.m.leading(); return err == nil })
+	return t
+}
+
+// on returns how many containers each node runs.
+func (c *clusterHarness) on() map[string]int {
+	return map[string]int{"n1": c.rt.count(), "n2": c.remote["n2"].rt.count(), "n3": c.remote["n3"].rt.count()}
+}
+
+// nodesOf returns the node of each of the app's replicas, from the store.
+func (c *clusterHarness) nodesOf() map[string]string {
+	c.t.Helper()
+	kvs, err := c.m.o.Store.List(context.Background(), store.ReplicasPrefix("hello"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, kv := range kvs {
+		var rec replicaRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			c.t.Fatal(err)
+		}
+		out[rec.ID] = rec.Node
+	}
+	return out
+}
+
+// endpointNodes returns the node each endpoint of the app's route names.
+func (c *clusterHarness) endpointNodes() map[string]string {
+	out := map[string]string{}
+	for _, e := range c.r.route("hello").Endpoints {
+		out[e.ID] = e.Node
+	}
+	return out
+}
+
+// placed waits until the store has n replica records of the app, each
+// naming its node.
+func (c *clusterHarness) placed(n int) {
+	c.t.Helper()
+	c.wait("records naming their nodes", func() bool {
+		nodes := c.nodesOf()
+		for _, node := range nodes {
+			if node == "" {
+				return false
+			}
+		}
+		return len(nodes) == n
+	})
+}

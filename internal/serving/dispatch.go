@@ -1,0 +1,330 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/placement"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// dispatcher is the nodes of a cluster as one Node, the leader's: Start
+// places a replica on a live node that takes new work (placement.PickNode:
+// fit, [placement], spread, rules, load), and every other call goes to the
+// node the replica is on: this host's straight to its localNode, another's
+// to that node's remote Node. Nothing is called on a node that is not live:
+// such calls fail at once (Remove and Release only forget), and calls in
+// flight to a node that leaves the live set are cut short.
+type dispatcher struct {
+	self   string
+	local  Node
+	remote func(node string) Node
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	at   map[string]*placed   // replica id → where it runs and what it asks
+	live map[string]*liveNode // by name
+}
+
+var _ Node = (*dispatcher)(nil)
+
+// placed is a replica as the dispatcher knows it.
+type placed struct {
+	node, app string
+	ask       placement.Ask
+	released  bool // its place is free for a replacement
+}
+
+// liveNode is a live node; ctx ends when it leaves the live set.
+type liveNode struct {
+	info   NodeInfo
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newDispatcher(self string, local Node, remote func(string) Node, log *slog.Logger) *dispatcher {
+	return &dispatcher{self: self, local: local, remote: remote, log: log,
+		at: map[string]*placed{}, live: map[string]*liveNode{}}
+}
+
+// errNodeDown is the error of a call for a replica on node n, which is not
+// live.
+func errNodeDown(n string) error {
+	return fmt.Errorf("node %s is not live: %w", n, errdefs.ErrUnavailable)
+}
+
+// reset forgets every placed replica: a new lead adopts them again.
+func (d *dispatcher) reset() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	clear(d.at)
+}
+
+// setLive makes nodes the live set. Calls in flight to a node that left it
+// end, and its replicas are forgotten; it returns the names of those
+// nodes.
+func (d *dispatcher) setLive(nodes []NodeInfo) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := map[string]bool{}
+	for _, n := range nodes {
+		now[n.Name] = true
+		if ln := d.live[n.Name]; ln != nil {
+			ln.info = n
+			continue
+		}
+		ln := &liveNode{info: n}
+		ln.ctx, ln.cancel = context.WithCancel(context.Background())
+		d.live[n.Name] = ln
+	}
+	var gone []string
+	for name, ln := range d.live {
+		if !now[name] {
+			ln.cancel()
+			delete(d.live, name)
+			gone = append(gone, name)
+		}
+	}
+	for id, p := range d.at {
+		if p.node != d.self && p.node != "" && !now[p.node] {
+			delete(d.at, id)
+		}
+	}
+	sort.Strings(gone)
+	return gone
+}
+
+// isLive reports whether node n is live (this host always is).
+func (d *dispatcher) isLive(n string) bool {
+	if n == "" || n == d.self {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.live[n] != nil
+}
+
+// where returns the node replica id is on, or "" when it is not known.
+func (d *dispatcher) where(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.at[id]; p != nil {
+		return p.node
+	}
+	return ""
+}
+
+// ask is what a replica of cfg asks of its node.
+func ask(cfg manifest.Config) placement.Ask {
+	return placement.Ask{CPU: cfg.Resources.CPU, Memory: cfg.Resources.MemoryBytes()}
+}
+
+// place picks the node for replica s and counts it there. d.mu is held.
+func (d *dispatcher) place(s ReplicaSpec) (string, error) {
+	counts := map[string]map[string]int{}
+	used := map[string]placement.Ask{}
+	for _, p := range d.at {
+		if p.released {
+			continue
+		}
+		if counts[p.node] == nil {
+			counts[p.node] = map[string]int{}
+		}
+		counts[p.node][p.app]++
+		u := used[p.node]
+		u.CPU += p.ask.CPU
+		u.Memory += p.ask.Memory
+		used[p.node] = u
+	}
+	var nodes []placement.Node
+	for name, ln := range d.live {
+		if ln.info.Draining {
+			continue
+		}
+		nodes = append(nodes, placement.Node{Slot: placement.Slot{Name: name, Apps: counts[name]},
+			CPUs: float64(ln.info.CPUs), Memory: ln.info.Memory, Placed: used[name]})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	pl := s.Config.Placement
+	i, err := placement.PickNode(s.App, ask(s.Config), nodes, placement.Affinity{Nodes: pl.Nodes, Prefer: pl.Prefer},
+		placement.Rules{Apart: pl.Apart, With: pl.With})
+	if err != nil {
+		return "", err
+	}
+	name := nodes[i].Name
+	d.at[s.ID] = &placed{node: name, app: s.App, ask: ask(s.Config)}
+	return name, nil
+}
+
+// to returns the Node replica id is on and ctx bounded by that node's
+// liveness; an error when the node is not live.
+func (d *dispatcher) to(ctx context.Context, id string) (Node, context.Context, context.CancelFunc, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := d.at[id]
+	if p == nil || p.node == d.self || p.node == "" {
+		return d.local, ctx, func() {}, nil
+	}
+	ln := d.live[p.node]
+	if ln == nil {
+		return nil, nil, nil, fmt.Errorf("replica %s: %w", id, errNodeDown(p.node))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(ln.ctx, cancel)
+	return d.remote(p.node), ctx, func() { stop(); cancel() }, nil
+}
+
+// Start places the replica and starts it on its node.
+func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
+	d.mu.Lock()
+	name, err := d.place(s)
+	d.mu.Unlock()
+	if err != nil {
+		return Started{}, fmt.Errorf("replica %s: %w", s.ID, err)
+	}
+	if s.ImageFrom == "" {
+		s.ImageFrom = d.self // the leader took the deploy, and has the image
+	}
+	n, ctx, done, err := d.to(ctx, s.ID)
+	if err != nil {
+		return Started{Node: name}, err
+	}
+	defer done()
+	st, err := n.Start(ctx, s)
+	st.Node = name
+	if err != nil {
+		return st, fmt.Errorf("on node %s: %w", name, err)
+	}
+	return st, nil
+}
+
+func (d *dispatcher) Freeze(id string) (int64, error) {
+	n, _, done, err := d.to(context.Background(), id)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return n.Freeze(id)
+}
+
+func (d *dispatcher) Thaw(id string) error {
+	n, _, done, err := d.to(context.Background(), id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return n.Thaw(id)
+}
+
+func (d *dispatcher) Drain(ctx context.Context, id string, grace time.Duration) error {
+	n, ctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return n.Drain(ctx, id, grace)
+}
+
+func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) error {
+	n, ctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return n.Stop(ctx, id, grace)
+}
+
+func (d *dispatcher) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	n, ctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	defer done()
+	return n.Wait(ctx, id)
+}
+
+func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Health) error {
+	n, ctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return n.Check(ctx, id, addr, h)
+}
+
+func (d *dispatcher) Usage(id string) (uint64, uint64, error) {
+	n, _, done, err := d.to(context.Background(), id)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer done()
+	return n.Usage(id)
+}
+
+func (d *dispatcher) SetCPU(id string, cpus float64) error {
+	n, _, done, err := d.to(context.Background(), id)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return n.SetCPU(id, cpus)
+}
+
+// Remove removes the replica on its node and forgets it. On a node that is
+// not live nothing is called: the node removes the container itself when
+// it comes back and finds no record of it.
+func (d *dispatcher) Remove(ctx context.Context, id string) error {
+	defer d.forget(id)
+	n, ctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return nil
+	}
+	defer done()
+	return n.Remove(ctx, id)
+}
+
+func (d *dispatcher) forget(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.at, id)
+}
+
+// Adopt asks the node the record names: a replica on a node that is not
+// live does not run (it is lost, and replaced).
+func (d *dispatcher) Adopt(k Known) Adopted {
+	node := k.Node
+	if node == "" {
+		node = d.self
+	}
+	d.mu.Lock()
+	d.at[k.ID] = &placed{node: node, app: k.App, ask: placement.Ask{CPU: k.CPU, Memory: k.Memory}}
+	d.mu.Unlock()
+	n, _, done, err := d.to(context.Background(), k.ID)
+	if err != nil {
+		return Adopted{}
+	}
+	defer done()
+	return n.Adopt(k)
+}
+
+// Release frees the replica's place, in the dispatcher's count and on its
+// node.
+func (d *dispatcher) Release(id string) {
+	d.mu.Lock()
+	if p := d.at[id]; p != nil {
+		p.released = true
+	}
+	d.mu.Unlock()
+	n, _, done, err := d.to(context.Background(), id)
+	if err != nil {
+		return
+	}
+	defer done()
+	n.Release(id)
+}

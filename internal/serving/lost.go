@@ -1,0 +1,74 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// refreshLive reads the live nodes of the cluster and hands them to the
+// dispatcher: calls in flight to a node that left end.
+func (m *Manager) refreshLive() error {
+	ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
+	defer cancel()
+	nodes, err := m.o.Cluster.Nodes(ctx)
+	if err != nil {
+		return fmt.Errorf("serving: live nodes: %w", err)
+	}
+	if gone := m.disp.setLive(nodes); len(gone) > 0 {
+		m.log.Warn("serving: nodes lost", "nodes", gone)
+	}
+	return nil
+}
+
+// heal follows the live node set: while this node leads, the replicas of
+// a node that is no longer live are lost, and replaced on live nodes.
+func (m *Manager) heal() {
+	if err := m.refreshLive(); err != nil {
+		if m.ctx.Err() == nil {
+			m.log.Warn("serving: live nodes unknown; nothing healed", "err", err)
+		}
+		return
+	}
+	m.mu.Lock()
+	ctls := make([]*appCtl, 0, len(m.apps))
+	for _, ctl := range m.apps {
+		ctls = append(ctls, ctl)
+	}
+	m.mu.Unlock()
+	for _, ctl := range ctls {
+		ctl.lose(m.disp.isLive)
+	}
+}
+
+// lose drops the app's replicas on nodes that are not live: they leave the
+// route at once, their records are deleted, and the controller, woken,
+// replaces them. Nothing is called on their node; one that comes back
+// removes their containers, which no record names any more.
+func (ctl *appCtl) lose(live func(node string) bool) {
+	m := ctl.m
+	ctl.mu.Lock()
+	n := 0
+	for id, r := range ctl.reps {
+		node := r.rec.Node
+		if node == "" {
+			node = m.disp.where(id) // placed, its start under way
+		}
+		if live(node) {
+			continue
+		}
+		r.stopping, r.closed, r.busy = true, true, true
+		delete(ctl.reps, id)
+		ctl.markDirty(id)
+		m.self.forget(r.rec.TokenHash)
+		m.emit("lost", ctl.name, id, fmt.Sprintf("node %s is lost; the replica is replaced on a live node", node), nil)
+		n++
+	}
+	if n > 0 {
+		ctl.publish()
+	}
+	ctl.unlock()
+	if n > 0 {
+		ctl.notify()
+	}
+}
