@@ -182,14 +182,15 @@ func (m *Manager) takeLead(t Term) error {
 		l.cancel()
 		return err
 	}
-	m.mu.Lock()
-	m.lead = l
-	m.mu.Unlock()
 	m.log.Info("serving: leading: running the apps of the cluster", "node", m.o.Node)
 	if err := m.load(l.ctx, l); err != nil {
 		m.stepDown(l)
 		return err
 	}
+	// The API takes writes once every app is loaded.
+	m.mu.Lock()
+	m.lead = l
+	m.mu.Unlock()
 	return nil
 }
 
