@@ -2,14 +2,18 @@ package serving
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
 )
 
 // TestClusterLeaderOnly: a node of a cluster runs no app while it follows;
@@ -222,5 +226,49 @@ func TestClusterNoRoom(t *testing.T) {
 	}
 	if on := h.on(); on["n1"]+on["n2"]+on["n3"] != 0 {
 		t.Fatalf("containers by node %v; want none", on)
+	}
+}
+
+// TestClusterRemoveStrays: a node that comes back removes the replica
+// containers whose record is gone or names another node, and keeps its
+// own, those started since it came back and containers of other kinds.
+func TestClusterRemoveStrays(t *testing.T) {
+	h := newClusterHarness(t)
+	ctx := context.Background()
+	back := h.clock.Now()
+	mk := func(id, kind string, created time.Time, node string) *runtime.Container {
+		t.Helper()
+		labels := map[string]string{labelKind: kind, labelApp: "hello"}
+		if _, err := h.rt.Run(ctx, runtime.Spec{ID: id, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+		if node != "" {
+			b, _ := json.Marshal(replicaRecord{ID: id, App: "hello", Node: node, State: StateReady})
+			if _, err := h.m.o.Store.Put(ctx, store.ReplicaKey("hello", id), b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &runtime.Container{ID: id, Labels: labels, Created: created}
+	}
+	old := back.Add(-time.Minute)
+	cs := []*runtime.Container{
+		mk("hello-mine", kindReplica, old, "n1"),
+		mk("hello-moved", kindReplica, old, "n2"),
+		mk("hello-gone", kindReplica, old, ""),
+		mk("hello-new", kindReplica, back, ""),
+		mk("job-1", "job", old, ""),
+	}
+	removed, err := h.m.RemoveStrays(ctx, cs, back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	if want := []string{"hello-gone", "hello-moved"}; !slices.Equal(removed, want) {
+		t.Fatalf("removed %v; want %v", removed, want)
+	}
+	for id, want := range map[string]bool{"hello-mine": true, "hello-moved": false, "hello-gone": false, "hello-new": true, "job-1": true} {
+		if _, err := h.rt.get(id); (err == nil) != want {
+			t.Errorf("container %s there: %v; want %v", id, err == nil, want)
+		}
 	}
 }

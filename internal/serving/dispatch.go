@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/placement"
@@ -25,6 +26,7 @@ type dispatcher struct {
 	self   string
 	local  Node
 	remote func(node string) Node
+	clock  clock.Clock
 	log    *slog.Logger
 
 	mu   sync.Mutex
@@ -48,8 +50,8 @@ type liveNode struct {
 	cancel context.CancelFunc
 }
 
-func newDispatcher(self string, local Node, remote func(string) Node, log *slog.Logger) *dispatcher {
-	return &dispatcher{self: self, local: local, remote: remote, log: log,
+func newDispatcher(self string, local Node, remote func(string) Node, c clock.Clock, log *slog.Logger) *dispatcher {
+	return &dispatcher{self: self, local: local, remote: remote, clock: c, log: log,
 		at: map[string]*placed{}, live: map[string]*liveNode{}}
 }
 
@@ -240,13 +242,39 @@ func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) e
 	return n.Stop(ctx, id, grace)
 }
 
+// Wait waits on the replica's node. A remote wait cut off while the node
+// stays live (its daemon restarted, a blip of the network) is made again:
+// the replica may well run on; only its node's answer, or the node's loss,
+// ends the wait.
 func (d *dispatcher) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
-	n, ctx, done, err := d.to(ctx, id)
-	if err != nil {
-		return runtime.ExitStatus{}, err
+	for {
+		node := d.where(id)
+		n, nctx, done, err := d.to(ctx, id)
+		if err != nil {
+			return runtime.ExitStatus{}, err
+		}
+		st, err := n.Wait(nctx, id)
+		lost := nctx.Err() != nil && ctx.Err() == nil // the node left the live set
+		done()
+		if lost {
+			return st, fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+		}
+		if err == nil || n == d.local || ctx.Err() != nil || errdefs.IsNotFound(err) || !transient(err) {
+			return st, err
+		}
+		d.log.Debug("serving: wait on a remote replica cut off; waiting again", "replica", id, "err", err)
+		sleep(ctx, d.clock, waitAgain)
 	}
-	defer done()
-	return n.Wait(ctx, id)
+}
+
+// waitAgain is how long a remote wait that was cut off waits before it is
+// made again.
+const waitAgain = time.Second
+
+// transient reports whether err is the transport's rather than the node's
+// answer: the node could not be reached, or did not answer in time.
+func transient(err error) bool {
+	return !errdefs.IsInvalid(err) && !errdefs.IsConflict(err)
 }
 
 func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Health) error {

@@ -153,6 +153,11 @@ func (n *localNode) Remove(ctx context.Context, id string) error {
 	att := n.att[id]
 	delete(n.att, id)
 	n.mu.Unlock()
+	if att == nil {
+		// Started by an earlier daemon and never adopted by this one
+		// (a node of a cluster whose leader has not asked yet).
+		att, _ = n.net.Lookup(id)
+	}
 	if att != nil {
 		if rerr := n.net.Release(ctx, att); rerr != nil {
 			n.log.Warn("serving: release replica network", "replica", id, "err", rerr)

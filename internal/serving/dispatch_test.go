@@ -1,0 +1,118 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// waitNode is a remote node whose Wait is cut off (a transport error)
+// while cut is above 0, and otherwise blocks until released or its
+// context ends.
+type waitNode struct {
+	Node
+	cut     atomic.Int32
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (n *waitNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	n.calls.Add(1)
+	if n.cut.Add(-1) >= 0 {
+		return runtime.ExitStatus{}, errors.New("connection reset by peer")
+	}
+	select {
+	case <-n.release:
+		return runtime.ExitStatus{Code: 3, Known: true}, nil
+	case <-ctx.Done():
+		return runtime.ExitStatus{}, ctx.Err()
+	}
+}
+
+func (n *waitNode) Adopt(Known) Adopted {
+	n.calls.Add(1)
+	return Adopted{Running: true}
+}
+
+func (n *waitNode) Remove(context.Context, string) error {
+	n.calls.Add(1)
+	return nil
+}
+
+func (n *waitNode) Check(context.Context, string, string, manifest.Health) error {
+	n.calls.Add(1)
+	return nil
+}
+
+// TestDispatcherWait: a remote wait cut off while its node is live is made
+// again; one in flight when the node leaves the live set ends at once, and
+// no later call reaches the node.
+func TestDispatcherWait(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1e9, 0))
+	rn := &waitNode{release: make(chan struct{})}
+	d := newDispatcher("n1", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
+	d.setLive([]NodeInfo{info("n1"), info("n2")})
+	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
+	type res struct {
+		st  runtime.ExitStatus
+		err error
+	}
+	wait := func() chan res {
+		ch := make(chan res, 1)
+		go func() { st, err := d.Wait(context.Background(), "r1"); ch <- res{st, err} }()
+		return ch
+	}
+
+	rn.calls.Store(0)
+	rn.cut.Store(2)
+	ch := wait()
+	for i := 0; rn.calls.Load() < 3; i++ {
+		if i > 5000 {
+			t.Fatalf("%d waits made; want the two cut off made again", rn.calls.Load())
+		}
+		fc.Advance(waitAgain)
+		time.Sleep(time.Millisecond)
+	}
+	close(rn.release)
+	if r := <-ch; r.err != nil || r.st.Code != 3 {
+		t.Fatalf("wait: %+v; want the node's exit status", r)
+	}
+
+	rn.release = make(chan struct{})
+	ch = wait()
+	for rn.calls.Load() < 4 {
+		time.Sleep(time.Millisecond)
+	}
+	d.setLive([]NodeInfo{info("n1")})
+	select {
+	case r := <-ch:
+		if !errors.Is(r.err, errdefs.ErrUnavailable) || !strings.Contains(r.err.Error(), "node n2 is not live") {
+			t.Fatalf("a wait on a lost node: %v; want node n2 not live", r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a wait in flight to a lost node did not end")
+	}
+	calls := rn.calls.Load()
+	d.Adopt(Known{ID: "r2", App: "a", Node: "n2"})
+	if _, err := d.Wait(context.Background(), "r2"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("wait on a lost node: %v; want unavailable", err)
+	}
+	if err := d.Check(context.Background(), "r2", "", manifest.Health{}); err == nil {
+		t.Fatal("a check on a lost node passed")
+	}
+	if err := d.Remove(context.Background(), "r2"); err != nil {
+		t.Fatalf("remove on a lost node: %v; want nothing done, no error", err)
+	}
+	if got := rn.calls.Load(); got != calls {
+		t.Fatalf("%d calls reached the lost node", got-calls)
+	}
+}
