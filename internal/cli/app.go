@@ -230,16 +230,29 @@ func printAppStatus(w io.Writer, a types.App) {
 		return
 	}
 	fmt.Fprintln(w)
+	// A cluster's replicas name their node; a single host's do not.
+	clustered := false
+	for _, r := range a.Replicas {
+		clustered = clustered || r.Node != ""
+	}
 	var rows [][]string
 	for _, r := range a.Replicas {
 		pid := "-"
 		if r.Pid > 0 {
 			pid = strconv.Itoa(r.Pid)
 		}
-		rows = append(rows, []string{r.ID, strconv.Itoa(r.Revision), r.State, pid, orDash(r.Addr), orDash(r.CPUSet),
-			ago(r.StartedAt), strconv.Itoa(r.InFlight), orDash(r.Reason)})
+		row := []string{r.ID, strconv.Itoa(r.Revision), r.State}
+		if clustered {
+			row = append(row, orDash(r.Node))
+		}
+		rows = append(rows, append(row, pid, orDash(r.Addr), orDash(r.CPUSet),
+			ago(r.StartedAt), strconv.Itoa(r.InFlight), orDash(r.Reason)))
 	}
-	table(w, []string{"ID", "REVISION", "STATE", "PID", "ADDR", "CPUS", "STARTED", "IN-FLIGHT", "REASON"}, rows)
+	head := []string{"ID", "REVISION", "STATE"}
+	if clustered {
+		head = append(head, "NODE")
+	}
+	table(w, append(head, "PID", "ADDR", "CPUS", "STARTED", "IN-FLIGHT", "REASON"), rows)
 }
 
 func newAppScaleCmd(g *globals) *cobra.Command {

@@ -167,6 +167,9 @@ func TestAppStatusAndLs(t *testing.T) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "NODE") {
+		t.Errorf("a single host's status has a NODE column:\n%s", out)
+	}
 	code, out, _ = shoal(t, host, "app", "status", "hello", "--output", "json")
 	var a types.App
 	if code != 0 || json.Unmarshal([]byte(out), &a) != nil || a.Replicas[0].Pid != 4242 || !a.Replicas[0].StartedAt.Equal(t0) {
@@ -222,5 +225,32 @@ func TestEventsCmd(t *testing.T) {
 	code, out, _ = shoal(t, host, "events", "-f")
 	if code != 0 || !strings.Contains(out, "cold start (queued=1)") {
 		t.Fatalf("events -f: %d %q", code, out)
+	}
+}
+
+// TestAppStatusNode: a cluster's replicas are listed with their node.
+func TestAppStatusNode(t *testing.T) {
+	host, fa := appDaemon(t)
+	fa.app.Replicas = append(fa.app.Replicas, types.Replica{ID: "hello-def", Revision: 2, State: "starting", StartedAt: t0})
+	fa.app.Replicas[0].Node = "n2"
+	code, out, errs := shoal(t, host, "app", "status", "hello")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+	lines := strings.Split(out, "\n")
+	var head, row string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "ID ") {
+			head = l
+		}
+		if strings.HasPrefix(l, "hello-abc") {
+			row = l
+		}
+	}
+	if f := strings.Fields(head); len(f) < 4 || f[3] != "NODE" {
+		t.Fatalf("header %q; want NODE after STATE", head)
+	}
+	if f := strings.Fields(row); len(f) < 4 || f[3] != "n2" {
+		t.Fatalf("row %q; want node n2 after its state", row)
 	}
 }

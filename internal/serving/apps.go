@@ -213,6 +213,9 @@ func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 		rp := types.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
 			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, CPUSet: r.rec.CPUSet, Reason: r.rec.Reason,
 			InFlight: load.Endpoints[r.rec.ID].InFlight}
+		if ctl.cluster {
+			rp.Node = r.rec.Node
+		}
 		if rp.State == StateReady && r.closed && !r.busy {
 			rp.Reason = "failing its health check"
 		}

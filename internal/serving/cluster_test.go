@@ -52,6 +52,15 @@ func TestClusterLeaderOnly(t *testing.T) {
 	if len(seen) != 3 || len(eps) != 3 {
 		t.Fatalf("records name nodes %v, endpoints %v; want 3 replicas on 3 nodes", nodes, eps)
 	}
+	a, err := h.m.Get(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range a.Replicas {
+		if r.Node != nodes[r.ID] {
+			t.Errorf("replica %s: the API says node %q, its record %q", r.ID, r.Node, nodes[r.ID])
+		}
+	}
 
 	// Deposed: the controllers stop; no replica is touched.
 	calls := h.remote["n2"].calls.Load()

@@ -112,6 +112,16 @@ func (d *dispatcher) isLive(n string) bool {
 	return d.live[n] != nil
 }
 
+// frozenBudget is node's budget for frozen replicas (0: not known).
+func (d *dispatcher) frozenBudget(node string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ln := d.live[node]; ln != nil {
+		return ln.info.FrozenMemory
+	}
+	return 0
+}
+
 // where returns the node replica id is on, or "" when it is not known.
 func (d *dispatcher) where(id string) string {
 	d.mu.Lock()

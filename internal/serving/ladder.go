@@ -89,7 +89,7 @@ func (d *driver) halt(r *replica) {
 const stopGrace = 10 * time.Second
 
 // enforceFrozenBudget stops frozen replicas, least recently used first,
-// while the memory they hold is above the host's budget.
+// while the memory they hold on a node is above that node's budget.
 func (m *Manager) enforceFrozenBudget() {
 	type cand struct {
 		ctl *appCtl
@@ -101,35 +101,46 @@ func (m *Manager) enforceFrozenBudget() {
 		ctls = append(ctls, c)
 	}
 	m.mu.Unlock()
-	var all []cand
-	var total int64
+	all := map[string][]cand{} // by node
+	total := map[string]int64{}
 	for _, c := range ctls {
 		c.mu.Lock()
 		for _, r := range c.reps {
 			if r.rec.State == StateFrozen && !r.busy {
-				all = append(all, cand{c, r})
-				total += r.memory
+				all[r.rec.Node] = append(all[r.rec.Node], cand{c, r})
+				total[r.rec.Node] += r.memory
 			}
 		}
 		c.unlock()
 	}
-	if total <= m.o.FrozenMemory {
-		return
-	}
-	for total > m.o.FrozenMemory && len(all) > 0 {
-		oldest := 0
-		for i, x := range all {
-			if x.r.lastActive.Before(all[oldest].r.lastActive) {
-				oldest = i
+	for node, cands := range all {
+		budget := m.frozenBudget(node)
+		for total[node] > budget && len(cands) > 0 {
+			oldest := 0
+			for i, x := range cands {
+				if x.r.lastActive.Before(cands[oldest].r.lastActive) {
+					oldest = i
+				}
 			}
+			x := cands[oldest]
+			cands = append(cands[:oldest], cands[oldest+1:]...)
+			x.ctl.mu.Lock()
+			if x.r.rec.State == StateFrozen && !x.r.busy {
+				total[node] -= x.r.memory
+				x.ctl.drv.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", budget))
+			}
+			x.ctl.unlock()
 		}
-		x := all[oldest]
-		all = append(all[:oldest], all[oldest+1:]...)
-		x.ctl.mu.Lock()
-		if x.r.rec.State == StateFrozen && !x.r.busy {
-			total -= x.r.memory
-			x.ctl.drv.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", m.o.FrozenMemory))
-		}
-		x.ctl.unlock()
 	}
+}
+
+// frozenBudget is how much memory frozen replicas may hold on node: this
+// host's --frozen-memory, or in a cluster the budget of the node's record.
+func (m *Manager) frozenBudget(node string) int64 {
+	if m.disp != nil {
+		if b := m.disp.frozenBudget(node); b > 0 {
+			return b
+		}
+	}
+	return m.o.FrozenMemory
 }

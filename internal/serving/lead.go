@@ -39,10 +39,11 @@ type Term interface {
 
 // NodeInfo is a live node of the cluster as placement sees it.
 type NodeInfo struct {
-	Name     string
-	CPUs     int
-	Memory   int64 // bytes
-	Draining bool  // a member that takes no new replica
+	Name         string
+	CPUs         int
+	Memory       int64 // bytes
+	FrozenMemory int64 // bytes frozen replicas may hold there (0: this host's budget)
+	Draining     bool  // a member that takes no new replica
 }
 
 // lead is one run of the app controllers: on a single host the daemon's

@@ -106,7 +106,10 @@ type Replica struct {
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`
 	CPU       float64    `json:"cpu,omitempty"` // current quota in cores
 	// CPUSet is the CPUs the replica is pinned to ("" when it is not).
-	CPUSet   string `json:"cpuset,omitempty"`
+	CPUSet string `json:"cpuset,omitempty"`
+	// Node is the cluster node the replica runs on ("" on a single host,
+	// and until a replica being started is placed).
+	Node     string `json:"node,omitempty"`
 	InFlight int    `json:"in_flight"`
 	Reason   string `json:"reason,omitempty"`
 }
