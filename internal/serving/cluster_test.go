@@ -281,3 +281,30 @@ func TestClusterRemoveStrays(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterDrainingNode: the replicas of a node marked draining are
+// replaced on the others, each drained once its replacement is ready.
+func TestClusterDrainingNode(t *testing.T) {
+	h := newClusterHarness(t)
+	term := h.lead()
+	h.deploy("min = 3\nmax = 3")
+	h.wait("3 ready replicas", func() bool { return len(h.replicas()["ready"]) == 3 })
+	h.placed(3)
+	n3 := info("n3")
+	n3.Draining = true
+	h.cl.set(term, info("n1"), info("n2"), n3)
+	h.advanceUntil("n3's replica replaced and stopped", tick, func() bool {
+		on := h.on()
+		return on["n3"] == 0 && on["n1"]+on["n2"] == 3 && len(h.replicas()["ready"]) == 3
+	})
+	var starts []string
+	for _, e := range h.ev.of("start") {
+		starts = append(starts, e.Reason)
+	}
+	if !strings.Contains(strings.Join(starts, "\n"), "node n3 is draining") {
+		t.Fatalf("start events %q; want a replacement because node n3 is draining", starts)
+	}
+	if evs := h.ev.of("lost"); len(evs) != 0 {
+		t.Fatalf("lost events %+v; a draining node loses nothing", evs)
+	}
+}

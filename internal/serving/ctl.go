@@ -277,8 +277,11 @@ func (s *revSet) active() int {
 // (never below least). ctl.mu is held.
 func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, load route.Load) {
 	cfg := ctl.rec.Config
+	// A replica past max_lifetime, or on a draining node of a cluster,
+	// is replaced.
 	fresh := func(r *replica) bool {
-		return cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration
+		return (cfg.Scale.MaxLifetime.Duration == 0 || now.Sub(r.rec.StartedAt) < cfg.Scale.MaxLifetime.Duration) &&
+			!ctl.m.draining(r.rec.Node)
 	}
 	active := s.active()
 	// Scale out: thaw frozen replicas (most recently used first), then
@@ -307,7 +310,7 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 			continue
 		}
 		if r.replacement == "" && now.After(ctl.backoff) {
-			r.replacement = ctl.drv.startReplica(rev, "replace "+r.rec.ID)
+			r.replacement = ctl.drv.startReplica(rev, "replace "+r.rec.ID+": "+ctl.staleWhy(now, r, ""))
 		}
 		if nr := ctl.reps[r.replacement]; nr == nil || nr.rec.State == StateFailed {
 			r.replacement = ""
@@ -344,11 +347,20 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 			continue
 		}
 		if !fresh(r) {
-			ctl.drv.stopReplica(r, "frozen past max_lifetime")
+			ctl.drv.stopReplica(r, ctl.staleWhy(now, r, "frozen "))
 		} else if now.Sub(r.frozenAt) >= cfg.Scale.FreezeTimeout.Duration {
 			ctl.drv.stopReplica(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
 		}
 	}
+}
+
+// staleWhy says why replica r, not fresh, goes: its node drains, or it is
+// past max_lifetime. ctl.mu is held.
+func (ctl *appCtl) staleWhy(now time.Time, r *replica, prefix string) string {
+	if ctl.m.draining(r.rec.Node) {
+		return "node " + r.rec.Node + " is draining"
+	}
+	return prefix + "past max_lifetime"
 }
 
 // retire takes the replicas of revisions that take no traffic (other than

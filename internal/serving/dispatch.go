@@ -112,6 +112,14 @@ func (d *dispatcher) isLive(n string) bool {
 	return d.live[n] != nil
 }
 
+// draining reports whether live node n is draining.
+func (d *dispatcher) draining(n string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ln := d.live[n]
+	return ln != nil && ln.info.Draining
+}
+
 // frozenBudget is node's budget for frozen replicas (0: not known).
 func (d *dispatcher) frozenBudget(node string) int64 {
 	d.mu.Lock()

@@ -72,3 +72,9 @@ func (ctl *appCtl) lose(live func(node string) bool) {
 		ctl.notify()
 	}
 }
+
+// draining reports whether node is a cluster node that is draining: its
+// replicas move to other nodes.
+func (m *Manager) draining(node string) bool {
+	return m.disp != nil && m.disp.draining(node)
+}
