@@ -33,7 +33,10 @@ const (
 type Record struct {
 	Name string `json:"name"`
 	// Addr is where other nodes reach this one (--advertise); may be empty.
-	Addr         string    `json:"addr,omitempty"`
+	Addr string `json:"addr,omitempty"`
+	// ProxyAddr is where other nodes' proxies reach this node's proxy
+	// (--advertise-proxy); may be empty.
+	ProxyAddr    string    `json:"proxy_addr,omitempty"`
 	CPUs         int       `json:"cpus"`
 	Memory       int64     `json:"memory"`        // bytes of RAM
 	FrozenMemory int64     `json:"frozen_memory"` // bytes frozen replicas may hold

@@ -25,7 +25,6 @@ type appState struct {
 	appDirty bool                   // the app record must be written
 	dirty    chan struct{}          // records to write
 	deleting bool
-	remote   map[string]route.Endpoint // ready replicas of other nodes, from the store
 
 	routeDirty bool       // the route must be published
 	thaws      []*replica // replicas to thaw
@@ -66,11 +65,6 @@ func (st *appState) route() route.Route {
 			ep.Node = r.rec.Node
 		}
 		rt.Endpoints = append(rt.Endpoints, ep)
-	}
-	for _, ep := range st.remote {
-		if st.reps[ep.ID] == nil && weights[ep.Revision] > 0 {
-			rt.Endpoints = append(rt.Endpoints, ep)
-		}
 	}
 	return rt
 }

@@ -195,8 +195,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.load(ctx, l); err != nil {
 		return err
 	}
-	m.wg.Add(1)
-	go m.watchRemote()
 	return nil
 }
 
@@ -326,4 +324,14 @@ func MemTotal() int64 {
 	var kb int64
 	fmt.Sscanf(string(b), "MemTotal: %d kB", &kb)
 	return kb * 1024
+}
+
+// sleep waits for d on clock c, or until ctx ends.
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-ctx.Done():
+	}
 }

@@ -22,6 +22,7 @@ import (
 //	    ├── nodes/<name>                node records: address, capacity, draining
 //	    ├── alive/<name>                a node's heartbeat, on the node's lease
 //	    ├── leader/<lease>              candidates of the leader election
+//	    ├── routes/<app>                the leader's route of an app, for every node's proxy
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in
@@ -53,6 +54,7 @@ const (
 	AlivePrefix      = Root + "alive/"
 	LeaderPrefix     = Root + "leader/"
 	EventsPrefix     = Root + "events/"
+	RoutesPrefix     = Root + "routes/"
 )
 
 // NodeContainersPrefix is the prefix of the containers of one node: each
@@ -86,6 +88,9 @@ func NodeKey(name string) string { return NodesPrefix + name }
 // AliveKey is the heartbeat key of the node with the given name; it lives on
 // the node's lease and is gone once the lease expires.
 func AliveKey(name string) string { return AlivePrefix + name }
+
+// RouteKey is the key of the route the cluster's leader published for app.
+func RouteKey(app string) string { return RoutesPrefix + app }
 
 // EventKey is the key of event number seq in the event log.
 func EventKey(seq int64) string { return EventsPrefix + pad(seq) }

@@ -32,6 +32,7 @@ func TestKeysStayUnderTheirPrefix(t *testing.T) {
 		{store.JobKey("j1"), store.JobsPrefix},
 		{store.NodeKey("n1"), store.NodesPrefix},
 		{store.EventKey(7), store.EventsPrefix},
+		{store.RouteKey("web"), store.RoutesPrefix},
 	}
 	for _, c := range cases {
 		if !strings.HasPrefix(c.key, c.prefix) || !strings.HasPrefix(c.key, store.Root) {

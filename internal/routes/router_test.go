@@ -1,0 +1,526 @@
+package routes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/route"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// proxyTable is a node's proxy as a Local: its table, and WaitIdle that
+// returns once the test lets the endpoint go idle.
+type proxyTable struct {
+	mu     sync.Mutex
+	routes map[string]route.Route
+	loads  map[string]route.Load
+	idle   map[string]chan struct{}
+}
+
+func newProxyTable() *proxyTable {
+	return &proxyTable{routes: map[string]route.Route{}, loads: map[string]route.Load{}, idle: map[string]chan struct{}{}}
+}
+
+func (p *proxyTable) SetRoute(r route.Route) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.routes[r.App] = r
+}
+
+func (p *proxyTable) RemoveRoute(app string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.routes, app)
+}
+
+func (p *proxyTable) Load(app string) route.Load {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.loads[app]
+}
+
+func (p *proxyTable) idleChan(id string) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.idle[id] == nil {
+		p.idle[id] = make(chan struct{})
+	}
+	return p.idle[id]
+}
+
+func (p *proxyTable) WaitIdle(ctx context.Context, id string) error {
+	select {
+	case <-p.idleChan(id):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// addrs returns app's endpoints as "id@addr", or nil without a route.
+func (p *proxyTable) addrs(app string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	rt, ok := p.routes[app]
+	if !ok {
+		return nil
+	}
+	out := []string{}
+	for _, e := range rt.Endpoints {
+		out = append(out, e.ID+"@"+e.Addr)
+	}
+	return out
+}
+
+// storeTerm writes straight to the store, as a leader whose term lasts
+// until deposed is set.
+type storeTerm struct {
+	st      store.Store
+	mu      sync.Mutex
+	deposed bool // Leading returns nil
+	refuse  bool // writes are refused, as the store refuses a deposed leader's
+}
+
+func (t *storeTerm) over() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deposed
+}
+
+func (t *storeTerm) refused() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refuse
+}
+
+func (t *storeTerm) Put(ctx context.Context, key string, value []byte) (int64, error) {
+	if t.refused() {
+		return 0, cluster.ErrDeposed
+	}
+	return t.st.Put(ctx, key, value)
+}
+
+func (t *storeTerm) Delete(ctx context.Context, key string) error {
+	if t.refused() {
+		return cluster.ErrDeposed
+	}
+	if err := t.st.Delete(ctx, key); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// peers is the leader's view of the other nodes: their routers, called
+// as the agent would.
+type peers struct {
+	mu    sync.Mutex
+	nodes map[string]*Router
+	calls []string
+}
+
+func (p *peers) Live() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for n := range p.nodes {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (p *peers) WaitIdle(ctx context.Context, node, id string, seq int64) error {
+	p.mu.Lock()
+	r := p.nodes[node]
+	p.calls = append(p.calls, node)
+	p.mu.Unlock()
+	return r.WaitApplied(ctx, id, seq)
+}
+
+type testNode struct {
+	r     *Router
+	proxy *proxyTable
+}
+
+type rig struct {
+	t     *testing.T
+	st    *store.Bolt
+	clk   *clock.Fake
+	term  *storeTerm
+	peers *peers
+}
+
+func newRig(t *testing.T) *rig {
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	g := &rig{t: t, st: st, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), peers: &peers{nodes: map[string]*Router{}}}
+	g.term = &storeTerm{st: st}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		b, _ := json.Marshal(cluster.Record{Name: n, ProxyAddr: "192.0.2." + n[1:] + ":80"})
+		if _, err := st.Put(context.Background(), store.NodeKey(n), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return g
+}
+
+// node starts the router of a node; the leader's term is the rig's.
+func (g *rig) node(name string, leader bool) *testNode {
+	n := &testNode{proxy: newProxyTable()}
+	leading := func() Term { return nil }
+	if leader {
+		leading = func() Term {
+			if g.term.over() {
+				return nil
+			}
+			return g.term
+		}
+	}
+	n.r = New(Options{Store: g.st, Node: name, Local: n.proxy, Leading: leading, Peers: g.peers, Clock: g.clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); n.r.Run(ctx) }()
+	g.t.Cleanup(func() { cancel(); <-done })
+	g.peers.mu.Lock()
+	g.peers.nodes[name] = n.r
+	g.peers.mu.Unlock()
+	g.until(name+" knows the nodes' proxies", func() bool {
+		n.r.mu.Lock()
+		defer n.r.mu.Unlock()
+		return len(n.r.addrs) == 3
+	})
+	return n
+}
+
+func (g *rig) until(what string, cond func() bool) {
+	g.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			g.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func webRoute(ids ...string) route.Route {
+	rt := route.Route{App: "web", QueueLimit: 7}
+	for _, id := range ids {
+		node := "n" + id[1:2] // "r2a" runs on n2
+		rt.Endpoints = append(rt.Endpoints, route.Endpoint{ID: id, Addr: "10.88.0." + id[1:2] + ":8080", Revision: 1, Node: node})
+	}
+	return rt
+}
+
+// TestRoutesReachEveryNode: the leader's route goes to its own proxy and,
+// through the store, to every follower's, each reaching the replicas of
+// other nodes at those nodes' proxies; a removed app leaves them all.
+func TestRoutesReachEveryNode(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n2 := g.node("n2", false)
+	n1.r.SetRoute(webRoute("r1a", "r2a"))
+	if got, want := n1.proxy.addrs("web"), []string{"r1a@10.88.0.1:8080", "r2a@192.0.2.2:80"}; !slices.Equal(got, want) {
+		t.Fatalf("leader's proxy routes %v; want %v", got, want)
+	}
+	want2 := []string{"r1a@192.0.2.1:80", "r2a@10.88.0.2:8080"}
+	g.until("n2's proxy routes web", func() bool { return slices.Equal(n2.proxy.addrs("web"), want2) })
+	kv, err := g.st.Get(context.Background(), store.RouteKey("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.Leader != "n1" || rec.Route.QueueLimit != 7 {
+		t.Fatalf("stored route %s: %v", kv.Value, err)
+	}
+	// A node that starts later lists what is there.
+	n3 := g.node("n3", false)
+	g.until("n3's proxy routes web", func() bool {
+		return slices.Equal(n3.proxy.addrs("web"), []string{"r1a@192.0.2.1:80", "r2a@192.0.2.2:80"})
+	})
+	// A node's proxy moves: its endpoints follow.
+	b, _ := json.Marshal(cluster.Record{Name: "n1", ProxyAddr: "192.0.2.11:80"})
+	if _, err := g.st.Put(context.Background(), store.NodeKey("n1"), b); err != nil {
+		t.Fatal(err)
+	}
+	g.until("n2 reaches n1's moved proxy", func() bool {
+		return slices.Equal(n2.proxy.addrs("web"), []string{"r1a@192.0.2.11:80", "r2a@10.88.0.2:8080"})
+	})
+	n1.r.RemoveRoute("web")
+	if n1.proxy.addrs("web") != nil {
+		t.Fatal("the leader's proxy still routes web")
+	}
+	g.until("the followers drop web", func() bool { return n2.proxy.addrs("web") == nil && n3.proxy.addrs("web") == nil })
+	if _, err := g.st.Get(context.Background(), store.RouteKey("web")); !errdefs.IsNotFound(err) {
+		t.Fatalf("route key after removal: %v; want not found", err)
+	}
+}
+
+// TestFollowerWritesNothing: a route published on a node that does not
+// lead goes nowhere: its proxy and the store keep the leader's.
+func TestFollowerWritesNothing(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n2 := g.node("n2", false)
+	n1.r.SetRoute(webRoute("r1a"))
+	g.until("n2 routes web", func() bool { return len(n2.proxy.addrs("web")) == 1 })
+	n2.r.SetRoute(webRoute("r2a"))
+	kv, err := g.st.Get(context.Background(), store.RouteKey("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	json.Unmarshal(kv.Value, &rec)
+	if rec.Leader != "n1" || len(rec.Route.Endpoints) != 1 || rec.Route.Endpoints[0].ID != "r1a" {
+		t.Fatalf("stored route %s; want n1's", kv.Value)
+	}
+	if got := n2.proxy.addrs("web"); !slices.Equal(got, []string{"r1a@192.0.2.1:80"}) {
+		t.Fatalf("n2's proxy routes %v; want the leader's route", got)
+	}
+	n2.r.RemoveRoute("web")
+	if n2.proxy.addrs("web") == nil {
+		t.Fatal("a follower removed the leader's route from its proxy")
+	}
+}
+
+// TestWaitIdleWaitsForEveryNode: the leader's WaitIdle of a dropped
+// endpoint returns only once each live node has applied the route that
+// dropped it and its proxy is idle on it.
+func TestWaitIdleWaitsForEveryNode(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n2 := g.node("n2", false)
+	n3 := g.node("n3", false)
+	n1.r.SetRoute(webRoute("r1a", "r2a"))
+	g.until("followers route web", func() bool { return len(n2.proxy.addrs("web")) == 2 && len(n3.proxy.addrs("web")) == 2 })
+	n1.r.SetRoute(webRoute("r1a"))
+	done := make(chan error, 1)
+	go func() { done <- n1.r.WaitIdle(context.Background(), "r2a") }()
+	close(n1.proxy.idleChan("r2a"))
+	close(n2.proxy.idleChan("r2a"))
+	select {
+	case err := <-done:
+		t.Fatalf("WaitIdle returned (%v) while n3's proxy holds a request on r2a", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	for _, n := range []*testNode{n2, n3} {
+		if got := n.proxy.addrs("web"); !slices.Equal(got, []string{"r1a@192.0.2.1:80"}) {
+			t.Fatalf("a follower waited on routes %v: the dropping route is not applied", got)
+		}
+	}
+	close(n3.proxy.idleChan("r2a"))
+	if err := <-done; err != nil {
+		t.Fatalf("WaitIdle: %v", err)
+	}
+	g.peers.mu.Lock()
+	calls := slices.Sorted(slices.Values(g.peers.calls))
+	g.peers.mu.Unlock()
+	if !slices.Equal(calls, []string{"n2", "n3"}) {
+		t.Fatalf("nodes waited on %v; want n2 and n3", calls)
+	}
+	// An endpoint that was never dropped by the leader is waited on
+	// locally only.
+	g.peers.mu.Lock()
+	g.peers.calls = nil
+	g.peers.mu.Unlock()
+	close(n1.proxy.idleChan("other"))
+	if err := n1.r.WaitIdle(context.Background(), "other"); err != nil || len(g.peers.calls) != 0 {
+		t.Fatalf("WaitIdle of an endpoint never routed: %v, peers called %v", err, g.peers.calls)
+	}
+}
+
+// TestWaitIdleAfterRemoval: the endpoints of a removed app are idle once
+// every node has removed the app and its proxy is idle on them.
+func TestWaitIdleAfterRemoval(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n2 := g.node("n2", false)
+	n1.r.SetRoute(webRoute("r1a", "r2a"))
+	g.until("n2 routes web", func() bool { return len(n2.proxy.addrs("web")) == 2 })
+	n1.r.RemoveRoute("web")
+	close(n1.proxy.idleChan("r2a"))
+	close(n2.proxy.idleChan("r2a"))
+	if err := n1.r.WaitIdle(context.Background(), "r2a"); err != nil {
+		t.Fatal(err)
+	}
+	if n2.proxy.addrs("web") != nil {
+		t.Fatal("WaitIdle returned before n2 removed the app")
+	}
+}
+
+// TestWaitAppliedWaitsForTheRoute: a node asked to wait for a route it
+// has not applied yet waits for it (or for the endpoint to leave its
+// table), within the caller's time.
+func TestWaitAppliedWaitsForTheRoute(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n2 := g.node("n2", false)
+	n1.r.SetRoute(webRoute("r1a", "r2a"))
+	g.until("n2 routes web", func() bool { return len(n2.proxy.addrs("web")) == 2 })
+	close(n2.proxy.idleChan("r2a"))
+	n2.r.mu.Lock()
+	next := n2.r.rev + 1000
+	n2.r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := n2.r.WaitApplied(ctx, "r2a", next); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitApplied of a route not applied: %v; want the deadline", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- n2.r.WaitApplied(context.Background(), "r2a", next) }()
+	n1.r.SetRoute(webRoute("r1a"))
+	if err := <-done; err != nil {
+		t.Fatalf("WaitApplied once the endpoint left: %v", err)
+	}
+}
+
+// TestDeposedLeaderWaitsLocally: a route change the store refuses (the
+// term is over) is not waited for on other nodes.
+func TestDeposedLeaderWaitsLocally(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	g.node("n2", false)
+	n1.r.SetRoute(webRoute("r1a", "r2a"))
+	g.until("the route is written", func() bool {
+		_, err := g.st.Get(context.Background(), store.RouteKey("web"))
+		return err == nil
+	})
+	// Deposed between the change and its write: the store refuses it.
+	g.term.mu.Lock()
+	g.term.refuse = true
+	g.term.mu.Unlock()
+	n1.r.SetRoute(webRoute("r1a"))
+	close(n1.proxy.idleChan("r2a"))
+	if err := n1.r.WaitIdle(context.Background(), "r2a"); err != nil {
+		t.Fatal(err)
+	}
+	// Deposed before the change: nothing is written or waited for.
+	g.term.mu.Lock()
+	g.term.deposed = true
+	g.term.mu.Unlock()
+	n1.r.SetRoute(webRoute())
+	close(n1.proxy.idleChan("r1a"))
+	if err := n1.r.WaitIdle(context.Background(), "r1a"); err != nil {
+		t.Fatal(err)
+	}
+	g.peers.mu.Lock()
+	defer g.peers.mu.Unlock()
+	if len(g.peers.calls) != 0 {
+		t.Fatalf("a deposed leader waited on %v", g.peers.calls)
+	}
+	kv, err := g.st.Get(context.Background(), store.RouteKey("web"))
+	var rec record
+	if err != nil || json.Unmarshal(kv.Value, &rec) != nil || len(rec.Route.Endpoints) != 2 {
+		t.Fatalf("stored route %s, %v; want the one written before the term ended", kv.Value, err)
+	}
+}
+
+// TestLoadAddsFreshReports: the leader's Load is its proxy's plus every
+// follower's report younger than ReportMaxAge.
+func TestLoadAddsFreshReports(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	at := g.clk.Now().Add(-time.Second)
+	n1.proxy.loads["web"] = route.Load{InFlight: 2, Requests: 10, LastRequest: at,
+		Endpoints: map[string]route.EndpointLoad{"r1a": {InFlight: 2, Requests: 10, LastRequest: at}}}
+	n1.r.Report("n2", map[string]route.Load{"web": {InFlight: 3, Queued: 1, Requests: 5, LastRequest: g.clk.Now(),
+		Endpoints: map[string]route.EndpointLoad{"r1a": {InFlight: 1, Requests: 2}, "r2a": {InFlight: 2, Requests: 3, LastRequest: g.clk.Now()}}}})
+	g.clk.Advance(2 * time.Second)
+	n1.r.Report("n3", map[string]route.Load{"web": {InFlight: 1, Requests: 1}})
+	l := n1.r.Load("web")
+	if l.InFlight != 6 || l.Queued != 1 || l.Requests != 16 || !l.LastRequest.Equal(g.clk.Now().Add(-2*time.Second)) {
+		t.Fatalf("load %+v; want 6 in flight, 1 queued, 16 requests, the newest last request", l)
+	}
+	if e := l.Endpoints["r1a"]; e.InFlight != 3 || e.Requests != 12 || !e.LastRequest.Equal(at) {
+		t.Fatalf("endpoint r1a %+v", e)
+	}
+	if e := l.Endpoints["r2a"]; e.InFlight != 2 {
+		t.Fatalf("endpoint r2a %+v", e)
+	}
+	// n2's report is now 3.5 s old: it counts no more; n3's (1.5 s) does.
+	g.clk.Advance(1500 * time.Millisecond)
+	if l := n1.r.Load("web"); l.InFlight != 3 || l.Requests != 11 {
+		t.Fatalf("load after n2's report aged: %+v; want 3 in flight, 11 requests", l)
+	}
+}
+
+type sink struct {
+	mu      sync.Mutex
+	reports []map[string]route.Load
+}
+
+func (s *sink) ReportLoad(ctx context.Context, node string, loads map[string]route.Load) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reports = append(s.reports, loads)
+	return nil
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reports)
+}
+
+// TestFollowerReportsBusyApps: a follower reports each second the apps
+// with traffic, then once that none has any, then nothing.
+func TestFollowerReportsBusyApps(t *testing.T) {
+	g := newRig(t)
+	n2 := g.node("n2", false)
+	var mu sync.Mutex
+	loads := map[string]route.Load{"web": {InFlight: 1, Requests: 4}, "idle": {Requests: 9}}
+	get := func() map[string]route.Load {
+		mu.Lock()
+		defer mu.Unlock()
+		return loads
+	}
+	s := &sink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); n2.r.ReportLoads(ctx, get, s) }()
+	defer func() { cancel(); <-done }()
+	tick := func(want int) {
+		t.Helper()
+		g.until("the report timer", func() bool { return g.clk.Timers() > 0 })
+		g.clk.Advance(ReportEvery)
+		g.until("a report", func() bool { return s.count() >= want })
+	}
+	report := func(i int) map[string]route.Load {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.reports[i]
+	}
+	tick(1) // first report: both apps have requests not seen before
+	if r := report(0); len(r) != 2 {
+		t.Fatalf("first report %v; want web and idle", r)
+	}
+	tick(2)
+	if r := report(1); len(r) != 1 || r["web"].InFlight != 1 {
+		t.Fatalf("second report %v; want web only (idle had no new request)", r)
+	}
+	mu.Lock()
+	loads = map[string]route.Load{"web": {Requests: 4}, "idle": {Requests: 9}}
+	mu.Unlock()
+	tick(3)
+	if r := report(2); len(r) != 0 {
+		t.Fatalf("third report %v; want none busy", r)
+	}
+	g.until("the report timer", func() bool { return g.clk.Timers() > 0 })
+	g.clk.Advance(ReportEvery)
+	g.until("the next report timer", func() bool { return g.clk.Timers() > 0 })
+	if s.count() != 3 {
+		t.Fatalf("%d reports; a quiet follower sends no more after telling once", s.count())
+	}
+}
