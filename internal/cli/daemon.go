@@ -74,6 +74,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.IntVar(&cfg.NetnsPool, "netns-pool", 0, "network namespaces kept ready per network mode (0: default of 4 none and 2 bridge; -1: none, create on each start)")
 	f.StringVar(&cfg.Node, "node-name", "", "this node's name in the store (default: the hostname)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "with --store etcd: host:port where other nodes reach this one")
+	f.StringVar(&cfg.AdvertiseProxy, "advertise-proxy", "", "with --store etcd: host:port where other nodes' proxies reach this one's (default: the --advertise host with the --proxy port)")
 	f.DurationVar(&cfg.NodeTTL, "node-ttl", cluster.DefaultTTL, "with --store etcd: this node's lease; a node that stops renewing it is down after it (1s-1m, whole seconds)")
 	f.StringVar(&cfg.Bridge, "bridge", "shoal0", "name of the bridge for --network bridge containers")
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")

@@ -37,7 +37,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	if cfg.FrozenMemory != "" {
 		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated
 	}
-	rec := cluster.Record{Name: cfg.Node, Addr: cfg.Advertise, CPUs: goruntime.NumCPU(),
+	rec := cluster.Record{Name: cfg.Node, Addr: cfg.Advertise, ProxyAddr: cfg.AdvertiseProxy, CPUs: goruntime.NumCPU(),
 		Memory: serving.MemTotal(), FrozenMemory: frozen, Joined: time.Now().UTC()}
 	if err := cluster.Join(ctx, d.store, rec); err != nil {
 		return fmt.Errorf("join the cluster: %w", err)

@@ -106,6 +106,9 @@ func (c *Config) Validate() error {
 			return errdefs.Invalid("--advertise", "%q: %v", c.Advertise, err)
 		}
 	}
+	if err := c.advertiseProxy(); err != nil {
+		return err
+	}
 	if c.SelfAPIPort < -1 || c.SelfAPIPort > 65535 {
 		return errdefs.Invalid("--self-api-port", "%d is not a port number (0: any free port, -1: no self API)", c.SelfAPIPort)
 	}
@@ -127,6 +130,31 @@ func (c *Config) Validate() error {
 			c.Logger.Warn("the TCP API is not on loopback: its bearer token travels in clear text; put it behind TLS", "addr", c.APITCP)
 		}
 	}
+	return nil
+}
+
+// advertiseProxy checks --advertise-proxy, or makes it from --advertise
+// and --proxy.
+func (c *Config) advertiseProxy() error {
+	if c.AdvertiseProxy != "" {
+		if c.Proxy == "off" {
+			return errdefs.Invalid("--advertise-proxy", "%q: this daemon runs no proxy (--proxy off)", c.AdvertiseProxy)
+		}
+		if err := checkAdvertise(c.AdvertiseProxy); err != nil {
+			return errdefs.Invalid("--advertise-proxy", "%q: %v", c.AdvertiseProxy, err)
+		}
+		return nil
+	}
+	if c.Advertise == "" || c.Proxy == "off" {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(c.Advertise)
+	phost, port, _ := net.SplitHostPort(c.Proxy)
+	if ip := net.ParseIP(phost); phost == "localhost" || (ip != nil && ip.IsLoopback()) {
+		c.Logger.Warn("the proxy listens on loopback only: other nodes cannot send it requests for this node's replicas; give --proxy an address they reach, or --advertise-proxy", "proxy", c.Proxy)
+		return nil
+	}
+	c.AdvertiseProxy = net.JoinHostPort(host, port)
 	return nil
 }
 

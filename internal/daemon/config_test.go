@@ -3,6 +3,7 @@ package daemon
 import (
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,41 @@ func TestValidateClusterFlags(t *testing.T) {
 			t.Errorf("advertise %q, ttl %s: %v; want valid", c.advertise, c.ttl, err)
 		case c.field != "" && (!errdefs.IsInvalid(err) || errdefs.Field(err) != c.field):
 			t.Errorf("advertise %q, ttl %s: %v; want invalid %s", c.advertise, c.ttl, err, c.field)
+		}
+	}
+}
+
+func TestValidateAdvertiseProxy(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		advertise, proxy, advertiseProxy string
+		want                             string // the result, or the flag named
+	}{
+		{"10.0.0.11:7070", "0.0.0.0:8080", "", "10.0.0.11:8080"},
+		{"10.0.0.11:7070", "10.0.0.11:8081", "", "10.0.0.11:8081"},
+		{"[fd00::11]:7070", "[::]:8080", "", "[fd00::11]:8080"},
+		{"10.0.0.11:7070", "127.0.0.1:8080", "", ""},
+		{"10.0.0.11:7070", "", "", ""},
+		{"10.0.0.11:7070", "off", "", ""},
+		{"", "0.0.0.0:8080", "", ""},
+		{"10.0.0.11:7070", "127.0.0.1:8080", "192.0.2.7:80", "192.0.2.7:80"},
+		{"", "0.0.0.0:8080", "proxy.example.org:8080", "proxy.example.org:8080"},
+		{"10.0.0.11:7070", "0.0.0.0:8080", "0.0.0.0:8080", "--advertise-proxy"},
+		{"10.0.0.11:7070", "0.0.0.0:8080", "10.0.0.11", "--advertise-proxy"},
+		{"10.0.0.11:7070", "0.0.0.0:8080", "10.0.0.11:0", "--advertise-proxy"},
+		{"10.0.0.11:7070", "off", "10.0.0.11:8080", "--advertise-proxy"},
+	} {
+		cfg := Config{DataDir: "/tmp/d", RunDir: "/tmp/r", Node: "n1", Advertise: c.advertise, Proxy: c.proxy,
+			AdvertiseProxy: c.advertiseProxy, Logger: quiet}
+		err := cfg.Validate()
+		if strings.HasPrefix(c.want, "--") {
+			if !errdefs.IsInvalid(err) || errdefs.Field(err) != c.want {
+				t.Errorf("%+v: %v; want invalid %s", c, err, c.want)
+			}
+			continue
+		}
+		if err != nil || cfg.AdvertiseProxy != c.want {
+			t.Errorf("%+v: %q, %v; want %q", c, cfg.AdvertiseProxy, err, c.want)
 		}
 	}
 }

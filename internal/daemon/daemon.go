@@ -56,7 +56,11 @@ type Config struct {
 	// renewing it is down after it (default cluster.DefaultTTL).
 	Advertise string
 	NodeTTL   time.Duration
-	Subnet    string // CNI subnet (default 10.77.0.0/16)
+	// AdvertiseProxy is where other nodes' proxies reach this node's
+	// (host:port; cluster only). Default: the host of Advertise with the
+	// port of Proxy, when Proxy does not listen on loopback only.
+	AdvertiseProxy string
+	Subnet         string // CNI subnet (default 10.77.0.0/16)
 	// Proxy is where the serving proxy listens (default 127.0.0.1:8080;
 	// "off": no proxy). Domain also routes <app>.<Domain>.
 	Proxy  string

@@ -47,6 +47,7 @@ type Client struct {
 	// proxy applies them in the order serving made them.
 	mu     sync.Mutex
 	routes map[string]route.Route // by app, lower case
+	hop    *Hop                   // nil: not in a cluster
 	broken atomic.Bool            // a change failed to reach the proxy
 
 	loadMu     sync.Mutex
@@ -124,6 +125,16 @@ func (c *Client) SetRoute(r route.Route) {
 	}
 }
 
+// SetHop makes the proxy the one of node in a cluster whose proxies
+// authenticate hops with key; it is set again at every Sync. Call it
+// before the routes that name nodes.
+func (c *Client) SetHop(node string, key []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hop = &Hop{Node: node, Key: key}
+	return c.call(http.MethodPut, "/v1/hop", c.hop, nil)
+}
+
 // RemoveRoute removes an app from the proxy.
 func (c *Client) RemoveRoute(app string) {
 	c.mu.Lock()
@@ -145,6 +156,12 @@ func (c *Client) fail(err error) {
 func (c *Client) Sync() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.hop != nil {
+		if err := c.call(http.MethodPut, "/v1/hop", c.hop, nil); err != nil {
+			c.broken.Store(true)
+			return err
+		}
+	}
 	routes := slices.Collect(maps.Values(c.routes))
 	if err := c.call(http.MethodPut, "/v1/routes", routes, nil); err != nil {
 		c.broken.Store(true)
@@ -152,6 +169,14 @@ func (c *Client) Sync() error {
 	}
 	c.broken.Store(false)
 	return nil
+}
+
+// Loads returns every app's counters, read at once (nil when the proxy
+// cannot be reached).
+func (c *Client) Loads() map[string]route.Load {
+	var all map[string]route.Load
+	c.loadFailed(c.call(http.MethodGet, "/v1/load", nil, &all))
+	return all
 }
 
 // Routes returns the proxy's table as last pushed.

@@ -62,6 +62,7 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 // handler returns the control API:
 //
 //	GET    /v1/info                      Info
+//	PUT    /v1/hop                       the proxy's node and hop key (Hop)
 //	GET    /v1/routes                    every route as last pushed
 //	PUT    /v1/routes                    replace the whole table ([]route.Route)
 //	PUT    /v1/routes/{app}              set one app's route (route.Route)
@@ -74,6 +75,7 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 func (c *control) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.info) })
+	mux.HandleFunc("PUT /v1/hop", c.setHop)
 	mux.HandleFunc("GET /v1/routes", c.listRoutes)
 	mux.HandleFunc("PUT /v1/routes", c.replaceRoutes)
 	mux.HandleFunc("PUT /v1/routes/{app}", c.setRoute)
@@ -91,6 +93,28 @@ func (c *control) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /v1/shutdown", c.shutdown)
 	return mux
+}
+
+// Hop is the proxy's place in a cluster: its node, and the key hops
+// between the nodes' proxies are authenticated with (proxy.SetHop).
+type Hop struct {
+	Node string `json:"node"`
+	Key  []byte `json:"key"` // base64 in JSON
+}
+
+func (c *control) setHop(w http.ResponseWriter, r *http.Request) {
+	var h Hop
+	if !readJSON(w, r, &h) {
+		return
+	}
+	if h.Node == "" || len(h.Key) == 0 {
+		httperr.Write(w, http.StatusBadRequest, errors.New("a hop needs the node and the key"), "node")
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.p.SetHop(h.Node, h.Key)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (c *control) listRoutes(w http.ResponseWriter, r *http.Request) {

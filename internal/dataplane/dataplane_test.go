@@ -304,3 +304,41 @@ func TestOpenFailedStartLeavesNoSocket(t *testing.T) {
 		t.Fatalf("control socket left behind: %v", err)
 	}
 }
+
+// Two proxy processes of one cluster: the hop key and node reach each
+// over its control socket, routes carry the endpoints' nodes, and a
+// request on the node without the replica is served by the other's,
+// also after a Sync; a forged hop header is refused.
+func TestHopBetweenProxyProcesses(t *testing.T) {
+	s1, s2 := serveInTest(t, ""), serveInTest(t, "")
+	key := []byte("cluster secret")
+	for i, s := range []*served{s1, s2} {
+		if err := s.client.SetHop([]string{"n1", "n2"}[i], key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2.client.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a-2", Addr: backend(t, "two"), Node: "n2"}}})
+	s1.client.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a-2", Addr: s2.addr, Node: "n2"}}})
+	for range 2 {
+		if code, body := s1.get(t, "a"); code != 200 || body != "two" {
+			t.Fatalf("through n1: %d %q; want n2's replica", code, body)
+		}
+		if err := s1.client.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s2.addr+"/", nil)
+	req.Host = "a.localhost"
+	req.Header.Set("Shoal-Hop", "a-2 00")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("forged hop: %d; want 403", resp.StatusCode)
+	}
+	if l := s1.client.Loads(); l["a"].Requests != 2 {
+		t.Fatalf("n1's loads %+v; want 2 requests of a", l)
+	}
+}

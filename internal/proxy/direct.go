@@ -93,7 +93,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 			bc.c.Close()
 		}
 	}()
-	if err := writeRequest(bc.bw, r); err != nil {
+	if err := writeRequest(bc.bw, r, st.ep.hop); err != nil {
 		var be *bodyError
 		switch {
 		case mayRetry && !errors.As(err, &be):
@@ -200,9 +200,10 @@ type bodyError struct{ err error }
 func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
-// writeRequest writes r in HTTP/1.1 with the hop-by-hop headers removed and
-// X-Forwarded-For, -Host and -Proto set.
-func writeRequest(bw *bufio.Writer, r *http.Request) error {
+// writeRequest writes r in HTTP/1.1 with the hop-by-hop headers removed,
+// X-Forwarded-For, -Host and -Proto set, and the hop header hop unless
+// it is "".
+func writeRequest(bw *bufio.Writer, r *http.Request, hop string) error {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' {
 		uri = r.URL.RequestURI()
@@ -248,6 +249,11 @@ func writeRequest(bw *bufio.Writer, r *http.Request) error {
 		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
 		bw.WriteString("\r\n")
 	}
+	if hop != "" {
+		bw.WriteString(HopHeader + ": ")
+		bw.WriteString(hop)
+		bw.WriteString("\r\n")
+	}
 	bw.WriteString("\r\n")
 	if r.ContentLength > 0 {
 		n, err := io.Copy(bw, r.Body)
@@ -274,7 +280,7 @@ func hopByHop(k string) bool {
 // skipRequestHeader tells whether a request header is replaced on the way.
 func skipRequestHeader(k string) bool {
 	switch k {
-	case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Content-Length", "Expect":
+	case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Content-Length", "Expect", HopHeader:
 		return true
 	}
 	return false

@@ -16,8 +16,12 @@ type endpoint struct {
 	id     string
 	addr   string
 	cookie string // the Set-Cookie value naming it; "" when it cannot
+	// hop is the hop header (HopHeader) that reaches it through its
+	// node's proxy, at addr; "" for an endpoint of this node.
+	hop string
 
 	inFlight atomic.Int64
+	hopIn    atomic.Int64 // of inFlight, the hops other nodes' proxies sent
 	requests atomic.Uint64
 	last     atomic.Int64 // unix nanoseconds
 	closed   atomic.Bool
@@ -62,8 +66,8 @@ func (e *endpoint) cutHeld() {
 	e.mu.Unlock()
 }
 
-func newEndpoint(id, addr string) *endpoint {
-	return &endpoint{id: id, addr: addr, cookie: setCookieValue(id)}
+func newEndpoint(id, addr, hop string) *endpoint {
+	return &endpoint{id: id, addr: addr, cookie: setCookieValue(id), hop: hop}
 }
 
 func (e *endpoint) open() {
@@ -115,7 +119,7 @@ func (e *endpoint) done() {
 
 func (e *endpoint) stats() route.EndpointLoad {
 	return route.EndpointLoad{
-		InFlight:    int(max(e.inFlight.Load(), 0)),
+		InFlight:    int(max(e.inFlight.Load()-e.hopIn.Load(), 0)),
 		Requests:    e.requests.Load(),
 		LastRequest: unixTime(e.last.Load()),
 	}
@@ -172,15 +176,21 @@ const maxPickTries = 4
 // pick chooses an open endpoint of a's current route, skipping those in
 // tried, and counts the request on it: in a revision drawn by weight when
 // the route is split, by least outstanding requests between two random
-// choices. When every candidate was tried, any other endpoint of the route
-// will do. It returns nil when there is none.
+// choices, among this node's endpoints while one has fewer requests in
+// flight than the route's capacity, else among the others' too (see
+// split.near). When every candidate was tried, any other endpoint of the
+// route will do. It returns nil when there is none.
 func (a *app) pick(tried []*endpoint) *endpoint {
 	for range maxPickTries {
 		rt := a.route.Load()
 		if rt == nil {
 			return nil
 		}
-		e := choose(rt.candidates(), tried)
+		near, far := rt.candidates()
+		e := choose(near, tried)
+		if far != nil {
+			e = spill(e, far, tried, rt.capacity)
+		}
 		if e == nil && len(tried) > 0 {
 			e = choose(rt.endpoints, tried)
 		}
@@ -215,6 +225,20 @@ func choose(eps []*endpoint, tried []*endpoint) *endpoint {
 		}
 		return a
 	}
+}
+
+// spill returns e, the choice among this node's endpoints, unless it is
+// nil or at capacity (cap > 0) and the choice among far, other nodes'
+// endpoints, has fewer requests in flight.
+func spill(e *endpoint, far, tried []*endpoint, cap int64) *endpoint {
+	if e != nil && (cap <= 0 || e.inFlight.Load() < cap) {
+		return e
+	}
+	f := choose(far, tried)
+	if e == nil || (f != nil && f.inFlight.Load() < e.inFlight.Load()) {
+		return f
+	}
+	return e
 }
 
 func untried(eps, tried []*endpoint) []*endpoint {

@@ -18,6 +18,8 @@ type fastReq struct {
 	req    request
 	ans    answer
 	out    []byte // the request as sent to the replica
+	head   int    // of out, the head's length
+	hopBuf []byte // out with a hop header, for another node's endpoint
 	unread int64  // bytes of the request body still in the connection
 	sticky []byte // the sticky cookie's value, copied out of the head
 	st     reqState
@@ -161,6 +163,7 @@ func (x *fastReq) buildRequest() {
 		b = append(b, "\r\n"...)
 	}
 	x.out = append(b, "\r\n"...)
+	x.head = len(x.out)
 }
 
 // lookupHost returns the app a Host header names, or nil; as appName,

@@ -89,6 +89,9 @@ func (p *Proxy) forward(st *reqState, l leg, safe, idempotent bool, cl int64) {
 // retry moves the request from the endpoint that failed it to another one
 // of the app, counting a retry; false when there is none.
 func (st *reqState) retry() bool {
+	if st.hop {
+		return false
+	}
 	st.tried = append(st.tried, st.ep)
 	next := st.app.pick(st.tried)
 	if next == nil {

@@ -80,7 +80,7 @@ func (r *request) parse(head []byte) bool {
 				return false
 			}
 			r.cl, r.clSeen = n, true
-		case eqFold(name, "transfer-encoding"), eqFold(name, "upgrade"), eqFold(name, "expect"):
+		case eqFold(name, "transfer-encoding"), eqFold(name, "upgrade"), eqFold(name, "expect"), eqFold(name, "shoal-hop"):
 			return false
 		case eqFold(name, "connection"):
 			r.conn = append(r.conn, val)

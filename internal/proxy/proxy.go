@@ -98,6 +98,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &stdReq{p: p, w: w, r: r}
 	st := &x.st
 	st.Context = r.Context()
+	if h := r.Header[HopHeader]; h != nil {
+		p.serveHop(w, r, h)
+		return
+	}
 	defer p.finish(st)
 	if f := p.admit(st, (*p.apps.Load())[p.appName(r.Host)], r.ContentLength, x); f != nil {
 		f.write(w)
@@ -167,6 +171,9 @@ type reqState struct {
 	// the request's cookie named and got, or nil.
 	sticky bool
 	stuck  *endpoint
+	// hop is set for a request another node's proxy sent to st.ep: it
+	// goes there or nowhere.
+	hop bool
 }
 
 // setCookie returns the Set-Cookie value the answer carries: the sticky

@@ -63,7 +63,7 @@ func (x *fastReq) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome
 		x.st.code = statusClientGone
 		return sendDone, closeConn, nil
 	}
-	if _, err := bc.c.Write(x.out); err != nil {
+	if _, err := bc.c.Write(x.hopped(ep)); err != nil {
 		if mayRetry {
 			return sendStale, 0, nil
 		}

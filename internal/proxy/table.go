@@ -19,8 +19,9 @@ import (
 type table struct {
 	apps atomic.Pointer[map[string]*app]
 
-	mu        sync.Mutex           // serializes table changes
-	endpoints map[string]*endpoint // by ID; guarded by mu
+	mu        sync.Mutex              // serializes table changes
+	endpoints map[string]*endpoint    // by ID; guarded by mu
+	hop       atomic.Pointer[hopConf] // nil: not in a cluster
 
 	clock   clock.Clock
 	metrics *metrics
@@ -70,6 +71,7 @@ type routeSnap struct {
 	queueTimeout time.Duration
 	unavailable  string
 	frozen       int
+	capacity     int64 // in flight on a near endpoint before a far one is tried; 0: no bound
 }
 
 func (a *app) waitChan() <-chan struct{} { return *a.changed.Load() }
@@ -186,6 +188,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		queueTimeout: r.QueueTimeout,
 		unavailable:  r.Unavailable,
 		frozen:       r.Frozen,
+		capacity:     int64(r.Capacity),
 	}
 	if snap.maxBody == 0 {
 		snap.maxBody = route.DefaultMaxBodyBytes
@@ -198,6 +201,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 	}
 	var closing []*endpoint
 	revs := make([]int, 0, len(r.Endpoints)) // of snap.endpoints
+	hc := t.hop.Load()
 	seen := make(map[string]bool, len(r.Endpoints))
 	for _, re := range r.Endpoints {
 		if re.ID == "" || re.Addr == "" || seen[re.ID] {
@@ -205,14 +209,15 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		}
 		seen[re.ID] = true
 		e := t.endpoints[re.ID]
-		if e != nil && e.addr != re.Addr {
-			// Same replica ID at a new address: a new endpoint; the old one
-			// drains.
+		hop := hc.value(re)
+		if e != nil && (e.addr != re.Addr || e.hop != hop) {
+			// Same replica ID at a new address (or now reached through
+			// another node's proxy): a new endpoint; the old one drains.
 			closing = append(closing, e)
 			e = nil
 		}
 		if e == nil {
-			e = newEndpoint(re.ID, re.Addr)
+			e = newEndpoint(re.ID, re.Addr, hop)
 			t.endpoints[re.ID] = e
 		}
 		e.open()

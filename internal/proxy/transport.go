@@ -95,6 +95,11 @@ type rtLeg struct {
 
 func (l *rtLeg) send(st *reqState, fresh, stale bool) (sendResult, error) {
 	req := l.req
+	if st.ep.hop != "" {
+		req.Header[HopHeader] = []string{st.ep.hop}
+	} else {
+		delete(req.Header, HopHeader)
+	}
 	if req.URL.Host != st.ep.addr {
 		r2 := new(http.Request)
 		*r2 = *req

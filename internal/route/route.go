@@ -55,6 +55,11 @@ type Route struct {
 	// carries it goes to that endpoint while it is in the route, whatever
 	// the weights.
 	Sticky bool
+	// Capacity is how many requests in flight an endpoint takes before a
+	// proxy that has endpoints on its own node and on others sends to one
+	// of the others' (a less loaded one); 0: the own node's always come
+	// first.
+	Capacity int `json:",omitempty"`
 	// Frozen is how many replicas of the routed revisions are frozen: a
 	// request held while there is one waits for a thaw, not a start.
 	Frozen int

@@ -3,6 +3,7 @@ package serving
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 
@@ -46,6 +47,11 @@ func (st *appState) route() route.Route {
 	// Only the revisions that take traffic are routed.
 	weights := st.weights()
 	rt.Weights, rt.Sticky = weights, st.rec.Sticky
+	if st.cluster {
+		// A proxy sends to another node's replicas once its own node's
+		// are at the concurrency the app scales to.
+		rt.Capacity = int(math.Ceil(cfg.Scale.TargetConcurrency))
+	}
 	ids := make([]string, 0, len(st.reps))
 	for id, r := range st.reps {
 		if weights[r.rec.Revision] == 0 {
