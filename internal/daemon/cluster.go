@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/cluster"
@@ -20,6 +21,9 @@ import (
 // its candidacy in the leader election. It runs only on an etcd store.
 type clusterNode struct {
 	elector *cluster.Elector
+	secret  string        // the cluster secret nodes send each other
+	agent   *agent.Server // answers the other nodes on the TCP API
+	peers   *agent.Client // calls them
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -39,11 +43,16 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	}
 	rec := cluster.Record{Name: cfg.Node, Addr: cfg.Advertise, ProxyAddr: cfg.AdvertiseProxy, CPUs: goruntime.NumCPU(),
 		Memory: serving.MemTotal(), FrozenMemory: frozen, Joined: time.Now().UTC()}
+	secret, err := cluster.Secret(ctx, d.store, cfg.ClusterTokenFile)
+	if err != nil {
+		return fmt.Errorf("join the cluster: %w", err)
+	}
 	if err := cluster.Join(ctx, d.store, rec); err != nil {
 		return fmt.Errorf("join the cluster: %w", err)
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &clusterNode{stop: cancel}
+	c := &clusterNode{stop: cancel, secret: secret, peers: agent.NewClient(d.store, secret),
+		agent: &agent.Server{Name: cfg.Node, Secret: secret, Log: d.log}}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	c.wg.Add(2)

@@ -109,6 +109,9 @@ func (c *Config) Validate() error {
 	if err := c.advertiseProxy(); err != nil {
 		return err
 	}
+	if c.ClusterTokenFile != "" && c.Store == "bolt" {
+		return errdefs.Invalid("--cluster-token-file", "a single-host daemon (--store bolt) has no cluster; use it with --store etcd://...")
+	}
 	if c.SelfAPIPort < -1 || c.SelfAPIPort > 65535 {
 		return errdefs.Invalid("--self-api-port", "%d is not a port number (0: any free port, -1: no self API)", c.SelfAPIPort)
 	}

@@ -60,7 +60,10 @@ type Config struct {
 	// (host:port; cluster only). Default: the host of Advertise with the
 	// port of Proxy, when Proxy does not listen on loopback only.
 	AdvertiseProxy string
-	Subnet         string // CNI subnet (default 10.77.0.0/16)
+	// ClusterTokenFile holds the secret the nodes of a cluster send each
+	// other; "": the one kept in the store (made by the first node).
+	ClusterTokenFile string
+	Subnet           string // CNI subnet (default 10.77.0.0/16)
 	// Proxy is where the serving proxy listens (default 127.0.0.1:8080;
 	// "off": no proxy). Domain also routes <app>.<Domain>.
 	Proxy  string
@@ -274,17 +277,21 @@ func (d *Daemon) serve(ctx context.Context) error {
 	}
 	d.start(ul, srv.Handler(""))
 	d.log.Info("API listening", "addr", d.cfg.API)
-	if d.cfg.APITCP != "" {
+	if addr := d.tcpAddr(); addr != "" {
 		tok, err := loadToken(d.cfg.TokenFile, filepath.Join(d.cfg.DataDir, "api-token"))
 		if err != nil {
 			return err
 		}
 		d.token = tok
-		tl, err := net.Listen("tcp", d.cfg.APITCP)
-		if err != nil {
-			return fmt.Errorf("--api-tcp %s: %w", d.cfg.APITCP, err)
+		flag := "--api-tcp"
+		if d.cfg.APITCP == "" {
+			flag = "--advertise"
 		}
-		d.start(tl, srv.Handler(tok))
+		tl, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", flag, addr, err)
+		}
+		d.start(tl, d.tcpHandler(srv.Handler(tok)))
 		d.log.Info("TCP API listening (bearer token required)", "addr", tl.Addr().String())
 	}
 	if d.cfg.UI != "" {

@@ -23,6 +23,7 @@ import (
 //	    ├── alive/<name>                a node's heartbeat, on the node's lease
 //	    ├── leader/<lease>              candidates of the leader election
 //	    ├── routes/<app>                the leader's route of an app, for every node's proxy
+//	    ├── cluster/secret              the secret nodes send each other
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in
@@ -56,6 +57,11 @@ const (
 	EventsPrefix     = Root + "events/"
 	RoutesPrefix     = Root + "routes/"
 )
+
+// ClusterSecretKey holds the secret every node of a cluster sends to the
+// others (when no --cluster-token-file is given): made once by the first
+// node that finds it missing.
+const ClusterSecretKey = Root + "cluster/secret"
 
 // NodeContainersPrefix is the prefix of the containers of one node: each
 // node's runtime lists, adopts and cleans only its own.

@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Prefix is where the agent's routes are on a node's TCP API.
+const Prefix = "/v1/agent/"
+
+// Client calls other nodes of the cluster by name. It finds a node's
+// address in its record (the node's --advertise) and keeps it until a call
+// to it fails to connect or is refused.
+type Client struct {
+	Store  store.Store
+	Secret string
+	// HTTP makes the requests; nil: a client without an overall timeout
+	// (calls end with their context), connecting within 5 seconds.
+	HTTP *http.Client
+
+	once  sync.Once
+	mu    sync.Mutex
+	addrs map[string]string
+}
+
+// NewClient returns a client of the cluster whose records are in st,
+// sending secret.
+func NewClient(st store.Store, secret string) *Client {
+	return &Client{Store: st, Secret: secret}
+}
+
+func (c *Client) init() {
+	c.once.Do(func() {
+		c.addrs = map[string]string{}
+		if c.HTTP == nil {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.Proxy = nil
+			tr.ResponseHeaderTimeout = 0
+			tr.MaxIdleConnsPerHost = 16
+			c.HTTP = &http.Client{Transport: tr}
+		}
+	})
+}
+
+// Addr returns the host:port node advertises.
+func (c *Client) Addr(ctx context.Context, node string) (string, error) {
+	c.init()
+	c.mu.Lock()
+	a, ok := c.addrs[node]
+	c.mu.Unlock()
+	if ok {
+		return a, nil
+	}
+	kv, err := c.Store.Get(ctx, store.NodeKey(node))
+	if err != nil {
+		return "", fmt.Errorf("node %q: %w", node, err)
+	}
+	var rec cluster.Record
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		return "", fmt.Errorf("node %q: bad record: %w", node, err)
+	}
+	if rec.Addr == "" {
+		return "", fmt.Errorf("node %q advertises no address (start it with --advertise host:port): %w", node, errdefs.ErrUnavailable)
+	}
+	c.mu.Lock()
+	c.addrs[node] = rec.Addr
+	c.mu.Unlock()
+	return rec.Addr, nil
+}
+
+func (c *Client) forget(node string) {
+	c.mu.Lock()
+	delete(c.addrs, node)
+	c.mu.Unlock()
+}
+
+// Send makes a request to node's path (under its API, e.g. Prefix+"ping")
+// with the cluster secret and returns the answer, whatever its status. A
+// node that cannot be reached is errdefs.ErrUnavailable.
+func (c *Client) Send(ctx context.Context, node string, req *http.Request) (*http.Response, error) {
+	addr, err := c.Addr(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	req.URL.Scheme, req.URL.Host, req.Host = "http", addr, addr
+	req.Header.Set("Authorization", "Bearer "+c.Secret)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		c.forget(node)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("node %s: %w", node, ctx.Err())
+		}
+		return nil, fmt.Errorf("node %s at %s: %v: %w", node, addr, err, errdefs.ErrUnavailable)
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		c.forget(node)
+	}
+	return resp, nil
+}
+
+// call sends in as JSON (nil: no body) to node's agent route path and
+// decodes the answer into out (nil: discarded). A failed answer comes back
+// as an error of the peer's errdefs kind.
+func (c *Client) call(ctx context.Context, node, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("node %s: %s: %w", node, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://node"+Prefix+path, body)
+	if err != nil {
+		return fmt.Errorf("node %s: %s: %w", node, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.Send(ctx, node, req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return readErr(node, resp)
+	}
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("node %s: %s: bad answer: %w", node, path, err)
+	}
+	return nil
+}
+
+// Pong is a node's answer to a ping.
+type Pong struct {
+	Node string    `json:"node"`
+	Time time.Time `json:"time"`
+}
+
+// Ping asks node who it is; an address that reaches another node is an
+// error.
+func (c *Client) Ping(ctx context.Context, node string) (Pong, error) {
+	var p Pong
+	if err := c.call(ctx, node, http.MethodGet, "ping", nil, &p); err != nil {
+		return p, err
+	}
+	if p.Node != node {
+		c.forget(node)
+		return p, fmt.Errorf("node %s: its address reaches node %q", node, p.Node)
+	}
+	return p, nil
+}

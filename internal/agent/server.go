@@ -1,0 +1,32 @@
+package agent
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/httperr"
+)
+
+// Server answers the other nodes of the cluster. Its handler authenticates
+// every request with the cluster secret before any route sees it.
+type Server struct {
+	Name   string // this node's name
+	Secret string
+	Log    *slog.Logger
+}
+
+// Handler returns the agent's routes, all under Prefix, behind the
+// cluster secret.
+func (s *Server) Handler() http.Handler {
+	if s.Log == nil {
+		s.Log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+Prefix+"ping", s.ping)
+	return guard(s.Secret, s.Log, mux)
+}
+
+func (s *Server) ping(w http.ResponseWriter, r *http.Request) {
+	httperr.WriteJSON(w, http.StatusOK, Pong{Node: s.Name, Time: time.Now().UTC()})
+}
