@@ -153,6 +153,10 @@ func (p *Proxy) finish(st *reqState) {
 	if a == nil {
 		return
 	}
+	if st.hop {
+		p.finishHop(st)
+		return
+	}
 	now := p.clock.Now()
 	if st.ep != nil {
 		st.ep.release(now)

@@ -53,7 +53,13 @@ func (x *fastReq) serve(n int) outcome {
 		x.finish()
 		clear(st.tried)
 	}()
-	if f := p.admit(st, a, r.cl, x); f != nil {
+	var f *refusal
+	if r.hop != nil {
+		f = p.admitHop(st, p.appName(string(r.host)), string(r.hop), string(x.c.client))
+	} else {
+		f = p.admit(st, a, r.cl, x)
+	}
+	if f != nil {
 		return x.refuse(f)
 	}
 	x.oc = keepConn

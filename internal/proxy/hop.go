@@ -63,55 +63,48 @@ func (c *hopConf) value(e route.Endpoint) string {
 }
 
 // verify returns the endpoint ID a hop header names, if its MAC is right.
-func (c *hopConf) verify(vals []string) (string, bool) {
-	if c == nil || len(vals) != 1 {
+func (c *hopConf) verify(hop string) (string, bool) {
+	if c == nil {
 		return "", false
 	}
-	id, mac, ok := strings.Cut(vals[0], " ")
+	id, mac, ok := strings.Cut(hop, " ")
 	if !ok || id == "" {
 		return "", false
 	}
 	return id, hmac.Equal([]byte(mac), []byte(c.mac(id)))
 }
 
-// serveHop serves a request another node's proxy sent to one of this
-// node's endpoints.
-func (p *Proxy) serveHop(w http.ResponseWriter, r *http.Request, vals []string) {
-	id, ok := p.hop.Load().verify(vals)
+// admitHop admits a request that another node's proxy sent to one of this
+// node's endpoints: its hop header (hop) must authenticate, and the
+// endpoint it names be routed here (it is waited for a while). st.ep is
+// then that endpoint, with the request counted on it but not in its load,
+// which the sending node reports; st.hop keeps the request on it.
+func (p *Proxy) admitHop(st *reqState, name, hop, remote string) *refusal {
+	id, ok := p.hop.Load().verify(hop)
 	if !ok {
-		p.log.Warn("proxy: a request with a hop header that fails authentication refused", "remote", r.RemoteAddr, "host", r.Host)
-		(&refusal{err: errors.New("hop header refused"), code: http.StatusForbidden, field: HopHeader}).write(w)
-		return
+		p.log.Warn("proxy: a request whose hop header fails authentication refused", "remote", remote, "app", name)
+		return &refusal{code: http.StatusForbidden, err: errors.New("hop header refused"), field: HopHeader, close: true}
 	}
-	delete(r.Header, HopHeader)
-	a, e := p.hopTarget(r.Context(), p.appName(r.Host), id)
+	a, e := p.hopTarget(st.Context, name, id)
 	if e == nil {
-		f := &refusal{code: http.StatusServiceUnavailable, retry: true,
-			err: fmt.Errorf("endpoint %q of host %q is not routed on this node", id, r.Host)}
-		f.write(w)
-		return
+		if st.Context.Err() != nil {
+			return &refusal{code: statusClientGone}
+		}
+		return &refusal{code: http.StatusServiceUnavailable, retry: true,
+			err: fmt.Errorf("endpoint %q of app %q is not routed on this node", id, name)}
 	}
-	// Counted on the endpoint (WaitIdle waits for it) but not in its
-	// load: the node the request came from reports it.
 	e.inFlight.Add(1)
 	e.hopIn.Add(1)
-	x := &stdReq{p: p, w: w, r: r}
-	st := &x.st
-	st.Context, st.app, st.ep, st.hop, st.start = r.Context(), a, e, true, p.clock.Now()
-	defer func() {
-		e.hopIn.Add(-1)
-		e.release(p.clock.Now())
-	}()
-	if direct(r) {
-		safe, idempotent := methodKind(r.Method)
-		p.forward(st, x, safe, idempotent, r.ContentLength)
-		return
-	}
-	ctx, end := context.WithCancel(st.Context)
-	defer end()
-	st.Context = ctx
-	defer e.hold(end)()
-	p.rp.ServeHTTP(w, r.WithContext(st))
+	st.app, st.ep, st.hop, st.start = a, e, true, p.clock.Now()
+	return nil
+}
+
+// finishHop ends a request admitHop admitted.
+func (p *Proxy) finishHop(st *reqState) {
+	e := st.ep
+	e.hopIn.Add(-1)
+	e.release(p.clock.Now())
+	st.app, st.ep = nil, nil
 }
 
 // hopTarget returns app name and its endpoint id, which must be one of

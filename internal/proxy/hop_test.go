@@ -68,7 +68,13 @@ func TestHopReachesAnotherNodesReplica(t *testing.T) {
 			t.Fatalf("POST of %d bytes through n1: %d %q", n, code, body)
 		}
 	}
-	r := pr.n1.req(t, "POST", "a.localhost", "/", io.MultiReader(strings.NewReader("chunk"), strings.NewReader("ed")))
+	// A head the fast path leaves to net/http takes the direct path.
+	r := pr.n1.req(t, "POST", "a.localhost", "/", strings.NewReader("expect me"))
+	r.Header.Set("Expect", "100-continue")
+	if code, body, _ := pr.n1.do(t, r); code != 200 || body != "n2 got 9 bytes" {
+		t.Fatalf("POST with Expect through n1: %d %q", code, body)
+	}
+	r = pr.n1.req(t, "POST", "a.localhost", "/", io.MultiReader(strings.NewReader("chunk"), strings.NewReader("ed")))
 	r.ContentLength = -1
 	if code, body, _ := pr.n1.do(t, r); code != 200 || body != "n2 got 7 bytes" {
 		t.Fatalf("chunked POST through n1: %d %q", code, body)
@@ -98,12 +104,12 @@ func TestHopReachesAnotherNodesReplica(t *testing.T) {
 			t.Errorf("the replica got the hop header: %v", h)
 		}
 	}
-	if len(pr.seen) != 5 {
-		t.Errorf("the replica got %d requests; want 5", len(pr.seen))
+	if len(pr.seen) != 6 {
+		t.Errorf("the replica got %d requests; want 6", len(pr.seen))
 	}
 	pr.mu.Unlock()
-	if l := pr.n1.p.Load("a"); l.Requests != 5 || l.Endpoints["a-2"].Requests != 5 {
-		t.Errorf("n1's load %+v; want 5 requests to a-2", l)
+	if l := pr.n1.p.Load("a"); l.Requests != 6 || l.Endpoints["a-2"].Requests != 6 {
+		t.Errorf("n1's load %+v; want 6 requests to a-2", l)
 	}
 	if l := pr.n2.p.Load("a"); l.Requests != 0 || l.Endpoints["a-2"].Requests != 0 || l.Endpoints["a-2"].InFlight != 0 {
 		t.Errorf("n2's load %+v; the requests are n1's to report", l)
@@ -133,6 +139,18 @@ func TestHopHeaderForged(t *testing.T) {
 		if code != http.StatusForbidden || apiError(t, body).Field != HopHeader {
 			t.Errorf("hop %q: %d %q; want 403 naming %s", c.hop, code, body, HopHeader)
 		}
+	}
+	// Two hop headers, one of them true: refused by net/http's path.
+	conn, err := net.Dial("tcp", pr.n2.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: a.localhost\r\n%s: a-2 %s\r\n%s: a-2 00\r\n\r\n",
+		HopHeader, (&hopConf{key: testHopKey}).mac("a-2"), HopHeader)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("two hop headers: %v %v; want 403", resp, err)
 	}
 	if n := pr.b2.hits.Load(); n != 0 {
 		t.Fatalf("a forged hop reached the replica %d times", n)

@@ -29,6 +29,7 @@ type request struct {
 	conn              [][]byte
 	xff               [][]byte
 	cookies           [][]byte // Cookie values, also passed on in lines
+	hop               []byte   // the hop header (HopHeader), not passed on
 	lines             []hline
 }
 
@@ -80,7 +81,7 @@ func (r *request) parse(head []byte) bool {
 				return false
 			}
 			r.cl, r.clSeen = n, true
-		case eqFold(name, "transfer-encoding"), eqFold(name, "upgrade"), eqFold(name, "expect"), eqFold(name, "shoal-hop"):
+		case eqFold(name, "transfer-encoding"), eqFold(name, "upgrade"), eqFold(name, "expect"):
 			return false
 		case eqFold(name, "connection"):
 			r.conn = append(r.conn, val)
@@ -92,6 +93,11 @@ func (r *request) parse(head []byte) bool {
 			}
 		case eqFold(name, "x-forwarded-for"):
 			r.xff = append(r.xff, val)
+		case eqFold(name, "shoal-hop"):
+			if r.hop != nil {
+				return false // net/http refuses two
+			}
+			r.hop = val
 		case eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"), hopByHopName(name):
 		default:
 			if eqFold(name, "cookie") {

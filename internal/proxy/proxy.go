@@ -98,12 +98,19 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &stdReq{p: p, w: w, r: r}
 	st := &x.st
 	st.Context = r.Context()
-	if h := r.Header[HopHeader]; h != nil {
-		p.serveHop(w, r, h)
-		return
-	}
 	defer p.finish(st)
-	if f := p.admit(st, (*p.apps.Load())[p.appName(r.Host)], r.ContentLength, x); f != nil {
+	var f *refusal
+	if h, ok := r.Header[HopHeader]; ok {
+		delete(r.Header, HopHeader)
+		hop := ""
+		if len(h) == 1 {
+			hop = h[0]
+		}
+		f = p.admitHop(st, p.appName(r.Host), hop, r.RemoteAddr)
+	} else {
+		f = p.admit(st, (*p.apps.Load())[p.appName(r.Host)], r.ContentLength, x)
+	}
+	if f != nil {
 		f.write(w)
 		return
 	}
