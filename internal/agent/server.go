@@ -14,6 +14,8 @@ type Server struct {
 	Name   string // this node's name
 	Secret string
 	Log    *slog.Logger
+	// Routing answers the routing calls; nil: they answer 503.
+	Routing Routing
 }
 
 // Handler returns the agent's routes, all under Prefix, behind the
@@ -24,6 +26,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Prefix+"ping", s.ping)
+	s.routing(mux)
 	return guard(s.Secret, s.Log, mux)
 }
 
