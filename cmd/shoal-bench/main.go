@@ -22,6 +22,7 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 
 	// The suites register themselves with bench.
+	_ "github.com/shoal-run/shoal/internal/bench/cluster"
 	_ "github.com/shoal-run/shoal/internal/bench/host"
 	_ "github.com/shoal-run/shoal/internal/bench/jobs"
 	_ "github.com/shoal-run/shoal/internal/bench/lifecycle"

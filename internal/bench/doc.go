@@ -12,8 +12,8 @@
 //	}
 //
 // `shoal bench NAME` runs one suite, `shoal bench all` (and `make bench`)
-// every registered suite in SuiteOrder (lifecycle, serving, jobs, storage,
-// host; others follow by name). Each suite owns one section file,
+// every registered suite in SuiteOrder (lifecycle, serving, resilience, jobs,
+// storage, host, cluster; others follow by name). Each suite owns one section file,
 // docs/bench/<suite>.md, and its charts docs/<suite>-*.svg; WriteDocs
 // regenerates docs/benchmarks.md from every section file, so suites can be
 // rerun alone. A suite that fails gets a section saying why (Failed).
@@ -59,7 +59,7 @@
 // # The suites
 //
 // Each suite is a package of its own under internal/bench (lifecycle,
-// serving, resilience, jobs, storage, host, selfscale) that registers
+// serving, resilience, jobs, storage, host, cluster, selfscale) that registers
 // itself from an init function; what several suites share (a daemon of the
 // binary under test, the runc and podman baselines, in-process runtime
 // boxes) is in package kit, the workload they run in containers in package

@@ -25,7 +25,7 @@ type Suite struct {
 
 // SuiteOrder is the order of the known suites, both in `shoal bench all`
 // and in docs/benchmarks.md; other registered suites follow in name order.
-var SuiteOrder = []string{"lifecycle", "serving", "resilience", "jobs", "storage", "host"}
+var SuiteOrder = []string{"lifecycle", "serving", "resilience", "jobs", "storage", "host", "cluster"}
 
 var (
 	suitesMu sync.Mutex
