@@ -79,8 +79,8 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		warmup = 0
 	}
 	rows, err := bench.Measure(ctx, o, warmup, runs, []bench.Subject{
-		{Name: rowDown, Command: "power off a follower node; until a surviving node lists it down", Run: e.followerDeath},
-		{Name: rowLeader, Command: "power off the leader node; until a surviving node lists another leader", Run: e.leaderDeath},
+		{Name: rowDown, Command: "ip link set <veth> down; kill -KILL <every process of a follower>; GET /v1/nodes on another node until it is down", Run: e.followerDeath},
+		{Name: rowLeader, Command: "ip link set <veth> down; kill -KILL <every process of the leader>; GET /v1/nodes on another node until another leads", Run: e.leaderDeath},
 	})
 	if err != nil {
 		return rep, fmt.Errorf("cluster: %w", err)

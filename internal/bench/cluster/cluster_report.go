@@ -49,7 +49,7 @@ func renderDeath(rep *bench.Report, rows []bench.Row) {
 		bench.FormatRatio(down/ms(k8sGrace)), fmtDur(k8sGrace))
 	if !math.IsNaN(lead) {
 		rep.Para("A dead leader was replaced after %s at the median (p99 %s): its election key lives on a lease of the "+
-			"same TTL, and the oldest remaining candidate leads when it expires.", fmtMS(lead), fmtMS(tab.Row(rowLeader).Stats().P99))
+			"same TTL, and once it expires the oldest remaining candidate leads.", fmtMS(lead), fmtMS(tab.Row(rowLeader).Stats().P99))
 	}
 }
 

@@ -80,6 +80,9 @@ func Start(ctx context.Context, o Options, nodes int) (_ *Cluster, retErr error)
 			o.Etcd = p
 		}
 	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("clustertest: %w", err)
+	}
 	c := &Cluster{Opts: o, N: o.N}
 	defer func() {
 		if retErr != nil {
