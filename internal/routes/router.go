@@ -18,6 +18,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
@@ -81,7 +82,9 @@ type Router struct {
 	// applied is closed and replaced on every change.
 	rev     int64
 	applied chan struct{}
-	leading bool // as of the last change made or applied
+	synced  chan struct{} // closed once the first list is applied
+	leading bool          // as of the last change made or applied
+	ledFor  int           // prune ticks this node has led through
 	w       writes
 	reports map[string]report
 }
@@ -104,7 +107,7 @@ func New(o Options) *Router {
 		o.Leading = func() Term { return nil }
 	}
 	r := &Router{o: o, log: o.Logger, clk: o.Clock, addrs: map[string]string{}, set: map[string]route.Route{},
-		stored: map[string]storedRoute{}, applied: make(chan struct{}), reports: map[string]report{}}
+		stored: map[string]storedRoute{}, applied: make(chan struct{}), synced: make(chan struct{}), reports: map[string]report{}}
 	r.w.init()
 	return r
 }
@@ -113,12 +116,59 @@ func New(o Options) *Router {
 // this node publishes as leader, until ctx ends.
 func (r *Router) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); r.follow(ctx, store.RoutesPrefix, r.replaceRoutes, r.applyRoute) }()
 	go func() { defer wg.Done(); r.follow(ctx, store.NodesPrefix, r.replaceNodes, r.applyNode) }()
 	go func() { defer wg.Done(); r.writer(ctx) }()
+	go func() { defer wg.Done(); r.pruner(ctx) }()
 	wg.Wait()
 }
+
+// PruneEvery is how often a leader removes the stored routes of apps it
+// does not run (an app whose removal a previous leader did not finish).
+// A new leader publishes every app it runs as it takes the lead; it
+// prunes at its second tick, PruneEvery or more after.
+const PruneEvery = 10 * time.Second
+
+func (r *Router) pruner(ctx context.Context) {
+	for {
+		t := r.clk.NewTimer(PruneEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		r.prune()
+	}
+}
+
+// prune removes, while this node has led since the last tick, the stored
+// routes of apps it has not set.
+func (r *Router) prune() {
+	leading := r.o.Leading() != nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.becomeLocked(leading)
+	if !r.leading {
+		r.ledFor = 0
+		return
+	}
+	if r.ledFor++; r.ledFor < 2 {
+		return
+	}
+	for app := range r.stored {
+		if _, ok := r.set[app]; !ok {
+			r.log.Info("routes: removing the route of an app the leader does not run", "app", app)
+			r.w.queue(app, nil, nil, r.clk.Now())
+			r.o.Local.RemoveRoute(app)
+		}
+	}
+}
+
+// Synced is closed once the routes in the store have been listed and
+// applied: a proxy then has the cluster's table.
+func (r *Router) Synced() <-chan struct{} { return r.synced }
 
 // SetRoute sets app's route in this node's proxy and, while the node
 // leads, writes it to the store for the other nodes. A node that does not
@@ -198,6 +248,7 @@ func (r *Router) becomeLocked(leading bool) {
 	}
 	r.leading = leading
 	if leading {
+		r.ledFor = 0
 		return
 	}
 	for app := range r.set {

@@ -247,6 +247,7 @@ func TestRoutesReachEveryNode(t *testing.T) {
 	}
 	// A node that starts later lists what is there.
 	n3 := g.node("n3", false)
+	<-n3.r.Synced()
 	g.until("n3's proxy routes web", func() bool {
 		return slices.Equal(n3.proxy.addrs("web"), []string{"r1a@192.0.2.1:80", "r2a@192.0.2.2:80"})
 	})
@@ -427,6 +428,35 @@ func TestDeposedLeaderWaitsLocally(t *testing.T) {
 	}
 }
 
+// TestLeaderPrunesStaleRoutes: a route in the store for an app the leader
+// does not run (its removal was not finished by the previous leader) is
+// removed once the leader has led through two prune ticks.
+func TestLeaderPrunesStaleRoutes(t *testing.T) {
+	g := newRig(t)
+	b, _ := json.Marshal(record{Route: webRoute("r2a"), Leader: "n9"})
+	ctx := context.Background()
+	if _, err := g.st.Put(ctx, store.RouteKey("gone"), b); err != nil {
+		t.Fatal(err)
+	}
+	n1 := g.node("n1", true)
+	<-n1.r.Synced()
+	n1.r.SetRoute(webRoute("r1a"))
+	g.until("the prune timer", func() bool { return g.clk.Timers() > 0 })
+	g.clk.Advance(PruneEvery)
+	g.until("the next prune timer", func() bool { return g.clk.Timers() > 0 })
+	if _, err := g.st.Get(ctx, store.RouteKey("gone")); err != nil {
+		t.Fatalf("pruned at the first tick: %v", err)
+	}
+	g.clk.Advance(PruneEvery)
+	g.until("the stale route removed", func() bool {
+		_, err := g.st.Get(ctx, store.RouteKey("gone"))
+		return errdefs.IsNotFound(err)
+	})
+	if _, err := g.st.Get(ctx, store.RouteKey("web")); err != nil {
+		t.Fatalf("the route of an app the leader runs: %v", err)
+	}
+}
+
 // TestLoadAddsFreshReports: the leader's Load is its proxy's plus every
 // follower's report younger than ReportMaxAge.
 func TestLoadAddsFreshReports(t *testing.T) {
@@ -491,9 +521,11 @@ func TestFollowerReportsBusyApps(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); n2.r.ReportLoads(ctx, get, s) }()
 	defer func() { cancel(); <-done }()
+	// The node's timers: its prune tick, and the report's once armed.
+	armed := func() bool { return g.clk.Timers() >= 2 }
 	tick := func(want int) {
 		t.Helper()
-		g.until("the report timer", func() bool { return g.clk.Timers() > 0 })
+		g.until("the report timer", armed)
 		g.clk.Advance(ReportEvery)
 		g.until("a report", func() bool { return s.count() >= want })
 	}
@@ -517,9 +549,9 @@ func TestFollowerReportsBusyApps(t *testing.T) {
 	if r := report(2); len(r) != 0 {
 		t.Fatalf("third report %v; want none busy", r)
 	}
-	g.until("the report timer", func() bool { return g.clk.Timers() > 0 })
+	g.until("the report timer", armed)
 	g.clk.Advance(ReportEvery)
-	g.until("the next report timer", func() bool { return g.clk.Timers() > 0 })
+	g.until("the next report timer", armed)
 	if s.count() != 3 {
 		t.Fatalf("%d reports; a quiet follower sends no more after telling once", s.count())
 	}

@@ -62,6 +62,11 @@ func (r *Router) replaceRoutes(kvs []store.KV) {
 		}
 	}
 	r.appliedLocked(top)
+	select {
+	case <-r.synced:
+	default:
+		close(r.synced)
+	}
 }
 
 // applyRoute applies one change of an app's route. A change older than
