@@ -49,6 +49,7 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	e := &env{o: o}
 	o.Logf("cluster: starting 3 etcd members and %d shoal nodes", nodeCount)
 	c, err := clustertest.Start(ctx, clustertest.Options{Shoal: o.ShoalBin, Dir: filepath.Join(dir, "cluster"),
 		Net: benchNet, Tag: benchTag, CgroupPrefix: benchCgroups, Proxy: true}, nodeCount)
@@ -56,9 +57,9 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		// The cluster cannot run here: every row says why.
 		renderDeath(rep, notRun(deathRows, "cannot start the cluster: "+err.Error()))
 		renderParts(rep)
-		return rep, nil
+		return rep, e.placement(ctx, rep)
 	}
-	e := &env{o: o, c: c}
+	e = &env{o: o, c: c}
 	defer func() {
 		if err := c.Close(); err != nil && retErr == nil {
 			retErr = fmt.Errorf("cluster: cleanup: %w", err)
@@ -87,7 +88,17 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 	}
 	renderDeath(rep, rows)
 	renderParts(rep)
-	return rep, nil
+	return rep, e.placement(ctx, rep)
+}
+
+// placement measures and renders the placer, which needs no cluster.
+func (e *env) placement(ctx context.Context, rep *bench.Report) error {
+	rows, err := measurePlacement(ctx, e.o)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	renderPlacement(rep, rows)
+	return nil
 }
 
 // pollEvery is how often the suite reads a node's view of the cluster.

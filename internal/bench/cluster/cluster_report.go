@@ -53,8 +53,8 @@ func renderDeath(rep *bench.Report, rows []bench.Row) {
 	}
 }
 
-// renderParts adds the figures of the cluster parts that have not landed:
-// each says what is missing.
+// renderParts adds the figures of the cluster parts that are not in this
+// build: each says what is missing.
 func renderParts(rep *bench.Report) {
 	rep.Heading("Healing, routing and placement across nodes")
 	rep.Table(bench.Table{Title: "A node holding replicas dies: until they serve elsewhere", Unit: "ms",
@@ -63,8 +63,6 @@ func renderParts(rep *bench.Report) {
 		Rows: notRun([]string{rowHealFailed}, "healing across nodes is not in this build")})
 	rep.Table(bench.Table{Title: "Through a proxy hop to another node", Unit: "ms", Baseline: rowLocal,
 		Rows: notRun([]string{rowLocal, rowHop}, "routing across nodes (a proxy forwarding to the replica's node's proxy) is not in this build")})
-	rep.Table(bench.Table{Title: "Placement across nodes", Unit: "decisions/s", HigherIsBetter: true,
-		Rows: notRun([]string{rowPlace}, "placement across nodes (a dispatcher picking a live node for each replica) is not in this build")})
 }
 
 // Rows of the parts still to come.
@@ -73,7 +71,6 @@ const (
 	rowHealFailed = "requests through a surviving node's proxy that failed"
 	rowLocal      = "GET / through a node's proxy to a replica on that node (baseline)"
 	rowHop        = "GET / through a node's proxy to a replica on another node"
-	rowPlace      = "placement decisions of replicas over the live nodes"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
