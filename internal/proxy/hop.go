@@ -143,12 +143,9 @@ func (p *Proxy) hopTarget(ctx context.Context, name, id string) (*app, *endpoint
 // hopLook is how often a hop to an app not yet routed here looks again.
 const hopLook = 10 * time.Millisecond
 
-// hopped returns the request head and inline body of x as sent to e: with
-// e's hop header when e is another node's.
+// hopped returns the request head and inline body of x as sent to e,
+// another node's endpoint: with e's hop header.
 func (x *fastReq) hopped(e *endpoint) []byte {
-	if e.hop == "" {
-		return x.out
-	}
 	h := x.head - 2 // before the empty line
 	b := append(x.hopBuf[:0], x.out[:h]...)
 	b = append(b, HopHeader+": "...)

@@ -63,7 +63,11 @@ func (x *fastReq) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome
 		x.st.code = statusClientGone
 		return sendDone, closeConn, nil
 	}
-	if _, err := bc.c.Write(x.hopped(ep)); err != nil {
+	out := x.out
+	if ep.hop != "" {
+		out = x.hopped(ep)
+	}
+	if _, err := bc.c.Write(out); err != nil {
 		if mayRetry {
 			return sendStale, 0, nil
 		}
