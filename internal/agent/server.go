@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/httperr"
+	"github.com/shoal-run/shoal/internal/serving"
 )
 
 // Server answers the other nodes of the cluster. Its handler authenticates
@@ -13,9 +14,15 @@ import (
 type Server struct {
 	Name   string // this node's name
 	Secret string
-	Log    *slog.Logger
+	// Node is this node's own replicas (serving's local Node), which the
+	// leader drives through the replica routes; nil: they answer 503.
+	Node serving.Node
+	// WaitPoll bounds how long a Wait is held before the answer that the
+	// replica still runs (0: DefaultWaitPoll).
+	WaitPoll time.Duration
 	// Routing answers the routing calls; nil: they answer 503.
 	Routing Routing
+	Log     *slog.Logger
 }
 
 // Handler returns the agent's routes, all under Prefix, behind the
@@ -27,6 +34,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Prefix+"ping", s.ping)
 	s.routing(mux)
+	s.replicaRoutes(mux)
 	return guard(s.Secret, s.Log, mux)
 }
 

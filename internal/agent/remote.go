@@ -1,0 +1,156 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/serving"
+)
+
+// CallTimeout bounds a call of a serving.Node method that takes no
+// context (Freeze, Thaw, Usage, SetCPU, Adopt, Release).
+const CallTimeout = 30 * time.Second
+
+// Remote is another node's replicas as a serving.Node: each call is made
+// by that node's agent on its own local Node. Errors keep their errdefs
+// kind; a node that cannot be reached is errdefs.ErrUnavailable.
+type Remote struct {
+	c    *Client
+	node string
+	log  *slog.Logger
+}
+
+var _ serving.Node = (*Remote)(nil)
+
+// Remote returns node's replicas as a serving.Node; log takes what the
+// calls without an error result (Adopt, Release) could not do.
+func (c *Client) Remote(node string, log *slog.Logger) *Remote {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Remote{c: c, node: node, log: log}
+}
+
+// Node is the name of the node it calls.
+func (r *Remote) Node() string { return r.node }
+
+func (r *Remote) path(id, what string) string { return "replicas/" + url.PathEscape(id) + "/" + what }
+
+func (r *Remote) post(ctx context.Context, path string, in, out any) error {
+	return r.c.call(ctx, r.node, http.MethodPost, path, in, out)
+}
+
+// short is a call's context for the methods that take none.
+func short() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), CallTimeout)
+}
+
+// Start starts the replica on the node (which first fetches its image if
+// it lacks it).
+func (r *Remote) Start(ctx context.Context, s serving.ReplicaSpec) (serving.Started, error) {
+	var st serving.Started
+	err := r.post(ctx, "replicas/start", s, &st)
+	if err == nil {
+		st.Node = r.node
+	}
+	return st, err
+}
+
+// Freeze freezes the replica and returns the memory it holds frozen.
+func (r *Remote) Freeze(id string) (int64, error) {
+	ctx, cancel := short()
+	defer cancel()
+	var f freezeResp
+	err := r.post(ctx, r.path(id, "freeze"), nil, &f)
+	return f.Memory, err
+}
+
+// Thaw thaws the replica.
+func (r *Remote) Thaw(id string) error {
+	ctx, cancel := short()
+	defer cancel()
+	return r.post(ctx, r.path(id, "thaw"), nil, nil)
+}
+
+// Drain returns when the node's proxy has no request to the replica in
+// flight, or with an error once grace has passed.
+func (r *Remote) Drain(ctx context.Context, id string, grace time.Duration) error {
+	return r.post(ctx, r.path(id, "drain"), graceReq{Grace: grace}, nil)
+}
+
+// Stop ends the replica's process (SIGTERM, SIGKILL after grace).
+func (r *Remote) Stop(ctx context.Context, id string, grace time.Duration) error {
+	return r.post(ctx, r.path(id, "stop"), graceReq{Grace: grace}, nil)
+}
+
+// Wait returns when the replica's process exits: a long poll, asked again
+// each time the node answers that it still runs, until ctx ends.
+func (r *Remote) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	for {
+		var w waitResp
+		if err := r.post(ctx, r.path(id, "wait"), nil, &w); err != nil {
+			return runtime.ExitStatus{}, err
+		}
+		if w.Exited {
+			return w.Status, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return runtime.ExitStatus{}, err
+		}
+	}
+}
+
+// Check checks the replica once on its node (where its address is
+// reachable).
+func (r *Remote) Check(ctx context.Context, id, addr string, h manifest.Health) error {
+	return r.post(ctx, r.path(id, "check"), checkReq{Addr: addr, Health: h}, nil)
+}
+
+// Usage is the replica's CPU throttling.
+func (r *Remote) Usage(id string) (periods, throttled uint64, err error) {
+	ctx, cancel := short()
+	defer cancel()
+	var u usageResp
+	err = r.post(ctx, r.path(id, "usage"), nil, &u)
+	return u.Periods, u.Throttled, err
+}
+
+// SetCPU changes the replica's CPU quota live.
+func (r *Remote) SetCPU(id string, cpus float64) error {
+	ctx, cancel := short()
+	defer cancel()
+	return r.post(ctx, r.path(id, "cpu"), cpuReq{CPUs: cpus}, nil)
+}
+
+// Remove deletes the replica's container and frees its place and address.
+func (r *Remote) Remove(ctx context.Context, id string) error {
+	return r.post(ctx, r.path(id, "remove"), nil, nil)
+}
+
+// Adopt asks the node what it has of replica k. A node that cannot answer
+// has nothing running for it as far as the caller can know: logged, and
+// reported not running.
+func (r *Remote) Adopt(k serving.Known) serving.Adopted {
+	ctx, cancel := short()
+	defer cancel()
+	var a serving.Adopted
+	if err := r.post(ctx, "replicas/adopt", k, &a); err != nil {
+		r.log.Warn("adopt a replica on another node", "node", r.node, "replica", k.ID, "err", err)
+		return serving.Adopted{}
+	}
+	return a
+}
+
+// Release frees the replica's place on the node; a failure is logged.
+func (r *Remote) Release(id string) {
+	ctx, cancel := short()
+	defer cancel()
+	if err := r.post(ctx, r.path(id, "release"), nil, nil); err != nil {
+		r.log.Warn("release a replica's place on another node", "node", r.node, "replica", id, "err", err)
+	}
+}

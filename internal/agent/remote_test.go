@@ -1,0 +1,274 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/serving"
+)
+
+// fakeNode is a serving.Node that records its calls; a replica it does
+// not know is not found.
+type fakeNode struct {
+	mu      sync.Mutex
+	calls   []string
+	known   map[string]bool
+	exit    chan runtime.ExitStatus // Wait returns what it gets
+	waits   int
+	checkOK bool
+}
+
+func newFakeNode() *fakeNode {
+	return &fakeNode{known: map[string]bool{}, exit: make(chan runtime.ExitStatus, 1)}
+}
+
+func (f *fakeNode) call(format string, args ...any) {
+	f.mu.Lock()
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+func (f *fakeNode) has(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.known[id] {
+		return fmt.Errorf("replica %q: %w", id, errdefs.ErrNotFound)
+	}
+	return nil
+}
+
+func (f *fakeNode) Start(ctx context.Context, s serving.ReplicaSpec) (serving.Started, error) {
+	f.call("start %s %s %s port=%d env=%v mounts=%d", s.ID, s.App, s.Digest, s.Config.Port, s.Env, len(s.Mounts))
+	if s.Config.Port == 0 {
+		return serving.Started{}, errdefs.Invalid("config.port", "0 is not a port")
+	}
+	f.mu.Lock()
+	f.known[s.ID] = true
+	f.mu.Unlock()
+	return serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1"}, nil
+}
+func (f *fakeNode) Freeze(id string) (int64, error) { f.call("freeze %s", id); return 1 << 20, f.has(id) }
+func (f *fakeNode) Thaw(id string) error            { f.call("thaw %s", id); return f.has(id) }
+func (f *fakeNode) Drain(ctx context.Context, id string, grace time.Duration) error {
+	f.call("drain %s %s", id, grace)
+	return f.has(id)
+}
+func (f *fakeNode) Stop(ctx context.Context, id string, grace time.Duration) error {
+	f.call("stop %s %s", id, grace)
+	return f.has(id)
+}
+func (f *fakeNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+	f.mu.Lock()
+	f.waits++
+	f.mu.Unlock()
+	if err := f.has(id); err != nil {
+		return runtime.ExitStatus{}, err
+	}
+	select {
+	case st := <-f.exit:
+		return st, nil
+	case <-ctx.Done():
+		return runtime.ExitStatus{}, ctx.Err()
+	}
+}
+func (f *fakeNode) Check(ctx context.Context, id, addr string, h manifest.Health) error {
+	f.call("check %s %s %s", id, addr, h.HTTP)
+	if !f.checkOK {
+		return errors.New("GET /healthz: 500")
+	}
+	return f.has(id)
+}
+func (f *fakeNode) Usage(id string) (uint64, uint64, error) { return 100, 7, f.has(id) }
+func (f *fakeNode) SetCPU(id string, cpus float64) error {
+	f.call("cpu %s %g", id, cpus)
+	return f.has(id)
+}
+func (f *fakeNode) Remove(ctx context.Context, id string) error {
+	f.call("remove %s", id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.known, id)
+	return nil
+}
+func (f *fakeNode) Adopt(k serving.Known) serving.Adopted {
+	f.call("adopt %s %s %s", k.ID, k.App, k.CPUSet)
+	if f.has(k.ID) != nil {
+		return serving.Adopted{}
+	}
+	return serving.Adopted{Running: true, Frozen: true, Pid: 77}
+}
+func (f *fakeNode) Release(id string) { f.call("release %s", id) }
+
+func (f *fakeNode) log() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// remoteOf serves fake as node n2's agent on loopback and returns the
+// Remote that reaches it.
+func remoteOf(t *testing.T, fake serving.Node, poll time.Duration) *Remote {
+	t.Helper()
+	st := testStore(t)
+	srv := serve(t, (&Server{Name: "n2", Secret: testSecret, Node: fake, WaitPoll: poll, Log: testLog(t)}).Handler())
+	addNode(t, st, "n2", srv)
+	return NewClient(st, testSecret).Remote("n2", testLog(t))
+}
+
+// Every serving.Node call made on a Remote is made on the other node's
+// own Node with the same arguments, and its results come back.
+func TestRemoteCallsTheNode(t *testing.T) {
+	ctx := context.Background()
+	fake := newFakeNode()
+	fake.checkOK = true
+	r := remoteOf(t, fake, 0)
+	spec := serving.ReplicaSpec{ID: "web-1", App: "web", Revision: 3, Digest: "sha256:abc",
+		Config: manifest.Config{Port: 8080, Health: manifest.Health{HTTP: "/healthz", Interval: manifest.Duration{Duration: time.Second}}},
+		Env:    []string{"A=1"}, Mounts: []runtime.Mount{{Source: "/v", Destination: "/data"}}}
+	st, err := r.Start(ctx, spec)
+	if err != nil || st != (serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1", Node: "n2"}) {
+		t.Fatalf("start: %+v, %v", st, err)
+	}
+	if mem, err := r.Freeze("web-1"); err != nil || mem != 1<<20 {
+		t.Fatalf("freeze: %d, %v", mem, err)
+	}
+	if err := r.Thaw("web-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Check(ctx, "web-1", "10.77.0.5:8080", spec.Config.Health); err != nil {
+		t.Fatal(err)
+	}
+	if p, th, err := r.Usage("web-1"); err != nil || p != 100 || th != 7 {
+		t.Fatalf("usage: %d %d %v", p, th, err)
+	}
+	if err := r.SetCPU("web-1", 1.5); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Drain(ctx, "web-1", 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(ctx, "web-1", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if a := r.Adopt(serving.Known{ID: "web-1", App: "web", CPUSet: "1"}); a != (serving.Adopted{Running: true, Frozen: true, Pid: 77}) {
+		t.Fatalf("adopt: %+v", a)
+	}
+	r.Release("web-1")
+	if err := r.Remove(ctx, "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"start web-1 web sha256:abc port=8080 env=[A=1] mounts=1",
+		"freeze web-1", "thaw web-1", "check web-1 10.77.0.5:8080 /healthz", "cpu web-1 1.5",
+		"drain web-1 3s", "stop web-1 2s", "adopt web-1 web 1", "release web-1", "remove web-1",
+	}
+	if got := fake.log(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("calls on the node:\n got %q\nwant %q", got, want)
+	}
+}
+
+// Errors keep their kind: an unknown replica stays not found, a bad spec
+// invalid with its field, a failed check an error; a replica the node
+// does not know is adopted as not running.
+func TestRemoteErrorKinds(t *testing.T) {
+	ctx := context.Background()
+	r := remoteOf(t, newFakeNode(), 0)
+	for name, err := range map[string]error{
+		"thaw":   r.Thaw("nope"),
+		"stop":   r.Stop(ctx, "nope", 0),
+		"drain":  r.Drain(ctx, "nope", time.Second),
+		"setcpu": r.SetCPU("nope", 1),
+	} {
+		if !errdefs.IsNotFound(err) {
+			t.Errorf("%s of an unknown replica: %v; want not found", name, err)
+		}
+	}
+	if _, err := r.Freeze("nope"); !errdefs.IsNotFound(err) {
+		t.Errorf("freeze: %v", err)
+	}
+	if _, _, err := r.Usage("nope"); !errdefs.IsNotFound(err) {
+		t.Errorf("usage: %v", err)
+	}
+	if _, err := r.Wait(ctx, "nope"); !errdefs.IsNotFound(err) {
+		t.Errorf("wait: %v", err)
+	}
+	if _, err := r.Start(ctx, serving.ReplicaSpec{ID: "x", App: "web"}); errdefs.Field(err) != "config.port" {
+		t.Errorf("start with a bad spec: %v; want invalid config.port", err)
+	}
+	if err := r.Check(ctx, "nope", "a:1", manifest.Health{}); err == nil || errdefs.IsNotFound(err) {
+		t.Errorf("failed check: %v; want the check's error", err)
+	}
+	if a := r.Adopt(serving.Known{ID: "nope"}); a.Running {
+		t.Errorf("adopt of an unknown replica: %+v", a)
+	}
+}
+
+// Wait is a long poll: the node answers "still running" each poll, the
+// Remote asks again, and the exit comes back when it happens; a Wait whose
+// context ends returns.
+func TestRemoteWaitLongPoll(t *testing.T) {
+	ctx := context.Background()
+	fake := newFakeNode()
+	fake.known["web-1"] = true
+	r := remoteOf(t, fake, 5*time.Millisecond)
+	done := make(chan error, 1)
+	var got runtime.ExitStatus
+	go func() {
+		var err error
+		got, err = r.Wait(ctx, "web-1")
+		done <- err
+	}()
+	// Let several polls pass before the exit.
+	for {
+		fake.mu.Lock()
+		n := fake.waits
+		fake.mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("wait returned before the exit: %v", err)
+	default:
+	}
+	fake.exit <- runtime.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
+	if err := <-done; err != nil || got != (runtime.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}) {
+		t.Fatalf("wait: %+v, %v", got, err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _, err := r.Wait(cctx, "web-1"); done <- err }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v", err)
+	}
+}
+
+// A node that runs no replicas yet answers unavailable; a node that is
+// gone is unavailable and Adopt reports nothing running there.
+func TestRemoteNodeUnavailable(t *testing.T) {
+	ctx := context.Background()
+	st := testStore(t)
+	srv := serve(t, (&Server{Name: "n2", Secret: testSecret}).Handler())
+	addNode(t, st, "n2", srv)
+	r := NewClient(st, testSecret).Remote("n2", testLog(t))
+	if err := r.Thaw("web-1"); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("node without replicas: %v", err)
+	}
+	srv.Close()
+	if _, err := r.Start(ctx, serving.ReplicaSpec{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("node gone: %v", err)
+	}
+	if a := r.Adopt(serving.Known{ID: "web-1"}); a.Running {
+		t.Fatalf("adopt on a node gone: %+v", a)
+	}
+}

@@ -1,0 +1,198 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/serving"
+)
+
+// The bodies of the replica routes: what a serving.Node call takes and
+// gives, in JSON.
+type (
+	graceReq struct {
+		Grace time.Duration `json:"grace"`
+	}
+	checkReq struct {
+		Addr   string          `json:"addr"`
+		Health manifest.Health `json:"health"`
+	}
+	cpuReq struct {
+		CPUs float64 `json:"cpus"`
+	}
+	freezeResp struct {
+		Memory int64 `json:"memory"`
+	}
+	usageResp struct {
+		Periods   uint64 `json:"periods"`
+		Throttled uint64 `json:"throttled"`
+	}
+	// waitResp is a long poll's answer: the exit, or that the replica
+	// still runs when the poll's time is up (the caller asks again).
+	waitResp struct {
+		Exited bool               `json:"exited"`
+		Status runtime.ExitStatus `json:"status"`
+	}
+)
+
+// maxSpecBody bounds a replica spec sent to a node.
+const maxSpecBody = 4 << 20
+
+// DefaultWaitPoll is how long a node holds a Wait before it answers that
+// the replica still runs.
+const DefaultWaitPoll = 25 * time.Second
+
+// replicaRoutes mounts the serving.Node of this node: each route is one
+// call of it, made with the request's context.
+func (s *Server) replicaRoutes(mux *http.ServeMux) {
+	p := "POST " + Prefix + "replicas/"
+	mux.HandleFunc(p+"start", s.withNode(s.start))
+	mux.HandleFunc(p+"adopt", s.withNode(s.adopt))
+	mux.HandleFunc(p+"{id}/freeze", s.withNode(s.freeze))
+	mux.HandleFunc(p+"{id}/thaw", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
+		s.done(w, n.Thaw(r.PathValue("id")))
+	}))
+	mux.HandleFunc(p+"{id}/drain", s.withNode(s.drain))
+	mux.HandleFunc(p+"{id}/stop", s.withNode(s.stop))
+	mux.HandleFunc(p+"{id}/wait", s.withNode(s.wait))
+	mux.HandleFunc(p+"{id}/check", s.withNode(s.check))
+	mux.HandleFunc(p+"{id}/usage", s.withNode(s.usage))
+	mux.HandleFunc(p+"{id}/cpu", s.withNode(s.setCPU))
+	mux.HandleFunc(p+"{id}/remove", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
+		s.done(w, n.Remove(r.Context(), r.PathValue("id")))
+	}))
+	mux.HandleFunc(p+"{id}/release", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
+		n.Release(r.PathValue("id"))
+		s.done(w, nil)
+	}))
+}
+
+// withNode answers 503 while this node has no serving.Node to call.
+func (s *Server) withNode(h func(http.ResponseWriter, *http.Request, serving.Node)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Node == nil {
+			httperr.WriteErr(w, errors.Join(errors.New("node "+s.Name+" runs no replicas yet"), errdefs.ErrUnavailable))
+			return
+		}
+		h(w, r, s.Node)
+	}
+}
+
+// done answers err, or 204.
+func (s *Server) done(w http.ResponseWriter, err error) {
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	if httperr.Status(err) >= 500 {
+		s.Log.Warn("agent: call failed", "node", s.Name, "err", err)
+	}
+	httperr.WriteErr(w, err)
+}
+
+func (s *Server) start(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var spec serving.ReplicaSpec
+	if err := httperr.ReadJSON(w, r, maxSpecBody, &spec); err != nil {
+		s.fail(w, err)
+		return
+	}
+	st, err := n.Start(r.Context(), spec)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	httperr.WriteJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) adopt(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var k serving.Known
+	if err := httperr.ReadJSON(w, r, maxSpecBody, &k); err != nil {
+		s.fail(w, err)
+		return
+	}
+	httperr.WriteJSON(w, http.StatusOK, n.Adopt(k))
+}
+
+func (s *Server) freeze(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	mem, err := n.Freeze(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	httperr.WriteJSON(w, http.StatusOK, freezeResp{Memory: mem})
+}
+
+func (s *Server) drain(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var g graceReq
+	if err := httperr.ReadJSON(w, r, maxErrBody, &g); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, n.Drain(r.Context(), r.PathValue("id"), g.Grace))
+}
+
+func (s *Server) stop(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var g graceReq
+	if err := httperr.ReadJSON(w, r, maxErrBody, &g); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, n.Stop(r.Context(), r.PathValue("id"), g.Grace))
+}
+
+// wait is a long poll: it holds the request until the replica exits or
+// the poll's time is up, then answers which.
+func (s *Server) wait(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	poll := s.WaitPoll
+	if poll <= 0 {
+		poll = DefaultWaitPoll
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), poll)
+	defer cancel()
+	st, err := n.Wait(ctx, r.PathValue("id"))
+	switch {
+	case err == nil:
+		httperr.WriteJSON(w, http.StatusOK, waitResp{Exited: true, Status: st})
+	case ctx.Err() != nil && r.Context().Err() == nil:
+		httperr.WriteJSON(w, http.StatusOK, waitResp{})
+	default:
+		s.fail(w, err)
+	}
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var c checkReq
+	if err := httperr.ReadJSON(w, r, maxErrBody, &c); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, n.Check(r.Context(), r.PathValue("id"), c.Addr, c.Health))
+}
+
+func (s *Server) usage(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	p, t, err := n.Usage(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	httperr.WriteJSON(w, http.StatusOK, usageResp{Periods: p, Throttled: t})
+}
+
+func (s *Server) setCPU(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var c cpuReq
+	if err := httperr.ReadJSON(w, r, maxErrBody, &c); err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.done(w, n.SetCPU(r.PathValue("id"), c.CPUs))
+}
