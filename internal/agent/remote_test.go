@@ -55,8 +55,11 @@ func (f *fakeNode) Start(ctx context.Context, s serving.ReplicaSpec) (serving.St
 	f.mu.Unlock()
 	return serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1"}, nil
 }
-func (f *fakeNode) Freeze(id string) (int64, error) { f.call("freeze %s", id); return 1 << 20, f.has(id) }
-func (f *fakeNode) Thaw(id string) error            { f.call("thaw %s", id); return f.has(id) }
+func (f *fakeNode) Freeze(id string) (int64, error) {
+	f.call("freeze %s", id)
+	return 1 << 20, f.has(id)
+}
+func (f *fakeNode) Thaw(id string) error { f.call("thaw %s", id); return f.has(id) }
 func (f *fakeNode) Drain(ctx context.Context, id string, grace time.Duration) error {
 	f.call("drain %s %s", id, grace)
 	return f.has(id)

@@ -20,6 +20,10 @@ type Server struct {
 	// WaitPoll bounds how long a Wait is held before the answer that the
 	// replica still runs (0: DefaultWaitPoll).
 	WaitPoll time.Duration
+	// API serves the app requests a follower forwards to this node (the
+	// leader): the daemon's API handler without a token or forwarding of
+	// its own; nil: they answer 503.
+	API http.Handler
 	// Routing answers the routing calls; nil: they answer 503.
 	Routing Routing
 	Log     *slog.Logger
@@ -35,6 +39,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"ping", s.ping)
 	s.routing(mux)
 	s.replicaRoutes(mux)
+	mux.HandleFunc(apiPrefix+"/", s.forwarded)
 	return guard(s.Secret, s.Log, mux)
 }
 

@@ -57,6 +57,11 @@ type Server struct {
 	Health     func(ctx context.Context) types.Health
 	Registry   prometheus.Gatherer
 	Logger     *slog.Logger
+	// Forward, if set, may take an app request (under /v1/apps; the
+	// proxy's wake-ups aside) once its token is checked, before this
+	// daemon serves it: a follower of a cluster sends it to the leader.
+	// It returns whether it took the request.
+	Forward func(w http.ResponseWriter, r *http.Request) bool
 }
 
 // Handler returns the API handler. With a non-empty token every request but
@@ -106,8 +111,17 @@ func (s *Server) Handler(token string) http.Handler {
 		}
 		httperr.Write(w, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path), "")
 	})
+	var h http.Handler = mux
+	if s.Forward != nil {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if IsAppRequest(r) && s.Forward(w, r) {
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})
+	}
 	if token == "" {
-		return mux
+		return h
 	}
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -116,8 +130,18 @@ func (s *Server) Handler(token string) http.Handler {
 			httperr.Write(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"), "")
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
+}
+
+// IsAppRequest reports whether r is a request of the apps API (/v1/apps
+// and under it) other than the proxy's wake-up of an app.
+func IsAppRequest(r *http.Request) bool {
+	p := r.URL.Path
+	if p != "/v1/apps" && !strings.HasPrefix(p, "/v1/apps/") {
+		return false
+	}
+	return !(r.Method == http.MethodPost && strings.HasSuffix(p, "/activate"))
 }
 
 func (s *Server) log() *slog.Logger {

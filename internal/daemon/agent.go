@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/shoal-run/shoal/internal/agent"
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/cluster"
 )
 
 // tcpHandler is what the TCP API serves: the user API behind its token and,
@@ -27,4 +30,27 @@ func (d *Daemon) tcpAddr() string {
 		return d.cfg.Advertise
 	}
 	return d.cfg.APITCP
+}
+
+// forwardApps makes a node of a cluster send the app requests of its API
+// (unix socket and TCP) to the leader while it follows, and serve those
+// that followers forward to it while it leads. A single host serves its
+// own.
+func (d *Daemon) forwardApps(srv *api.Server) {
+	if d.cluster == nil || d.cluster.agent == nil {
+		return
+	}
+	own := *srv // the API as served to other nodes: no token, no forwarding
+	d.cluster.agent.API = own.Handler("")
+	f := &agent.Forwarder{Client: d.cluster.peers, Self: d.cfg.Node, Leader: d.leaderName, Log: d.log}
+	srv.Forward = f.Forward
+}
+
+// leaderName is the cluster's leader: this node while it leads, else the
+// one the store names ("" during an election).
+func (d *Daemon) leaderName(ctx context.Context) (string, error) {
+	if d.cluster.elector != nil && d.cluster.elector.Leading() != nil {
+		return d.cfg.Node, nil
+	}
+	return cluster.Leader(ctx, d.store)
 }

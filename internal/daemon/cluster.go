@@ -52,7 +52,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &clusterNode{stop: cancel, secret: secret, peers: agent.NewClient(d.store, secret),
-		agent: &agent.Server{Name: cfg.Node, Secret: secret, Log: d.log}}
+		agent: &agent.Server{Name: cfg.Node, Secret: secret, Node: d.apps.LocalNode(), Log: d.log}}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	c.wg.Add(2)

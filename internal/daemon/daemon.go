@@ -271,6 +271,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Registry:   d.gatherers,
 		Logger:     d.log,
 	}
+	d.forwardApps(srv)
 	ul, err := listenUnix(d.cfg.API)
 	if err != nil {
 		return err

@@ -335,3 +335,7 @@ func sleep(ctx context.Context, c clock.Clock, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
+
+// LocalNode is this host's Node, which the leader of a cluster drives
+// through the node's agent.
+func (m *Manager) LocalNode() Node { return m.local }

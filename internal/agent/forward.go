@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
+)
+
+// apiPrefix is where a node serves the app requests other nodes forward to
+// it: the request's own path follows (/v1/agent/api/v1/apps/...).
+const apiPrefix = Prefix + "api"
+
+// Forwarder sends the app requests a follower's API gets to the leader,
+// so that apps are deployed and changed through any node. The user's API
+// token (or the unix socket's permission) is checked where the request
+// came in; the hop to the leader carries the cluster secret instead.
+type Forwarder struct {
+	Client *Client
+	Self   string // this node's name
+	// Leader returns the leader's name, "" while none is elected.
+	Leader func(ctx context.Context) (string, error)
+	Log    *slog.Logger
+}
+
+// Forward sends r to the leader and writes its answer to w, streamed as
+// it comes; it returns false, having written nothing, when this node leads
+// (the request is served here).
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
+	ctx := r.Context()
+	leader, err := f.Leader(ctx)
+	if err != nil {
+		httperr.WriteErr(w, fmt.Errorf("find the cluster's leader: %w", err))
+		return true
+	}
+	if leader == "" {
+		httperr.WriteErr(w, fmt.Errorf("the cluster has no leader yet (an election is under way): try again in a moment: %w", errdefs.ErrUnavailable))
+		return true
+	}
+	if leader == f.Self {
+		return false
+	}
+	addr, err := f.Client.Addr(ctx, leader)
+	if err != nil {
+		httperr.WriteErr(w, fmt.Errorf("leader %s: %w", leader, err))
+		return true
+	}
+	f.Client.init()
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			u := pr.Out.URL
+			u.Scheme, u.Host = "http", addr
+			u.Path = apiPrefix + pr.In.URL.Path
+			if pr.In.URL.RawPath != "" {
+				u.RawPath = apiPrefix + pr.In.URL.RawPath
+			}
+			pr.Out.Host = addr
+			pr.SetXForwarded()
+			pr.Out.Header.Set("Authorization", "Bearer "+f.Client.Secret)
+		},
+		Transport:     f.Client.HTTP.Transport,
+		FlushInterval: -1, // logs and watches stream
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			f.Client.forget(leader)
+			if r.Context().Err() != nil {
+				return
+			}
+			httperr.WriteErr(w, fmt.Errorf("leader %s at %s: %v: %w", leader, addr, err, errdefs.ErrUnavailable))
+		},
+	}
+	if f.Log != nil {
+		f.Log.Debug("forwarding an app request to the leader", "leader", leader, "method", r.Method, "path", r.URL.Path)
+	}
+	rp.ServeHTTP(w, r)
+	return true
+}
+
+// forwarded serves an app request another node forwarded: only app
+// requests, with this node's own API handler.
+func (s *Server) forwarded(w http.ResponseWriter, r *http.Request) {
+	if s.API == nil {
+		httperr.WriteErr(w, fmt.Errorf("node %s serves no API requests of other nodes: %w", s.Name, errdefs.ErrUnavailable))
+		return
+	}
+	in := r.Clone(r.Context())
+	in.URL.Path = strings.TrimPrefix(r.URL.Path, apiPrefix)
+	in.URL.RawPath = strings.TrimPrefix(r.URL.RawPath, apiPrefix)
+	in.RequestURI = ""
+	if !api.IsAppRequest(in) {
+		httperr.Write(w, http.StatusNotFound, errors.New("only app requests are forwarded between nodes, not "+in.Method+" "+in.URL.Path), "")
+		return
+	}
+	s.API.ServeHTTP(w, in)
+}
