@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -105,6 +106,12 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	if err := httperr.ReadJSON(w, r, maxSpecBody, &spec); err != nil {
 		s.fail(w, err)
 		return
+	}
+	if s.Fetch != nil && spec.Digest != "" {
+		if err := s.Fetch.Ensure(r.Context(), spec.Digest, spec.ImageFrom); err != nil {
+			s.fail(w, fmt.Errorf("replica %s: %w", spec.ID, err))
+			return
+		}
 	}
 	st, err := n.Start(r.Context(), spec)
 	if err != nil {

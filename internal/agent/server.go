@@ -24,6 +24,12 @@ type Server struct {
 	// leader): the daemon's API handler without a token or forwarding of
 	// its own; nil: they answer 503.
 	API http.Handler
+	// Blobs is this node's image store, served read only under /v2/ by
+	// Registry; nil: it answers 503.
+	Blobs Blobs
+	// Fetch gets a replica's image from another node before Start when
+	// this node lacks it; nil: Start runs with what is here.
+	Fetch *Fetcher
 	// Routing answers the routing calls; nil: they answer 503.
 	Routing Routing
 	Log     *slog.Logger
@@ -33,7 +39,7 @@ type Server struct {
 // cluster secret.
 func (s *Server) Handler() http.Handler {
 	if s.Log == nil {
-		s.Log = slog.New(slog.DiscardHandler)
+		s.Log = discard()
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Prefix+"ping", s.ping)
@@ -46,3 +52,5 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) ping(w http.ResponseWriter, r *http.Request) {
 	httperr.WriteJSON(w, http.StatusOK, Pong{Node: s.Name, Time: time.Now().UTC()})
 }
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -10,14 +10,15 @@ import (
 )
 
 // tcpHandler is what the TCP API serves: the user API behind its token and,
-// on a node of a cluster, the agent's routes behind the cluster secret. A
-// single-host daemon serves the user API only.
+// on a node of a cluster, the agent's routes and the image registry (/v2/)
+// behind the cluster secret. A single-host daemon serves the user API only.
 func (d *Daemon) tcpHandler(api http.Handler) http.Handler {
 	if d.cluster == nil || d.cluster.agent == nil {
 		return api
 	}
 	mux := http.NewServeMux()
 	mux.Handle(agent.Prefix, d.cluster.agent.Handler())
+	mux.Handle(agent.RegistryPrefix, d.cluster.agent.Registry())
 	mux.Handle("/", api)
 	return mux
 }

@@ -39,6 +39,9 @@ func TestTCPHandlerMountsAgentOnlyInCluster(t *testing.T) {
 	if code := get(single, agent.Prefix+"ping", apiTok); code != http.StatusNotFound {
 		t.Fatalf("single host, ping with the API token: %d; want 404 (no agent)", code)
 	}
+	if code := get(single, "/v2/", apiTok); code != http.StatusNotFound {
+		t.Fatalf("single host, /v2/ with the API token: %d; want 404 (no registry)", code)
+	}
 	d := &Daemon{cluster: &clusterNode{agent: &agent.Server{Name: "n1", Secret: secret, Log: quiet}}}
 	node := d.tcpHandler(apiSrv.Handler(apiTok))
 	for _, c := range []struct {
@@ -49,6 +52,8 @@ func TestTCPHandlerMountsAgentOnlyInCluster(t *testing.T) {
 		{agent.Prefix + "ping", apiTok, http.StatusUnauthorized},
 		{agent.Prefix + "ping", "", http.StatusUnauthorized},
 		{"/v1/containers", secret, http.StatusUnauthorized},
+		{"/v2/", secret, http.StatusServiceUnavailable}, // no image store in this test
+		{"/v2/", apiTok, http.StatusUnauthorized},
 	} {
 		if code := get(node, c.path, c.token); code != c.code {
 			t.Errorf("cluster node, %s with %q: %d; want %d", c.path, c.token, code, c.code)

@@ -51,8 +51,10 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 		return fmt.Errorf("join the cluster: %w", err)
 	}
 	cctx, cancel := context.WithCancel(context.Background())
-	c := &clusterNode{stop: cancel, secret: secret, peers: agent.NewClient(d.store, secret),
-		agent: &agent.Server{Name: cfg.Node, Secret: secret, Node: d.apps.LocalNode(), Log: d.log}}
+	peers := agent.NewClient(d.store, secret)
+	c := &clusterNode{stop: cancel, secret: secret, peers: peers,
+		agent: &agent.Server{Name: cfg.Node, Secret: secret, Node: d.apps.LocalNode(), Blobs: d.images, Log: d.log,
+			Fetch: &agent.Fetcher{Images: d.images, Client: peers, Self: cfg.Node, Nodes: d.liveNodes, Log: d.log}}}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	c.wg.Add(2)
@@ -134,4 +136,19 @@ func (s nodeService) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	return cluster.Remove(ctx, s.d.store, name)
+}
+
+// liveNodes names the nodes that are up (ready or draining).
+func (d *Daemon) liveNodes(ctx context.Context) ([]string, error) {
+	nodes, err := cluster.List(ctx, d.store)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range nodes {
+		if n.State != cluster.StateDown {
+			out = append(out, n.Name)
+		}
+	}
+	return out, nil
 }

@@ -131,21 +131,22 @@ func (nd *clusterNode) buildImage(name string) string {
 	return img.Digest
 }
 
-// Another node drives a real replica on n2 through n2's agent: start (a
-// real container on n2's bridge), a health check made on n2, freeze and
+// Another node drives a real replica on n2 through n2's agent: start (n2
+// first pulls the image from n1's registry, then runs a real container on
+// its bridge), a health check made on n2, freeze and
 // thaw, stop, the exit through the long-polled Wait, and removal; a
 // replica n2 does not have stays not found across the wire.
 func TestClusterAgentRemoteReplica(t *testing.T) {
 	c := startCluster(t, 2)
-	n2 := c.nodes[1]
-	digest := n2.buildImage("hello")
+	n1, n2 := c.nodes[0], c.nodes[1]
+	digest := n1.buildImage("hello")
 	cl, done := c.agentClient()
 	defer done()
 	r := cl.Remote("n2", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const id = "hello-e2eagent"
-	spec := serving.ReplicaSpec{ID: id, App: "hello", Revision: 1, Digest: digest,
+	spec := serving.ReplicaSpec{ID: id, App: "hello", Revision: 1, Digest: digest, ImageFrom: "n1",
 		Config: mf.Config{Name: "hello", Image: "hello:1", Port: 8080},
 		Log:    filepath.Join(n2.dataDir, id+".log")}
 	st, err := r.Start(ctx, spec)
@@ -158,6 +159,9 @@ func TestClusterAgentRemoteReplica(t *testing.T) {
 			r.Remove(context.Background(), id)
 		}
 	}()
+	if r := n2.shoal("image", "inspect", digest); r.code != 0 {
+		t.Fatalf("image fetched from n1 not on n2: %s", r.stderr)
+	}
 	if st.Node != "n2" || st.Pid == 0 || !strings.HasPrefix(st.Addr, "10.77.0.") {
 		t.Fatalf("started: %+v; want a pid and an address on n2's bridge", st)
 	}

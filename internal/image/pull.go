@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -21,6 +22,9 @@ import (
 type PullOptions struct {
 	Insecure bool   // allow plain http (loopback registries use it anyway)
 	Platform string // "os/arch[/variant]"; default linux and this machine's arch
+	// Token, if set, is sent to the registry as a bearer token (another
+	// shoal node's registry takes the cluster secret).
+	Token string
 }
 
 // Pull fetches ref ("registry/name:tag" or "registry/name@sha256:...") from
@@ -60,7 +64,11 @@ func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, err
 	if err != nil {
 		return Image{}, errdefs.Invalid("platform", "%q: %v", platform, err)
 	}
-	desc, err := remote.Get(r, remote.WithContext(ctx), remote.WithPlatform(*plat))
+	ropts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(*plat)}
+	if o.Token != "" {
+		ropts = append(ropts, remote.WithAuth(&authn.Bearer{Token: o.Token}))
+	}
+	desc, err := remote.Get(r, ropts...)
 	if err != nil {
 		return Image{}, registryErr(err)
 	}
