@@ -73,6 +73,7 @@ func (c *fakeCluster) set(t Term, nodes ...NodeInfo) {
 type countingNode struct {
 	Node
 	rt    *fakeRuntime
+	dir   string // its apps folder
 	calls atomic.Int32
 }
 
@@ -123,10 +124,10 @@ func newClusterHarness(t *testing.T) *clusterHarness {
 	ch.cl.nodes = []NodeInfo{info("n1"), info("n2"), info("n3")}
 	ch.harness = newHarnessOpts(t, func(o *Options) {
 		for _, name := range []string{"n2", "n3"} {
-			rt := newFakeRuntime(o.Clock)
-			ch.remote[name] = &countingNode{rt: rt, Node: newLocalNode(Options{Runtime: rt, Network: fakeNet{},
+			rt, dir := newFakeRuntime(o.Clock), t.TempDir()
+			ch.remote[name] = &countingNode{rt: rt, dir: dir, Node: newLocalNode(Options{Runtime: rt, Network: fakeNet{},
 				Placer: placement.NewCPUs(nil, nil), Images: fakeImages{}, Router: o.Router, Clock: o.Clock,
-				Logger: slog.New(slog.DiscardHandler)})}
+				Logger: slog.New(slog.DiscardHandler), Dir: dir})}
 		}
 		o.Cluster = ch.cl
 		o.Remote = func(n string) Node { return ch.remote[n] }

@@ -60,6 +60,16 @@ func TestClusterLeaderOnly(t *testing.T) {
 		if r.Node != nodes[r.ID] {
 			t.Errorf("replica %s: the API says node %q, its record %q", r.ID, r.Node, nodes[r.ID])
 		}
+		// A remote replica's log is kept under its own node's apps folder.
+		if rn := h.remote[r.Node]; rn != nil {
+			c, err := rn.rt.get(r.ID)
+			if err != nil {
+				t.Fatalf("replica %s on %s: %v", r.ID, r.Node, err)
+			}
+			if !strings.HasPrefix(c.stdout, rn.dir+"/hello/logs/") {
+				t.Errorf("replica %s on %s: log %q; want it under %s", r.ID, r.Node, c.stdout, rn.dir)
+			}
+		}
 	}
 
 	// Deposed: the controllers stop; no replica is touched.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -26,6 +27,7 @@ type dispatcher struct {
 	self   string
 	local  Node
 	remote func(node string) Node
+	dir    string // this node's apps folder
 	clock  clock.Clock
 	log    *slog.Logger
 
@@ -50,8 +52,8 @@ type liveNode struct {
 	cancel context.CancelFunc
 }
 
-func newDispatcher(self string, local Node, remote func(string) Node, c clock.Clock, log *slog.Logger) *dispatcher {
-	return &dispatcher{self: self, local: local, remote: remote, clock: c, log: log,
+func newDispatcher(self, dir string, local Node, remote func(string) Node, c clock.Clock, log *slog.Logger) *dispatcher {
+	return &dispatcher{self: self, dir: dir, local: local, remote: remote, clock: c, log: log,
 		at: map[string]*placed{}, live: map[string]*liveNode{}}
 }
 
@@ -210,6 +212,9 @@ func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) 
 	}
 	if s.ImageFrom == "" {
 		s.ImageFrom = d.self // the leader took the deploy, and has the image
+	}
+	if name != d.self {
+		s = relocate(s, d.dir)
 	}
 	n, ctx, done, err := d.to(ctx, s.ID)
 	if err != nil {
@@ -373,4 +378,24 @@ func (d *dispatcher) Release(id string) {
 	}
 	defer done()
 	n.Release(id)
+}
+
+// relocate makes the paths of spec s under dir (this node's apps folder:
+// the replica's log, the app's volumes, its state area) relative to it, for
+// another node, which keeps them under its own apps folder.
+func relocate(s ReplicaSpec, dir string) ReplicaSpec {
+	rel := func(p string) string {
+		if r, err := filepath.Rel(dir, p); err == nil && filepath.IsLocal(r) {
+			return r
+		}
+		return p
+	}
+	s.Log = rel(s.Log)
+	mounts := make([]runtime.Mount, len(s.Mounts))
+	for i, mt := range s.Mounts {
+		mt.Source = rel(mt.Source)
+		mounts[i] = mt
+	}
+	s.Mounts = mounts
+	return s
 }

@@ -59,7 +59,7 @@ func (n *waitNode) Check(context.Context, string, string, manifest.Health) error
 func TestDispatcherWait(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	rn := &waitNode{release: make(chan struct{})}
-	d := newDispatcher("n1", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
+	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
 	d.setLive([]NodeInfo{info("n1"), info("n2")})
 	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
 	type res struct {

@@ -164,7 +164,7 @@ func New(o Options) (*Manager, error) {
 	m.local = newLocalNode(o)
 	m.node = m.local
 	if o.Cluster != nil {
-		m.disp = newDispatcher(o.Node, m.local, o.Remote, o.Clock, m.log)
+		m.disp = newDispatcher(o.Node, o.Dir, m.local, o.Remote, o.Clock, m.log)
 		m.node = m.disp
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ type localNode struct {
 	router Router
 	clock  clock.Clock
 	log    *slog.Logger
+	dir    string // the apps' folder: a spec's relative paths are under it
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
@@ -38,7 +40,7 @@ var _ Node = (*localNode)(nil)
 
 func newLocalNode(o Options) *localNode {
 	return &localNode{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, att: map[string]*network.Attachment{}}
+		log: o.Logger, dir: o.Dir, att: map[string]*network.Attachment{}}
 }
 
 // bridge is how replicas are networked: the proxy reaches them on the host
@@ -47,6 +49,10 @@ const bridge = network.Bridge
 
 func (n *localNode) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
 	var st Started
+	s, err := n.localize(s)
+	if err != nil {
+		return st, err
+	}
 	spec, err := n.spec(ctx, s)
 	if err != nil {
 		return st, err
@@ -233,3 +239,36 @@ func (n *localNode) Adopt(rec Known) Adopted {
 }
 
 func (n *localNode) Release(id string) { n.placer.Release(id) }
+
+// localize makes the relative paths of a spec from another node (its log
+// and mount sources, see relocate) paths under this node's apps folder,
+// and makes their folders.
+func (n *localNode) localize(s ReplicaSpec) (ReplicaSpec, error) {
+	place := func(p string, isDir bool) (string, error) {
+		if filepath.IsAbs(p) {
+			return p, nil
+		}
+		if !filepath.IsLocal(p) || n.dir == "" {
+			return "", fmt.Errorf("path %q is not under the apps folder", p)
+		}
+		p = filepath.Join(n.dir, p)
+		dir := p
+		if !isDir {
+			dir = filepath.Dir(p)
+		}
+		return p, os.MkdirAll(dir, 0o755)
+	}
+	var err error
+	if s.Log, err = place(s.Log, false); err != nil {
+		return s, fmt.Errorf("log: %w", err)
+	}
+	mounts := make([]runtime.Mount, len(s.Mounts))
+	for i, mt := range s.Mounts {
+		if mt.Source, err = place(mt.Source, true); err != nil {
+			return s, fmt.Errorf("mount %s: %w", mt.Destination, err)
+		}
+		mounts[i] = mt
+	}
+	s.Mounts = mounts
+	return s, nil
+}
