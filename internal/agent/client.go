@@ -18,6 +18,11 @@ import (
 // Prefix is where the agent's routes are on a node's TCP API.
 const Prefix = "/v1/agent/"
 
+// NodeHeader names the node a request is meant for: a node that is
+// another (an address now reaching a different node) answers 421 and does
+// nothing.
+const NodeHeader = "Shoal-Node"
+
 // Client calls other nodes of the cluster by name. It finds a node's
 // address in its record (the node's --advertise) and keeps it until a call
 // to it fails to connect or is refused.
@@ -95,6 +100,7 @@ func (c *Client) Send(ctx context.Context, node string, req *http.Request) (*htt
 	req = req.WithContext(ctx)
 	req.URL.Scheme, req.URL.Host, req.Host = "http", addr, addr
 	req.Header.Set("Authorization", "Bearer "+c.Secret)
+	req.Header.Set(NodeHeader, node)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		c.forget(node)
@@ -103,7 +109,7 @@ func (c *Client) Send(ctx context.Context, node string, req *http.Request) (*htt
 		}
 		return nil, fmt.Errorf("node %s at %s: %v: %w", node, addr, err, errdefs.ErrUnavailable)
 	}
-	if resp.StatusCode == http.StatusUnauthorized {
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusMisdirectedRequest {
 		c.forget(node)
 	}
 	return resp, nil

@@ -64,6 +64,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 			pr.Out.Host = addr
 			pr.SetXForwarded()
 			pr.Out.Header.Set("Authorization", "Bearer "+f.Client.Secret)
+			pr.Out.Header.Set(NodeHeader, leader)
 		},
 		Transport:     f.Client.HTTP.Transport,
 		FlushInterval: -1, // logs and watches stream

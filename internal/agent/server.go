@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -46,7 +47,19 @@ func (s *Server) Handler() http.Handler {
 	s.routing(mux)
 	s.replicaRoutes(mux)
 	mux.HandleFunc(apiPrefix+"/", s.forwarded)
-	return guard(s.Secret, s.Log, mux)
+	return guard(s.Secret, s.Log, s.addressed(mux))
+}
+
+// addressed refuses a request meant for another node (421): the caller's
+// address for that node is out of date.
+func (s *Server) addressed(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if to := r.Header.Get(NodeHeader); to != "" && to != s.Name {
+			httperr.Write(w, http.StatusMisdirectedRequest, fmt.Errorf("this is node %s, not %s", s.Name, to), "")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) ping(w http.ResponseWriter, r *http.Request) {

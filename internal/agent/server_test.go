@@ -98,10 +98,17 @@ func TestClientErrors(t *testing.T) {
 	if err == nil || !contains(err, "cluster secret") {
 		t.Fatalf("wrong secret: %v", err)
 	}
+	// An address that now reaches another node is refused there (421),
+	// and looked up anew at the next call.
 	liar := serve(t, (&Server{Name: "n9", Secret: testSecret}).Handler())
 	addNode(t, st, "n3", liar)
-	if _, err := NewClient(st, testSecret).Ping(ctx, "n3"); err == nil || !contains(err, `"n9"`) {
+	c := NewClient(st, testSecret)
+	if _, err := c.Ping(ctx, "n3"); !errors.Is(err, errdefs.ErrUnavailable) || !contains(err, "this is node n9, not n3") {
 		t.Fatalf("address of another node: %v", err)
+	}
+	addNode(t, st, "n3", serve(t, (&Server{Name: "n3", Secret: testSecret}).Handler()))
+	if p, err := c.Ping(ctx, "n3"); err != nil || p.Node != "n3" {
+		t.Fatalf("after the record's address changed: %+v, %v", p, err)
 	}
 	addNode(t, st, "n4", nil)
 	if _, err := NewClient(st, testSecret).Ping(ctx, "n4"); !errors.Is(err, errdefs.ErrUnavailable) || !contains(err, "--advertise") {

@@ -52,6 +52,8 @@ func readErr(node string, resp *http.Response) error {
 		return &wireError{msg, errdefs.ErrUnavailable}
 	case httperr.StatusClientClosed:
 		return &wireError{msg, context.Canceled}
+	case http.StatusMisdirectedRequest:
+		return &wireError{msg + " (its address now reaches another node; asked again, it is looked up anew)", errdefs.ErrUnavailable}
 	case http.StatusUnauthorized:
 		return &wireError{msg + " (the nodes do not share one cluster secret: give them the same --cluster-token-file, or none)", nil}
 	}
