@@ -76,7 +76,8 @@ func (d *Daemon) closeCluster() {
 }
 
 // clusterNote is what shoal info says of the cluster: this node's name, its
-// address and lease, and whether it leads ("" on a single host).
+// address and lease, whether it leads, and where its cluster secret comes
+// from ("" on a single host).
 func (d *Daemon) clusterNote() string {
 	if d.cluster == nil {
 		return ""
@@ -86,10 +87,18 @@ func (d *Daemon) clusterNote() string {
 		role = "leader"
 	}
 	addr := d.cfg.Advertise
+	reach := "other nodes cannot reach it"
 	if addr == "" {
 		addr = "no --advertise"
+	} else {
+		secret := "the cluster secret kept in the store"
+		if d.cfg.ClusterTokenFile != "" {
+			secret = "the cluster secret of " + d.cfg.ClusterTokenFile
+		}
+		reach = "other nodes reach its agent and images there with " + secret
 	}
-	return fmt.Sprintf("cluster: node %s (%s), %s, lease %s (shoal node ls)", d.cfg.Node, addr, role, d.cfg.NodeTTL)
+	return fmt.Sprintf("cluster: node %s (%s), %s, lease %s (shoal node ls); %s",
+		d.cfg.Node, addr, role, d.cfg.NodeTTL, reach)
 }
 
 // errSingleHost answers the node commands of a daemon on bolt.

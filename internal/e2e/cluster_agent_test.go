@@ -87,6 +87,9 @@ func TestClusterAgentSecret(t *testing.T) {
 			t.Fatalf("ping %s with the user API token: %d %s; want 401", nd.name, code, body)
 		}
 	}
+	if out := c.nodes[0].shoal("info").stdout; !strings.Contains(out, "reach its agent and images there with the cluster secret kept in the store") {
+		t.Fatalf("info does not say where the node's secret comes from:\n%s", out)
+	}
 	// Restarted, a node reads the same secret back.
 	n2 := c.nodes[1]
 	n2.kill()
