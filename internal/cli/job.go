@@ -297,8 +297,14 @@ func newJobGetCmd(g *globals) *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "id:       %s\ntenant:   %s\nimage:    %s\nstate:    %s\nok:       %v\n", j.ID, j.Tenant, j.Image, j.State, j.OK)
+			if j.Node != "" {
+				fmt.Fprintf(w, "node:     %s\n", j.Node)
+			}
 			if j.Error != "" {
 				fmt.Fprintf(w, "error:    %s\n", j.Error)
+			}
+			if j.Requeued != "" {
+				fmt.Fprintf(w, "requeued: %s (attempts %d)\n", j.Requeued, j.Attempts)
 			}
 			fmt.Fprintf(w, "queued:   %.1fms\n", j.QueueMs)
 			var rows [][]string
@@ -357,15 +363,15 @@ func newJobLsCmd(g *globals) *cobra.Command {
 				for _, s := range j.Steps {
 					statuses = append(statuses, s.Status)
 				}
-				rows = append(rows, []string{j.ID, j.Tenant, j.Image, j.State, orDash(strings.Join(statuses, ",")), ago(j.Submitted)})
+				rows = append(rows, []string{j.ID, j.Tenant, j.Image, j.State, orDash(j.Node), orDash(strings.Join(statuses, ",")), ago(j.Submitted)})
 			}
-			table(cmd.OutOrStdout(), []string{"ID", "TENANT", "IMAGE", "STATE", "STEPS", "SUBMITTED"}, rows)
+			table(cmd.OutOrStdout(), []string{"ID", "TENANT", "IMAGE", "STATE", "NODE", "STEPS", "SUBMITTED"}, rows)
 			return nil
 		},
 	}
 	outputFlag(cmd, &out)
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant's jobs")
-	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: queued, running, done, cancelled, failed")
+	cmd.Flags().StringVar(&state, "state", "", "only jobs in this state: queued, running, done, cancelled, failed, lost")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many jobs")
 	return cmd
 }

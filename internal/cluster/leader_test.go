@@ -106,6 +106,20 @@ func TestLeaderFencing(t *testing.T) {
 	if err != nil || string(got.Value) != "b" {
 		t.Fatalf("fenced key %q, %v; want b", got.Value, err)
 	}
+	// A fenced compare-and-swap: the deposed term is refused even at the
+	// key's revision; the leader's is refused at an old revision only.
+	if _, err := old.CompareAndSwap(ctx, "/shoal/v1/test/fenced", got.ModRev, []byte("a")); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("compare-and-swap by the deposed leader: %v; want ErrDeposed", err)
+	}
+	if _, err := b.Leading().CompareAndSwap(ctx, "/shoal/v1/test/fenced", got.ModRev-1, []byte("b2")); !errdefs.IsConflict(err) || errors.Is(err, ErrDeposed) {
+		t.Fatalf("compare-and-swap at an old revision: %v; want a conflict, not ErrDeposed", err)
+	}
+	if _, err := b.Leading().CompareAndSwap(ctx, "/shoal/v1/test/fenced", got.ModRev, []byte("b2")); err != nil {
+		t.Fatalf("compare-and-swap by the leader: %v", err)
+	}
+	if _, err := b.Leading().CompareAndSwap(ctx, "/shoal/v1/test/new", 0, []byte("n")); err != nil {
+		t.Fatalf("create by the leader: %v", err)
+	}
 	if err := b.Leading().Delete(ctx, "/shoal/v1/test/fenced"); err != nil {
 		t.Fatalf("delete by the new leader: %v", err)
 	}

@@ -42,6 +42,9 @@ type Record struct {
 	FrozenMemory int64     `json:"frozen_memory"` // bytes frozen replicas may hold
 	Draining     bool      `json:"draining,omitempty"`
 	Joined       time.Time `json:"joined"` // when the node first joined
+
+	// JobSlots is how many jobs the node runs at once.
+	JobSlots int `json:"job_slots,omitempty"`
 }
 
 // Beat is the value of a node's heartbeat key.

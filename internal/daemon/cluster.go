@@ -24,6 +24,7 @@ type clusterNode struct {
 	secret  string        // the cluster secret nodes send each other
 	agent   *agent.Server // answers the other nodes on the TCP API
 	peers   *agent.Client // calls them
+	live    *cluster.Live
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 }
@@ -47,6 +48,9 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join the cluster: %w", err)
 	}
+	if d.jobs != nil && d.jobs.Manager != nil {
+		_, _, rec.JobSlots = d.jobs.Stats()
+	}
 	if err := cluster.Join(ctx, d.store, rec); err != nil {
 		return fmt.Errorf("join the cluster: %w", err)
 	}
@@ -56,10 +60,25 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 		agent: &agent.Server{Name: cfg.Node, Secret: secret, Node: d.apps.LocalNode(), Blobs: d.images, Log: d.log,
 			Fetch: &agent.Fetcher{Images: d.images, Client: peers, Self: cfg.Node, Nodes: d.liveNodes, Log: d.log}}}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
+	if d.jobs != nil && d.jobs.Manager != nil {
+		// A node whose lease is gone may see its jobs given to others: it
+		// kills them (the queue takes them back once the store answers).
+		m := d.jobs.Manager
+		hb.Observe = func(s cluster.Status) {
+			if s.Lost {
+				m.LostLease()
+			}
+		}
+	}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
-	c.wg.Add(2)
+	c.live = cluster.NewLive(d.store, clock.Real{}, d.log)
+	c.wg.Add(3)
 	go func() { defer c.wg.Done(); hb.Run(cctx) }()
 	go func() { defer c.wg.Done(); c.elector.Run(cctx) }()
+	go func() { defer c.wg.Done(); c.live.Run(cctx) }()
+	if d.jobMembers != nil {
+		d.jobMembers.attach(cctx, c.live, c.elector, &c.wg)
+	}
 	d.cluster = c
 	d.log.Info("joined the cluster", "node", cfg.Node, "advertise", cfg.Advertise, "ttl", cfg.NodeTTL)
 	return nil

@@ -104,6 +104,10 @@ type Daemon struct {
 	apps      *serving.Manager
 	route     serving.Router // the proxy's table, for the dashboard's counters
 	cluster   *clusterNode   // nil on bolt: single host
+
+	// jobMembers is the cluster's membership as the job queue sees it
+	// (nil on bolt).
+	jobMembers *jobMembers
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running
@@ -321,9 +325,11 @@ func (d *Daemon) close() {
 	for _, s := range d.servers {
 		s.Close()
 	}
+	// Jobs first: a node that stops queues its running jobs again for the
+	// other nodes while it is still a member.
+	d.closeJobs()
 	d.closeCluster()
 	d.closeServing()
-	d.closeJobs()
 	if d.ctrs != nil {
 		d.ctrs.Drain()
 	}

@@ -14,8 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/store"
 )
 
 // Job sandbox identities. With a user namespace, root in the sandbox is
@@ -150,7 +152,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		return d.jobs.Stats()
 	})
 	registerNetnsMetrics(d.reg, d.net.Stats)
-	m, err := jobs.Open(ctx, jobs.Options{
+	o := jobs.Options{
 		Store: d.store, Runner: metered, Slots: slots, Weights: weights, Quotas: quotas,
 		DefaultQuota: jobs.Quota{MaxQueued: 10000}, Retention: retention,
 		CheckImage: func(ctx context.Context, ref string) error {
@@ -158,7 +160,17 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 			return err
 		},
 		Clock: clock.Real{}, Logger: d.log,
-	})
+	}
+	if _, ok := d.store.(*store.Etcd); ok {
+		// One queue for the cluster: the leader assigns, this node runs
+		// what is assigned to it (see openCluster).
+		if d.events == nil {
+			d.events = events.New(d.store, clock.Real{}, eventsKept)
+		}
+		d.jobMembers = newJobMembers(d.cfg.Node, d.store)
+		o.Cluster, o.Event = d.jobMembers, d.jobEvent(d.events)
+	}
+	m, err := jobs.Open(ctx, o)
 	if err != nil {
 		return fmt.Errorf("jobs: %w", err)
 	}

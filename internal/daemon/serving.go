@@ -28,7 +28,9 @@ const eventsKept = 10000
 // adopts the replicas a previous daemon left running.
 func (d *Daemon) openServing(ctx context.Context) error {
 	cfg := d.cfg
-	d.events = events.New(d.store, clock.Real{}, eventsKept)
+	if d.events == nil {
+		d.events = events.New(d.store, clock.Real{}, eventsKept)
+	}
 	var frozen int64
 	if cfg.FrozenMemory != "" {
 		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated

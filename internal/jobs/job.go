@@ -29,6 +29,12 @@ type Job struct {
 	Callback string  `json:"callback,omitempty"`
 	// CallbackState is "pending", "delivered" or "failed".
 	CallbackState string `json:"callback_state,omitempty"`
+	// Node is the cluster node the job is assigned to or ran on (empty on
+	// a single host and while it waits for a node).
+	Node string `json:"node,omitempty"`
+	// Requeued says why the job was queued again after it had been given
+	// to a node (its node was lost, or stopped while it ran).
+	Requeued string `json:"requeued,omitempty"`
 }
 
 // Job states.
@@ -38,6 +44,9 @@ const (
 	Done      = "done"      // every step ran or was skipped; see OK
 	Cancelled = "cancelled" // cancelled before or while it ran
 	Failed    = "failed"    // the platform could not run it (see Error)
+	// Lost: the job's node was lost while it ran, as many times as a job
+	// may be tried (see Error); it is not run again.
+	Lost = "lost"
 )
 
 // StepResult is how one step of a job ended, as stored.
@@ -81,6 +90,7 @@ func (j Job) Wire() types.Job {
 		State: j.State, OK: j.OK, Error: j.Error, Attempts: j.Attempts,
 		Submitted: j.Submitted, Started: j.Started, Finished: j.Finished,
 		QueueMs: j.QueueMs, Callback: j.Callback, CallbackState: j.CallbackState,
+		Node: j.Node, Requeued: j.Requeued,
 	}
 	if j.Steps != nil {
 		w.Steps = make([]types.StepResult, len(j.Steps))

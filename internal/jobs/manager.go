@@ -51,6 +51,13 @@ type Options struct {
 	CallbackBackoff time.Duration
 	Clock           clock.Clock
 	Logger          *slog.Logger
+	// Cluster, on an etcd store, makes the queue the cluster's: the leader
+	// assigns jobs to nodes, each node runs those assigned to it (see
+	// Cluster). Nil: a single host.
+	Cluster Cluster
+	// Event, if set, records a job taken back from a lost node (kind
+	// "job_requeued" or "job_lost") in the event log.
+	Event func(kind, reason string)
 }
 
 // Manager is the persistent job queue: jobs are written to the store when
@@ -71,6 +78,15 @@ type Manager struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	janitor clock.Timer
+
+	// In a cluster: the jobs not ended as the store has them, who waits
+	// for a change of one, the leader's state, and the reason a job
+	// recorded as running here but not running is taken back.
+	recs     map[string]seenJob
+	waiters  map[string][]chan struct{}
+	kick     chan struct{}
+	lead     *lead
+	orphaned string
 }
 
 type entry struct {
@@ -82,14 +98,19 @@ type entry struct {
 	running bool
 	// cancelled is set by Cancel, so the end is reported as cancelled.
 	cancelled bool
+	// In a cluster: revoked is set when the job is no longer this node's
+	// (its end is not seenJob), ending once its end is being stored.
+	revoked, ending bool
 }
 
-// record is what is stored of a job under store.JobKey: the job, and the
+// record is what is seenJob of a job under store.JobKey: the job, and the
 // request as submitted, to run it again (dropped once it has finished).
 type record struct {
 	Job Job               `json:"job"`
 	Req *types.JobRequest `json:"request,omitempty"`
 	Seq uint64            `json:"seq"`
+	// Cancel asks the node the job is assigned to to cancel it (cluster).
+	Cancel bool `json:"cancel,omitempty"`
 }
 
 // Open loads the jobs in the store: queued jobs are queued again, jobs that
@@ -126,6 +147,9 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	m := &Manager{o: o, clock: o.Clock, log: o.Logger, sched: NewScheduler(), live: map[string]*entry{}, free: o.Slots}
 	m.sched.Weights, m.sched.Quotas, m.sched.Default = o.Weights, o.Quotas, o.DefaultQuota
 	m.ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if o.Cluster != nil {
+		return m.openCluster(ctx)
+	}
 	if err := m.recover(ctx); err != nil {
 		m.stop()
 		return nil, err
@@ -190,7 +214,7 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 		return nil, fmt.Errorf("jobs: the daemon is stopping: %w", errdefs.ErrUnavailable)
 	}
 	for t, n := range perTenant {
-		if !m.sched.CanQueue(t, n) {
+		if !m.canQueue(t, n) {
 			m.mu.Unlock()
 			return nil, fmt.Errorf("tenant %q: %d more jobs would exceed its queue of %d: %w", t, n, m.sched.quota(t).MaxQueued, types.ErrQuota)
 		}
@@ -216,6 +240,14 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 		}
 	}
 	out := make([]Job, len(entries))
+	if m.o.Cluster != nil {
+		// The leader takes them from the store.
+		for i, e := range entries {
+			out[i] = e.job
+		}
+		m.kickPass()
+		return out, nil
+	}
 	m.mu.Lock()
 	for i, e := range entries {
 		m.live[e.job.ID] = e
@@ -255,16 +287,20 @@ func (m *Manager) dispatch() {
 func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	defer m.wg.Done()
 	defer e.cancel()
-	// The start is stored while the sandbox starts; the result is stored
-	// after it. A crash before the start is stored finds the job queued and
+	// The start is seenJob while the sandbox starts; the result is seenJob
+	// after it. A crash before the start is seenJob finds the job queued and
 	// runs it again.
 	started := make(chan struct{})
-	go func(j Job) {
-		defer close(started)
-		if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
-			m.log.Error("job start not stored", "job", j.ID, "err", err)
-		}
-	}(j)
+	if m.o.Cluster != nil {
+		close(started) // stored before it started
+	} else {
+		go func(j Job) {
+			defer close(started)
+			if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
+				m.log.Error("job start not stored", "job", j.ID, "err", err)
+			}
+		}(j)
+	}
 	t1 := time.Now()
 	var once sync.Once
 	publish := func(err error) {
@@ -280,11 +316,18 @@ func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	m.free++
 	m.dispatch()
 	m.mu.Unlock()
+	if m.o.Cluster != nil {
+		m.kickPass()
+	}
 }
 
 // publish ends job j (as the runner left it, err from Run): stores it,
 // answers its waiters and sends its callback.
 func (m *Manager) publish(ctx context.Context, e *entry, j Job, err error, ran time.Duration) {
+	if m.o.Cluster != nil {
+		m.publishNode(e, j, err)
+		return
+	}
 	now := m.clock.Now()
 	m.mu.Lock()
 	cancelled, closing := e.cancelled, m.closing && !e.cancelled

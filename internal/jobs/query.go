@@ -29,6 +29,9 @@ func (m *Manager) Get(ctx context.Context, id string) (Job, error) {
 
 // Wait blocks until job id has finished or ctx ends.
 func (m *Manager) Wait(ctx context.Context, id string) (Job, error) {
+	if m.o.Cluster != nil {
+		return m.waitCluster(ctx, id)
+	}
 	m.mu.Lock()
 	e := m.live[id]
 	m.mu.Unlock()
@@ -51,6 +54,9 @@ func (m *Manager) Wait(ctx context.Context, id string) (Job, error) {
 
 // Cancel cancels a queued or running job and returns it once it has ended.
 func (m *Manager) Cancel(ctx context.Context, id string) (Job, error) {
+	if m.o.Cluster != nil {
+		return m.cancelCluster(ctx, id)
+	}
 	m.mu.Lock()
 	e := m.live[id]
 	if e == nil {
@@ -115,10 +121,15 @@ func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
 	return out, nil
 }
 
-// Stats counts queued and running jobs.
+// Stats counts queued and running jobs (in a cluster: the cluster's
+// queued jobs and this node's running ones) and this node's slots.
 func (m *Manager) Stats() (queued, running, slots int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.o.Cluster != nil {
+		q, r, _ := m.clusterStats()
+		return q, r, m.o.Slots
+	}
 	return m.sched.Queued(""), m.sched.Running(""), m.o.Slots
 }
 
@@ -130,9 +141,19 @@ type TenantStats struct {
 }
 
 // Tenants counts the queued and running jobs of every tenant that has
-// any, by name.
+// any (in a cluster: on every node), by name.
 func (m *Manager) Tenants() []TenantStats {
 	m.mu.Lock()
+	if m.o.Cluster != nil {
+		_, _, ts := m.clusterStats()
+		m.mu.Unlock()
+		out := make([]TenantStats, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, *t)
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
+		return out
+	}
 	out := make([]TenantStats, 0, len(m.sched.tenants))
 	for _, t := range m.sched.tenants {
 		if len(t.jobs) > 0 || t.running > 0 {

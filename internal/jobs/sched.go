@@ -192,3 +192,18 @@ func (s *Scheduler) Running(tenant string) int {
 	}
 	return n
 }
+
+// SetRunning sets how many jobs of each tenant run (none for a tenant
+// running does not name): in a cluster the leader counts them from the
+// job records, whichever node runs them.
+func (s *Scheduler) SetRunning(running map[string]int) {
+	for name, n := range running {
+		s.tenant(name).running = n
+	}
+	for name, t := range s.tenants {
+		if _, ok := running[name]; !ok {
+			t.running = 0
+			s.gc(t)
+		}
+	}
+}

@@ -65,6 +65,7 @@ const (
 	JobDone      = "done"      // every step ran or was skipped; see OK
 	JobCancelled = "cancelled" // cancelled before or while it ran
 	JobFailed    = "failed"    // the platform could not run it (see Error)
+	JobLost      = "lost"      // its node was lost each time it ran (see Error)
 )
 
 // Step statuses.
@@ -98,6 +99,12 @@ type Job struct {
 	Callback string  `json:"callback,omitempty"`
 	// CallbackState is "pending", "delivered" or "failed".
 	CallbackState string `json:"callback_state,omitempty"`
+	// Node is the cluster node the job is assigned to or ran on (empty on
+	// a single host and while it waits for a node).
+	Node string `json:"node,omitempty"`
+	// Requeued says why the job was queued again after it had been given
+	// to a node (its node was lost, or stopped while it ran).
+	Requeued string `json:"requeued,omitempty"`
 }
 
 // StepResult is how one step ended.

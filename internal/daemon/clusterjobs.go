@@ -1,0 +1,143 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/events"
+	"github.com/shoal-run/shoal/internal/jobs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// jobMembers is the cluster's membership as the job queue sees it
+// (jobs.Cluster). The queue opens before the daemon joins the cluster:
+// until attach gives it the live set and the election, no node is known
+// and this node does not lead.
+type jobMembers struct {
+	self    string
+	st      store.Store
+	changed chan struct{}
+
+	mu      sync.Mutex
+	live    *cluster.Live
+	elector *cluster.Elector
+}
+
+func newJobMembers(self string, st store.Store) *jobMembers {
+	return &jobMembers{self: self, st: st, changed: make(chan struct{}, 1)}
+}
+
+// attach gives the membership its live set and election, and tells the
+// queue of every change of the live set until ctx ends.
+func (j *jobMembers) attach(ctx context.Context, live *cluster.Live, el *cluster.Elector, wg *sync.WaitGroup) {
+	j.mu.Lock()
+	j.live, j.elector = live, el
+	j.mu.Unlock()
+	ch := live.Changed()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ch:
+				j.notify()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	j.notify()
+}
+
+func (j *jobMembers) notify() {
+	select {
+	case j.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Self is this node's name.
+func (j *jobMembers) Self() string { return j.self }
+
+// Changed gets a value after each change of the live set.
+func (j *jobMembers) Changed() <-chan struct{} { return j.changed }
+
+// Nodes returns the live nodes with the job slots their records give.
+func (j *jobMembers) Nodes() ([]jobs.Node, bool) {
+	j.mu.Lock()
+	live := j.live
+	j.mu.Unlock()
+	if live == nil {
+		return nil, false
+	}
+	select {
+	case <-live.Ready():
+	default:
+		return nil, false
+	}
+	names := live.Nodes()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kvs, err := j.st.List(ctx, store.NodesPrefix)
+	if err != nil {
+		return nil, false
+	}
+	recs := map[string]cluster.Record{}
+	for _, kv := range kvs {
+		var r cluster.Record
+		if json.Unmarshal(kv.Value, &r) == nil {
+			recs[r.Name] = r
+		}
+	}
+	out := make([]jobs.Node, 0, len(names))
+	for _, n := range names {
+		// A live node has a record (written before its heartbeat); one
+		// removed meanwhile takes no job.
+		r, ok := recs[n]
+		out = append(out, jobs.Node{Name: n, Slots: r.JobSlots, Draining: r.Draining || !ok})
+	}
+	return out, true
+}
+
+// Leading returns the fence of this node's leadership, or nil.
+func (j *jobMembers) Leading() jobs.Fence {
+	j.mu.Lock()
+	el := j.elector
+	j.mu.Unlock()
+	if el == nil {
+		return nil
+	}
+	t := el.Leading()
+	if t == nil {
+		return nil
+	}
+	return termFence{t}
+}
+
+// termFence is a leadership's fenced compare-and-swap, its end told as
+// jobs.ErrDeposed.
+type termFence struct{ t *cluster.Term }
+
+func (f termFence) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
+	r, err := f.t.CompareAndSwap(ctx, key, rev, value)
+	if errors.Is(err, cluster.ErrDeposed) {
+		return 0, fmt.Errorf("%w: %w", jobs.ErrDeposed, err)
+	}
+	return r, err
+}
+
+// jobEvent records a job taken back from a lost node in the event log.
+func (d *Daemon) jobEvent(ev *events.Log) func(kind, reason string) {
+	return func(kind, reason string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := ev.Emit(ctx, events.Event{Kind: kind, Reason: reason}); err != nil {
+			d.log.Warn("job event not recorded", "kind", kind, "err", err)
+		}
+	}
+}

@@ -1,0 +1,259 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// Cluster is the membership a Manager needs to share one queue with the
+// other nodes of a cluster: the node it runs on, the live nodes and their
+// slots, and this node's leadership, whose writes are fenced.
+type Cluster interface {
+	// Self is the name of this node.
+	Self() string
+	// Nodes returns the live nodes (a draining one marked so) and whether
+	// the live set is known yet.
+	Nodes() ([]Node, bool)
+	// Changed gets a value after each change of the live set.
+	Changed() <-chan struct{}
+	// Leading returns the fence of this node's leadership, or nil while
+	// another node leads.
+	Leading() Fence
+}
+
+// Node is a live node of a cluster as the queue sees it.
+type Node struct {
+	Name     string
+	Slots    int  // jobs it runs at once
+	Draining bool // it takes no new job
+}
+
+// Fence writes only while a leadership lasts: a deposed leader's write is
+// refused with an error wrapping ErrDeposed.
+type Fence interface {
+	// CompareAndSwap writes value at key if the key's ModRev is still rev
+	// (errdefs.ErrConflict otherwise) and the leadership lasts.
+	CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error)
+}
+
+// ErrDeposed is wrapped by a Fence's error once the leadership is over.
+var ErrDeposed = errors.New("not the leader any more")
+
+// seenJob is a job record as last seen in the store, with its revisions.
+type seenJob struct {
+	rec       record
+	rev       int64 // ModRev: the revision a compare-and-swap names
+	createRev int64 // orders jobs of equal priority, whichever node took them
+}
+
+// ended reports whether a job in state is over.
+func ended(state string) bool { return state != Queued && state != Running }
+
+// follow keeps m.recs, the jobs not ended, in step with the store, and
+// makes a pass (pass) after each batch of changes, each change of the live
+// set and every second, until the Manager closes.
+func (m *Manager) follow() {
+	defer m.wg.Done()
+	changed := m.o.Cluster.Changed()
+	for m.ctx.Err() == nil {
+		// Watch first, then list: no change falls between the two.
+		ch, err := m.o.Store.Watch(m.ctx, store.JobsPrefix)
+		var kvs []store.KV
+		if err == nil {
+			kvs, err = m.o.Store.List(m.ctx, store.JobsPrefix)
+		}
+		if err != nil {
+			m.log.Debug("job records: watch failed", "err", err)
+			if !m.sleep(time.Second) {
+				return
+			}
+			continue
+		}
+		m.resync(kvs)
+		tick := m.clock.NewTimer(time.Second)
+		dirty := true
+	loop:
+		for {
+			if dirty {
+				// Take every change already waiting before the pass.
+				select {
+				case ev, ok := <-ch:
+					if !ok {
+						break loop
+					}
+					m.apply(ev)
+					continue
+				default:
+				}
+				m.pass()
+				dirty = false
+			}
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					break loop
+				}
+				m.apply(ev)
+			case <-m.kick:
+			case <-changed:
+			case <-tick.C():
+				tick.Reset(time.Second)
+			case <-m.ctx.Done():
+				tick.Stop()
+				return
+			}
+			dirty = true
+		}
+		tick.Stop()
+	}
+}
+
+// sleep waits d on the Manager's clock; false once it closes.
+func (m *Manager) sleep(d time.Duration) bool {
+	t := m.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return true
+	case <-m.ctx.Done():
+		return false
+	}
+}
+
+// kickPass asks follow for a pass soon.
+func (m *Manager) kickPass() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// resync replaces m.recs with the listed records.
+func (m *Manager) resync(kvs []store.KV) {
+	recs := map[string]seenJob{}
+	for _, kv := range kvs {
+		if s, ok := decodeStored(kv); ok && !ended(s.rec.Job.State) {
+			recs[s.rec.Job.ID] = s
+		}
+	}
+	m.mu.Lock()
+	m.recs = recs
+	for id := range m.waiters {
+		m.wake(id)
+	}
+	m.mu.Unlock()
+}
+
+// apply takes one change of a job record into m.recs, unless it is older
+// than what m.recs holds (a write of this node's own, seen again).
+func (m *Manager) apply(ev store.Event) {
+	id := strings.TrimPrefix(ev.KV.Key, store.JobsPrefix)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer m.wake(id)
+	if cur, ok := m.recs[id]; ok && ev.KV.ModRev <= cur.rev {
+		return
+	}
+	if ev.Type == store.EventDelete {
+		delete(m.recs, id)
+		return
+	}
+	s, ok := decodeStored(ev.KV)
+	if !ok || ended(s.rec.Job.State) {
+		delete(m.recs, id)
+		return
+	}
+	m.recs[id] = s
+}
+
+// seen takes a record this node has just written into m.recs. m.mu is held.
+func (m *Manager) seen(r record, rev int64, createRev int64) {
+	if ended(r.Job.State) {
+		delete(m.recs, r.Job.ID)
+	} else if cur, ok := m.recs[r.Job.ID]; !ok || cur.rev < rev {
+		m.recs[r.Job.ID] = seenJob{rec: r, rev: rev, createRev: createRev}
+	}
+}
+
+func decodeStored(kv store.KV) (seenJob, bool) {
+	var r record
+	if err := json.Unmarshal(kv.Value, &r); err != nil || r.Job.ID == "" {
+		return seenJob{}, false
+	}
+	return seenJob{rec: r, rev: kv.ModRev, createRev: kv.CreateRev}, true
+}
+
+// waitChange returns a channel closed at the next change of job id's
+// record this node sees, and a function to call when it is not needed.
+func (m *Manager) waitChange(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{})
+	m.mu.Lock()
+	m.waiters[id] = append(m.waiters[id], ch)
+	m.mu.Unlock()
+	return ch, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		ws := m.waiters[id]
+		for i, w := range ws {
+			if w == ch {
+				m.waiters[id] = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(m.waiters[id]) == 0 {
+			delete(m.waiters, id)
+		}
+	}
+}
+
+// wake closes the waiters of job id. m.mu is held.
+func (m *Manager) wake(id string) {
+	for _, ch := range m.waiters[id] {
+		close(ch)
+	}
+	delete(m.waiters, id)
+}
+
+// snapshot returns the jobs not ended, as last seen. m.mu is not held.
+func (m *Manager) snapshot() []seenJob {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]seenJob, 0, len(m.recs))
+	for _, s := range m.recs {
+		out = append(out, s)
+	}
+	return out
+}
+
+// casRecord writes r over the record seen at rev, through fence when one
+// is given (the leader's writes), and takes it into m.recs.
+func (m *Manager) casRecord(ctx context.Context, fence Fence, r record, rev, createRev int64) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	key := store.JobKey(r.Job.ID)
+	var nrev int64
+	if fence != nil {
+		nrev, err = fence.CompareAndSwap(ctx, key, rev, b)
+	} else {
+		nrev, err = m.o.Store.CompareAndSwap(ctx, key, rev, b)
+	}
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.seen(r, nrev, createRev)
+	m.mu.Unlock()
+	return nil
+}
+
+// isConflict reports an error of a compare-and-swap that lost a race (the
+// record changed), as opposed to a deposed leader or a store that failed.
+func isConflict(err error) bool { return errdefs.IsConflict(err) && !errors.Is(err, ErrDeposed) }

@@ -1,0 +1,488 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// fakeNet is the membership of a cluster of Managers sharing one bolt
+// store: which nodes are live (and their slots), and who leads in which
+// term. The tests change it as nodes die and leaders change.
+type fakeNet struct {
+	st     store.Store
+	mu     sync.Mutex
+	leader string
+	term   int
+	nodes  map[string]Node
+	subs   []chan struct{}
+	events []string
+}
+
+func newFakeNet(st store.Store) *fakeNet { return &fakeNet{st: st, nodes: map[string]Node{}} }
+
+func (n *fakeNet) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (n *fakeNet) setLive(node Node, live bool) {
+	n.mu.Lock()
+	if live {
+		n.nodes[node.Name] = node
+	} else {
+		delete(n.nodes, node.Name)
+	}
+	n.mu.Unlock()
+	n.notify()
+}
+
+func (n *fakeNet) lead(name string) {
+	n.mu.Lock()
+	n.leader = name
+	n.term++
+	n.mu.Unlock()
+	n.notify()
+}
+
+func (n *fakeNet) event(kind, reason string) {
+	n.mu.Lock()
+	n.events = append(n.events, kind+": "+reason)
+	n.mu.Unlock()
+}
+
+func (n *fakeNet) eventLog() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.events...)
+}
+
+// fakeMember is one node's view of a fakeNet.
+type fakeMember struct {
+	net  *fakeNet
+	self string
+}
+
+func (c fakeMember) Self() string { return c.self }
+
+func (c fakeMember) Nodes() ([]Node, bool) {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	var out []Node
+	for _, n := range c.net.nodes {
+		out = append(out, n)
+	}
+	return out, true
+}
+
+func (c fakeMember) Changed() <-chan struct{} {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	c.net.subs = append(c.net.subs, ch)
+	return ch
+}
+
+func (c fakeMember) Leading() Fence {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	if c.net.leader != c.self {
+		return nil
+	}
+	return fakeFence{net: c.net, node: c.self, term: c.net.term}
+}
+
+// fakeFence refuses a write once its term is over, as etcd refuses a
+// deposed leader's.
+type fakeFence struct {
+	net  *fakeNet
+	node string
+	term int
+}
+
+func (f fakeFence) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	if f.net.leader != f.node || f.net.term != f.term {
+		return 0, fmt.Errorf("key %q: term %d of %s: %w", key, f.term, f.node, ErrDeposed)
+	}
+	return f.net.st.CompareAndSwap(ctx, key, rev, value)
+}
+
+// testCluster is a cluster of Managers on one store, each with its own
+// runner.
+type testCluster struct {
+	t       *testing.T
+	st      store.Store
+	net     *fakeNet
+	clk     *clock.Fake
+	o       Options
+	mgrs    map[string]*Manager
+	runners map[string]*fakeRunner
+}
+
+func newTestCluster(t *testing.T, o Options) *testCluster {
+	st := openStore(t)
+	c := &testCluster{t: t, st: st, net: newFakeNet(st), clk: clock.NewFake(time.Unix(1_000_000, 0)), o: o,
+		mgrs: map[string]*Manager{}, runners: map[string]*fakeRunner{}}
+	t.Cleanup(func() {
+		for _, m := range c.mgrs {
+			m.Close()
+		}
+	})
+	return c
+}
+
+// add opens node name's Manager with slots, and makes the node live.
+func (c *testCluster) add(name string, slots int) *Manager {
+	c.t.Helper()
+	o := c.o
+	o.Store, o.Slots, o.Clock, o.Event = c.st, slots, c.clk, c.net.event
+	o.Cluster = fakeMember{net: c.net, self: name}
+	fr := newFakeRunner(true)
+	o.Runner = fr
+	m, err := Open(context.Background(), o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mgrs[name], c.runners[name] = m, fr
+	c.net.setLive(Node{Name: name, Slots: slots}, true)
+	return m
+}
+
+// running returns the stored running jobs by node.
+func (c *testCluster) running() map[string][]Job {
+	out := map[string][]Job{}
+	kvs, _ := c.st.List(context.Background(), store.JobsPrefix)
+	for _, kv := range kvs {
+		var r record
+		json.Unmarshal(kv.Value, &r)
+		if r.Job.State == Running {
+			out[r.Job.Node] = append(out[r.Job.Node], r.Job)
+		}
+	}
+	return out
+}
+
+func (c *testCluster) countRunning() int {
+	n := 0
+	for _, js := range c.running() {
+		n += len(js)
+	}
+	return n
+}
+
+// finish ends job j on the node that runs it, once its runner has it (the
+// record says running before the runner starts).
+func (c *testCluster) finish(j Job) {
+	c.t.Helper()
+	fr := c.runners[j.Node]
+	waitFor(c.t, "job "+j.ID+" in its runner", func() bool {
+		fr.mu.Lock()
+		defer fr.mu.Unlock()
+		return fr.release[j.ID] != nil
+	})
+	fr.finish(j.ID)
+}
+
+func submit(t *testing.T, m *Manager, tenant string, n int) []Job {
+	t.Helper()
+	reqs := make([]types.JobRequest, n)
+	for i := range reqs {
+		reqs[i] = hello(tenant)
+	}
+	js, err := m.Submit(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// The leader shares the slots of the whole cluster between tenants by
+// weight, whichever node a job was submitted through, and fills each
+// node's free slots; every job runs once and its result is seen through
+// any node.
+func TestClusterFairShareAcrossNodes(t *testing.T) {
+	c := newTestCluster(t, Options{Weights: map[string]float64{"b": 2}})
+	n1, n2 := c.add("n1", 2), c.add("n2", 2)
+	c.add("n3", 2)
+	// Queued with no leader: the first assignment sees every job.
+	ja := submit(t, n1, "a", 8)
+	jb := submit(t, n2, "b", 8)
+	c.net.lead("n1")
+	waitFor(t, "6 jobs running", func() bool { return c.countRunning() == 6 })
+	run := c.running()
+	perTenant := map[string]int{}
+	for node, js := range run {
+		if len(js) != 2 {
+			t.Errorf("node %s runs %d jobs, want its 2 slots full", node, len(js))
+		}
+		for _, j := range js {
+			perTenant[j.Tenant]++
+		}
+	}
+	// Weights 1 and 2 over 6 slots of the cluster: 2 and 4.
+	if perTenant["a"] != 2 || perTenant["b"] != 4 {
+		t.Fatalf("running per tenant %v, want a:2 b:4 (weights 1 and 2 over the cluster's 6 slots)", perTenant)
+	}
+	// Every job ends done, once, and waiting through another node sees it.
+	ran := map[string]int{}
+	for len(ran) < 16 {
+		waitFor(t, "a running job", func() bool { return c.countRunning() > 0 })
+		for _, js := range c.running() {
+			for _, j := range js {
+				ran[j.ID]++
+				c.finish(j)
+				if _, err := c.mgrs["n3"].Wait(context.Background(), j.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, j := range append(ja, jb...) {
+		got, err := c.mgrs["n3"].Get(context.Background(), j.ID)
+		if err != nil || got.State != Done || !got.OK || got.Attempts != 1 || got.Node == "" || ran[j.ID] != 1 {
+			t.Fatalf("job %s: %+v, %v; started %d times", j.ID, got, err, ran[j.ID])
+		}
+	}
+}
+
+// A job goes only to a node with a free slot, and never to a draining
+// node; a queued job waits for a slot and takes the first one freed.
+func TestClusterAssignsToFreeSlots(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1 := c.add("n1", 1)
+	c.add("n2", 3)
+	c.add("n3", 2)
+	c.net.setLive(Node{Name: "n3", Slots: 2, Draining: true}, true)
+	c.net.lead("n1")
+	js := submit(t, n1, "a", 5)
+	waitFor(t, "4 jobs running", func() bool { return c.countRunning() == 4 })
+	run := c.running()
+	if len(run["n1"]) != 1 || len(run["n2"]) != 3 || len(run["n3"]) != 0 {
+		t.Fatalf("running by node: n1 %d n2 %d n3 %d, want 1, 3 and none on the draining n3", len(run["n1"]), len(run["n2"]), len(run["n3"]))
+	}
+	var waiting Job
+	for _, j := range js {
+		got, _ := n1.Get(context.Background(), j.ID)
+		if got.State == Queued {
+			waiting = got
+		}
+	}
+	if waiting.ID == "" || waiting.Node != "" {
+		t.Fatalf("the 5th job should wait for a slot with no node: %+v", waiting)
+	}
+	c.finish(run["n2"][0])
+	j, err := n1.Wait(context.Background(), run["n2"][0].ID)
+	if err != nil || j.State != Done || j.Node != "n2" {
+		t.Fatalf("finished job: %+v, %v", j, err)
+	}
+	waitFor(t, "the waiting job on n2", func() bool {
+		got, _ := n1.Get(context.Background(), waiting.ID)
+		return got.State == Running && got.Node == "n2"
+	})
+}
+
+// A lost node's running job is queued again with the reason, runs on a
+// live node, and the lost node, still running it, kills it without
+// storing its end; the change is an event.
+func TestClusterNodeLostRequeues(t *testing.T) {
+	c := newTestCluster(t, Options{MaxAttempts: 2})
+	n1 := c.add("n1", 1)
+	c.add("n2", 1)
+	c.net.setLive(Node{Name: "n1", Slots: 1, Draining: true}, true)
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	if id := c.runners["n2"].waitStart(t); id != j.ID {
+		t.Fatalf("n2 started %s, want %s", id, j.ID)
+	}
+	c.add("n3", 1)
+	c.net.setLive(Node{Name: "n2"}, false)
+	if id := c.runners["n3"].waitStart(t); id != j.ID {
+		t.Fatalf("n3 started %s, want %s", id, j.ID)
+	}
+	got, _ := n1.Get(context.Background(), j.ID)
+	if got.State != Running || got.Node != "n3" || got.Attempts != 2 || got.Requeued != "node n2 lost while the job ran (attempt 1 of 2)" {
+		t.Fatalf("requeued job: %+v", got)
+	}
+	// n2 still ran it: it learns the job is no longer its own and kills it.
+	waitFor(t, "n2's copy killed", func() bool {
+		c.mgrs["n2"].mu.Lock()
+		defer c.mgrs["n2"].mu.Unlock()
+		return c.mgrs["n2"].live[j.ID] == nil
+	})
+	if got, _ := n1.Get(context.Background(), j.ID); got.State != Running || got.Node != "n3" {
+		t.Fatalf("n2's killed copy changed the record: %+v", got)
+	}
+	c.finish(got)
+	got, err := n1.Wait(context.Background(), j.ID)
+	if err != nil || got.State != Done || got.Node != "n3" || got.Attempts != 2 {
+		t.Fatalf("job: %+v, %v", got, err)
+	}
+	ev := c.net.eventLog()
+	if len(ev) != 1 || !strings.HasPrefix(ev[0], "job_requeued: job "+j.ID) || !strings.Contains(ev[0], "node n2 lost") {
+		t.Fatalf("events %q, want one job_requeued naming node n2", ev)
+	}
+}
+
+// A job whose node is lost as many times as it may be tried ends lost with
+// the reason, and waiters and the event log are told.
+func TestClusterLostAfterAttempts(t *testing.T) {
+	c := newTestCluster(t, Options{MaxAttempts: 2})
+	n1 := c.add("n1", 1)
+	c.net.setLive(Node{Name: "n1", Slots: 1, Draining: true}, true)
+	c.add("n2", 1)
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	c.runners["n2"].waitStart(t)
+	c.add("n3", 1)
+	c.net.setLive(Node{Name: "n2"}, false)
+	c.runners["n3"].waitStart(t)
+	c.net.setLive(Node{Name: "n3"}, false)
+	got, err := n1.Wait(context.Background(), j.ID)
+	want := "node n3 lost while the job ran (attempt 2 of 2); not run again"
+	if err != nil || got.State != Lost || got.Error != want || got.Node != "n3" || got.Finished == nil {
+		t.Fatalf("job: %+v, %v; want lost: %s", got, err, want)
+	}
+	ev := c.net.eventLog()
+	if len(ev) != 2 || !strings.HasPrefix(ev[1], "job_lost: job "+j.ID) {
+		t.Fatalf("events %q, want job_requeued then job_lost", ev)
+	}
+}
+
+// A job assigned to a node that is lost before it starts is queued again
+// without counting an attempt.
+func TestClusterAssignedNotStartedRequeued(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1 := c.add("n1", 1)
+	c.net.setLive(Node{Name: "n1", Slots: 1, Draining: true}, true)
+	// n9 is live but has no Manager: what is assigned to it never starts.
+	c.net.setLive(Node{Name: "n9", Slots: 1}, true)
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	waitFor(t, "assigned to n9", func() bool {
+		got, _ := n1.Get(context.Background(), j.ID)
+		return got.Node == "n9"
+	})
+	c.add("n2", 1)
+	c.net.setLive(Node{Name: "n9"}, false)
+	c.runners["n2"].waitStart(t)
+	got, _ := n1.Get(context.Background(), j.ID)
+	if got.Node != "n2" || got.Attempts != 1 || got.Requeued != "node n9 lost before the job started" {
+		t.Fatalf("job: %+v", got)
+	}
+}
+
+// A new leader continues from the records: it counts the slots the jobs
+// assigned by the old one take, assigns what is queued, and the deposed
+// leader's writes are refused.
+func TestClusterLeaderChange(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1, n2 := c.add("n1", 1), c.add("n2", 1)
+	c.add("n3", 2)
+	c.net.lead("n1")
+	first := submit(t, n1, "a", 4)
+	waitFor(t, "4 jobs running", func() bool { return c.countRunning() == 4 })
+	old := fakeMember{net: c.net, self: "n1"}.Leading()
+	c.net.lead("") // n1 is gone as leader; none yet
+	more := submit(t, n2, "b", 2)
+	// The deposed leader's fence refuses.
+	if _, err := old.CompareAndSwap(context.Background(), store.JobKey(more[0].ID), 1, []byte("{}")); err == nil || !strings.Contains(err.Error(), ErrDeposed.Error()) {
+		t.Fatalf("deposed write: %v", err)
+	}
+	c.net.lead("n2")
+	// Every slot is taken: the new leader assigns nothing yet.
+	c.mgrs["n2"].kickPass()
+	for _, j := range more {
+		if got, _ := n2.Get(context.Background(), j.ID); got.State != Queued || got.Node != "" {
+			t.Fatalf("job %s assigned with no free slot: %+v", j.ID, got)
+		}
+	}
+	run := c.running()
+	c.finish(run["n3"][0])
+	c.finish(run["n3"][1])
+	waitFor(t, "the new leader's jobs on n3", func() bool {
+		n := 0
+		for _, j := range c.running()["n3"] {
+			if j.Tenant == "b" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	for _, js := range c.running() {
+		for _, j := range js {
+			c.finish(j)
+		}
+	}
+	for _, j := range append(first, more...) {
+		got, err := n1.Wait(context.Background(), j.ID)
+		if err != nil || got.State != Done || got.Attempts != 1 {
+			t.Fatalf("job %s: %+v, %v", j.ID, got, err)
+		}
+	}
+}
+
+// A node that restarts finds jobs the store says it runs: they are queued
+// again (the attempt counted) and run.
+func TestClusterRestartedNodeRequeues(t *testing.T) {
+	c := newTestCluster(t, Options{MaxAttempts: 2})
+	now := c.clk.Now()
+	req := hello("a")
+	r := record{Job: Job{ID: "j00000000000000b1", Tenant: "a", Image: req.Image, State: Running, Attempts: 1,
+		Submitted: now, Started: &now, Node: "n1"}, Req: &req, Seq: 1}
+	b, _ := json.Marshal(r)
+	if _, err := c.st.Put(context.Background(), store.JobKey(r.Job.ID), b); err != nil {
+		t.Fatal(err)
+	}
+	n1 := c.add("n1", 1)
+	c.net.lead("n1")
+	c.runners["n1"].waitStart(t)
+	got, _ := n1.Get(context.Background(), r.Job.ID)
+	if got.State != Running || got.Attempts != 2 || got.Requeued != "node n1 restarted while the job ran (attempt 1 of 2)" {
+		t.Fatalf("job: %+v", got)
+	}
+}
+
+// A job running on one node is cancelled through another: its node kills
+// it and stores it cancelled; a queued one is cancelled at once.
+func TestClusterCancelThroughAnotherNode(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1 := c.add("n1", 1)
+	c.net.setLive(Node{Name: "n1", Slots: 1, Draining: true}, true)
+	n2 := c.add("n2", 1)
+	c.net.lead("n1")
+	js := submit(t, n1, "a", 2)
+	c.runners["n2"].waitStart(t)
+	run := c.running()["n2"][0]
+	got, err := n1.Cancel(context.Background(), run.ID)
+	if err != nil || got.State != Cancelled || got.Node != "n2" {
+		t.Fatalf("cancel running: %+v, %v", got, err)
+	}
+	other := js[0]
+	if other.ID == run.ID {
+		other = js[1]
+	}
+	// The second job takes the freed slot, or is cancelled first.
+	got, err = n2.Cancel(context.Background(), other.ID)
+	if err != nil || got.State != Cancelled {
+		t.Fatalf("cancel second: %+v, %v", got, err)
+	}
+	if _, err := n1.Cancel(context.Background(), other.ID); err == nil {
+		t.Fatal("cancelling an ended job should fail")
+	}
+}

@@ -1,0 +1,190 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// openCluster starts a cluster node's queue: nothing is queued here (the
+// leader assigns from the store); callbacks of jobs this node ended and
+// had not delivered are retried, and follow starts.
+func (m *Manager) openCluster(ctx context.Context) (*Manager, error) {
+	m.recs, m.waiters, m.kick = map[string]seenJob{}, map[string][]chan struct{}{}, make(chan struct{}, 1)
+	self := m.o.Cluster.Self()
+	m.orphaned = fmt.Sprintf("node %s restarted", self)
+	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
+	if err != nil {
+		m.stop()
+		return nil, fmt.Errorf("jobs: list: %w", err)
+	}
+	for _, kv := range kvs {
+		if s, ok := decodeStored(kv); ok && ended(s.rec.Job.State) && s.rec.Job.Node == self && s.rec.Job.CallbackState == "pending" {
+			m.deliverLater(s.rec.Job)
+		}
+	}
+	m.mu.Lock()
+	m.wg.Add(1)
+	go m.follow()
+	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
+	m.mu.Unlock()
+	return m, nil
+}
+
+// canQueue reports whether tenant may queue n more jobs: in a cluster it
+// counts the tenant's queued jobs of the whole cluster. m.mu is held.
+func (m *Manager) canQueue(tenant string, n int) bool {
+	if m.o.Cluster == nil {
+		return m.sched.CanQueue(tenant, n)
+	}
+	q := m.sched.quota(tenant)
+	if q.MaxQueued <= 0 {
+		return true
+	}
+	queued := 0
+	for _, s := range m.recs {
+		if s.rec.Job.Tenant == tenant && s.rec.Job.State == Queued {
+			queued++
+		}
+	}
+	return queued+n <= q.MaxQueued
+}
+
+// publishNode ends a job this node ran: its end is seenJob if the job is
+// still this node's, then its waiters here are answered and its callback
+// sent.
+func (m *Manager) publishNode(e *entry, j Job, err error) {
+	m.mu.Lock()
+	e.ending = true
+	m.mu.Unlock()
+	out, ok := m.publishCluster(e, j, err)
+	m.mu.Lock()
+	if ok {
+		m.seen(record{Job: out}, 0, 0)
+	}
+	e.job = out
+	delete(m.live, j.ID)
+	close(e.done)
+	m.mu.Unlock()
+	if ok && out.CallbackState == "pending" {
+		m.deliverLater(out)
+	}
+	m.log.Debug("job finished", "job", j.ID, "tenant", j.Tenant, "state", out.State, "stored", ok)
+}
+
+// waitCluster waits until job id has ended, whichever node runs it.
+func (m *Manager) waitCluster(ctx context.Context, id string) (Job, error) {
+	for {
+		changed, forget := m.waitChange(id)
+		r, _, err := m.loadRev(ctx, id)
+		if err != nil {
+			forget()
+			return Job{}, err
+		}
+		if ended(r.Job.State) {
+			forget()
+			return r.Job, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			forget()
+			return Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
+		case <-m.ctx.Done():
+			forget()
+			return r.Job, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
+		}
+	}
+}
+
+// cancelCluster cancels a job of the cluster's queue: a job no node has
+// yet ends at once; else the node it is assigned to is asked, through its
+// record, and the answer waits for the job's end.
+func (m *Manager) cancelCluster(ctx context.Context, id string) (Job, error) {
+	for {
+		r, kv, err := m.loadRev(ctx, id)
+		if err != nil {
+			return Job{}, err
+		}
+		j := r.Job
+		if ended(j.State) {
+			return j, fmt.Errorf("job %s has already ended (%s): %w", id, j.State, errdefs.ErrConflict)
+		}
+		if r.Cancel {
+			return m.waitCluster(ctx, id)
+		}
+		mine := j.Node == ""
+		if mine {
+			now := m.clock.Now()
+			r.Job.State, r.Job.Finished, r.Req = Cancelled, &now, nil
+			if j.Callback != "" {
+				r.Job.CallbackState = "pending"
+			}
+		} else {
+			r.Cancel = true
+		}
+		b, _ := json.Marshal(r)
+		if _, err := m.o.Store.CompareAndSwap(ctx, kv.Key, kv.ModRev, b); err != nil {
+			if errdefs.IsConflict(err) {
+				continue // changed meanwhile (assigned, started): again
+			}
+			return j, fmt.Errorf("job %s: %w", id, err)
+		}
+		m.kickPass()
+		if !mine {
+			return m.waitCluster(ctx, id)
+		}
+		if r.Job.Callback != "" {
+			m.deliverLater(r.Job)
+		}
+		return r.Job, nil
+	}
+}
+
+// loadRev reads job id's record with its key's revisions.
+func (m *Manager) loadRev(ctx context.Context, id string) (record, store.KV, error) {
+	if validName(id) != nil {
+		return record{}, store.KV{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
+	}
+	kv, err := m.o.Store.Get(ctx, store.JobKey(id))
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			return record{}, kv, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
+		}
+		return record{}, kv, fmt.Errorf("job %q: %w", id, err)
+	}
+	var r record
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
+		return record{}, kv, fmt.Errorf("job %q: %w", id, err)
+	}
+	return r, kv, nil
+}
+
+// clusterStats counts the cluster's queued jobs and this node's running
+// ones, and per tenant the cluster's queued and running jobs. m.mu is held.
+func (m *Manager) clusterStats() (queued, running int, tenants map[string]*TenantStats) {
+	tenants = map[string]*TenantStats{}
+	for _, s := range m.recs {
+		j := s.rec.Job
+		t := tenants[j.Tenant]
+		if t == nil {
+			t = &TenantStats{Tenant: j.Tenant}
+			tenants[j.Tenant] = t
+		}
+		if j.State == Queued {
+			t.Queued++
+			queued++
+		} else {
+			t.Running++
+		}
+	}
+	for _, e := range m.live {
+		if e.running {
+			running++
+		}
+	}
+	return queued, running, tenants
+}
