@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/image/imagetest"
+)
+
+// busybox builds a busybox image tagged tag on the node.
+func (nd *clusterNode) busybox(tag string) {
+	t := nd.c.t
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "rootfs")
+	if err := imagetest.BusyboxDir(dir); err != nil {
+		t.Fatalf("busybox-static is needed: %v", err)
+	}
+	if r := nd.shoal("image", "build", dir, "--tag", tag, "--cmd", "/bin/sh"); r.code != 0 {
+		t.Fatalf("image build on %s: exit %d: %s", nd.name, r.code, r.stderr)
+	}
+}
+
+// job returns job id as nd shows it.
+func (nd *clusterNode) job(id string, wait bool) types.Job {
+	t := nd.c.t
+	t.Helper()
+	args := []string{"job", "get", "-o", "json", id}
+	if wait {
+		args = append(args, "--wait")
+	}
+	r := nd.shoal(args...)
+	if r.code != 0 {
+		t.Fatalf("job get %s on %s: exit %d: %s", id, nd.name, r.code, r.stderr)
+	}
+	return jobJSON(t, r.stdout)
+}
+
+// waitJob polls job id through nd until cond holds.
+func (nd *clusterNode) waitJob(id, what string, cond func(types.Job) bool) types.Job {
+	t := nd.c.t
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		j := nd.job(id, false)
+		if cond(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %s: not after 90s; last seen through %s: %+v", id, what, nd.name, j)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pidsWith returns the host pids whose command line holds marker.
+func pidsWith(marker string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(marker)) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestClusterJobs runs the job queue of a three-node cluster: jobs submitted
+// through one node run on every node (one slot each) and are seen through
+// another; then the node running a job is killed with SIGKILL: the job is
+// queued again with the reason, runs to the end on another node, the event
+// log tells it, and the killed node, started again, leaves nothing of its
+// copy running.
+func TestClusterJobs(t *testing.T) {
+	t.Setenv("SHOAL_JOB_SLOTS", "1")
+	t.Setenv("SHOAL_JOB_WARM", "0")
+	c := startCluster(t, 3)
+	ready := map[string]string{"n1": cluster.StateReady, "n2": cluster.StateReady, "n3": cluster.StateReady}
+	for _, nd := range c.nodes {
+		nd.waitNodes("all ready, one leader", func(m map[string]types.Node) bool {
+			return states(ready)(m) && leaderOf(m) != ""
+		})
+		// Each node needs the image the jobs run.
+		nd.busybox("busybox:1")
+	}
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+
+	// Six jobs through n1, a batch: the cluster's three slots take three at
+	// once, one on each node.
+	var reqs []types.JobRequest
+	for i := range 6 {
+		reqs = append(reqs, types.JobRequest{Image: "busybox:1", Tenant: "course",
+			Steps: []types.JobStep{{Args: []string{"sh", "-c", fmt.Sprintf("sleep 1; echo job %d", i)}}}})
+	}
+	batch := filepath.Join(t.TempDir(), "batch.json")
+	b, _ := json.Marshal(reqs)
+	os.WriteFile(batch, b, 0o644)
+	r := n1.shoal("job", "submit", "-f", batch)
+	if r.code != 0 {
+		t.Fatalf("job submit on n1: exit %d: %s", r.code, r.stderr)
+	}
+	ids := strings.Fields(r.stdout)
+	if len(ids) != 6 {
+		t.Fatalf("job submit printed %q, want 6 ids", r.stdout)
+	}
+	ran := map[string]int{}
+	for i, id := range ids {
+		j := n2.job(id, true)
+		if j.State != types.JobDone || !j.OK || j.Attempts != 1 || j.Steps[0].Stdout != fmt.Sprintf("job %d\n", i) {
+			t.Fatalf("job %s through n2: %+v", id, j)
+		}
+		ran[j.Node]++
+	}
+	if len(ran) != 3 || ran["n1"] == 0 || ran["n2"] == 0 || ran["n3"] == 0 {
+		t.Fatalf("jobs ran per node %v, want some on each of n1, n2 and n3", ran)
+	}
+	ls := n3.shoal("job", "ls")
+	if ls.code != 0 || !strings.Contains(ls.stdout, "NODE") || !strings.Contains(ls.stdout, ids[0]) {
+		t.Fatalf("job ls on n3: exit %d:\n%s%s", ls.code, ls.stdout, ls.stderr)
+	}
+
+	// A job running on one node whose daemon is killed.
+	marker := fmt.Sprintf("cjobs-%d", rand.Uint64())
+	r = n1.shoal("job", "submit", "busybox:1", "sh", "-c", "sleep 6; echo "+marker)
+	if r.code != 0 {
+		t.Fatalf("job submit: exit %d: %s", r.code, r.stderr)
+	}
+	id := strings.TrimSpace(r.stdout)
+	j := n1.waitJob(id, "running", func(j types.Job) bool { return j.State == types.JobRunning })
+	var victim, via *clusterNode
+	for _, nd := range c.nodes {
+		if nd.name == j.Node {
+			victim = nd
+		} else if via == nil {
+			via = nd
+		}
+	}
+	var pids []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(pids) == 0 && time.Now().Before(deadline) {
+		pids = pidsWith(marker)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no process of job %s (marker %s) found on the host", id, marker)
+	}
+	victim.kill()
+	t.Logf("killed %s running job %s (pids %v); watching through %s", victim.name, id, pids, via.name)
+	j = via.job(id, true)
+	want := fmt.Sprintf("node %s lost while the job ran (attempt 1 of 2)", victim.name)
+	if j.State != types.JobDone || !j.OK || j.Node == victim.name || j.Attempts != 2 || j.Requeued != want ||
+		j.Steps[0].Stdout != marker+"\n" {
+		t.Fatalf("job after its node was killed: %+v; want done on another node, requeued: %s", j, want)
+	}
+	r = via.shoal("events", "-o", "json")
+	var evs []types.Event
+	json.Unmarshal([]byte(r.stdout), &evs)
+	found := false
+	for _, e := range evs {
+		found = found || (e.Kind == "job_requeued" && strings.Contains(e.Reason, id) && strings.Contains(e.Reason, "node "+victim.name+" lost"))
+	}
+	if !found {
+		t.Fatalf("no job_requeued event for %s naming %s: %s", id, victim.name, r.stdout)
+	}
+
+	// The killed node comes back: nothing of its copy of the job is left
+	// running, and it takes jobs again.
+	victim.start()
+	deadline = time.Now().Add(30 * time.Second)
+	for left := pids; len(left) > 0; {
+		left = nil
+		for _, p := range pids {
+			if _, err := os.Stat(filepath.Join("/proc", p)); err == nil {
+				left = append(left, p)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the killed node's copy of job %s still run after it restarted", left, id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if again := victim.job(id, false); again.State != types.JobDone || again.Attempts != 2 {
+		t.Fatalf("job %s after its first node came back: %+v", id, again)
+	}
+}
