@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -30,7 +31,9 @@ type Client struct {
 	Store  store.Store
 	Secret string
 	// HTTP makes the requests; nil: a client without an overall timeout
-	// (calls end with their context), connecting within 5 seconds.
+	// (calls end with their context, and a Wait is a long poll) that
+	// connects within 5 seconds, keeps connections alive with TCP probes
+	// every 15 seconds, and never goes through a proxy.
 	HTTP *http.Client
 
 	once  sync.Once
@@ -49,8 +52,8 @@ func (c *Client) init() {
 		c.addrs = map[string]string{}
 		if c.HTTP == nil {
 			tr := http.DefaultTransport.(*http.Transport).Clone()
-			tr.Proxy = nil
-			tr.ResponseHeaderTimeout = 0
+			tr.Proxy = nil // node to node, never through a proxy of the environment
+			tr.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 15 * time.Second}).DialContext
 			tr.MaxIdleConnsPerHost = 16
 			c.HTTP = &http.Client{Transport: tr}
 		}

@@ -55,6 +55,7 @@ func (f *Fetcher) Ensure(ctx context.Context, dgst, from string) error {
 	if ok, err := have(); ok || err != nil {
 		return err
 	}
+	f.Client.init()
 	var errs []error
 	for _, n := range f.sources(ctx, from, &errs) {
 		addr, err := f.Client.Addr(ctx, n)
@@ -62,7 +63,8 @@ func (f *Fetcher) Ensure(ctx context.Context, dgst, from string) error {
 			errs = append(errs, err)
 			continue
 		}
-		img, err := f.Images.Pull(ctx, addr+"/shoal@"+dgst, image.PullOptions{Insecure: true, Token: f.Client.Secret})
+		img, err := f.Images.Pull(ctx, addr+"/shoal@"+dgst,
+			image.PullOptions{Insecure: true, Token: f.Client.Secret, Transport: f.Client.HTTP.Transport})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("from node %s: %w", n, err))
 			continue

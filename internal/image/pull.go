@@ -25,6 +25,8 @@ type PullOptions struct {
 	// Token, if set, is sent to the registry as a bearer token (another
 	// shoal node's registry takes the cluster secret).
 	Token string
+	// Transport makes the requests; nil: go-containerregistry's default.
+	Transport http.RoundTripper
 }
 
 // Pull fetches ref ("registry/name:tag" or "registry/name@sha256:...") from
@@ -67,6 +69,9 @@ func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, err
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(*plat)}
 	if o.Token != "" {
 		ropts = append(ropts, remote.WithAuth(&authn.Bearer{Token: o.Token}))
+	}
+	if o.Transport != nil {
+		ropts = append(ropts, remote.WithTransport(o.Transport))
 	}
 	desc, err := remote.Get(r, ropts...)
 	if err != nil {
