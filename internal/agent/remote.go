@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
@@ -132,18 +134,36 @@ func (r *Remote) Remove(ctx context.Context, id string) error {
 	return r.post(ctx, r.path(id, "remove"), nil, nil)
 }
 
+// adoptTries is how many times Adopt asks a node it cannot reach, with
+// adoptPause between: a daemon restarting under a live lease answers
+// again within moments.
+const (
+	adoptTries = 3
+	adoptPause = 500 * time.Millisecond
+)
+
 // Adopt asks the node what it has of replica k. A node that cannot answer
-// has nothing running for it as far as the caller can know: logged, and
-// reported not running.
+// (after adoptTries) has nothing running for it as far as the caller can
+// know: logged, and reported not running.
 func (r *Remote) Adopt(k serving.Known) serving.Adopted {
 	ctx, cancel := short()
 	defer cancel()
 	var a serving.Adopted
-	if err := r.post(ctx, "replicas/adopt", k, &a); err != nil {
-		r.log.Warn("adopt a replica on another node", "node", r.node, "replica", k.ID, "err", err)
-		return serving.Adopted{}
+	var err error
+	for try := 1; try <= adoptTries; try++ {
+		if err = r.post(ctx, "replicas/adopt", k, &a); err == nil {
+			return a
+		}
+		if !errors.Is(err, errdefs.ErrUnavailable) || try == adoptTries {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(adoptPause):
+		}
 	}
-	return a
+	r.log.Warn("adopt a replica on another node", "node", r.node, "replica", k.ID, "err", err)
+	return serving.Adopted{}
 }
 
 // Release frees the replica's place on the node; a failure is logged.

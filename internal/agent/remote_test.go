@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
@@ -273,5 +275,38 @@ func TestRemoteNodeUnavailable(t *testing.T) {
 	}
 	if a := r.Adopt(serving.Known{ID: "web-1"}); a.Running {
 		t.Fatalf("adopt on a node gone: %+v", a)
+	}
+}
+
+// Adopt asks again a node that answers unavailable (a daemon restarting
+// under a live lease) before it reports the replica not running.
+func TestRemoteAdoptAsksAgain(t *testing.T) {
+	st := testStore(t)
+	fake := newFakeNode()
+	fake.known["web-1"] = true
+	h := (&Server{Name: "n2", Secret: testSecret, Node: fake}).Handler()
+	var mu sync.Mutex
+	refuse := adoptTries - 1
+	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		busy := refuse > 0
+		refuse--
+		mu.Unlock()
+		if busy {
+			httperr.WriteErr(w, fmt.Errorf("starting: %w", errdefs.ErrUnavailable))
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	addNode(t, st, "n2", srv)
+	r := NewClient(st, testSecret).Remote("n2", testLog(t))
+	if a := r.Adopt(serving.Known{ID: "web-1"}); !a.Running || a.Pid != 77 {
+		t.Fatalf("adopt after %d refusals: %+v", adoptTries-1, a)
+	}
+	mu.Lock()
+	refuse = adoptTries
+	mu.Unlock()
+	if a := r.Adopt(serving.Known{ID: "web-1"}); a.Running {
+		t.Fatalf("adopt refused %d times: %+v; want not running", adoptTries, a)
 	}
 }
