@@ -17,7 +17,7 @@ import (
 const testSecret = "s3cret-s3cret-s3cret"
 
 // testStore is a bolt store of the test's.
-func testStore(t *testing.T) store.Store {
+func testStore(t testing.TB) store.Store {
 	t.Helper()
 	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "store.db"))
 	if err != nil {
@@ -29,7 +29,7 @@ func testStore(t *testing.T) store.Store {
 
 // addNode records node name at the address of srv (a real HTTP server on
 // loopback).
-func addNode(t *testing.T, st store.Store, name string, srv *httptest.Server) {
+func addNode(t testing.TB, st store.Store, name string, srv *httptest.Server) {
 	t.Helper()
 	addr := ""
 	if srv != nil {
@@ -42,7 +42,7 @@ func addNode(t *testing.T, st store.Store, name string, srv *httptest.Server) {
 }
 
 // serve starts h on loopback until the test ends.
-func serve(t *testing.T, h http.Handler) *httptest.Server {
+func serve(t testing.TB, h http.Handler) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

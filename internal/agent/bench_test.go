@@ -1,0 +1,31 @@
+package agent
+
+import (
+	"testing"
+)
+
+// BenchmarkNodeCall is one serving.Node call (Usage) made on this node's
+// own Node (the baseline) and on another node's through its agent, over
+// real HTTP on loopback with the cluster secret.
+func BenchmarkNodeCall(b *testing.B) {
+	fake := newFakeNode()
+	fake.known["web-1"] = true
+	b.Run("local", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := fake.Usage("web-1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("remote", func(b *testing.B) {
+		st := testStore(b)
+		srv := serve(b, (&Server{Name: "n2", Secret: testSecret, Node: fake}).Handler())
+		addNode(b, st, "n2", srv)
+		r := NewClient(st, testSecret).Remote("n2", nil)
+		for b.Loop() {
+			if _, _, err := r.Usage("web-1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
