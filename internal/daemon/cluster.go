@@ -77,7 +77,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	go func() { defer c.wg.Done(); c.elector.Run(cctx) }()
 	go func() { defer c.wg.Done(); c.live.Run(cctx) }()
 	if d.jobMembers != nil {
-		d.jobMembers.attach(cctx, c.live, c.elector, &c.wg)
+		d.jobMembers.attach(cctx, c.live, c.elector, c.agent.Fetch, &c.wg)
 	}
 	d.cluster = c
 	d.log.Info("joined the cluster", "node", cfg.Node, "advertise", cfg.Advertise, "ttl", cfg.NodeTTL)

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/jobs"
@@ -26,6 +28,7 @@ type jobMembers struct {
 	mu      sync.Mutex
 	live    *cluster.Live
 	elector *cluster.Elector
+	fetch   *agent.Fetcher
 }
 
 func newJobMembers(self string, st store.Store) *jobMembers {
@@ -34,9 +37,9 @@ func newJobMembers(self string, st store.Store) *jobMembers {
 
 // attach gives the membership its live set and election, and tells the
 // queue of every change of the live set until ctx ends.
-func (j *jobMembers) attach(ctx context.Context, live *cluster.Live, el *cluster.Elector, wg *sync.WaitGroup) {
+func (j *jobMembers) attach(ctx context.Context, live *cluster.Live, el *cluster.Elector, fetch *agent.Fetcher, wg *sync.WaitGroup) {
 	j.mu.Lock()
-	j.live, j.elector = live, el
+	j.live, j.elector, j.fetch = live, el, fetch
 	j.mu.Unlock()
 	ch := live.Changed()
 	wg.Add(1)
@@ -129,6 +132,29 @@ func (f termFence) CompareAndSwap(ctx context.Context, key string, rev int64, va
 		return 0, fmt.Errorf("%w: %w", jobs.ErrDeposed, err)
 	}
 	return r, err
+}
+
+// fetchingRunner runs a cluster's job by the digest stored with it (see
+// jobs.Options.ImageDigest): an image this node lacks is fetched from
+// another node first, checked against its digest.
+type fetchingRunner struct {
+	jobs.Runner
+	members *jobMembers
+}
+
+// Run fetches the job's image if needed, then runs it.
+func (r fetchingRunner) Run(ctx context.Context, j *jobs.Job, p *jobs.Plan, ready func()) error {
+	if strings.HasPrefix(p.Req.Image, "sha256:") {
+		r.members.mu.Lock()
+		f := r.members.fetch
+		r.members.mu.Unlock()
+		if f != nil {
+			if err := f.Ensure(ctx, p.Req.Image, ""); err != nil {
+				return fmt.Errorf("image %q: %w", j.Image, err)
+			}
+		}
+	}
+	return r.Runner.Run(ctx, j, p, ready)
 }
 
 // jobEvent records a job taken back from a lost node in the event log.

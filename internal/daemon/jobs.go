@@ -72,7 +72,8 @@ func removeCgroup(path string) {
 // Slots default to two per CPU; SHOAL_JOB_SLOTS overrides it, and
 // SHOAL_JOB_TENANTS sets weights and quotas
 // ("NAME=WEIGHT[:MAXQUEUED[:MAXRUNNING]],..."), SHOAL_JOB_RETENTION how
-// long finished jobs are kept (default 24h).
+// long finished jobs are kept (default 24h), SHOAL_JOB_ATTEMPTS how often a
+// job whose daemon or node was lost while it ran is started (default 2).
 //
 // On an error nothing it made is left: the sandboxes' cgroup parent and the
 // directories it made empty are removed.
@@ -93,6 +94,12 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 	if v := os.Getenv("SHOAL_JOB_RETENTION"); v != "" {
 		if retention, err = time.ParseDuration(v); err != nil || retention <= 0 {
 			return fmt.Errorf("SHOAL_JOB_RETENTION=%q: want a duration such as 24h", v)
+		}
+	}
+	attempts := 0
+	if v := os.Getenv("SHOAL_JOB_ATTEMPTS"); v != "" {
+		if attempts, err = strconv.Atoi(v); err != nil || attempts <= 0 {
+			return fmt.Errorf("SHOAL_JOB_ATTEMPTS=%q: want a positive count", v)
 		}
 	}
 	svc := &jobService{}
@@ -154,7 +161,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 	registerNetnsMetrics(d.reg, d.net.Stats)
 	o := jobs.Options{
 		Store: d.store, Runner: metered, Slots: slots, Weights: weights, Quotas: quotas,
-		DefaultQuota: jobs.Quota{MaxQueued: 10000}, Retention: retention,
+		DefaultQuota: jobs.Quota{MaxQueued: 10000}, Retention: retention, MaxAttempts: attempts,
 		CheckImage: func(ctx context.Context, ref string) error {
 			_, err := d.images.Get(ctx, ref)
 			return err
@@ -169,6 +176,11 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		}
 		d.jobMembers = newJobMembers(d.cfg.Node, d.store)
 		o.Cluster, o.Event = d.jobMembers, d.jobEvent(d.events)
+		o.Runner = fetchingRunner{Runner: metered, members: d.jobMembers}
+		o.ImageDigest = func(ctx context.Context, ref string) (string, error) {
+			img, err := d.images.Get(ctx, ref)
+			return img.Digest, err
+		}
 	}
 	m, err := jobs.Open(ctx, o)
 	if err != nil {

@@ -75,11 +75,12 @@ func pidsWith(marker string) []string {
 }
 
 // TestClusterJobs runs the job queue of a three-node cluster: jobs submitted
-// through one node run on every node (one slot each) and are seen through
-// another; then the node running a job is killed with SIGKILL: the job is
+// through one node run on every node (one slot each; the nodes without the
+// image fetch it from the one that has it) and are seen through another; then the node running a job is killed with SIGKILL: the job is
 // queued again with the reason, runs to the end on another node, the event
 // log tells it, and the killed node, started again, leaves nothing of its
-// copy running.
+// copy running. Last, a job whose node is killed on both its attempts ends
+// lost with the reason.
 func TestClusterJobs(t *testing.T) {
 	t.Setenv("SHOAL_JOB_SLOTS", "1")
 	t.Setenv("SHOAL_JOB_WARM", "0")
@@ -89,10 +90,13 @@ func TestClusterJobs(t *testing.T) {
 		nd.waitNodes("all ready, one leader", func(m map[string]types.Node) bool {
 			return states(ready)(m) && leaderOf(m) != ""
 		})
-		// Each node needs the image the jobs run.
-		nd.busybox("busybox:1")
 	}
 	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	// Only n1 has the image: the others fetch it from n1 by its digest.
+	n1.busybox("busybox:1")
+	if r := n2.shoal("job", "submit", "busybox:1", "true"); r.code != 2 || !strings.Contains(r.stderr, `image "busybox:1" not found`) {
+		t.Fatalf("submit through a node without the image: exit %d: %s", r.code, r.stderr)
+	}
 
 	// Six jobs through n1, a batch: the cluster's three slots take three at
 	// once, one on each node.
@@ -122,6 +126,14 @@ func TestClusterJobs(t *testing.T) {
 	}
 	if len(ran) != 3 || ran["n1"] == 0 || ran["n2"] == 0 || ran["n3"] == 0 {
 		t.Fatalf("jobs ran per node %v, want some on each of n1, n2 and n3", ran)
+	}
+	// The nodes that lacked the image have it now, by n1's digest.
+	var img types.Image
+	json.Unmarshal([]byte(n1.shoal("image", "inspect", "busybox:1", "-o", "json").stdout), &img)
+	for _, nd := range []*clusterNode{n2, n3} {
+		if img.Digest == "" || nd.shoal("image", "inspect", img.Digest).code != 0 {
+			t.Fatalf("node %s lacks image %q after running jobs of it", nd.name, img.Digest)
+		}
 	}
 	ls := n3.shoal("job", "ls")
 	if ls.code != 0 || !strings.Contains(ls.stdout, "NODE") || !strings.Contains(ls.stdout, ids[0]) {
@@ -191,4 +203,57 @@ func TestClusterJobs(t *testing.T) {
 	if again := victim.job(id, false); again.State != types.JobDone || again.Attempts != 2 {
 		t.Fatalf("job %s after its first node came back: %+v", id, again)
 	}
+
+	// A job whose node is killed on each of its 2 attempts ends lost, with
+	// the reason, and the event log says so.
+	r = n1.shoal("job", "submit", "busybox:1", "sleep", "60") // n1 has the tag
+	if r.code != 0 {
+		t.Fatalf("job submit: exit %d: %s", r.code, r.stderr)
+	}
+	id = strings.TrimSpace(r.stdout)
+	var killed []*clusterNode
+	for attempt := 1; attempt <= 2; attempt++ {
+		j := via.waitJob(id, fmt.Sprintf("running, attempt %d", attempt), func(j types.Job) bool {
+			return j.State == types.JobRunning && j.Attempts == attempt
+		})
+		nd := c.nodeNamed(j.Node)
+		nd.kill()
+		killed = append(killed, nd)
+		if nd == via {
+			for _, o := range c.nodes {
+				if o.Running() {
+					via = o
+				}
+			}
+		}
+	}
+	last := killed[1].name
+	j = via.job(id, true)
+	want = fmt.Sprintf("node %s lost while the job ran (attempt 2 of 2); not run again", last)
+	if j.State != types.JobLost || j.Error != want || j.Node != last || j.Finished == nil {
+		t.Fatalf("job killed twice: %+v; want lost: %s", j, want)
+	}
+	found = false
+	json.Unmarshal([]byte(via.shoal("events", "-o", "json").stdout), &evs)
+	for _, e := range evs {
+		found = found || (e.Kind == "job_lost" && strings.Contains(e.Reason, id) && strings.Contains(e.Reason, want))
+	}
+	if !found {
+		t.Fatalf("no job_lost event for %s", id)
+	}
+	// The killed nodes start again and remove what their copies left.
+	for _, nd := range killed {
+		nd.start()
+	}
+}
+
+// nodeNamed returns the cluster's node of that name.
+func (c *testCluster) nodeNamed(name string) *clusterNode {
+	for _, nd := range c.nodes {
+		if nd.name == name {
+			return nd
+		}
+	}
+	c.t.Fatalf("no node %q", name)
+	return nil
 }

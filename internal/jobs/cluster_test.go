@@ -486,3 +486,28 @@ func TestClusterCancelThroughAnotherNode(t *testing.T) {
 		t.Fatal("cancelling an ended job should fail")
 	}
 }
+
+// A job runs the image by the digest its submitting node resolved, on
+// whatever node; the digest stays with the job when it is queued again.
+func TestClusterRunsByDigest(t *testing.T) {
+	c := newTestCluster(t, Options{ImageDigest: func(ctx context.Context, ref string) (string, error) {
+		return "sha256:" + strings.Repeat("ab", 32), nil
+	}})
+	n1 := c.add("n1", 1)
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	c.runners["n1"].waitStart(t)
+	fr := c.runners["n1"]
+	fr.mu.Lock()
+	img := fr.images[j.ID]
+	fr.mu.Unlock()
+	if img != "sha256:"+strings.Repeat("ab", 32) {
+		t.Fatalf("ran image %q, want the stored digest", img)
+	}
+	if r := stored(t, c.st, j.ID); r.Digest != img || r.Req == nil || r.Req.Image != "busybox:1" {
+		t.Fatalf("record: digest %q, request %+v", r.Digest, r.Req)
+	}
+	if got, _ := n1.Get(context.Background(), j.ID); got.Image != "busybox:1" {
+		t.Fatalf("job shows image %q, want the ref submitted", got.Image)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -32,6 +33,26 @@ func (m *Manager) openCluster(ctx context.Context) (*Manager, error) {
 	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
 	m.mu.Unlock()
 	return m, nil
+}
+
+// putNew stores a job just submitted; in a cluster with the digest of its
+// image.
+func (m *Manager) putNew(ctx context.Context, e *entry, req *types.JobRequest) error {
+	if m.o.Cluster == nil || m.o.ImageDigest == nil {
+		return m.put(ctx, &e.job, req, e.seq)
+	}
+	dg, err := m.o.ImageDigest(ctx, req.Image)
+	if err != nil {
+		return fmt.Errorf("job %s: image %q: %w", e.job.ID, req.Image, err)
+	}
+	b, err := json.Marshal(record{Job: e.job, Req: req, Seq: e.seq, Digest: dg})
+	if err != nil {
+		return fmt.Errorf("job %s: %w", e.job.ID, err)
+	}
+	if _, err := m.o.Store.Put(ctx, store.JobKey(e.job.ID), b); err != nil {
+		return fmt.Errorf("job %s: store: %w", e.job.ID, err)
+	}
+	return nil
 }
 
 // canQueue reports whether tenant may queue n more jobs: in a cluster it

@@ -58,6 +58,10 @@ type Options struct {
 	// Event, if set, records a job taken back from a lost node (kind
 	// "job_requeued" or "job_lost") in the event log.
 	Event func(kind, reason string)
+	// ImageDigest, in a cluster, resolves a submitted job's image to the
+	// digest stored with it: the node that runs the job runs that image,
+	// by digest (its Runner fetches it from another node if it lacks it).
+	ImageDigest func(ctx context.Context, ref string) (string, error)
 }
 
 // Manager is the persistent job queue: jobs are written to the store when
@@ -111,6 +115,9 @@ type record struct {
 	Seq uint64            `json:"seq"`
 	// Cancel asks the node the job is assigned to to cancel it (cluster).
 	Cancel bool `json:"cancel,omitempty"`
+	// Digest is the image's manifest digest as the submitting node had it
+	// (cluster): the job runs this image on whatever node.
+	Digest string `json:"digest,omitempty"`
 }
 
 // Open loads the jobs in the store: queued jobs are queued again, jobs that
@@ -232,7 +239,7 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 	// Stored before it is queued: a job the caller was told about survives
 	// a crash.
 	for i, e := range entries {
-		if err := m.put(ctx, &e.job, &plans[i].Req, e.seq); err != nil {
+		if err := m.putNew(ctx, e, &plans[i].Req); err != nil {
 			for _, done := range entries[:i] {
 				m.o.Store.Delete(context.WithoutCancel(ctx), store.JobKey(done.job.ID))
 			}

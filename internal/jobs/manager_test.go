@@ -29,15 +29,17 @@ type fakeRunner struct {
 	readyFirst bool
 	release    map[string]chan struct{}
 	startCh    chan string
+	images     map[string]string // job id → the image its plan names
 }
 
 func newFakeRunner(block bool) *fakeRunner {
-	return &fakeRunner{block: block, release: map[string]chan struct{}{}, startCh: make(chan string, 1000)}
+	return &fakeRunner{block: block, release: map[string]chan struct{}{}, startCh: make(chan string, 1000), images: map[string]string{}}
 }
 
 func (f *fakeRunner) Run(ctx context.Context, j *Job, p *Plan, ready func()) error {
 	f.mu.Lock()
 	f.started = append(f.started, j.ID)
+	f.images[j.ID] = p.Req.Image
 	ch := make(chan struct{})
 	f.release[j.ID] = ch
 	f.mu.Unlock()

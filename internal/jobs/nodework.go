@@ -86,6 +86,11 @@ func (m *Manager) startAssigned(s seenJob) {
 	} else {
 		p, err = NewPlan(*r.Req, "")
 	}
+	if err == nil && r.Digest != "" {
+		// The image the submitting node resolved, whatever the ref
+		// names here.
+		p.Req.Image = r.Digest
+	}
 	now := m.clock.Now()
 	if err != nil {
 		giveBack()
@@ -166,7 +171,9 @@ func (m *Manager) publishCluster(e *entry, j Job, err error) (Job, bool) {
 				out.CallbackState = "pending"
 			}
 		}
-		b, _ := json.Marshal(record{Job: out, Req: req, Seq: s.rec.Seq})
+		nr := s.rec
+		nr.Job, nr.Req = out, req
+		b, _ := json.Marshal(nr)
 		_, cerr := m.o.Store.CompareAndSwap(ctx, kv.Key, kv.ModRev, b)
 		if cerr == nil {
 			return out, true
