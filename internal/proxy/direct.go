@@ -90,7 +90,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		if keep {
 			st.ep.pool.put(bc)
 		} else {
-			bc.c.Close()
+			st.ep.pool.drop(bc)
 		}
 	}()
 	if err := writeRequest(bc.bw, r, st.ep.hop); err != nil {

@@ -56,14 +56,20 @@ func (e *endpoint) hold(end context.CancelFunc) (unhold func()) {
 	}
 }
 
-// cutHeld ends every long-lived request on e: their connections to the
-// replica and to the client close.
-func (e *endpoint) cutHeld() {
+// cut ends every request still on e: the long-lived ones it holds (an
+// upgraded connection, a chunked upload) end, and every connection of its
+// pool closes, which cuts the answers being copied on the direct and fast
+// paths (an event stream, a long body) and fails those not begun. The
+// client connections of the answers cut close. It returns how many
+// held requests and pool connections it ended.
+func (e *endpoint) cut() (held, conns int) {
 	e.mu.Lock()
+	held = len(e.held)
 	for _, end := range e.held {
 		end()
 	}
 	e.mu.Unlock()
+	return held, e.pool.cutAll()
 }
 
 func newEndpoint(id, addr, hop string) *endpoint {
@@ -152,9 +158,12 @@ func (e *endpoint) waitIdle(ctx context.Context) error {
 // WaitIdle returns once the endpoint has no request in flight, or with the
 // context's error. An unknown endpoint is idle. Called after the endpoint
 // left its app's route, it tells when the replica may be frozen or stopped;
-// when the context ends first (the drain's grace is over), the endpoint's
-// long-lived requests (upgraded connections, chunked uploads) are cut:
-// both their connections close, rather than hang on a frozen replica.
+// when the context ends first (the drain's grace is over), every request
+// still on the endpoint is cut rather than left to hang on a frozen or
+// stopped replica: answers being copied (event streams, long bodies) end
+// short and their client connections close, an upgraded WebSocket gets a
+// close frame (1001, going away) first, other upgraded connections and
+// chunked uploads close. An endpoint back in a route by then is left alone.
 func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
 	t.mu.Lock()
 	e := t.endpoints[endpointID]
@@ -164,7 +173,13 @@ func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
 	}
 	err := e.waitIdle(ctx)
 	if err != nil {
-		e.cutHeld()
+		t.mu.Lock()
+		if e.closed.Load() {
+			if held, conns := e.cut(); held+conns > 0 {
+				t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "upgrades_and_uploads", held, "replica_connections", conns)
+			}
+		}
+		t.mu.Unlock()
 	}
 	return err
 }

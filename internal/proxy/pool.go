@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"syscall"
@@ -29,12 +30,19 @@ type bconn struct {
 	peek   [1]byte
 }
 
-// pool holds the idle connections to one endpoint, most recently used last.
+// pool holds the idle connections to one endpoint, most recently used last,
+// and knows every connection it dialed that is still open, idle or in use,
+// so that cut can close them all.
 type pool struct {
 	mu     sync.Mutex
 	idle   []*bconn
 	closed bool
+	cut    bool                // no new connection until open
+	live   map[*bconn]struct{} // open connections, idle or in use
 }
+
+// errCut is the connect error of an endpoint whose drain's grace is over.
+var errCut = errors.New("the replica's drain is over")
 
 var dialer = &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
 
@@ -58,13 +66,27 @@ func (p *pool) get(ctx context.Context, addr string, fresh, check bool) (*bconn,
 			bc.reused = true
 			return bc, nil
 		}
-		bc.c.Close()
+		p.drop(bc)
+	}
+	if p.isCut() {
+		return nil, &dialError{err: errCut}
 	}
 	c, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &dialError{err: err}
 	}
 	bc := &bconn{c: c, bw: bufio.NewWriterSize(c, 8<<10)}
+	p.mu.Lock()
+	if p.cut {
+		p.mu.Unlock()
+		c.Close()
+		return nil, &dialError{err: errCut}
+	}
+	if p.live == nil {
+		p.live = map[*bconn]struct{}{}
+	}
+	p.live[bc] = struct{}{}
+	p.mu.Unlock()
 	bc.src.bc = bc
 	bc.br = bufio.NewReaderSize(&bc.src, 8<<10)
 	if sc, ok := c.(syscall.Conn); ok {
@@ -77,6 +99,7 @@ func (p *pool) get(ctx context.Context, addr string, fresh, check bool) (*bconn,
 func (p *pool) put(bc *bconn) {
 	p.mu.Lock()
 	if p.closed || len(p.idle) >= maxIdlePerEndpoint {
+		delete(p.live, bc)
 		p.mu.Unlock()
 		bc.c.Close()
 		return
@@ -85,23 +108,56 @@ func (p *pool) put(bc *bconn) {
 	p.mu.Unlock()
 }
 
-// open lets the pool keep connections again after close.
+// drop closes a connection of the pool that is not kept.
+func (p *pool) drop(bc *bconn) {
+	p.mu.Lock()
+	delete(p.live, bc)
+	p.mu.Unlock()
+	bc.c.Close()
+}
+
+// open lets the pool keep and dial connections again after close and cut.
 func (p *pool) open() {
 	p.mu.Lock()
-	p.closed = false
+	p.closed, p.cut = false, false
 	p.mu.Unlock()
 }
 
-// close drops the idle connections and refuses new ones.
+// close drops the idle connections and keeps no more.
 func (p *pool) close() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
 	p.closed = true
+	for _, bc := range idle {
+		delete(p.live, bc)
+	}
 	p.mu.Unlock()
 	for _, bc := range idle {
 		bc.c.Close()
 	}
+}
+
+// cutAll closes every connection of the pool, those in use too, whose
+// requests then fail or see their answers end short, and dials no new one
+// until open; it returns how many it closed.
+func (p *pool) cutAll() int {
+	p.mu.Lock()
+	live := p.live
+	p.live, p.idle = nil, nil
+	p.closed, p.cut = true, true
+	p.mu.Unlock()
+	for bc := range live {
+		bc.c.Close()
+	}
+	return len(live)
+}
+
+// isCut tells whether the pool's connections were cut (see cutAll).
+func (p *pool) isCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cut
 }
 
 // alive tells whether an idle connection is still open: a peek that would

@@ -73,7 +73,7 @@ func New(o Options) *Proxy {
 	if c == nil {
 		c = clock.Real{}
 	}
-	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log))
+	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log), p.log)
 	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
 		p.domain = "." + d
 	}
@@ -124,7 +124,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, end := context.WithCancel(st.Context)
 	defer end()
 	st.Context = ctx
-	defer st.ep.hold(end)()
+	st.upgrade = &upgradeCut{end: end}
+	defer st.ep.hold(st.upgrade.cut)()
 	p.rp.ServeHTTP(w, r.WithContext(st))
 }
 
@@ -181,6 +182,9 @@ type reqState struct {
 	// hop is set for a request another node's proxy sent to st.ep: it
 	// goes there or nowhere.
 	hop bool
+	// upgrade ends a request the reverse proxy serves when its
+	// endpoint's drain is over; nil on the direct and fast paths.
+	upgrade *upgradeCut
 }
 
 // setCookie returns the Set-Cookie value the answer carries: the sticky

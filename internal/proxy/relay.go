@@ -133,10 +133,11 @@ func (x *fastReq) finishAnswer(res copyResult, backendReusable, closing bool, ke
 		}
 		return keepConn
 	}
-	if res == backendFailed && !c.w.gone.Load() {
+	if res == backendFailed && !c.w.gone.Load() && !x.st.ep.pool.isCut() {
 		c.f.p.log.Warn("proxy: replica cut its answer short", "app", x.st.app.name, "endpoint", x.st.ep.id)
 	}
-	// The client's answer is cut short rather than made to look whole.
+	// The client's answer is cut short rather than made to look whole (a
+	// replica's drain that ended with the answer unfinished cuts it too).
 	return closeConn
 }
 

@@ -56,7 +56,7 @@ func (x *fastReq) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome
 		if keep {
 			ep.pool.put(bc)
 		} else {
-			bc.c.Close()
+			ep.pool.drop(bc)
 		}
 	}()
 	if c.w.gone.Load() {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -25,10 +26,11 @@ type table struct {
 
 	clock   clock.Clock
 	metrics *metrics
+	log     *slog.Logger
 }
 
-func (t *table) init(c clock.Clock, m *metrics) {
-	t.clock, t.metrics = c, m
+func (t *table) init(c clock.Clock, m *metrics, log *slog.Logger) {
+	t.clock, t.metrics, t.log = c, m, log
 	t.endpoints = map[string]*endpoint{}
 	empty := map[string]*app{}
 	t.apps.Store(&empty)

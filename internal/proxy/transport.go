@@ -137,12 +137,19 @@ func (b *retryBody) Read(p []byte) (int, error) {
 func (b *retryBody) Close() error { return nil }
 
 // modifyResponse records the status of the replica's answer and adds the
-// sticky cookie when it is due.
+// sticky cookie when it is due. A WebSocket's connection to the replica is
+// followed frame by frame, so that a cut at the end of a drain closes it
+// with a close frame.
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if st := stateOf(resp.Request); st != nil {
 		st.code, st.head = resp.StatusCode, p.clock.Now()
 		if v := st.setCookie(); v != "" {
 			resp.Header.Add("Set-Cookie", v)
+		}
+		if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && st.upgrade != nil && isWebSocket(resp) {
+			ws := newWSConn(rwc)
+			resp.Body = ws
+			st.upgrade.ws.Store(ws)
 		}
 	}
 	return nil

@@ -1,0 +1,174 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A WebSocket cut at the end of its replica's drain ends with a close frame
+// from the proxy, status 1001 (going away), before the client's connection
+// closes: the client learns that the server went away on purpose rather
+// than seeing the connection drop. The proxy copies the replica's side as
+// raw bytes; wsConn follows its frame heads so that the close frame goes
+// out between two frames, never inside one.
+
+// goingAway is the close frame the proxy sends: unmasked (server to
+// client), FIN and opcode 8, status 1001 and a short reason.
+var goingAway = func() []byte {
+	reason := "the replica left service"
+	b := []byte{0x88, byte(2 + len(reason)), 0x03, 0xe9}
+	return append(b, reason...)
+}()
+
+// wsCloseWait bounds how long the client's side waits, once the WebSocket
+// is cut, for the close frame to be written before it stops.
+const wsCloseWait = time.Second
+
+// upgradeCut ends an upgraded request when its endpoint's drain is over: a
+// WebSocket with a close frame, any other upgrade (or a chunked upload) by
+// ending its context, which closes both its connections.
+type upgradeCut struct {
+	end context.CancelFunc
+	ws  atomic.Pointer[wsConn]
+}
+
+func (u *upgradeCut) cut() {
+	if ws := u.ws.Load(); ws != nil {
+		ws.goAway()
+		return
+	}
+	u.end()
+}
+
+// isWebSocket tells whether an answer switched its connection to WebSocket.
+func isWebSocket(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusSwitchingProtocols &&
+		strings.EqualFold(strings.TrimSpace(resp.Header.Get("Upgrade")), "websocket")
+}
+
+// wsConn is the replica's side of an upgraded WebSocket as the reverse proxy
+// copies it: Read carries the replica's frames to the client, Write the
+// client's to the replica.
+type wsConn struct {
+	io.ReadWriteCloser // the replica's connection
+
+	gone atomic.Bool   // cut: the close frame is due
+	done chan struct{} // closed once the replica's side is over
+	once sync.Once
+
+	// Owned by the reading goroutine: where the replica's stream is.
+	head   [14]byte // a frame head read in part
+	nhead  int
+	left   uint64 // payload bytes of the current frame still to come
+	closed bool   // the replica sent a close frame itself
+	sent   bool   // the proxy's close frame was handed out
+}
+
+func newWSConn(rwc io.ReadWriteCloser) *wsConn {
+	return &wsConn{ReadWriteCloser: rwc, done: make(chan struct{})}
+}
+
+// goAway cuts the WebSocket: the replica's connection closes, and the
+// reading side hands out the close frame in its place.
+func (w *wsConn) goAway() {
+	w.gone.Store(true)
+	w.ReadWriteCloser.Close()
+}
+
+func (w *wsConn) Read(p []byte) (int, error) {
+	if w.sent {
+		// The close frame was written: the client's side is over.
+		w.over()
+		return 0, io.EOF
+	}
+	n, err := w.ReadWriteCloser.Read(p)
+	if n > 0 {
+		w.follow(p[:n])
+		return n, nil // an error comes again on the next read
+	}
+	if err != nil && w.gone.Load() && w.nhead == 0 && w.left == 0 && !w.closed && len(p) >= len(goingAway) {
+		w.sent = true
+		return copy(p, goingAway), nil
+	}
+	if err != nil {
+		w.over()
+	}
+	return n, err
+}
+
+// Write passes the client's bytes on to the replica. Once the WebSocket is
+// cut it fails, but not before the close frame is out (or wsCloseWait has
+// passed): the failure ends the proxying, which closes the client's
+// connection.
+func (w *wsConn) Write(p []byte) (int, error) {
+	if w.gone.Load() {
+		select {
+		case <-w.done:
+		case <-time.After(wsCloseWait):
+		}
+		return 0, net.ErrClosed
+	}
+	return w.ReadWriteCloser.Write(p)
+}
+
+func (w *wsConn) over() { w.once.Do(func() { close(w.done) }) }
+
+// follow moves the frame position past b, bytes the replica sent.
+func (w *wsConn) follow(b []byte) {
+	for len(b) > 0 {
+		if w.left > 0 {
+			k := min(uint64(len(b)), w.left)
+			w.left -= k
+			b = b[k:]
+			continue
+		}
+		w.head[w.nhead] = b[0]
+		w.nhead++
+		b = b[1:]
+		if w.nhead < 2 || w.nhead < headSize(w.head[1]) {
+			continue
+		}
+		w.left = payloadLen(w.head[:w.nhead])
+		if w.head[0]&0x0f == 0x8 {
+			w.closed = true
+		}
+		w.nhead = 0
+	}
+}
+
+// headSize is the length of a frame head whose second byte is b1.
+func headSize(b1 byte) int {
+	n := 2
+	switch b1 & 0x7f {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
+	}
+	if b1&0x80 != 0 {
+		n += 4 // masking key
+	}
+	return n
+}
+
+// payloadLen reads the payload length of a whole frame head.
+func payloadLen(h []byte) uint64 {
+	switch l := h[1] & 0x7f; l {
+	case 126:
+		return uint64(h[2])<<8 | uint64(h[3])
+	case 127:
+		var n uint64
+		for _, c := range h[2:10] {
+			n = n<<8 | uint64(c)
+		}
+		return n
+	default:
+		return uint64(l)
+	}
+}
