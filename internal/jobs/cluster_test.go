@@ -511,3 +511,50 @@ func TestClusterRunsByDigest(t *testing.T) {
 		t.Fatalf("job shows image %q, want the ref submitted", got.Image)
 	}
 }
+
+// A node whose lease is lost kills the jobs it runs without storing their
+// end, and takes them back: queued again with the reason, the attempt
+// counted, and run again.
+func TestClusterLostLeaseTakesJobsBack(t *testing.T) {
+	c := newTestCluster(t, Options{MaxAttempts: 3})
+	n1 := c.add("n1", 1)
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	c.runners["n1"].waitStart(t)
+	n1.LostLease()
+	if id := c.runners["n1"].waitStart(t); id != j.ID {
+		t.Fatalf("started %s again, want %s", id, j.ID)
+	}
+	got, _ := n1.Get(context.Background(), j.ID)
+	if got.State != Running || got.Attempts != 2 || got.Requeued != "node n1 lost its lease while the job ran (attempt 1 of 3)" {
+		t.Fatalf("job: %+v", got)
+	}
+}
+
+// A node that stops gracefully queues its running jobs again for the
+// other nodes, the attempt not counted.
+func TestClusterStopRequeues(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1 := c.add("n1", 1)
+	c.net.setLive(Node{Name: "n1", Slots: 1, Draining: true}, true)
+	n2 := c.add("n2", 1)
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	c.runners["n2"].waitStart(t)
+	// Draining first, as a node that stops is taken out of the set the
+	// leader assigns to: the job waits for another node.
+	c.net.setLive(Node{Name: "n2", Slots: 1, Draining: true}, true)
+	n2.Close()
+	delete(c.mgrs, "n2")
+	got, _ := n1.Get(context.Background(), j.ID)
+	if got.State != Queued || got.Node != "" || got.Attempts != 0 || got.Requeued != "node n2 stopped while the job ran" {
+		t.Fatalf("job after its node stopped: %+v", got)
+	}
+	c.net.setLive(Node{Name: "n2"}, false)
+	c.add("n3", 1)
+	c.runners["n3"].waitStart(t)
+	got, _ = n1.Get(context.Background(), j.ID)
+	if got.State != Running || got.Node != "n3" || got.Attempts != 1 {
+		t.Fatalf("job on n3: %+v", got)
+	}
+}
