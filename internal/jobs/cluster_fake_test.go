@@ -1,0 +1,212 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// fakeNet is the membership of a cluster of Managers sharing one bolt
+// store: which nodes are live (and their slots), and who leads in which
+// term. The tests change it as nodes die and leaders change.
+type fakeNet struct {
+	st     store.Store
+	mu     sync.Mutex
+	leader string
+	term   int
+	nodes  map[string]Node
+	subs   []chan struct{}
+	events []string
+}
+
+func newFakeNet(st store.Store) *fakeNet { return &fakeNet{st: st, nodes: map[string]Node{}} }
+
+func (n *fakeNet) notify() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (n *fakeNet) setLive(node Node, live bool) {
+	n.mu.Lock()
+	if live {
+		n.nodes[node.Name] = node
+	} else {
+		delete(n.nodes, node.Name)
+	}
+	n.mu.Unlock()
+	n.notify()
+}
+
+func (n *fakeNet) lead(name string) {
+	n.mu.Lock()
+	n.leader = name
+	n.term++
+	n.mu.Unlock()
+	n.notify()
+}
+
+func (n *fakeNet) event(kind, reason string) {
+	n.mu.Lock()
+	n.events = append(n.events, kind+": "+reason)
+	n.mu.Unlock()
+}
+
+func (n *fakeNet) eventLog() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.events...)
+}
+
+// fakeMember is one node's view of a fakeNet.
+type fakeMember struct {
+	net  *fakeNet
+	self string
+}
+
+func (c fakeMember) Self() string { return c.self }
+
+func (c fakeMember) Nodes() ([]Node, bool) {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	var out []Node
+	for _, n := range c.net.nodes {
+		out = append(out, n)
+	}
+	return out, true
+}
+
+func (c fakeMember) Changed() <-chan struct{} {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	c.net.subs = append(c.net.subs, ch)
+	return ch
+}
+
+func (c fakeMember) Leading() Fence {
+	c.net.mu.Lock()
+	defer c.net.mu.Unlock()
+	if c.net.leader != c.self {
+		return nil
+	}
+	return fakeFence{net: c.net, node: c.self, term: c.net.term}
+}
+
+// fakeFence refuses a write once its term is over, as etcd refuses a
+// deposed leader's.
+type fakeFence struct {
+	net  *fakeNet
+	node string
+	term int
+}
+
+func (f fakeFence) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	if f.net.leader != f.node || f.net.term != f.term {
+		return 0, fmt.Errorf("key %q: term %d of %s: %w", key, f.term, f.node, ErrDeposed)
+	}
+	return f.net.st.CompareAndSwap(ctx, key, rev, value)
+}
+
+// testCluster is a cluster of Managers on one store, each with its own
+// runner.
+type testCluster struct {
+	t       *testing.T
+	st      store.Store
+	net     *fakeNet
+	clk     *clock.Fake
+	o       Options
+	mgrs    map[string]*Manager
+	runners map[string]*fakeRunner
+}
+
+func newTestCluster(t *testing.T, o Options) *testCluster {
+	st := openStore(t)
+	c := &testCluster{t: t, st: st, net: newFakeNet(st), clk: clock.NewFake(time.Unix(1_000_000, 0)), o: o,
+		mgrs: map[string]*Manager{}, runners: map[string]*fakeRunner{}}
+	t.Cleanup(func() {
+		for _, m := range c.mgrs {
+			m.Close()
+		}
+	})
+	return c
+}
+
+// add opens node name's Manager with slots, and makes the node live.
+func (c *testCluster) add(name string, slots int) *Manager {
+	c.t.Helper()
+	o := c.o
+	o.Store, o.Slots, o.Clock, o.Event = c.st, slots, c.clk, c.net.event
+	o.Cluster = fakeMember{net: c.net, self: name}
+	fr := newFakeRunner(true)
+	o.Runner = fr
+	m, err := Open(context.Background(), o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.mgrs[name], c.runners[name] = m, fr
+	c.net.setLive(Node{Name: name, Slots: slots}, true)
+	return m
+}
+
+// running returns the stored running jobs by node.
+func (c *testCluster) running() map[string][]Job {
+	out := map[string][]Job{}
+	kvs, _ := c.st.List(context.Background(), store.JobsPrefix)
+	for _, kv := range kvs {
+		var r record
+		json.Unmarshal(kv.Value, &r)
+		if r.Job.State == Running {
+			out[r.Job.Node] = append(out[r.Job.Node], r.Job)
+		}
+	}
+	return out
+}
+
+func (c *testCluster) countRunning() int {
+	n := 0
+	for _, js := range c.running() {
+		n += len(js)
+	}
+	return n
+}
+
+// finish ends job j on the node that runs it, once its runner has it (the
+// record says running before the runner starts).
+func (c *testCluster) finish(j Job) {
+	c.t.Helper()
+	fr := c.runners[j.Node]
+	waitFor(c.t, "job "+j.ID+" in its runner", func() bool {
+		fr.mu.Lock()
+		defer fr.mu.Unlock()
+		return fr.release[j.ID] != nil
+	})
+	fr.finish(j.ID)
+}
+
+func submit(t *testing.T, m *Manager, tenant string, n int) []Job {
+	t.Helper()
+	reqs := make([]types.JobRequest, n)
+	for i := range reqs {
+		reqs[i] = hello(tenant)
+	}
+	js, err := m.Submit(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
