@@ -71,15 +71,26 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 		}
 	}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
+	// Back after its key was dropped, the node removes the replicas the
+	// leader replaced meanwhile.
+	back := backAgain(func(at time.Time) { d.removeStraysNow(cctx, at) })
+	jobsObserve := hb.Observe
+	hb.Observe = func(s cluster.Status) {
+		if jobsObserve != nil {
+			jobsObserve(s)
+		}
+		back(s)
+	}
 	c.live = cluster.NewLive(d.store, clock.Real{}, d.log)
-	c.wg.Add(3)
+	d.cluster = c // before the leader may be elected: it reaches the peers through it
+	c.wg.Add(4)
 	go func() { defer c.wg.Done(); hb.Run(cctx) }()
 	go func() { defer c.wg.Done(); c.elector.Run(cctx) }()
 	go func() { defer c.wg.Done(); c.live.Run(cctx) }()
+	go func() { defer c.wg.Done(); d.scl.run(cctx, c.elector, c.live) }()
 	if d.jobMembers != nil {
 		d.jobMembers.attach(cctx, c.live, c.elector, c.agent.Fetch, &c.wg)
 	}
-	d.cluster = c
 	d.log.Info("joined the cluster", "node", cfg.Node, "advertise", cfg.Advertise, "ttl", cfg.NodeTTL)
 	return nil
 }

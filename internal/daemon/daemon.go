@@ -102,8 +102,9 @@ type Daemon struct {
 	proxyAddr string
 	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
 	apps      *serving.Manager
-	route     serving.Router // the proxy's table, for the dashboard's counters
-	cluster   *clusterNode   // nil on bolt: single host
+	route     serving.Router  // the proxy's table, for the dashboard's counters
+	cluster   *clusterNode    // nil on bolt: single host
+	scl       *servingCluster // the cluster as serving sees it; nil on bolt
 
 	// jobMembers is the cluster's membership as the job queue sees it
 	// (nil on bolt).
@@ -225,7 +226,13 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.openCluster(ctx); err != nil {
 		return err
 	}
-	d.removeUnownedReplicas(ctx, adopted)
+	if d.scl != nil {
+		// A node of a cluster keeps the replicas whose records name it;
+		// the leader adopts them.
+		d.removeStrays(ctx, adopted, time.Now())
+	} else {
+		d.removeUnownedReplicas(ctx, adopted)
+	}
 	if cfg.Runtime == "auto" && d.rt.Name() != "crun" {
 		if err := runtime.CrunUsable(ctx); err != nil {
 			note := fmt.Sprintf("using runc because crun is not usable here (%v)", err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/containers"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -28,4 +29,27 @@ func (d *Daemon) removeUnownedReplicas(ctx context.Context, adopted []*runtime.C
 			}
 		}
 	}
+}
+
+// removeStrays removes, on a node of a cluster, the replica containers
+// among cs created before at whose record is gone or names another node.
+func (d *Daemon) removeStrays(ctx context.Context, cs []*runtime.Container, at time.Time) {
+	removed, err := d.apps.RemoveStrays(ctx, cs, at)
+	if len(removed) > 0 {
+		d.log.Warn("removed replicas the cluster replaced while this node was lost", "replicas", removed)
+	}
+	if err != nil {
+		d.log.Error("remove replicas the cluster replaced", "err", err)
+	}
+}
+
+// removeStraysNow lists this host's containers and removes the strays
+// among them created before at.
+func (d *Daemon) removeStraysNow(ctx context.Context, at time.Time) {
+	cs, err := d.rt.List(ctx)
+	if err != nil {
+		d.log.Error("list containers for replicas the cluster replaced", "err", err)
+		return
+	}
+	d.removeStrays(ctx, cs, at)
 }

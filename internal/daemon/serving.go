@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/store"
 	"github.com/shoal-run/shoal/internal/units"
 )
 
@@ -66,12 +67,19 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	if selfL != nil {
 		selfURL = "http://" + selfL.Addr().String()
 	}
-	m, err := serving.New(serving.Options{
+	o := serving.Options{
 		Placer: placer,
 		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
-	})
+	}
+	if _, ok := d.store.(*store.Etcd); ok {
+		// A node of a cluster: the apps run on the leader, which reaches
+		// the other nodes through their agents.
+		d.scl = newServingCluster(d.store)
+		o.Cluster, o.Remote = d.scl, d.remoteNode
+	}
+	m, err := serving.New(o)
 	if err != nil {
 		if selfL != nil {
 			selfL.Close()

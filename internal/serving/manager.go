@@ -198,10 +198,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// Local is this host as a Node: what another node of the cluster calls
-// to run replicas here.
-func (m *Manager) Local() Node { return m.local }
-
 func (m *Manager) run(ctl *appCtl) {
 	wg := &ctl.lead.wg
 	wg.Add(3)
