@@ -22,6 +22,7 @@ import (
 type fakeJobs struct {
 	sent   []types.JobRequest
 	result types.Job
+	listed []types.Job
 }
 
 func (f *fakeJobs) Submit(_ context.Context, reqs []types.JobRequest) ([]types.Job, error) {
@@ -38,7 +39,7 @@ func (f *fakeJobs) Wait(_ context.Context, id string) (types.Job, error) {
 	j.ID = id
 	return j, nil
 }
-func (f *fakeJobs) List(context.Context, types.JobFilter) ([]types.Job, error) { return nil, nil }
+func (f *fakeJobs) List(context.Context, types.JobFilter) ([]types.Job, error) { return f.listed, nil }
 func (f *fakeJobs) Cancel(_ context.Context, id string) (types.Job, error) {
 	return types.Job{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
 }
@@ -225,5 +226,25 @@ func TestJobHelpExamples(t *testing.T) {
 		if !strings.Contains(ex, "shoal job "+c.cmd+" ") || strings.Contains(ex, "shoal job "+c.other+" ") {
 			t.Errorf("job %s --help examples:\n%s", c.cmd, ex)
 		}
+	}
+}
+
+// A cluster's job shows the node it ran on, and why it was queued again.
+func TestJobShowsNode(t *testing.T) {
+	host, fj := jobDaemon(t)
+	fj.result.Node, fj.result.Attempts = "n2", 2
+	fj.result.Requeued = "node n1 lost while the job ran (attempt 1 of 2)"
+	code, out, errs := shoal(t, host, "job", "get", "j1")
+	if code != 0 || !strings.Contains(out, "node:     n2\n") ||
+		!strings.Contains(out, "requeued: node n1 lost while the job ran (attempt 1 of 2) (attempts 2)\n") {
+		t.Fatalf("job get: %d\n%s%s", code, out, errs)
+	}
+	fj.listed = []types.Job{{ID: "j1", Tenant: "a", Image: "busybox:1", State: types.JobRunning, Node: "n3"},
+		{ID: "j2", Tenant: "a", Image: "busybox:1", State: types.JobQueued}}
+	code, out, errs = shoal(t, host, "job", "ls")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.Contains(lines[0], "NODE") ||
+		!strings.Contains(lines[1], " n3 ") || !strings.Contains(lines[2], " - ") {
+		t.Fatalf("job ls: %d\n%s%s", code, out, errs)
 	}
 }

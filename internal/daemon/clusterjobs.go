@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/store"
@@ -165,5 +166,35 @@ func (d *Daemon) jobEvent(ev *events.Log) func(kind, reason string) {
 		if _, err := ev.Emit(ctx, events.Event{Kind: kind, Reason: reason}); err != nil {
 			d.log.Warn("job event not recorded", "kind", kind, "err", err)
 		}
+	}
+}
+
+// stopTakingJobs sets this node's job slots to 0 in its record before its
+// queue stops: the jobs it queues again then go to other nodes, not back
+// to it while it is still a member. The next start writes them again.
+func (d *Daemon) stopTakingJobs() {
+	if d.cluster == nil || d.jobMembers == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	key := store.NodeKey(d.cfg.Node)
+	for {
+		kv, err := d.store.Get(ctx, key)
+		var rec cluster.Record
+		if err == nil {
+			err = json.Unmarshal(kv.Value, &rec)
+		}
+		if err == nil && rec.JobSlots != 0 {
+			rec.JobSlots = 0
+			b, _ := json.Marshal(rec)
+			if _, err = d.store.CompareAndSwap(ctx, key, kv.ModRev, b); errdefs.IsConflict(err) {
+				continue // changed under us: read it again
+			}
+		}
+		if err != nil {
+			d.log.Warn("node record: job slots not set to 0 before stopping", "node", d.cfg.Node, "err", err)
+		}
+		return
 	}
 }

@@ -334,6 +334,7 @@ func (d *Daemon) close() {
 	}
 	// Jobs first: a node that stops queues its running jobs again for the
 	// other nodes while it is still a member.
+	d.stopTakingJobs()
 	d.closeJobs()
 	d.closeCluster()
 	d.closeServing()

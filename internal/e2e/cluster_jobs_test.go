@@ -80,7 +80,8 @@ func pidsWith(marker string) []string {
 // queued again with the reason, runs to the end on another node, the event
 // log tells it, and the killed node, started again, leaves nothing of its
 // copy running. Last, a job whose node is killed on both its attempts ends
-// lost with the reason.
+// lost with the reason, and one whose node stops gracefully runs on another
+// node, the attempt not counted.
 func TestClusterJobs(t *testing.T) {
 	t.Setenv("SHOAL_JOB_SLOTS", "1")
 	t.Setenv("SHOAL_JOB_WARM", "0")
@@ -245,6 +246,27 @@ func TestClusterJobs(t *testing.T) {
 	for _, nd := range killed {
 		nd.start()
 	}
+
+	// A node stopped gracefully (SIGTERM) while it runs a job queues it
+	// again for the others, the attempt not counted.
+	r = n1.shoal("job", "submit", "busybox:1", "sh", "-c", "sleep 4; echo after stop")
+	if r.code != 0 {
+		t.Fatalf("job submit: exit %d: %s", r.code, r.stderr)
+	}
+	id = strings.TrimSpace(r.stdout)
+	j = n1.waitJob(id, "running", func(j types.Job) bool { return j.State == types.JobRunning })
+	stopped := c.nodeNamed(j.Node)
+	via = n1
+	if stopped == n1 {
+		via = n2
+	}
+	stopped.Stop()
+	j = via.job(id, true)
+	want = fmt.Sprintf("node %s stopped while the job ran", stopped.name)
+	if j.State != types.JobDone || !j.OK || j.Node == stopped.name || j.Attempts != 1 || j.Requeued != want {
+		t.Fatalf("job after its node stopped: %+v; want done elsewhere in 1 attempt, requeued: %s", j, want)
+	}
+	stopped.start()
 }
 
 // nodeNamed returns the cluster's node of that name.
