@@ -120,12 +120,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An upgraded connection or a chunked upload may outlive its
-	// endpoint's drain: WaitIdle cuts it when the grace is over.
+	// endpoint's drain: WaitIdle cuts it when the grace is over. It is
+	// held by the endpoint it is sent to (see rtLeg.send).
 	ctx, end := context.WithCancel(st.Context)
 	defer end()
 	st.Context = ctx
 	st.upgrade = &upgradeCut{end: end}
-	defer st.ep.hold(st.upgrade.cut)()
+	defer st.upgrade.release()
 	p.rp.ServeHTTP(w, r.WithContext(st))
 }
 

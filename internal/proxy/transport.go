@@ -94,6 +94,9 @@ type rtLeg struct {
 }
 
 func (l *rtLeg) send(st *reqState, fresh, stale bool) (sendResult, error) {
+	if st.upgrade != nil {
+		st.upgrade.holdOn(st.ep)
+	}
 	req := l.req
 	if st.ep.hop != "" {
 		req.Header[HopHeader] = []string{st.ep.hop}

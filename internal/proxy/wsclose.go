@@ -36,6 +36,27 @@ const wsCloseWait = time.Second
 type upgradeCut struct {
 	end context.CancelFunc
 	ws  atomic.Pointer[wsConn]
+	// The endpoint that holds the request: the one it was last sent to,
+	// which a failed connect may change. Owned by the request's goroutine.
+	ep     *endpoint
+	unhold func()
+}
+
+// holdOn has ep hold the request, in place of the endpoint that held it.
+func (u *upgradeCut) holdOn(ep *endpoint) {
+	if u.ep == ep {
+		return
+	}
+	u.release()
+	u.ep, u.unhold = ep, ep.hold(u.cut)
+}
+
+// release lets the endpoint that holds the request go of it.
+func (u *upgradeCut) release() {
+	if u.unhold != nil {
+		u.unhold()
+		u.ep, u.unhold = nil, nil
+	}
 }
 
 func (u *upgradeCut) cut() {
