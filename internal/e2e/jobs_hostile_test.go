@@ -211,12 +211,12 @@ func hostileCases(canary, canaryDir, sock, abstract, loopback, gateway, proxy st
 			wantSteps(t, j, types.StepOK)
 			wantFilled(t, j.Steps[0].Stdout, 8<<20, 8<<20, 64<<20)
 		}},
-		{name: "inode exhaustion of /work and /tmp", req: types.JobRequest{Limits: types.JobLimits{WorkSize: "8Mi", TmpSize: "8Mi", Timeout: "20s"}, Steps: []types.JobStep{
-			sh("hostile inodes /work; hostile inodes /tmp"),
+		{name: "inode exhaustion of /work, /tmp and /dev/shm", req: types.JobRequest{Limits: types.JobLimits{WorkSize: "8Mi", TmpSize: "8Mi", Timeout: "20s"}, Steps: []types.JobStep{
+			sh("hostile inodes /work; hostile inodes /tmp; hostile inodes /dev/shm"),
 		}}, check: func(t *testing.T, j types.Job) {
 			wantSteps(t, j, types.StepOK)
 			lines := strings.Split(strings.TrimSpace(j.Steps[0].Stdout), "\n")
-			if len(lines) != 2 {
+			if len(lines) != 3 {
 				t.Fatalf("inodes: %q", j.Steps[0].Stdout)
 			}
 			for _, l := range lines {
