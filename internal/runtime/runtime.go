@@ -161,6 +161,10 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", name, err)
 	}
+	var sealErr error
+	if name == "runc" {
+		bin, sealErr = sealedRunc(ctx, bin)
+	}
 	r := &Runtime{
 		name: name, bin: bin, root: filepath.Clean(o.Root), runtimeRoot: o.RuntimeRoot,
 		records: o.Records, clock: o.Clock, log: o.Logger, layout: layout,
@@ -177,6 +181,9 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
+	}
+	if sealErr != nil {
+		r.log.Warn("runc copies its binary for every container", "err", sealErr)
 	}
 	r.host = hostInfo{rlimitHard: hostRlimits(), cgroupV2: layout.V2Only(), cgroupParent: DefaultCgroupParent}
 	if o.CgroupParent != "" {
