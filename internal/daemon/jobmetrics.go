@@ -79,3 +79,19 @@ func registerNetnsMetrics(reg *prometheus.Registry, stats func() network.PoolSta
 		}))
 	}
 }
+
+// registerWarmMetrics counts the jobs that found a warm sandbox of their
+// shape and those that did not, and how many warm sandboxes are ready.
+func registerWarmMetrics(reg *prometheus.Registry, stats func() jobs.WarmStats) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shoal_job_warm_hits_total", Help: "Jobs whose first step ran in a sandbox created ahead.",
+		}, func() float64 { return float64(stats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shoal_job_warm_misses_total", Help: "Jobs that found no sandbox created ahead for their shape and made their own.",
+		}, func() float64 { return float64(stats().Misses) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "shoal_job_warm_ready", Help: "Sandboxes created ahead and waiting for a job.",
+		}, func() float64 { return float64(stats().Ready) }),
+	)
+}

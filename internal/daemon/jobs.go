@@ -159,6 +159,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		return d.jobs.Stats()
 	})
 	registerNetnsMetrics(d.reg, d.net.Stats)
+	registerWarmMetrics(d.reg, sb.WarmStats)
 	o := jobs.Options{
 		Store: d.store, Runner: metered, Slots: slots, Weights: weights, Quotas: quotas,
 		DefaultQuota: jobs.Quota{MaxQueued: 10000}, Retention: retention, MaxAttempts: attempts,

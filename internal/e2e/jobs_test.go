@@ -98,10 +98,15 @@ func TestJobRunCLI(t *testing.T) {
 	}
 	metrics := d.getText("/metrics")
 	for _, want := range []string{`shoal_job_steps_total{status="ok"}`, `shoal_job_steps_total{status="timeout"} 1`, "shoal_job_slots ", `shoal_job_step_phase_seconds_count{phase="start"}`, `shoal_job_step_phase_seconds_count{phase="teardown"}`,
-		"shoal_netns_created_total ", "shoal_netns_dirty_total ", "shoal_netns_destroyed_total "} {
+		"shoal_netns_created_total ", "shoal_netns_dirty_total ", "shoal_netns_destroyed_total ",
+		"shoal_job_warm_hits_total ", "shoal_job_warm_misses_total ", "shoal_job_warm_ready "} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The first job of a shape finds no warm sandbox.
+	if strings.Contains(metrics, "shoal_job_warm_misses_total 0\n") {
+		t.Error("no warm sandbox miss counted")
 	}
 	// The steps above leave nothing in their namespaces: those go back to
 	// the pool once their containers are removed, after the answers.

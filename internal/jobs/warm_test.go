@@ -59,6 +59,9 @@ func TestWarmSandbox(t *testing.T) {
 		}
 		wantStatus(t, got.Steps[0], StepOK)
 		wantStatus(t, got.Steps[1], StepOK)
+		if st := sb.WarmStats(); st.Hits < 1 || st.Misses < 1 {
+			t.Fatalf("warm stats %+v: want the first job's miss and at least one hit", st)
+		}
 		if got.Steps[0].Stdout != "warm\nstdin job step /work/in file\n" || got.Steps[1].Stdout != "file\n" || got.Steps[0].MemoryPeak == 0 {
 			t.Fatalf("a job in a warm sandbox: %+v", got.Steps)
 		}
