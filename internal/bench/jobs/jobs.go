@@ -382,6 +382,13 @@ func startBefore(ctx context.Context, o bench.Options, bin, dir, rootfs string) 
 	if err := os.WriteFile(own, b, 0o755); err != nil {
 		return nil, err
 	}
+	// A shoal-init beside the earlier binary goes with it: that daemon
+	// then keeps sandboxes warm as it would installed.
+	if init, err := os.ReadFile(filepath.Join(filepath.Dir(bin), "shoal-init")); err == nil {
+		if err := os.WriteFile(filepath.Join(dir, "shoal-init"), init, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	o.Logf("jobs: starting the earlier %s daemon", bin)
 	d, err := kit.StartDaemonOn(ctx, own, filepath.Join(dir, "daemon"), beforeNet)
 	if err != nil {
