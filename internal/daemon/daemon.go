@@ -105,6 +105,7 @@ type Daemon struct {
 	route     serving.Router  // the proxy's table, for the dashboard's counters
 	cluster   *clusterNode    // nil on bolt: single host
 	scl       *servingCluster // the cluster as serving sees it; nil on bolt
+	routing   *clusterRouting // the cluster's routing; nil on bolt
 
 	// jobMembers is the cluster's membership as the job queue sees it
 	// (nil on bolt).
@@ -226,6 +227,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err := d.openCluster(ctx); err != nil {
 		return err
 	}
+	if d.routing != nil && d.cluster != nil {
+		d.routing.start(d.apps, d.cluster)
+	}
 	if d.scl != nil {
 		// A node of a cluster keeps the replicas whose records name it;
 		// the leader adopts them.
@@ -276,7 +280,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Containers: d.ctrs,
 		Jobs:       jobsAPI{d.jobs.Manager},
 		Nodes:      nodeService{d},
-		Apps:       d.apps,
+		Apps:       d.appsAPI(),
 		Events:     wireEvents{d.events},
 		Health:     d.health,
 		Registry:   d.gatherers,
@@ -336,6 +340,9 @@ func (d *Daemon) close() {
 	// other nodes while it is still a member.
 	d.stopTakingJobs()
 	d.closeJobs()
+	if d.routing != nil {
+		d.routing.close()
+	}
 	d.closeCluster()
 	d.closeServing()
 	if d.ctrs != nil {

@@ -56,6 +56,12 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		dataplane.StopStale(ctx, cfg.RunDir, d.log)
 		router = proxy.New(proxy.Options{Domain: cfg.Domain, Logger: d.log})
 	}
+	if _, ok := d.store.(*store.Etcd); ok {
+		// A node of a cluster: the leader's routes reach every node's
+		// proxy through the store, other nodes' replicas through hops.
+		d.routing = d.clusterRoutingOver(router)
+		router = d.routing.router
+	}
 	d.route = router
 	placer, note := cpuPlacer(d.rt)
 	d.notes = append(d.notes, note)
