@@ -87,7 +87,15 @@ func (d *Daemon) newClusterRouting(local routes.Local, loads func() map[string]r
 func (d *Daemon) clusterRoutingOver(local serving.Router) *clusterRouting {
 	if d.plane != nil {
 		c := d.plane.Client()
-		return d.newClusterRouting(c, c.Loads, c.SetHop)
+		// The routes the proxy has from before it knew its hop key are
+		// pushed again: their other nodes' endpoints become hops.
+		hop := func(node string, key []byte) error {
+			if err := c.SetHop(node, key); err != nil {
+				return err
+			}
+			return c.Sync()
+		}
+		return d.newClusterRouting(c, c.Loads, hop)
 	}
 	t := local.(*proxy.Proxy)
 	return d.newClusterRouting(t, t.Loads, nil)
