@@ -39,6 +39,10 @@ type clusterRouting struct {
 	loads func() map[string]route.Load
 
 	el    atomic.Pointer[cluster.Elector]
+	// lead, when set, is serving's view of this node's term, which the
+	// routing then follows (a leader's serving publishes only while it
+	// runs the apps).
+	lead atomic.Pointer[func() routes.Term]
 	peers atomic.Pointer[agent.Client]
 	ctx   context.Context
 	stop  context.CancelFunc
@@ -115,6 +119,9 @@ func (d *Daemon) appsAPI() api.Apps {
 
 // leading returns this node's term while it leads.
 func (cr *clusterRouting) leading() routes.Term {
+	if f := cr.lead.Load(); f != nil {
+		return (*f)()
+	}
 	el := cr.el.Load()
 	if el == nil {
 		return nil
@@ -124,6 +131,10 @@ func (cr *clusterRouting) leading() routes.Term {
 	}
 	return nil // not a typed nil
 }
+
+// followLead makes the routing lead while term returns a term (not a
+// typed nil), as serving does.
+func (cr *clusterRouting) followLead(term func() routes.Term) { cr.lead.Store(&term) }
 
 // start runs the routing of a node that has joined: serving m wakes the
 // apps while it leads, the agent answers the other nodes' routing calls.
