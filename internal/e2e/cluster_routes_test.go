@@ -21,7 +21,7 @@ import (
 // nodes without a replica reach it through a hop to the replica's node's
 // proxy, for a plain request, a server-sent event stream and a WebSocket;
 // a request carrying a forged hop header is refused 403 and reaches no
-// replica.
+// replica; an app scaled to zero is woken by a request on a follower.
 func TestClusterRoutes(t *testing.T) {
 	c := startClusterWith(t, 3, true)
 	lead := routesLeader(c)
@@ -112,6 +112,44 @@ func TestClusterRoutes(t *testing.T) {
 	}
 	if after := replicaRequests(t, cl, home); after != hits+1 {
 		t.Fatalf("the replica counted %d requests, then %d after the forged hops; want only the one asking", hits, after)
+	}
+	// An app scaled to zero is woken by a request on a follower: its
+	// proxy holds it and asks the leader, which starts a replica; the
+	// route back through the store releases it.
+	cold := "name = \"cold\"\nimage = \"hello:1\"\nport = 8080\n[scale]\nmin = 0\nmax = 1\n[health]\nhttp = \"/healthz\"\n"
+	if err := os.WriteFile(f, []byte(cold), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := lead.shoal("app", "deploy", "-f", f, "--detach"); r.code != 0 {
+		t.Fatalf("deploy of cold through the leader %s: %s", lead.name, r.stderr)
+	}
+	var follower *clusterNode
+	for _, nd := range c.nodes {
+		if nd != lead {
+			follower = nd
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest("GET", "http://"+follower.Proxy()+"/", nil)
+		req.Host = "cold.localhost"
+		resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatalf("cold through %s: %v", follower.name, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.HasPrefix(string(b), "hello from cold-") {
+			break
+		}
+		if resp.StatusCode != http.StatusNotFound || time.Now().After(deadline) {
+			// 404 only until the app's route reaches the follower.
+			t.Fatalf("cold through %s: %d %s; want it woken and served", follower.name, resp.StatusCode, b)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := lead.shoal("app", "rm", "cold"); r.code != 0 {
+		t.Fatalf("app rm cold: %s", r.stderr)
 	}
 	if r := lead.shoal("app", "rm", "hello"); r.code != 0 {
 		t.Fatalf("app rm: %s", r.stderr)
