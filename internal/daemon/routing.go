@@ -38,11 +38,11 @@ type clusterRouting struct {
 	hop   func(node string, key []byte) error
 	loads func() map[string]route.Load
 
-	el    atomic.Pointer[cluster.Elector]
+	el atomic.Pointer[cluster.Elector]
 	// lead, when set, is serving's view of this node's term, which the
 	// routing then follows (a leader's serving publishes only while it
 	// runs the apps).
-	lead atomic.Pointer[func() routes.Term]
+	lead  atomic.Pointer[func() routes.Term]
 	peers atomic.Pointer[agent.Client]
 	ctx   context.Context
 	stop  context.CancelFunc

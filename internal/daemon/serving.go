@@ -16,6 +16,7 @@ import (
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/routes"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
@@ -84,6 +85,17 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		// the other nodes through their agents.
 		d.scl = newServingCluster(d.store)
 		o.Cluster, o.Remote = d.scl, d.remoteNode
+		if d.routing != nil {
+			// The routes lead when serving does: from its first
+			// publish as leader.
+			scl := d.scl
+			d.routing.followLead(func() routes.Term {
+				if t := scl.Term(); t != nil {
+					return t
+				}
+				return nil
+			})
+		}
 	}
 	m, err := serving.New(o)
 	if err != nil {
