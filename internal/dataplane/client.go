@@ -241,11 +241,19 @@ func (c *Client) loadFailed(err error) {
 }
 
 // WaitIdle returns once the endpoint has no request in flight in the
-// proxy, or with ctx's error. A proxy that cannot be reached holds no
-// request.
+// proxy, or with ctx's error; ctx's end is the end of the drain's grace,
+// and the proxy then cuts the requests still on the endpoint (see
+// proxy.Cut). A proxy that cannot be reached holds no request.
 func (c *Client) WaitIdle(ctx context.Context, id string) error {
 	err := c.do(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/wait-idle", nil, nil)
 	if err != nil && ctx.Err() != nil {
+		// The drain's grace is over: the proxy cuts what is still on the
+		// endpoint. (The proxy cuts nothing when a caller just goes away.)
+		cctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		if cerr := c.do(cctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/cut", nil, nil); cerr != nil {
+			c.log.Warn("proxy: the requests left on a drained endpoint were not cut", "endpoint", id, "err", cerr)
+		}
 		return ctx.Err()
 	}
 	return nil

@@ -70,6 +70,7 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 //	GET    /v1/load                      map app → route.Load, every app
 //	GET    /v1/load/{app}                one app's route.Load
 //	POST   /v1/endpoints/{id}/wait-idle  answers 204 once the endpoint is idle
+//	POST   /v1/endpoints/{id}/cut        the drain's grace is over: cut what is left
 //	GET    /metrics                      the proxy's metrics (Prometheus text)
 //	POST   /v1/shutdown?grace=30s        drain, answer, then exit
 func (c *control) handler() http.Handler {
@@ -85,9 +86,15 @@ func (c *control) handler() http.Handler {
 		writeJSON(w, c.p.Load(r.PathValue("app")))
 	})
 	mux.HandleFunc("POST /v1/endpoints/{id}/wait-idle", func(w http.ResponseWriter, r *http.Request) {
-		if err := c.p.WaitIdle(r.Context(), r.PathValue("id")); err != nil {
-			return // the caller went away
+		// A caller that goes away (a daemon killed mid-drain) cuts
+		// nothing: only an explicit cut does.
+		if err := c.p.Idle(r.Context(), r.PathValue("id")); err != nil {
+			return
 		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /v1/endpoints/{id}/cut", func(w http.ResponseWriter, r *http.Request) {
+		c.p.Cut(r.PathValue("id"))
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))

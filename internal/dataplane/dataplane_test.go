@@ -1,8 +1,10 @@
 package dataplane
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -340,5 +342,106 @@ func TestHopBetweenProxyProcesses(t *testing.T) {
 	}
 	if l := s1.client.Loads(); l["a"].Requests != 2 {
 		t.Fatalf("n1's loads %+v; want 2 requests of a", l)
+	}
+}
+
+// A caller of wait-idle that goes away (a daemon killed during a drain)
+// cuts nothing: an answer still streaming from the drained endpoint goes
+// on. When the client's WaitIdle ends with its context (the drain's grace
+// is over), the proxy cuts the answer.
+func TestDrainCutOnlyWhenGraceIsOver(t *testing.T) {
+	s := serveInTest(t, "")
+	c := s.client
+	more := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for {
+			io.WriteString(w, "data: tick\n\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-more:
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a-1", Addr: strings.TrimPrefix(srv.URL, "http://"), Revision: 1}},
+		Weights: map[int]int{1: 100}})
+	req, _ := http.NewRequest(http.MethodGet, "http://"+s.addr+"/sse", nil)
+	req.Host = "a.localhost"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := make(chan string)
+	ended := make(chan error, 1)
+	go func() {
+		br := bufio.NewReader(resp.Body)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				ended <- err
+				return
+			}
+			if l != "\n" {
+				lines <- l
+			}
+		}
+	}()
+	tick := func(what string) {
+		t.Helper()
+		select {
+		case <-lines:
+		case err := <-ended:
+			t.Fatalf("the stream ended %s: %v", what, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no event %s", what)
+		}
+	}
+	tick("at first")
+	c.SetRoute(route.Route{App: "a", Weights: map[int]int{1: 100}}) // a-1 leaves the route and drains
+
+	// A wait-idle whose caller goes away once the proxy holds it.
+	gone, leave := context.WithCancel(context.Background())
+	wreq, _ := http.NewRequestWithContext(gone, http.MethodPost, "http://proxy/v1/endpoints/a-1/wait-idle", nil)
+	waited := make(chan error, 1)
+	go func() {
+		resp, err := c.hc.Do(wreq)
+		if err == nil {
+			resp.Body.Close()
+		}
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		t.Fatalf("wait-idle returned (%v) with the stream open", err)
+	case <-time.After(200 * time.Millisecond): // setup: the call is at the proxy
+	}
+	leave()
+	<-waited
+	for i := range 5 {
+		more <- struct{}{}
+		tick(fmt.Sprintf("%d after the wait-idle's caller went away", i+1))
+	}
+
+	// The grace is over.
+	over, graceOver := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.WaitIdle(over, "a-1") }()
+	more <- struct{}{}
+	tick("during the drain")
+	graceOver()
+	if err := <-done; err == nil {
+		t.Fatal("WaitIdle cut short returned no error")
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("the stream ended with %v, want it cut short", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream goes on after the drain's grace")
 	}
 }

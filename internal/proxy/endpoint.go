@@ -155,31 +155,44 @@ func (e *endpoint) waitIdle(ctx context.Context) error {
 	}
 }
 
-// WaitIdle returns once the endpoint has no request in flight, or with the
+// Idle returns once the endpoint has no request in flight, or with the
 // context's error. An unknown endpoint is idle. Called after the endpoint
-// left its app's route, it tells when the replica may be frozen or stopped;
-// when the context ends first (the drain's grace is over), every request
-// still on the endpoint is cut rather than left to hang on a frozen or
-// stopped replica: answers being copied (event streams, long bodies) end
-// short and their client connections close, an upgraded WebSocket gets a
-// close frame (1001, going away) first, other upgraded connections and
-// chunked uploads close. An endpoint back in a route by then is left alone.
-func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
+// left its app's route, it tells when the replica may be frozen or
+// stopped. It cuts nothing: see Cut and WaitIdle.
+func (t *table) Idle(ctx context.Context, endpointID string) error {
 	t.mu.Lock()
 	e := t.endpoints[endpointID]
 	t.mu.Unlock()
 	if e == nil {
 		return nil
 	}
-	err := e.waitIdle(ctx)
+	return e.waitIdle(ctx)
+}
+
+// Cut ends every request still on an endpoint that left its route, when
+// its drain's grace is over, rather than leave them to hang on a frozen or
+// stopped replica: answers being copied (event streams, long bodies) end
+// short and their client connections close, an upgraded WebSocket gets a
+// close frame (1001, going away) first, other upgraded connections and
+// chunked uploads close. An endpoint in a route, or unknown, is left alone.
+func (t *table) Cut(endpointID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.endpoints[endpointID]
+	if e == nil || !e.closed.Load() {
+		return
+	}
+	if held, conns := e.cut(); held+conns > 0 {
+		t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "upgrades_and_uploads", held, "replica_connections", conns)
+	}
+}
+
+// WaitIdle is Idle, and Cut when the context ends first: the context's end
+// is the end of the drain's grace.
+func (t *table) WaitIdle(ctx context.Context, endpointID string) error {
+	err := t.Idle(ctx, endpointID)
 	if err != nil {
-		t.mu.Lock()
-		if e.closed.Load() {
-			if held, conns := e.cut(); held+conns > 0 {
-				t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "upgrades_and_uploads", held, "replica_connections", conns)
-			}
-		}
-		t.mu.Unlock()
+		t.Cut(endpointID)
 	}
 	return err
 }

@@ -51,7 +51,7 @@ type Options struct {
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
 // on the connections it accepts itself in Serve. Its routing table (and so
-// SetRoute, Update, RemoveRoute, Load, Loads and WaitIdle) is the embedded
+// SetRoute, Update, RemoveRoute, Load, Loads, Idle, Cut and WaitIdle) is the embedded
 // table.
 type Proxy struct {
 	table
