@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,8 +51,9 @@ func TestSecretMadeOnce(t *testing.T) {
 	}
 }
 
-// A token file wins over the store; a missing or short one is refused
-// naming the flag, and nothing is written to the store.
+// A token file wins over the store; a missing or short one, or one that
+// others than its owner may read or write, is refused naming the flag, and
+// nothing is written to the store.
 func TestSecretFile(t *testing.T) {
 	ctx := context.Background()
 	st := openBolt(t, clock.NewFake(time.Unix(1000, 0)))
@@ -61,6 +64,21 @@ func TestSecretFile(t *testing.T) {
 	os.WriteFile(short, []byte("abc\n"), 0o600)
 	if s, err := Secret(ctx, st, good); err != nil || s != "0123456789abcdef0123" {
 		t.Fatalf("file: %q, %v", s, err)
+	}
+	var shared []string
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620} {
+		f := filepath.Join(dir, fmt.Sprintf("mode-%04o", mode))
+		os.WriteFile(f, []byte("0123456789abcdef0123\n"), 0o600)
+		if err := os.Chmod(f, mode); err != nil {
+			t.Fatal(err)
+		}
+		shared = append(shared, f)
+	}
+	for _, f := range shared {
+		_, err := Secret(ctx, st, f)
+		if !errdefs.IsInvalid(err) || errdefs.Field(err) != "--cluster-token-file" || !strings.Contains(err.Error(), "chmod 600") {
+			t.Fatalf("%s: %v; want an invalid --cluster-token-file saying chmod 600", f, err)
+		}
 	}
 	for _, f := range []string{short, filepath.Join(dir, "missing")} {
 		_, err := Secret(ctx, st, f)
