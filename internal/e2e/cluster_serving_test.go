@@ -198,3 +198,58 @@ func containsAll(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// TestClusterServingLeaderKilled: when the leader is killed with SIGKILL,
+// the next leader adopts the replicas on the live nodes where they run and
+// replaces the dead leader's; no record is lost.
+func TestClusterServingLeaderKilled(t *testing.T) {
+	c := startCluster(t, 3)
+	c.helloEverywhere()
+	lead := c.leaderNode()
+	manifest := "name = \"hello\"\nimage = \"hello:1\"\nport = 8080\n[scale]\nmin = 3\nmax = 3\n[health]\nhttp = \"/healthz\"\n"
+	f := filepath.Join(t.TempDir(), "shoal.toml")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for r := lead.shoal("app", "deploy", "-f", f, "--detach"); r.code != 0; r = lead.shoal("app", "deploy", "-f", f, "--detach") {
+		if time.Now().After(deadline) {
+			t.Fatalf("deploy through the leader %s: %s", lead.name, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	before := lead.waitApp("3 ready replicas, one on each node", "hello", func(a types.App) bool {
+		by := readyByNode(a)
+		return by["n1"] == 1 && by["n2"] == 1 && by["n3"] == 1
+	})
+	kept := map[string]string{} // the replicas of the nodes that live on
+	for _, r := range before.Replicas {
+		if r.Node != lead.name {
+			kept[r.ID] = r.Node
+		}
+	}
+	lead.kill()
+	var next *clusterNode
+	for _, nd := range c.nodes {
+		if nd != lead {
+			next = nd
+			break
+		}
+	}
+	a := next.waitApp("the dead leader's replica replaced, the others adopted", "hello", func(a types.App) bool {
+		by := readyByNode(a)
+		return by[lead.name] == 0 && replicasIn(a, "ready") == 3 && len(a.Replicas) == 3
+	})
+	for id, node := range kept {
+		found := false
+		for _, r := range a.Replicas {
+			found = found || (r.ID == id && r.Node == node)
+		}
+		if !found {
+			t.Fatalf("replica %s on %s was not adopted by the new leader: %+v", id, node, a.Replicas)
+		}
+	}
+	if a.Revision != before.Revision || a.Min != 3 {
+		t.Fatalf("app after the leader's death: revision %d, min %d; want %d, 3", a.Revision, a.Min, before.Revision)
+	}
+}
