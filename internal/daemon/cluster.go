@@ -61,14 +61,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 			Fetch: &agent.Fetcher{Images: d.images, Client: peers, Self: cfg.Node, Nodes: d.liveNodes, Log: d.log}}}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	if d.jobs != nil && d.jobs.Manager != nil {
-		// A node whose lease is gone may see its jobs given to others: it
-		// kills them (the queue takes them back once the store answers).
-		m := d.jobs.Manager
-		hb.Observe = func(s cluster.Status) {
-			if s.Lost {
-				m.LostLease()
-			}
-		}
+		hb.Observe = leaseGuard(cfg.NodeTTL, time.Now, d.jobs.Manager.LostLease)
 	}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	// Back after its key was dropped, the node removes the replicas the

@@ -169,6 +169,24 @@ func (d *Daemon) jobEvent(ev *events.Log) func(kind, reason string) {
 	}
 }
 
+// leaseGuard returns the heartbeat's observer that calls lost once the
+// node's lease may be gone: no good renewal for half its TTL, or the
+// heartbeat counts itself lost. Half the TTL is before etcd can have let
+// the lease expire, so the node's jobs stop before the leader may give
+// them to another node: a job never runs on two nodes at once.
+func leaseGuard(ttl time.Duration, now func() time.Time, lost func()) func(cluster.Status) {
+	var lastOK time.Time
+	return func(s cluster.Status) {
+		t := now()
+		switch {
+		case s.Alive:
+			lastOK = t
+		case s.Lost || (!lastOK.IsZero() && t.Sub(lastOK) >= ttl/2):
+			lost()
+		}
+	}
+}
+
 // stopTakingJobs sets this node's job slots to 0 in its record before its
 // queue stops: the jobs it queues again then go to other nodes, not back
 // to it while it is still a member. The next start writes them again.

@@ -80,8 +80,9 @@ func pidsWith(marker string) []string {
 // queued again with the reason, runs to the end on another node, the event
 // log tells it, and the killed node, started again, leaves nothing of its
 // copy running. Last, a job whose node is killed on both its attempts ends
-// lost with the reason, and one whose node stops gracefully runs on another
-// node, the attempt not counted.
+// lost with the reason; one whose node stops gracefully runs on another
+// node, the attempt not counted; one whose node is cut off from the network
+// is killed there and runs on another node.
 func TestClusterJobs(t *testing.T) {
 	t.Setenv("SHOAL_JOB_SLOTS", "1")
 	t.Setenv("SHOAL_JOB_WARM", "0")
@@ -267,6 +268,71 @@ func TestClusterJobs(t *testing.T) {
 		t.Fatalf("job after its node stopped: %+v; want done elsewhere in 1 attempt, requeued: %s", j, want)
 	}
 	stopped.start()
+
+	// A node cut off from the network while it runs a job kills its copy
+	// (it cannot renew its lease); the job runs again on another node, and
+	// the node, back on the network, leaves it alone.
+	marker = fmt.Sprintf("cjobs-cut-%d", rand.Uint64())
+	r = n1.shoal("job", "submit", "busybox:1", "sh", "-c", "sleep 6; echo "+marker)
+	if r.code != 0 {
+		t.Fatalf("job submit: exit %d: %s", r.code, r.stderr)
+	}
+	id = strings.TrimSpace(r.stdout)
+	j = n1.waitJob(id, "running", func(j types.Job) bool { return j.State == types.JobRunning })
+	cut := c.nodeNamed(j.Node)
+	via = n1
+	if cut == n1 {
+		via = n2
+	}
+	pids = nil
+	for deadline := time.Now().Add(30 * time.Second); len(pids) == 0 && time.Now().Before(deadline); {
+		pids = pidsWith(marker)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no process of job %s found on the host", id)
+	}
+	if err := cut.SetLink(false); err != nil {
+		t.Fatal(err)
+	}
+	// The cut node's copy is gone before another node's starts: at no
+	// time do both run.
+	old := map[string]bool{}
+	for _, p := range pids {
+		old[p] = true
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var olds, news int
+		for _, p := range pidsWith(marker) {
+			if old[p] {
+				olds++
+			} else {
+				news++
+			}
+		}
+		if olds > 0 && news > 0 {
+			t.Fatalf("job %s runs on two nodes at once: the cut node %s's copy and another", id, cut.name)
+		}
+		if news > 0 || (olds == 0 && via.job(id, false).State == types.JobDone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: the cut node %s's copy runs still (%d), or none started elsewhere, after 30s", id, cut.name, olds)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	j = via.job(id, true)
+	want = fmt.Sprintf("node %s lost while the job ran (attempt 1 of 2)", cut.name)
+	if j.State != types.JobDone || !j.OK || j.Node == cut.name || j.Attempts != 2 || j.Requeued != want || j.Steps[0].Stdout != marker+"\n" {
+		t.Fatalf("job after its node was cut off: %+v; want done elsewhere, requeued: %s", j, want)
+	}
+	if err := cut.SetLink(true); err != nil {
+		t.Fatal(err)
+	}
+	via.waitNodes("the cut node ready again", func(m map[string]types.Node) bool { return m[cut.name].State == cluster.StateReady })
+	if again := cut.job(id, false); again.State != types.JobDone || again.Node != j.Node || again.Attempts != 2 {
+		t.Fatalf("job %s after its first node came back on the network: %+v", id, again)
+	}
 }
 
 // nodeNamed returns the cluster's node of that name.

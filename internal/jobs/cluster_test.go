@@ -323,7 +323,7 @@ func TestClusterLostLeaseTakesJobsBack(t *testing.T) {
 		t.Fatalf("started %s again, want %s", id, j.ID)
 	}
 	got, _ := n1.Get(context.Background(), j.ID)
-	if got.State != Running || got.Attempts != 2 || got.Requeued != "node n1 lost its lease while the job ran (attempt 1 of 3)" {
+	if got.State != Running || got.Attempts != 2 || got.Requeued != "node n1 could not renew its lease while the job ran (attempt 1 of 3)" {
 		t.Fatalf("job: %+v", got)
 	}
 }
