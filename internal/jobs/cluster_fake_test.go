@@ -24,6 +24,10 @@ type fakeNet struct {
 	nodes  map[string]Node
 	subs   []chan struct{}
 	events []string
+	// deposed names a node that still believes it leads, with the fence
+	// of its old term, as a leader cut off does until it learns otherwise.
+	deposed map[string]int
+	refused int // fenced writes refused
 }
 
 func newFakeNet(st store.Store) *fakeNet { return &fakeNet{st: st, nodes: map[string]Node{}} }
@@ -99,6 +103,9 @@ func (c fakeMember) Changed() <-chan struct{} {
 func (c fakeMember) Leading() Fence {
 	c.net.mu.Lock()
 	defer c.net.mu.Unlock()
+	if term, ok := c.net.deposed[c.self]; ok {
+		return fakeFence{net: c.net, node: c.self, term: term}
+	}
 	if c.net.leader != c.self {
 		return nil
 	}
@@ -117,6 +124,7 @@ func (f fakeFence) CompareAndSwap(ctx context.Context, key string, rev int64, va
 	f.net.mu.Lock()
 	defer f.net.mu.Unlock()
 	if f.net.leader != f.node || f.net.term != f.term {
+		f.net.refused++
 		return 0, fmt.Errorf("key %q: term %d of %s: %w", key, f.term, f.node, ErrDeposed)
 	}
 	return f.net.st.CompareAndSwap(ctx, key, rev, value)

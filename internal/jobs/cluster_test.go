@@ -355,3 +355,29 @@ func TestClusterStopRequeues(t *testing.T) {
 		t.Fatalf("job on n3: %+v", got)
 	}
 }
+
+// A leader deposed without knowing it assigns nothing: its fenced writes
+// are refused, and the new leader assigns the queued jobs.
+func TestClusterDeposedLeaderAssignsNothing(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1 := c.add("n1", 1)
+	c.add("n2", 1)
+	c.net.lead("n1")
+	c.net.mu.Lock()
+	c.net.deposed = map[string]int{"n1": c.net.term}
+	c.net.mu.Unlock()
+	c.net.lead("") // a new term, no leader yet; n1 still believes it leads
+	js := submit(t, n1, "a", 2)
+	waitFor(t, "n1's assignment refused", func() bool {
+		c.net.mu.Lock()
+		defer c.net.mu.Unlock()
+		return c.net.refused > 0
+	})
+	for _, j := range js {
+		if got, _ := n1.Get(context.Background(), j.ID); got.Node != "" || got.State != Queued {
+			t.Fatalf("job %s assigned by a deposed leader: %+v", j.ID, got)
+		}
+	}
+	c.net.lead("n2")
+	waitFor(t, "both jobs running under the new leader", func() bool { return c.countRunning() == 2 })
+}
