@@ -15,6 +15,11 @@ const ReportEvery = time.Second
 // its node stopped reporting (gone, cut off, or no traffic left).
 const ReportMaxAge = 3 * time.Second
 
+// reportTimeout bounds one report: a leader cut off without a word would
+// otherwise hold it, and the reports to the next leader, until TCP gives
+// up; the report would be stale by then anyway.
+const reportTimeout = ReportMaxAge
+
 // maxReportApps bounds the apps of one report: the busiest are sent.
 const maxReportApps = 2048
 
@@ -105,7 +110,7 @@ func (r *Router) ReportLoads(ctx context.Context, loads func() map[string]route.
 		if len(busy) == 0 && !sent {
 			continue
 		}
-		if err := sink.ReportLoad(ctx, r.o.Node, busy); err != nil {
+		if err := r.reportOnce(ctx, sink, busy); err != nil {
 			if ctx.Err() == nil {
 				r.log.Debug("routes: report the proxy's load to the leader", "err", err)
 			}
@@ -133,4 +138,14 @@ func busiest(now, prev map[string]route.Load) map[string]route.Load {
 		out[app] = now[app]
 	}
 	return out
+}
+
+// reportOnce sends one report through sink, given up after reportTimeout
+// on the Router's clock.
+func (r *Router) reportOnce(ctx context.Context, sink LoadSink, busy map[string]route.Load) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := r.clk.AfterFunc(reportTimeout, cancel)
+	defer t.Stop()
+	return sink.ReportLoad(ctx, r.o.Node, busy)
 }
