@@ -18,18 +18,26 @@ import (
 	"github.com/shoal-run/shoal/internal/store"
 )
 
-// clusterSecret reads the secret the nodes made in the store.
-func (c *testCluster) clusterSecret() string {
-	t := c.t
-	t.Helper()
+// etcdStore opens the cluster's store on every etcd member; the caller
+// closes it.
+func (c *testCluster) etcdStore() store.Store {
+	c.t.Helper()
 	var eps []string
 	for _, m := range c.etcd {
 		eps = append(eps, "http://"+m.client)
 	}
 	st, err := store.OpenEtcd(context.Background(), eps)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
+	return st
+}
+
+// clusterSecret reads the secret the nodes made in the store.
+func (c *testCluster) clusterSecret() string {
+	t := c.t
+	t.Helper()
+	st := c.etcdStore()
 	defer st.Close()
 	kv, err := st.Get(context.Background(), store.ClusterSecretKey)
 	if err != nil {
@@ -104,16 +112,8 @@ func TestClusterAgentSecret(t *testing.T) {
 
 // agentClient is an agent client of the cluster, as another node has it.
 func (c *testCluster) agentClient() (*agent.Client, func()) {
-	t := c.t
-	t.Helper()
-	var eps []string
-	for _, m := range c.etcd {
-		eps = append(eps, "http://"+m.client)
-	}
-	st, err := store.OpenEtcd(context.Background(), eps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.t.Helper()
+	st := c.etcdStore()
 	return agent.NewClient(st, c.clusterSecret()), func() { st.Close() }
 }
 
