@@ -167,8 +167,12 @@ func TestClusterJobs(t *testing.T) {
 	if len(pids) == 0 {
 		t.Fatalf("no process of job %s (marker %s) found on the host", id, marker)
 	}
+	leader := ""
+	if m, err := via.nodes(); err == nil {
+		leader = leaderOf(m)
+	}
 	victim.kill()
-	t.Logf("killed %s running job %s (pids %v); watching through %s", victim.name, id, pids, via.name)
+	t.Logf("killed %s (the leader was %s) running job %s (pids %v); watching through %s", victim.name, leader, id, pids, via.name)
 	j = via.job(id, true)
 	want := fmt.Sprintf("node %s lost while the job ran (attempt 1 of 2)", victim.name)
 	if j.State != types.JobDone || !j.OK || j.Node == victim.name || j.Attempts != 2 || j.Requeued != want ||
