@@ -16,6 +16,13 @@
 // where the daemon hands the queue to the API, and a callback receives the
 // same.
 //
+// In a cluster (Options.Cluster, on an etcd store) the queue is the
+// cluster's: any node stores a submitted job; the leader's Scheduler,
+// over every node's slots, picks the next job and a fenced write gives it
+// to a node with a free slot; that node runs it and stores its end. A job
+// whose node is lost is queued again with the reason, or ends Lost after
+// MaxAttempts (see assign.go, nodework.go).
+//
 // The Manager holds the Scheduler under its lock and starts a goroutine
 // per running job; the Runner (a Sandbox in the daemon, a fake in the queue
 // tests) runs the steps. Time comes from a clock.Clock so that retention
