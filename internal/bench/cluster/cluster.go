@@ -55,8 +55,11 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		Net: benchNet, Tag: benchTag, CgroupPrefix: benchCgroups, Proxy: true}, nodeCount)
 	if err != nil {
 		// The cluster cannot run here: every row says why.
-		renderDeath(rep, notRun(deathRows, "cannot start the cluster: "+err.Error()))
-		renderParts(rep)
+		why := "cannot start the cluster: " + err.Error()
+		renderDeath(rep, notRun(deathRows, why))
+		rep.Heading("Healing and routing across nodes")
+		renderHeal(rep, notRun([]string{rowHeal}, why), nil)
+		renderHop(rep, notRun([]string{rowLocal, rowHop}, why))
 		return rep, e.placement(ctx, rep)
 	}
 	e = &env{o: o, c: c}
@@ -87,8 +90,36 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		return rep, fmt.Errorf("cluster: %w", err)
 	}
 	renderDeath(rep, rows)
-	renderParts(rep)
+	if err := e.acrossNodes(ctx, rep, dir); err != nil {
+		return rep, err
+	}
 	return rep, e.placement(ctx, rep)
+}
+
+// acrossNodes measures and renders healing and the proxy hop; what cannot
+// run says why in its rows.
+func (e *env) acrossNodes(ctx context.Context, rep *bench.Report, dir string) error {
+	rep.Heading("Healing and routing across nodes")
+	if err := e.helloEverywhere(ctx, dir); err != nil {
+		why := "the hello image on every node: " + err.Error()
+		renderHeal(rep, notRun([]string{rowHeal}, why), nil)
+		renderHop(rep, notRun([]string{rowLocal, rowHop}, why))
+		return ctx.Err()
+	}
+	rows, side, err := e.measureHeal(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	renderHeal(rep, rows, side)
+	rows, err = e.measureHop(ctx, dir)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		rows = notRun([]string{rowLocal, rowHop}, err.Error())
+	}
+	renderHop(rep, rows)
+	return nil
 }
 
 // placement measures and renders the placer, which needs no cluster.

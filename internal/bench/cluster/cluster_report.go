@@ -53,26 +53,6 @@ func renderDeath(rep *bench.Report, rows []bench.Row) {
 	}
 }
 
-// renderParts adds the figures of the cluster parts that are not in this
-// build: each says what is missing.
-func renderParts(rep *bench.Report) {
-	rep.Heading("Healing, routing and placement across nodes")
-	rep.Table(bench.Table{Title: "A node holding replicas dies: until they serve elsewhere", Unit: "ms",
-		Rows: notRun([]string{rowHeal}, "healing across nodes (the leader's controllers replacing a dead node's replicas on live nodes) is not in this build")})
-	rep.Table(bench.Table{Title: "Failed requests while a node holding replicas dies", Unit: "%",
-		Rows: notRun([]string{rowHealFailed}, "healing across nodes is not in this build")})
-	rep.Table(bench.Table{Title: "Through a proxy hop to another node", Unit: "ms", Baseline: rowLocal,
-		Rows: notRun([]string{rowLocal, rowHop}, "routing across nodes (a proxy forwarding to the replica's node's proxy) is not in this build")})
-}
-
-// Rows of the parts still to come.
-const (
-	rowHeal       = "a node holding 2 of 4 replicas dies → replacements serve"
-	rowHealFailed = "requests through a surviving node's proxy that failed"
-	rowLocal      = "GET / through a node's proxy to a replica on that node (baseline)"
-	rowHop        = "GET / through a node's proxy to a replica on another node"
-)
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func fmtMS(v float64) string { return bench.FormatValue(v) + " ms" }

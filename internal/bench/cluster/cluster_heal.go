@@ -1,0 +1,226 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/bench"
+	"github.com/shoal-run/shoal/internal/cluster/clustertest"
+)
+
+// Rows of the healing tables.
+const (
+	rowHeal       = "a follower holding 1 of 2 replicas dies → its replacement answers"
+	rowHealFailed = "requests through the third node's proxy that failed"
+	rowLost       = "power-off → the leader finds the replica lost"
+	rowStart      = "power-off → the leader starts its replacement"
+)
+
+// Steady time of the load loop before the death and after the replacement
+// answered.
+const (
+	healBefore = 300 * time.Millisecond
+	healAfter  = 500 * time.Millisecond
+)
+
+// healRun is what one healing run saw besides its time.
+type healRun struct {
+	total, failed int
+	first         string  // the first failure
+	lost, start   float64 // ms from the power-off until the leader logged the replica lost, and its replacement's start
+}
+
+// healOnce deploys app with two replicas (spread: on two of the three
+// nodes), puts the load loop on the proxy of the node that holds none,
+// powers off a follower that holds one, and returns the milliseconds until
+// a replacement answered through that proxy, with the loop's counts.
+func (e *env) healOnce(ctx context.Context, dir, app string) (float64, healRun, error) {
+	if err := e.deploy(ctx, dir, app, "image = \"hello:1\"\nport = 8080\n[scale]\nmin = 2\nmax = 2\n[health]\nhttp = \"/healthz\"\n"); err != nil {
+		return 0, healRun{}, err
+	}
+	defer e.remove(context.WithoutCancel(ctx), app)
+	a, err := e.waitApp(ctx, app, 90*time.Second, "2 ready on 2 nodes", func(a types.App) bool {
+		on := readyOn(a)
+		return len(on) == 2 && len(a.Replicas) == 2
+	})
+	if err != nil {
+		return 0, healRun{}, err
+	}
+	leader, _, err := e.roles(ctx)
+	if err != nil {
+		return 0, healRun{}, err
+	}
+	on := readyOn(a)
+	var victim, front *clustertest.Node
+	for _, nd := range e.c.Nodes {
+		switch {
+		case len(on[nd.Name]) == 0:
+			front = nd
+		case nd != leader && victim == nil:
+			victim = nd
+		}
+	}
+	if victim == nil || front == nil {
+		return 0, healRun{}, fmt.Errorf("app %q: replicas on %v with %s leading: no follower holding one and node holding none", app, keys(on), leader.Name)
+	}
+	old := map[string]bool{}
+	for _, r := range a.Replicas {
+		old[r.ID] = true
+	}
+	l := clustertest.StartLoop(ctx, front, app)
+	defer l.End()
+	for id := range old {
+		if _, err := l.WaitAnswer(ctx, 15*time.Second, "replica "+id+" through "+front.Name, func(r string) bool { return r == id }); err != nil {
+			return 0, healRun{}, err
+		}
+	}
+	time.Sleep(healBefore)
+	t0 := time.Now()
+	if err := victim.PowerOff(); err != nil {
+		return 0, healRun{}, err
+	}
+	at, err := l.WaitAnswer(ctx, 60*time.Second, "a replacement through "+front.Name, func(r string) bool { return r != "" && !old[r] })
+	if err == nil {
+		time.Sleep(healAfter)
+	}
+	l.End()
+	if perr := e.powerOn(ctx, victim); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		return 0, healRun{}, err
+	}
+	total, failed, first := l.Counts()
+	run := healRun{total: total, failed: failed, first: first}
+	lost, start, err := leaderPhases(leader.Log, app)
+	if err != nil {
+		return 0, healRun{}, err
+	}
+	run.lost, run.start = bench.Millis(lost.Sub(t0))[0], bench.Millis(start.Sub(t0))[0]
+	return bench.Millis(at.Sub(t0))[0], run, nil
+}
+
+// measureHeal runs healOnce as a subject of its own.
+func (e *env) measureHeal(ctx context.Context, dir string) ([]bench.Row, []healRun, error) {
+	var side []healRun
+	warmup := 1
+	if e.o.Quick {
+		warmup = 0
+	}
+	rows, err := bench.Measure(ctx, e.o, warmup, e.o.RunsOr(10, 2), []bench.Subject{{Name: rowHeal,
+		Command: "shoal app deploy (min = max = 2); load on the third node's proxy; power off a follower holding one; until a new replica answers there",
+		Run: func(ctx context.Context, i int) (float64, error) {
+			v, r, err := e.healOnce(ctx, dir, fmt.Sprintf("heal-%d", i))
+			if err == nil {
+				side = append(side, r)
+			}
+			return v, err
+		}}})
+	if len(side) > warmup {
+		side = side[warmup:]
+	}
+	return rows, side, err
+}
+
+// renderHeal adds the healing tables: the time until a replacement answered
+// and the share of requests that failed meanwhile.
+func renderHeal(rep *bench.Report, rows []bench.Row, side []healRun) {
+	tab := bench.Table{Title: "A node holding replicas dies: until they serve elsewhere", Unit: "ms", Rows: rows,
+		Note: fmt.Sprintf("Each run deploys a fresh app of two hello replicas through the leader (spread puts them on two nodes), "+
+			"sends a load loop (%d clients, %s between an answer and the next request, at most %s and %d requests, %s timeout) "+
+			"through the proxy of the node that holds none, powers off a follower that holds one, and times until a new replica "+
+			"answers through that proxy; the node comes back and the app is removed before the next run.",
+			clustertest.LoopClients, clustertest.LoopPause, clustertest.LoopMaxTime, clustertest.LoopMaxTotal, clustertest.LoopTimeout)}
+	rep.Table(tab)
+	failed := bench.Row{Name: rowHealFailed, Command: "the load loop above, from its start to " + healAfter.String() + " after the replacement answered"}
+	var total, nfail int
+	var first string
+	for _, r := range side {
+		if first == "" {
+			first = r.first
+		}
+		if r.total > 0 {
+			failed.Values = append(failed.Values, 100*float64(r.failed)/float64(r.total))
+			total += r.total
+			nfail += r.failed
+		}
+	}
+	if !rows[0].OK() {
+		failed.Err = rows[0].Err
+	}
+	rep.Table(bench.Table{Title: "Failed requests while a node holding replicas dies", Unit: "% of requests", Rows: []bench.Row{failed}})
+	phases := []bench.Row{{Name: rowLost, Command: "time= of the leader's log line msg=\"serving: lost\" of the replica"},
+		{Name: rowStart, Command: "time= of the leader's next msg=\"serving: start\" of the app"}, {Name: rowHeal}}
+	for _, r := range side {
+		phases[0].Values = append(phases[0].Values, r.lost)
+		phases[1].Values = append(phases[1].Values, r.start)
+	}
+	phases[2] = rows[0]
+	if !rows[0].OK() {
+		phases[0].Err, phases[1].Err = rows[0].Err, rows[0].Err
+	}
+	ph := bench.Table{Title: "Where the time goes", Unit: "ms from the power-off", Rows: phases,
+		Note: "The same runs, read from the leader's log (same host clock, millisecond resolution)."}
+	rep.Table(ph)
+	med := tab.Median(rowHeal)
+	if math.IsNaN(med) || len(side) == 0 {
+		return
+	}
+	rep.Para("A dead node's replica was replaced and answering through another node's proxy %s after the power-off at the median "+
+		"(p99 %s), against about %s until Kubernetes' default eviction and about %s until Nomad's default marks the node down "+
+		"(published, not run). Of %d requests in %d runs, %d failed.",
+		fmtMS(med), fmtMS(tab.Row(rowHeal).Stats().P99), fmtDur(k8sGrace+k8sToleration), fmtDur(nomadTTL+nomadGrace), total, len(side), nfail)
+	if first != "" {
+		rep.Para("The first failure: %s.", bench.OneLine(first))
+	}
+	rep.Para("The leader knew the replica lost after %s and started its replacement after %s (medians from the power-off; "+
+		"the table above).", fmtMS(ph.Median(rowLost)), fmtMS(ph.Median(rowStart)))
+}
+
+// leaderPhases reads from the leader's log when it found app's replica lost
+// and when it started the replacement (the first start after that).
+func leaderPhases(path, app string) (lost, start time.Time, err error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return lost, start, fmt.Errorf("leader log: %w", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(line, " app="+app+" ") {
+			continue
+		}
+		switch {
+		case lost.IsZero() && strings.Contains(line, `msg="serving: lost"`):
+			lost, err = logTime(line)
+		case !lost.IsZero() && strings.Contains(line, `msg="serving: start"`):
+			start, err = logTime(line)
+			return lost, start, err
+		}
+		if err != nil {
+			return lost, start, err
+		}
+	}
+	return lost, start, fmt.Errorf("app %q: the leader's log has no lost replica followed by a start", app)
+}
+
+// logTime reads the time= field of a daemon's log line.
+func logTime(line string) (time.Time, error) {
+	f, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+	t, err := time.Parse(time.RFC3339Nano, f)
+	if err != nil {
+		return t, fmt.Errorf("log line %q: %w", bench.OneLine(line), err)
+	}
+	return t, nil
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
