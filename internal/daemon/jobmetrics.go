@@ -34,9 +34,9 @@ func newMeteredRunner(r jobs.Runner, reg *prometheus.Registry, stats func() (que
 		name, help string
 		pick       func(q, r, s int) int
 	}{
-		{"shoal_jobs_queued", "Jobs waiting for a slot.", func(q, _, _ int) int { return q }},
-		{"shoal_jobs_running", "Jobs running.", func(_, r, _ int) int { return r }},
-		{"shoal_job_slots", "Jobs that may run at once.", func(_, _, s int) int { return s }},
+		{"shoal_jobs_queued", "Jobs waiting for a slot (on a node of a cluster: the whole cluster's queue).", func(q, _, _ int) int { return q }},
+		{"shoal_jobs_running", "Jobs running on this node.", func(_, r, _ int) int { return r }},
+		{"shoal_job_slots", "Jobs that may run at once on this node.", func(_, _, s int) int { return s }},
 	} {
 		pick := g.pick
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
