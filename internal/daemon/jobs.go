@@ -63,9 +63,11 @@ func removeCgroup(path string) {
 
 // openJobs starts the job queue. Sandboxes map root to an unprivileged
 // host uid through a user namespace when the host allows it: their bundles
-// and work directories then live in <data-dir>.sandbox (0710, group
-// jobHostID), because the sandbox's init resolves those paths inside the
-// user namespace and the data dir stays 0700; they run on a runtime of
+// and work directories then live in <data-dir>.sandbox (0711: searched,
+// not listed, by every tenant's host uids), because the sandbox's init
+// resolves those paths inside the user namespace and the data dir stays
+// 0700. Each tenant gets host ids of its own (jobHostID upwards, jobIDs
+// each, see jobs.Sandbox.UserNS). They run on a runtime of
 // their own under the cgroup parent <cgroup-parent>-jobs. Otherwise they
 // run as uid 65534 on the daemon's runtime, and `shoal info` says why.
 //
@@ -125,7 +127,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		sb.RT, sb.UID, sb.GID = svc.rt, 0, 0
 		sb.UserNS = &runtime.UserNS{HostID: jobHostID, Size: jobIDs}
 		sb.Dir = filepath.Join(d.sandboxDir(), "jobs")
-		how = fmt.Sprintf("as root in a user namespace mapped to host uids %d-%d", jobHostID, jobHostID+jobIDs-1)
+		how = fmt.Sprintf("as root in a user namespace mapped to host uids %d-%d for the first tenant, the next %d for each other tenant", jobHostID, jobHostID+jobIDs-1, jobIDs)
 	}
 	if sb.UserNS == nil {
 		sb.Dir = filepath.Join(d.cfg.DataDir, "jobs")
@@ -140,15 +142,15 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		return fmt.Errorf("jobs: %w", err)
 	}
 	if sb.UserNS != nil {
-		if err := os.Chmod(sb.Dir, 0o710); err != nil {
-			return fmt.Errorf("jobs: %w", err)
-		}
-		if err := os.Chown(sb.Dir, 0, jobHostID); err != nil {
+		if err := os.Chmod(sb.Dir, 0o711); err != nil {
 			return fmt.Errorf("jobs: %w", err)
 		}
 	}
 	if err := d.warmSandboxes(sb, slots); err != nil {
 		return fmt.Errorf("jobs: %w", err)
+	}
+	if sb.Stub != "" {
+		made = append(made, sb.Stub) // the copy of shoal-init goes too
 	}
 	svc.sb = sb
 	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots, %d sandboxes kept warm; sandboxes run %s, with no capabilities and no network", slots, sb.Warm, how))
@@ -242,16 +244,13 @@ func (d *Daemon) sandboxDir() string { return filepath.Clean(d.cfg.DataDir) + ".
 // the sandboxes run on, removing whatever a previous daemon left there.
 func (d *Daemon) openSandboxRuntime(ctx context.Context, svc *jobService) error {
 	dir := d.sandboxDir()
-	if err := searchable(filepath.Dir(dir), jobHostID); err != nil {
+	if err := searchable(filepath.Dir(dir)); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o710); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o710); err != nil {
-		return err
-	}
-	if err := os.Chown(dir, 0, jobHostID); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil {
 		return err
 	}
 	parent := "/" + strings.Trim(d.cfg.Cgroup, "/") + "-jobs"
@@ -271,17 +270,17 @@ func (d *Daemon) openSandboxRuntime(ctx context.Context, svc *jobService) error 
 	return nil
 }
 
-// searchable checks that host uid and gid id can reach dir: every
-// directory from / down must let others (or group id) search it.
-func searchable(dir string, id uint32) error {
+// searchable checks that any host uid, every tenant's sandboxes' among
+// them, can reach dir: every directory from / down must let others
+// search it.
+func searchable(dir string) error {
 	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
 		var st unix.Stat_t
 		if err := unix.Stat(p, &st); err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
-		ok := st.Mode&0o001 != 0 || (st.Gid == id && st.Mode&0o010 != 0) || (st.Uid == id && st.Mode&0o100 != 0)
-		if !ok {
-			return fmt.Errorf("%s (mode %o) is not searchable by the sandbox's host uid %d", p, st.Mode&0o7777, id)
+		if st.Mode&0o001 == 0 {
+			return fmt.Errorf("%s (mode %o) is not searchable by the sandboxes' host uids (%d and up)", p, st.Mode&0o7777, jobHostID)
 		}
 		if p == "/" {
 			return nil

@@ -314,6 +314,10 @@ func TestJobUserNamespace(t *testing.T) {
 	if want := "0\n         0     100000      65536\nwrote\n"; out != want {
 		t.Fatalf("sandbox in a user namespace printed %q, want %q", out, want)
 	}
+	// Another tenant's sandbox maps root to host ids of its own.
+	if out := d.must("job", "run", "--tenant", "other", "busybox:1", "cat", "/proc/self/uid_map"); out != "         0     165536      65536\n" {
+		t.Fatalf("another tenant's uid map: %q, want root at host uid 165536", out)
+	}
 	// Seen from the host, the sandbox's processes belong to uid 100000.
 	id := strings.TrimSpace(d.must("job", "submit", "busybox:1", "sleep", "5"))
 	// Its sandbox may be one created ahead (named for itself, not the job):

@@ -64,9 +64,13 @@ type Sandbox struct {
 	// Dir holds the jobs' work directories (a tmpfs each).
 	Dir string
 	// UID and GID run the steps' processes (default 65534, nobody); with
-	// UserNS they are ids inside the sandbox and root maps to UserNS.HostID.
+	// UserNS they are ids inside the sandbox.
 	UID, GID int
-	UserNS   *runtime.UserNS
+	// UserNS, if set, runs sandboxes in user namespaces: root in the first
+	// tenant's maps to host uid UserNS.HostID, and each further tenant, in
+	// the order they first run a job, gets the next UserNS.Size host ids
+	// (see userNS), so that no two tenants' sandboxes share a host uid.
+	UserNS *runtime.UserNS
 	// CPUCheck is how often the daemon compares a step's CPU time with its
 	// limit (default 100ms).
 	CPUCheck time.Duration
@@ -82,6 +86,7 @@ type Sandbox struct {
 	// stub.Path in warm sandboxes (readable by the sandbox's host uid).
 	Stub string
 	pool warmPool
+	ids  tenantIDs
 }
 
 // Labels on job containers.
@@ -106,10 +111,11 @@ func (s *Sandbox) log() *slog.Logger {
 	return s.Log
 }
 
-// hostOwner is the host uid and gid that own what the sandbox writes.
-func (s *Sandbox) hostOwner() (int, int) {
-	if s.UserNS != nil {
-		return int(s.UserNS.HostID) + s.UID, int(s.UserNS.HostID) + s.GID
+// hostOwner is the host uid and gid that own what a sandbox in user
+// namespace ns (nil: none) writes.
+func (s *Sandbox) hostOwner(ns *runtime.UserNS) (int, int) {
+	if ns != nil {
+		return int(ns.HostID) + s.UID, int(ns.HostID) + s.GID
 	}
 	return s.UID, s.GID
 }
@@ -123,18 +129,22 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 	if err != nil {
 		return fmt.Errorf("image %q: %w", p.Req.Image, err)
 	}
+	ns, err := s.userNS(p.Tenant)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", j.ID, err)
+	}
 	var warm *warmBox
 	if s.Warm > 0 && s.Stub != "" && ctx.Err() == nil {
-		warm = s.take(keyOf(p, img), img)
+		warm = s.take(keyOf(p, img, ns), img)
 	}
 	work := filepath.Join(s.Dir, j.ID)
 	if warm != nil {
 		work = warm.work
-		if err := s.writeFiles(work, p); err != nil {
+		if err := s.writeFiles(work, p, ns); err != nil {
 			s.destroyWarm(warm)
 			return fmt.Errorf("job %s: work directory: %w", j.ID, err)
 		}
-	} else if err := s.makeWork(work, p); err != nil {
+	} else if err := s.makeWork(work, p, ns); err != nil {
 		s.removeWork(work)
 		return fmt.Errorf("job %s: work directory: %w", j.ID, err)
 	}
@@ -173,7 +183,7 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 			warmUsed = true
 			res, teardown = s.warmStep(ctx, warm, p, &p.Steps[0])
 		} else {
-			res, teardown = s.step(ctx, j.ID, i, img, p, &p.Steps[i], work)
+			res, teardown = s.step(ctx, j.ID, i, img, p, &p.Steps[i], work, ns)
 		}
 		if i == 0 {
 			res.CreateMs += ms(prep)
@@ -209,16 +219,17 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 }
 
 // makeWork mounts a size-capped tmpfs at work and writes the input files.
-func (s *Sandbox) makeWork(work string, p *Plan) error {
-	if err := s.mountWork(work, p.Work); err != nil {
+func (s *Sandbox) makeWork(work string, p *Plan, ns *runtime.UserNS) error {
+	if err := s.mountWork(work, p.Work, ns); err != nil {
 		return err
 	}
-	return s.writeFiles(work, p)
+	return s.writeFiles(work, p, ns)
 }
 
-// mountWork mounts a tmpfs of size bytes at work, a new directory.
-func (s *Sandbox) mountWork(work string, size int64) error {
-	uid, gid := s.hostOwner()
+// mountWork mounts a tmpfs of size bytes at work, a new directory, owned
+// by the sandbox's user in ns.
+func (s *Sandbox) mountWork(work string, size int64, ns *runtime.UserNS) error {
+	uid, gid := s.hostOwner(ns)
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return err
 	}
@@ -231,8 +242,8 @@ func (s *Sandbox) mountWork(work string, size int64) error {
 
 // writeFiles writes the job's input files into the work tmpfs, through an
 // os.Root (no link followed), before any step of the job has run in it.
-func (s *Sandbox) writeFiles(work string, p *Plan) error {
-	uid, gid := s.hostOwner()
+func (s *Sandbox) writeFiles(work string, p *Plan, ns *runtime.UserNS) error {
+	uid, gid := s.hostOwner(ns)
 	if len(p.Req.Files) == 0 {
 		return nil
 	}
@@ -293,8 +304,8 @@ func (s *Sandbox) removeWork(work string) {
 	}
 }
 
-// spec is the container spec of one step.
-func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work string) runtime.Spec {
+// spec is the container spec of one step, in user namespace ns (nil: none).
+func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work string, ns *runtime.UserNS) runtime.Spec {
 	l := st.Limits
 	env := append(append(append([]string{}, img.Config.Env...), p.Req.Env...), st.Env...)
 	cwd := st.Workdir
@@ -326,7 +337,7 @@ func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work strin
 			{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
 			{Type: "RLIMIT_NOFILE", Soft: 1024, Hard: 1024},
 		},
-		UserNS:    s.UserNS,
+		UserNS:    ns,
 		Ephemeral: true,
 		Labels: map[string]string{
 			LabelKind: "job", LabelJob: p.Req.Image, LabelDigest: img.Digest, LabelImage: p.Req.Image,
@@ -341,11 +352,11 @@ type stepEnd struct {
 
 // step runs step i and returns its result and the function that removes
 // its container and namespace (and says how long that took).
-func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string) (StepResult, func() time.Duration) {
+func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string, ns *runtime.UserNS) (StepResult, func() time.Duration) {
 	res := StepResult{Name: st.Name}
 	t0 := time.Now()
 	id := fmt.Sprintf("%s-%d", jobID, i)
-	spec := s.spec(id, img, p, st, work)
+	spec := s.spec(id, img, p, st, work, ns)
 	spec.Labels[LabelJob] = jobID
 	var att *network.Attachment
 	started := false

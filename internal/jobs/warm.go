@@ -27,6 +27,7 @@ type warmKey struct {
 	image, digest string
 	limits        Limits
 	work          int64
+	hostID        uint32 // root's host uid in the tenant's user namespace; 0: none
 }
 
 // warmBox is a sandbox created ahead of its job: namespace from the pool,
@@ -197,9 +198,14 @@ func (s *Sandbox) Close() {
 	}
 }
 
-// keyOf is the shape of job j whose first step runs on img.
-func keyOf(p *Plan, img image.Image) warmKey {
-	return warmKey{image: p.Req.Image, digest: img.Digest, limits: p.Steps[0].Limits, work: p.Work}
+// keyOf is the shape of job j whose first step runs on img, in user
+// namespace ns (nil: none).
+func keyOf(p *Plan, img image.Image, ns *runtime.UserNS) warmKey {
+	k := warmKey{image: p.Req.Image, digest: img.Digest, limits: p.Steps[0].Limits, work: p.Work}
+	if ns != nil {
+		k.hostID = ns.HostID
+	}
+	return k
 }
 
 // makeWarm creates a sandbox of key's shape whose process is the stub.
@@ -214,11 +220,15 @@ func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error)
 			s.cleanWarm(b, created)
 		}
 	}()
-	if err := s.mountWork(b.work, key.work); err != nil {
+	var ns *runtime.UserNS
+	if s.UserNS != nil {
+		ns = &runtime.UserNS{HostID: key.hostID, Size: s.UserNS.Size}
+	}
+	if err := s.mountWork(b.work, key.work, ns); err != nil {
 		return b, fmt.Errorf("work directory: %w", err)
 	}
 	st := &Step{JobStep: types.JobStep{Args: []string{stub.Path}, Workdir: "/"}, Limits: key.limits}
-	spec := s.spec(b.id, img, &Plan{Req: types.JobRequest{Image: key.image}}, st, b.work)
+	spec := s.spec(b.id, img, &Plan{Req: types.JobRequest{Image: key.image}}, st, b.work, ns)
 	spec.Mounts = append(spec.Mounts, runtime.Mount{Source: s.Stub, Destination: stub.Path, ReadOnly: true, Options: []string{"nosuid", "nodev"}})
 	ctx := context.Background()
 	if s.Net != nil {
