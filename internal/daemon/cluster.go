@@ -81,6 +81,8 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	go func() { defer c.wg.Done(); c.elector.Run(cctx) }()
 	go func() { defer c.wg.Done(); c.live.Run(cctx) }()
 	go func() { defer c.wg.Done(); d.scl.run(cctx, c.elector, c.live) }()
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); d.sweepStrays(cctx) }()
 	if d.jobMembers != nil {
 		d.jobMembers.attach(cctx, c.live, c.elector, c.agent.Fetch, &c.wg)
 	}

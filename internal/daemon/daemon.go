@@ -144,6 +144,9 @@ func Run(ctx context.Context, cfg Config) error {
 
 func (d *Daemon) open(ctx context.Context) error {
 	cfg := d.cfg
+	// The containers recovered below were all made before now; a leader
+	// may start others on this node once it has joined.
+	started := time.Now()
 	// Only root may enter: images hold setuid files from untrusted sources,
 	// and the run dir holds the API socket.
 	for _, dir := range []string{cfg.DataDir, cfg.RunDir} {
@@ -233,7 +236,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.scl != nil {
 		// A node of a cluster keeps the replicas whose records name it;
 		// the leader adopts them.
-		d.removeStrays(ctx, adopted, time.Now())
+		d.removeStrays(ctx, adopted, started)
 	} else {
 		d.removeUnownedReplicas(ctx, adopted)
 	}

@@ -53,3 +53,24 @@ func (d *Daemon) removeStraysNow(ctx context.Context, at time.Time) {
 	}
 	d.removeStrays(ctx, cs, at)
 }
+
+// strayEvery is how often a node of a cluster looks for replicas that lost
+// their place; a replica container is left alone for as long after it was
+// made (its record names its node within a moment of its start).
+const strayEvery = 30 * time.Second
+
+// sweepStrays removes, every strayEvery until ctx ends, the replica
+// containers no record gives this node: one the leader gave up while it
+// could not reach this node's agent would run on unrouted otherwise.
+func (d *Daemon) sweepStrays(ctx context.Context) {
+	t := time.NewTicker(strayEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			d.removeStraysNow(ctx, now.Add(-strayEvery))
+		}
+	}
+}
