@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -75,6 +76,17 @@ type countingNode struct {
 	rt    *fakeRuntime
 	dir   string // its apps folder
 	calls atomic.Int32
+	// mute makes its checks, drains, stops and removals fail as calls to
+	// a node that does not answer do.
+	mute atomic.Bool
+}
+
+// muted is the error of a call to a node that does not answer.
+func (n *countingNode) muted() error {
+	if n.mute.Load() {
+		return fmt.Errorf("node does not answer: %w", errdefs.ErrUnavailable)
+	}
+	return nil
 }
 
 func (n *countingNode) count() { n.calls.Add(1) }
@@ -86,10 +98,16 @@ func (n *countingNode) Freeze(id string) (int64, error) { n.count(); return n.No
 func (n *countingNode) Thaw(id string) error            { n.count(); return n.Node.Thaw(id) }
 func (n *countingNode) Drain(ctx context.Context, id string, g time.Duration) error {
 	n.count()
+	if err := n.muted(); err != nil {
+		return err
+	}
 	return n.Node.Drain(ctx, id, g)
 }
 func (n *countingNode) Stop(ctx context.Context, id string, g time.Duration) error {
 	n.count()
+	if err := n.muted(); err != nil {
+		return err
+	}
 	return n.Node.Stop(ctx, id, g)
 }
 func (n *countingNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
@@ -98,10 +116,16 @@ func (n *countingNode) Wait(ctx context.Context, id string) (runtime.ExitStatus,
 }
 func (n *countingNode) Check(ctx context.Context, id, addr string, h manifest.Health) error {
 	n.count()
+	if err := n.muted(); err != nil {
+		return err
+	}
 	return n.Node.Check(ctx, id, addr, h)
 }
 func (n *countingNode) Remove(ctx context.Context, id string) error {
 	n.count()
+	if err := n.muted(); err != nil {
+		return err
+	}
 	return n.Node.Remove(ctx, id)
 }
 func (n *countingNode) Adopt(k Known) Adopted { n.count(); return n.Node.Adopt(k) }

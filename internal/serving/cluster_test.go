@@ -171,6 +171,7 @@ func TestClusterHealsLostNode(t *testing.T) {
 		}
 		return len(nodes) == 3
 	})
+	h.wait("the lost event", func() bool { return len(h.ev.of("lost")) > 0 })
 	if evs := h.ev.of("lost"); len(evs) != 1 || evs[0].Replica != lost || !strings.Contains(evs[0].Reason, "node n3") {
 		t.Fatalf("lost events %+v; want one for %s naming n3", evs, lost)
 	}
@@ -307,14 +308,54 @@ func TestClusterDrainingNode(t *testing.T) {
 		on := h.on()
 		return on["n3"] == 0 && on["n1"]+on["n2"] == 3 && len(h.replicas()["ready"]) == 3
 	})
-	var starts []string
-	for _, e := range h.ev.of("start") {
-		starts = append(starts, e.Reason)
-	}
-	if !strings.Contains(strings.Join(starts, "\n"), "node n3 is draining") {
-		t.Fatalf("start events %q; want a replacement because node n3 is draining", starts)
-	}
+	// Events are recorded in the background.
+	h.wait("a start because node n3 is draining", func() bool {
+		for _, e := range h.ev.of("start") {
+			if strings.Contains(e.Reason, "node n3 is draining") {
+				return true
+			}
+		}
+		return false
+	})
 	if evs := h.ev.of("lost"); len(evs) != 0 {
 		t.Fatalf("lost events %+v; a draining node loses nothing", evs)
+	}
+}
+
+// TestClusterUnreachableNode: a replica whose node stops answering (before
+// its lease says it is lost) leaves the route at its first failed check,
+// and after the check's failures is given up and replaced without being
+// counted as failing: no back-off, the app is not failing.
+func TestClusterUnreachableNode(t *testing.T) {
+	h := newClusterHarness(t)
+	h.lead()
+	h.deploy("min = 3\nmax = 3")
+	h.wait("3 ready replicas", func() bool { return len(h.replicas()["ready"]) == 3 })
+	h.placed(3)
+	var gone string
+	for id, n := range h.nodesOf() {
+		if n == "n3" {
+			gone = id
+		}
+	}
+	h.remote["n3"].mute.Store(true)
+	h.advanceUntil("n3's replica replaced", time.Second, func() bool {
+		a := h.replicas()
+		_, routed := h.endpointNodes()[gone]
+		return len(a["ready"]) == 3 && !routed && !slices.Contains(a["ready"], gone)
+	})
+	if evs := h.ev.of("fail"); len(evs) != 0 {
+		t.Fatalf("fail events %+v; an unreachable node is no failure of its replica", evs)
+	}
+	h.wait("the lost event", func() bool { return len(h.ev.of("lost")) > 0 }) // recorded in the background
+	if evs := h.ev.of("lost"); len(evs) != 1 || evs[0].Replica != gone || !strings.Contains(evs[0].Reason, "node n3 does not answer") {
+		t.Fatalf("lost events %+v; want %s's, naming n3", h.ev.of("lost"), gone)
+	}
+	a, err := h.m.Get(context.Background(), "hello")
+	if err != nil || a.State != "running" {
+		t.Fatalf("app %+v, %v; want running", a.State, err)
+	}
+	if on := h.on(); on["n1"]+on["n2"] != 3 {
+		t.Fatalf("containers by node %v; want the replacement on n1 or n2", on)
 	}
 }

@@ -2,6 +2,7 @@ package serving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -50,7 +51,14 @@ type liveNode struct {
 	info   NodeInfo
 	ctx    context.Context
 	cancel context.CancelFunc
+	// mutedAt is when a call to it was last not answered; zero once one
+	// is. A muted node takes no new replica for muteFor.
+	mutedAt time.Time
 }
+
+// muteFor is how long a node that did not answer a call takes no new
+// replica, unless it answers one before.
+const muteFor = 10 * time.Second
 
 func newDispatcher(self, dir string, local Node, remote func(string) Node, c clock.Clock, log *slog.Logger) *dispatcher {
 	return &dispatcher{self: self, dir: dir, local: local, remote: remote, clock: c, log: log,
@@ -166,7 +174,7 @@ func (d *dispatcher) place(s ReplicaSpec) (string, error) {
 	}
 	var nodes []placement.Node
 	for name, ln := range d.live {
-		if ln.info.Draining {
+		if ln.info.Draining || (!ln.mutedAt.IsZero() && d.clock.Since(ln.mutedAt) < muteFor) {
 			continue
 		}
 		nodes = append(nodes, placement.Node{Slot: placement.Slot{Name: name, Apps: counts[name]},
@@ -185,13 +193,15 @@ func (d *dispatcher) place(s ReplicaSpec) (string, error) {
 }
 
 // to returns the Node replica id is on and ctx bounded by that node's
-// liveness; an error when the node is not live.
-func (d *dispatcher) to(ctx context.Context, id string) (Node, context.Context, context.CancelFunc, error) {
+// liveness; an error when the node is not live. done is told the call's
+// error: a node that did not answer (errdefs.ErrUnavailable) takes no new
+// replica until it answers again.
+func (d *dispatcher) to(ctx context.Context, id string) (Node, context.Context, func(error), error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p := d.at[id]
 	if p == nil || p.node == d.self || p.node == "" {
-		return d.local, ctx, func() {}, nil
+		return d.local, ctx, func(error) {}, nil
 	}
 	ln := d.live[p.node]
 	if ln == nil {
@@ -199,7 +209,30 @@ func (d *dispatcher) to(ctx context.Context, id string) (Node, context.Context, 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ln.ctx, cancel)
-	return d.remote(p.node), ctx, func() { stop(); cancel() }, nil
+	name := p.node
+	return d.remote(name), ctx, func(err error) {
+		stop()
+		cancel()
+		d.answered(name, err)
+	}, nil
+}
+
+// answered notes whether node answered a call (err is its error).
+func (d *dispatcher) answered(node string, err error) {
+	mute := errors.Is(err, errdefs.ErrUnavailable)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ln := d.live[node]
+	switch {
+	case ln == nil:
+	case mute:
+		if ln.mutedAt.IsZero() {
+			d.log.Warn("serving: a node does not answer; no new replica goes there for a while", "node", node, "err", err)
+		}
+		ln.mutedAt = d.clock.Now()
+	default:
+		ln.mutedAt = time.Time{}
+	}
 }
 
 // Start places the replica and starts it on its node.
@@ -220,8 +253,8 @@ func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) 
 	if err != nil {
 		return Started{Node: name}, err
 	}
-	defer done()
 	st, err := n.Start(ctx, s)
+	done(err)
 	st.Node = name
 	if err != nil {
 		return st, fmt.Errorf("on node %s: %w", name, err)
@@ -234,8 +267,9 @@ func (d *dispatcher) Freeze(id string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer done()
-	return n.Freeze(id)
+	mem, err := n.Freeze(id)
+	done(err)
+	return mem, err
 }
 
 func (d *dispatcher) Thaw(id string) error {
@@ -243,8 +277,9 @@ func (d *dispatcher) Thaw(id string) error {
 	if err != nil {
 		return err
 	}
-	defer done()
-	return n.Thaw(id)
+	err = n.Thaw(id)
+	done(err)
+	return err
 }
 
 func (d *dispatcher) Drain(ctx context.Context, id string, grace time.Duration) error {
@@ -252,8 +287,9 @@ func (d *dispatcher) Drain(ctx context.Context, id string, grace time.Duration) 
 	if err != nil {
 		return err
 	}
-	defer done()
-	return n.Drain(ctx, id, grace)
+	err = n.Drain(ctx, id, grace)
+	done(err)
+	return err
 }
 
 func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) error {
@@ -261,8 +297,9 @@ func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) e
 	if err != nil {
 		return err
 	}
-	defer done()
-	return n.Stop(ctx, id, grace)
+	err = n.Stop(ctx, id, grace)
+	done(err)
+	return err
 }
 
 // Wait waits on the replica's node. A remote wait cut off while the node
@@ -278,7 +315,7 @@ func (d *dispatcher) Wait(ctx context.Context, id string) (runtime.ExitStatus, e
 		}
 		st, err := n.Wait(nctx, id)
 		lost := nctx.Err() != nil && ctx.Err() == nil // the node left the live set
-		done()
+		done(err)
 		if lost {
 			return st, fmt.Errorf("replica %s: %w", id, errNodeDown(node))
 		}
@@ -305,8 +342,9 @@ func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Heal
 	if err != nil {
 		return err
 	}
-	defer done()
-	return n.Check(ctx, id, addr, h)
+	err = n.Check(ctx, id, addr, h)
+	done(err)
+	return err
 }
 
 func (d *dispatcher) Usage(id string) (uint64, uint64, error) {
@@ -314,8 +352,9 @@ func (d *dispatcher) Usage(id string) (uint64, uint64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer done()
-	return n.Usage(id)
+	p, t, err := n.Usage(id)
+	done(err)
+	return p, t, err
 }
 
 func (d *dispatcher) SetCPU(id string, cpus float64) error {
@@ -323,8 +362,9 @@ func (d *dispatcher) SetCPU(id string, cpus float64) error {
 	if err != nil {
 		return err
 	}
-	defer done()
-	return n.SetCPU(id, cpus)
+	err = n.SetCPU(id, cpus)
+	done(err)
+	return err
 }
 
 // Remove removes the replica on its node and forgets it. On a node that is
@@ -336,8 +376,9 @@ func (d *dispatcher) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return nil
 	}
-	defer done()
-	return n.Remove(ctx, id)
+	err = n.Remove(ctx, id)
+	done(err)
+	return err
 }
 
 func (d *dispatcher) forget(id string) {
@@ -360,7 +401,7 @@ func (d *dispatcher) Adopt(k Known) Adopted {
 	if err != nil {
 		return Adopted{}
 	}
-	defer done()
+	defer done(nil)
 	return n.Adopt(k)
 }
 
@@ -376,7 +417,7 @@ func (d *dispatcher) Release(id string) {
 	if err != nil {
 		return
 	}
-	defer done()
+	defer done(nil)
 	n.Release(id)
 }
 

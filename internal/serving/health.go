@@ -197,6 +197,9 @@ func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
 		if fails < h.Failures {
 			continue
 		}
+		if d.unreachable(r, err) {
+			return
+		}
 		d.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
 		return
 	}

@@ -2,8 +2,11 @@ package serving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
 // refreshLive reads the live nodes of the cluster and hands them to the
@@ -77,4 +80,28 @@ func (ctl *appCtl) lose(live func(node string) bool) {
 // replicas move to other nodes.
 func (m *Manager) draining(node string) bool {
 	return m.disp != nil && m.disp.draining(node)
+}
+
+// unreachable gives up a replica whose checks failed because its node,
+// another of the cluster, did not answer (err is errdefs.ErrUnavailable):
+// the node is likely lost before its lease says so. The replica is not
+// counted as failing (no back-off): it drains, and the controller replaces
+// it. It reports whether that was the case.
+func (d *driver) unreachable(r *replica, err error) bool {
+	m := d.m
+	if m.disp == nil || !errors.Is(err, errdefs.ErrUnavailable) {
+		return false
+	}
+	d.mu.Lock()
+	node := r.rec.Node
+	if node == "" || node == m.o.Node || r.stopping {
+		d.unlock()
+		return node != "" && node != m.o.Node
+	}
+	why := fmt.Sprintf("node %s does not answer: %v", node, err)
+	m.emit("lost", d.name, r.rec.ID, why, nil)
+	d.drain(r, why)
+	d.unlock()
+	d.notify()
+	return true
 }
