@@ -314,9 +314,13 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 	rep.Para("One client: a shoal job's result arrives in %s ms (median) against %s ms for bare `runc run` (%s); at 8 clients shoal completes %s jobs/s against %s for bare runc. The shoal figure includes the API round trip, three store writes, the sandbox's work tmpfs, limits, seccomp and output capture; bare runc runs the default `runc spec` bundle without them.",
 		bench.FormatValue(s1), bench.FormatValue(r1), bench.FormatRatio(s1/r1),
 		bench.FormatValue(rateT.Median("shoal job, 8 clients")), bench.FormatValue(rateT.Median("bare runc run, 8 clients")))
+	rep.Para("%s", sharedHost)
 	jobsTargets(rep, rateT, latT)
 	return rep, nil
 }
+
+// sharedHost says how to read the figures of a run on a busy host.
+const sharedHost = "The host may be shared with other work while the suite runs: the subjects take turns round by round, so the ratios compare like with like within one run, while absolute figures move from run to run."
 
 // jobsTargets adds the jobs targets with their verdicts.
 func jobsTargets(rep *bench.Report, rateT, latT bench.Table) {
