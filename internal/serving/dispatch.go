@@ -263,21 +263,30 @@ func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) 
 }
 
 func (d *dispatcher) Freeze(id string) (int64, error) {
-	n, _, done, err := d.to(context.Background(), id)
+	n, ctx, done, err := d.to(context.Background(), id)
 	if err != nil {
 		return 0, err
 	}
-	mem, err := n.Freeze(id)
+	var mem int64
+	if n == d.local {
+		mem, err = n.Freeze(id)
+	} else {
+		mem, err = bounded(ctx, d.nodeOf(id), id, func() (int64, error) { return n.Freeze(id) })
+	}
 	done(err)
 	return mem, err
 }
 
 func (d *dispatcher) Thaw(id string) error {
-	n, _, done, err := d.to(context.Background(), id)
+	n, ctx, done, err := d.to(context.Background(), id)
 	if err != nil {
 		return err
 	}
-	err = n.Thaw(id)
+	if n == d.local {
+		err = n.Thaw(id)
+	} else {
+		_, err = bounded(ctx, d.nodeOf(id), id, func() (struct{}, error) { return struct{}{}, n.Thaw(id) })
+	}
 	done(err)
 	return err
 }
@@ -348,21 +357,35 @@ func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Heal
 }
 
 func (d *dispatcher) Usage(id string) (uint64, uint64, error) {
-	n, _, done, err := d.to(context.Background(), id)
+	n, ctx, done, err := d.to(context.Background(), id)
 	if err != nil {
 		return 0, 0, err
 	}
-	p, t, err := n.Usage(id)
+	if n == d.local {
+		return n.Usage(id)
+	}
+	// The scaler reads usage on each tick while it decides: a slow node
+	// must not hold up the app's other replicas.
+	ctx, cancel := context.WithTimeout(ctx, usageLimit)
+	defer cancel()
+	u, err := bounded(ctx, d.nodeOf(id), id, func() ([2]uint64, error) {
+		p, t, err := n.Usage(id)
+		return [2]uint64{p, t}, err
+	})
 	done(err)
-	return p, t, err
+	return u[0], u[1], err
 }
 
 func (d *dispatcher) SetCPU(id string, cpus float64) error {
-	n, _, done, err := d.to(context.Background(), id)
+	n, ctx, done, err := d.to(context.Background(), id)
 	if err != nil {
 		return err
 	}
-	err = n.SetCPU(id, cpus)
+	if n == d.local {
+		err = n.SetCPU(id, cpus)
+	} else {
+		_, err = bounded(ctx, d.nodeOf(id), id, func() (struct{}, error) { return struct{}{}, n.SetCPU(id, cpus) })
+	}
 	done(err)
 	return err
 }
@@ -397,12 +420,16 @@ func (d *dispatcher) Adopt(k Known) Adopted {
 	d.mu.Lock()
 	d.at[k.ID] = &placed{node: node, app: k.App, ask: placement.Ask{CPU: k.CPU, Memory: k.Memory}}
 	d.mu.Unlock()
-	n, _, done, err := d.to(context.Background(), k.ID)
+	n, ctx, done, err := d.to(context.Background(), k.ID)
 	if err != nil {
 		return Adopted{}
 	}
 	defer done(nil)
-	return n.Adopt(k)
+	if n == d.local {
+		return n.Adopt(k)
+	}
+	a, _ := bounded(ctx, node, k.ID, func() (Adopted, error) { return n.Adopt(k), nil })
+	return a
 }
 
 // Release frees the replica's place, in the dispatcher's count and on its
@@ -413,12 +440,16 @@ func (d *dispatcher) Release(id string) {
 		p.released = true
 	}
 	d.mu.Unlock()
-	n, _, done, err := d.to(context.Background(), id)
+	n, ctx, done, err := d.to(context.Background(), id)
 	if err != nil {
 		return
 	}
 	defer done(nil)
-	n.Release(id)
+	if n == d.local {
+		n.Release(id)
+		return
+	}
+	bounded(ctx, d.nodeOf(id), id, func() (struct{}, error) { n.Release(id); return struct{}{}, nil })
 }
 
 // relocate makes the paths of spec s under dir (this node's apps folder:
@@ -439,4 +470,43 @@ func relocate(s ReplicaSpec, dir string) ReplicaSpec {
 	}
 	s.Mounts = mounts
 	return s
+}
+
+// usageLimit bounds a remote replica's usage read.
+const usageLimit = 2 * time.Second
+
+// nodeOf is the node replica id was placed on.
+func (d *dispatcher) nodeOf(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p := d.at[id]; p != nil {
+		return p.node
+	}
+	return ""
+}
+
+// bounded makes call, a call on a remote node that takes no context (it
+// ends on its own, within the transport's call timeout), and returns early
+// once ctx ends: when the node leaves the live set, the controller goes on
+// at once instead of waiting on a dead node's connection.
+func bounded[T any](ctx context.Context, node, id string, call func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := call()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return zero, fmt.Errorf("replica %s on node %s: no answer: %w", id, node, errdefs.ErrUnavailable)
+		}
+		return zero, fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+	}
 }

@@ -116,3 +116,70 @@ func TestDispatcherWait(t *testing.T) {
 		t.Fatalf("%d calls reached the lost node", got-calls)
 	}
 }
+
+// stuckNode is a remote node whose calls without a context hang until
+// released, as a call to a node whose link went down does.
+type stuckNode struct {
+	Node
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (n *stuckNode) hang() { n.calls.Add(1); <-n.release }
+
+func (n *stuckNode) Freeze(string) (int64, error)         { n.hang(); return 0, nil }
+func (n *stuckNode) Thaw(string) error                    { n.hang(); return nil }
+func (n *stuckNode) Usage(string) (uint64, uint64, error) { n.hang(); return 1, 0, nil }
+func (n *stuckNode) SetCPU(string, float64) error         { n.hang(); return nil }
+func (n *stuckNode) Release(string)                       { n.hang() }
+func (n *stuckNode) Adopt(Known) Adopted                  { return Adopted{Running: true} }
+
+// TestDispatcherCallsEndWithTheirNode: the calls that take no context
+// (freeze, thaw, usage, CPU, release) hanging on a node end as soon as the
+// node leaves the live set, so that the controller, which waits on them,
+// replaces the node's replicas without waiting for the transport's time-out.
+func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1e9, 0))
+	rn := &stuckNode{release: make(chan struct{})}
+	defer close(rn.release)
+	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
+	d.setLive([]NodeInfo{info("n1"), info("n2")})
+	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
+	calls := map[string]func() error{
+		"freeze":  func() error { _, err := d.Freeze("r1"); return err },
+		"thaw":    func() error { return d.Thaw("r1") },
+		"usage":   func() error { _, _, err := d.Usage("r1"); return err },
+		"cpu":     func() error { return d.SetCPU("r1", 1) },
+		"release": func() error { d.Release("r1"); return nil },
+	}
+	type result struct {
+		name string
+		err  error
+	}
+	done := make(chan result, len(calls))
+	for name, call := range calls {
+		go func() { done <- result{name, call()} }()
+	}
+	for rn.calls.Load() < int32(len(calls)) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("%s on a live node that hangs ended: %v", r.name, r.err)
+	default:
+	}
+	d.setLive([]NodeInfo{info("n1")})
+	for range calls {
+		select {
+		case r := <-done:
+			if r.name == "release" {
+				continue // it reports nothing; that it ended is the point
+			}
+			if !errors.Is(r.err, errdefs.ErrUnavailable) || !strings.Contains(r.err.Error(), "node n2 is not live") {
+				t.Fatalf("%s hanging on a lost node: %v; want node n2 not live", r.name, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call hanging on a node that left the live set did not end")
+		}
+	}
+}
