@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,5 +269,100 @@ func routesReadyOn(t *testing.T, lead *clusterNode, node string) string {
 			t.Fatalf("no ready replica of hello on %s after 90s: %+v %s", node, a.Replicas, r.stderr)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestClusterRolloutThroughHops: under a steady load on every node's
+// proxy, an app whose two replicas run on the followers rolls out a new
+// revision. The old replicas leave every node's route before they are
+// drained and frozen (the leader waits on every node), so no request
+// fails, though two of the three proxies reach every replica through a
+// hop.
+func TestClusterRolloutThroughHops(t *testing.T) {
+	c := startClusterWith(t, 3, true)
+	lead := routesLeader(c)
+	dir := filepath.Join(examples(t), "hello")
+	if r := lead.shoal("image", "build", dir, "--tag", "hello:1", "--entrypoint", "/hello", "--port", "8080"); r.code != 0 {
+		t.Fatalf("image build on %s: %s", lead.name, r.stderr)
+	}
+	var followers []string
+	for _, nd := range c.nodes {
+		if nd != lead {
+			followers = append(followers, fmt.Sprintf("%q", nd.name))
+		}
+	}
+	f := filepath.Join(t.TempDir(), "shoal.toml")
+	deploy := func(greeting string) {
+		t.Helper()
+		m := revManifest(2, greeting, "[placement]\nnodes = ["+strings.Join(followers, ", ")+"]")
+		if err := os.WriteFile(f, []byte(m), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if r := lead.shoal("app", "deploy", "-f", f); r.code != 0 {
+			t.Fatalf("deploy of %s through the leader: %s", greeting, r.stderr)
+		}
+	}
+	cl := &http.Client{Timeout: 10 * time.Second}
+	allSay := func(greeting string) {
+		t.Helper()
+		for _, nd := range c.nodes {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				code, body, _ := proxyGet(cl, nd, "/")
+				if code == 200 && strings.HasPrefix(body, greeting+" from ") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s's proxy does not answer %s after 30s: %d %q", nd.name, greeting, code, body)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}
+	deploy("v1")
+	allSay("v1")
+
+	// Two clients on each proxy, until the rollout is over (60 s at most).
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var sent, failed int
+	var failures []string
+	var wg sync.WaitGroup
+	for _, nd := range c.nodes {
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				end := time.Now().Add(60 * time.Second)
+				for time.Now().Before(end) {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					code, body, _ := proxyGet(cl, nd, "/")
+					mu.Lock()
+					sent++
+					if code != 200 {
+						failed++
+						if len(failures) < 5 {
+							failures = append(failures, fmt.Sprintf("%s: %d %q", nd.name, code, body))
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	deploy("v2")
+	allSay("v2")
+	close(stop)
+	wg.Wait()
+	if sent < 10 || failed > 0 {
+		t.Fatalf("%d of %d requests failed during the rollout: %v", failed, sent, failures)
+	}
+	t.Logf("%d requests through three proxies during the rollout, none failed", sent)
+	if r := lead.shoal("app", "rm", "hello"); r.code != 0 {
+		t.Fatalf("app rm: %s", r.stderr)
 	}
 }

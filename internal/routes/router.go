@@ -205,17 +205,23 @@ func (r *Router) RemoveRoute(app string) {
 	r.o.Local.RemoveRoute(app)
 }
 
-// WaitIdle returns once the endpoint has no request in flight in this
-// node's proxy and, when this node as leader dropped it from a route, in
-// every other live node's proxy once each has applied that route; or with
-// ctx's error. A node that cannot be reached is not waited for.
+// WaitIdle returns once no live node's proxy routes the endpoint (it has
+// left its app's route, as serving's drain asks) or has a request in
+// flight on it; or with ctx's error. It is called on the node the
+// replica runs on, which need not lead: each node, this one too, first
+// applies the route that dropped the endpoint (its store revision when
+// this node as leader dropped it; otherwise whatever route no longer has
+// it), then waits for its proxy (WaitApplied). A node that cannot be
+// reached is not waited for.
 func (r *Router) WaitIdle(ctx context.Context, endpointID string) error {
 	errc := make(chan error, 1)
-	go func() { errc <- r.o.Local.WaitIdle(ctx, endpointID) }()
+	go func() { errc <- r.WaitApplied(ctx, endpointID, removed) }()
 	if r.o.Peers != nil {
-		if seq, ok := r.w.droppedAt(ctx, endpointID); ok {
-			r.waitPeers(ctx, endpointID, seq)
+		seq, ok := r.w.droppedAt(ctx, endpointID)
+		if !ok {
+			seq = removed
 		}
+		r.waitPeers(ctx, endpointID, seq)
 	}
 	if err := <-errc; err != nil {
 		return err

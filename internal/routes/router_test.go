@@ -331,14 +331,44 @@ func TestWaitIdleWaitsForEveryNode(t *testing.T) {
 	if !slices.Equal(calls, []string{"n2", "n3"}) {
 		t.Fatalf("nodes waited on %v; want n2 and n3", calls)
 	}
-	// An endpoint that was never dropped by the leader is waited on
-	// locally only.
+}
+
+// TestWaitIdleOnTheReplicasNode: serving drains a replica on the node it
+// runs on, a follower: its WaitIdle waits until every node, itself and the
+// leader too, has applied a route without the endpoint and its proxy is
+// idle on it.
+func TestWaitIdleOnTheReplicasNode(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n2 := g.node("n2", false)
+	n3 := g.node("n3", false)
+	n1.r.SetRoute(webRoute("r1a", "r2a"))
+	g.until("followers route web", func() bool { return len(n2.proxy.addrs("web")) == 2 && len(n3.proxy.addrs("web")) == 2 })
+	for _, n := range []*testNode{n1, n2, n3} {
+		close(n.proxy.idleChan("r2a"))
+	}
+	// n2's drain begins before the leader's route without r2a is out: it
+	// waits for it on every node.
+	done := make(chan error, 1)
+	go func() { done <- n2.r.WaitIdle(context.Background(), "r2a") }()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitIdle returned (%v) while every node still routes r2a", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	n1.r.SetRoute(webRoute("r1a"))
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*testNode{n2, n3} {
+		if got := n.proxy.addrs("web"); len(got) != 1 {
+			t.Fatalf("WaitIdle returned while a node routes %v", got)
+		}
+	}
 	g.peers.mu.Lock()
-	g.peers.calls = nil
-	g.peers.mu.Unlock()
-	close(n1.proxy.idleChan("other"))
-	if err := n1.r.WaitIdle(context.Background(), "other"); err != nil || len(g.peers.calls) != 0 {
-		t.Fatalf("WaitIdle of an endpoint never routed: %v, peers called %v", err, g.peers.calls)
+	defer g.peers.mu.Unlock()
+	if calls := slices.Sorted(slices.Values(g.peers.calls)); !slices.Equal(calls, []string{"n1", "n3"}) {
+		t.Fatalf("n2 waited on %v; want n1 and n3", calls)
 	}
 }
 
@@ -387,39 +417,25 @@ func TestWaitAppliedWaitsForTheRoute(t *testing.T) {
 	}
 }
 
-// TestDeposedLeaderWaitsLocally: a route change the store refuses (the
-// term is over) is not waited for on other nodes.
-func TestDeposedLeaderWaitsLocally(t *testing.T) {
+// TestDeposedLeaderWaitsBounded: a route change the store refuses (the
+// term is over) reaches no other node, which keeps routing the endpoint:
+// the wait for it ends with the caller's time (the drain's grace).
+func TestDeposedLeaderWaitsBounded(t *testing.T) {
 	g := newRig(t)
 	n1 := g.node("n1", true)
-	g.node("n2", false)
+	n2 := g.node("n2", false)
 	n1.r.SetRoute(webRoute("r1a", "r2a"))
-	g.until("the route is written", func() bool {
-		_, err := g.st.Get(context.Background(), store.RouteKey("web"))
-		return err == nil
-	})
-	// Deposed between the change and its write: the store refuses it.
+	g.until("n2 routes web", func() bool { return len(n2.proxy.addrs("web")) == 2 })
 	g.term.mu.Lock()
 	g.term.refuse = true
 	g.term.mu.Unlock()
 	n1.r.SetRoute(webRoute("r1a"))
 	close(n1.proxy.idleChan("r2a"))
-	if err := n1.r.WaitIdle(context.Background(), "r2a"); err != nil {
-		t.Fatal(err)
-	}
-	// Deposed before the change: nothing is written or waited for.
-	g.term.mu.Lock()
-	g.term.deposed = true
-	g.term.mu.Unlock()
-	n1.r.SetRoute(webRoute())
-	close(n1.proxy.idleChan("r1a"))
-	if err := n1.r.WaitIdle(context.Background(), "r1a"); err != nil {
-		t.Fatal(err)
-	}
-	g.peers.mu.Lock()
-	defer g.peers.mu.Unlock()
-	if len(g.peers.calls) != 0 {
-		t.Fatalf("a deposed leader waited on %v", g.peers.calls)
+	close(n2.proxy.idleChan("r2a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := n1.r.WaitIdle(ctx, "r2a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitIdle while n2 still routes r2a: %v; want the caller's deadline", err)
 	}
 	kv, err := g.st.Get(context.Background(), store.RouteKey("web"))
 	var rec record

@@ -55,8 +55,9 @@ type doneWrite struct {
 	rev int64
 }
 
-// removed is the revision that stands for a removal: a node waits until it
-// routes the endpoint no more.
+// removed is the revision that stands for a removal, or a drop whose
+// revision is not known here: a node waits until it routes the endpoint
+// no more.
 const removed = math.MaxInt64
 
 type drop struct {
