@@ -88,7 +88,12 @@ func (d *driver) adopt(ctx context.Context) error {
 		m.log.Error("serving: revisions", "app", d.name, "err", err)
 	}
 	now := m.clock.Now()
-	var running []adoptee
+	type found struct {
+		rec replicaRecord
+		k   Known
+		ad  Adopted
+	}
+	var fs []found
 	for _, kv := range kvs {
 		var rec replicaRecord
 		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.ID == "" {
@@ -106,7 +111,6 @@ func (d *driver) adopt(ctx context.Context) error {
 			m.emit("lost", d.name, rec.ID, fmt.Sprintf("node %s is lost; the replica is replaced on a live node", rec.Node), nil)
 			continue
 		}
-		r := &replica{rec: rec, lastActive: now, closed: true}
 		k := Known{ID: rec.ID, App: rec.App, CPUSet: rec.CPUSet}
 		if m.disp != nil {
 			d.mu.Lock()
@@ -114,7 +118,29 @@ func (d *driver) adopt(ctx context.Context) error {
 			d.unlock()
 			k.Node, k.CPU, k.Memory = rec.Node, cfg.Resources.CPU, cfg.Resources.MemoryBytes()
 		}
-		ad := d.node.Adopt(k)
+		fs = append(fs, found{rec: rec, k: k})
+	}
+	// A cluster's replicas are asked for on their nodes, a few at once: a
+	// new leader adopts them all before it runs the app.
+	par := 1
+	if m.disp != nil {
+		par = adoptAtOnce
+	}
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i := range fs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fs[i].ad = d.node.Adopt(fs[i].k)
+		}()
+	}
+	wg.Wait()
+	var running []adoptee
+	for _, f := range fs {
+		rec, ad := f.rec, f.ad
+		r := &replica{rec: rec, lastActive: now, closed: true}
 		alive := ad.Running && rec.State != StateFailed && rec.State != StateStopped && rec.State != StateDraining &&
 			rec.Addr != ""
 		// The replicas adopted so far are at work already.
@@ -189,6 +215,9 @@ func (d *driver) adopt(ctx context.Context) error {
 	d.merge.retireOrphans(d.has)
 	return nil
 }
+
+// adoptAtOnce bounds the adoptions a leader asks of the nodes at once.
+const adoptAtOnce = 16
 
 // adoptee is a running replica found at a restart.
 type adoptee struct {
