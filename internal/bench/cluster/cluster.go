@@ -58,7 +58,7 @@ func Cluster(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		why := "cannot start the cluster: " + err.Error()
 		renderDeath(rep, notRun(deathRows, why))
 		rep.Heading("Healing and routing across nodes")
-		renderHeal(rep, notRun([]string{rowHeal}, why), nil)
+		renderHeal(rep, notRun([]string{rowHeal, rowHealDaemon}, why), nil)
 		renderHop(rep, notRun([]string{rowLocal, rowHop}, why))
 		return rep, e.placement(ctx, rep)
 	}
@@ -102,7 +102,7 @@ func (e *env) acrossNodes(ctx context.Context, rep *bench.Report, dir string) er
 	rep.Heading("Healing and routing across nodes")
 	if err := e.helloEverywhere(ctx, dir); err != nil {
 		why := "the hello image on every node: " + err.Error()
-		renderHeal(rep, notRun([]string{rowHeal}, why), nil)
+		renderHeal(rep, notRun([]string{rowHeal, rowHealDaemon}, why), nil)
 		renderHop(rep, notRun([]string{rowLocal, rowHop}, why))
 		return ctx.Err()
 	}

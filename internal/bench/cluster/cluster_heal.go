@@ -15,10 +15,14 @@ import (
 
 // Rows of the healing tables.
 const (
-	rowHeal       = "a follower holding 1 of 2 replicas dies → its replacement answers"
-	rowHealFailed = "requests through the third node's proxy that failed"
-	rowLost       = "power-off → the leader finds the replica lost"
-	rowStart      = "power-off → the leader starts its replacement"
+	rowHeal             = "a follower holding 1 of 2 replicas dies → its replacement answers"
+	rowHealDaemon       = "the daemon of a follower holding 1 of 2 replicas is SIGKILLed → its replacement answers"
+	rowHealFailed       = "requests through the third node's proxy that failed, node powered off"
+	rowHealDaemonFailed = "requests through the third node's proxy that failed, daemon SIGKILLed"
+	rowLost             = "power-off → the leader finds the replica lost"
+	rowStart            = "power-off → the leader starts its replacement"
+	rowLostDaemon       = "daemon SIGKILL → the leader finds the replica lost"
+	rowStartDaemon      = "daemon SIGKILL → the leader starts its replacement"
 )
 
 // Steady time of the load loop before the death and after the replacement
@@ -35,11 +39,28 @@ type healRun struct {
 	lost, start   float64 // ms from the power-off until the leader logged the replica lost, and its replacement's start
 }
 
+// healKind is one way a node holding a replica dies: its rows and how.
+type healKind struct {
+	row, failed, lost, start, command string
+	kill                              func(*clustertest.Node) error
+}
+
+// healKinds: the machine dies (link down, every process SIGKILLed), or only
+// its daemon does (SIGKILL; its link, proxy and replica live on).
+var healKinds = []healKind{
+	{row: rowHeal, failed: rowHealFailed, lost: rowLost, start: rowStart,
+		command: "shoal app deploy (min = max = 2); load on the third node's proxy; power off a follower holding one; until a new replica answers there",
+		kill:    (*clustertest.Node).PowerOff},
+	{row: rowHealDaemon, failed: rowHealDaemonFailed, lost: rowLostDaemon, start: rowStartDaemon,
+		command: "as above, but kill -KILL <the follower's daemon> only",
+		kill:    func(nd *clustertest.Node) error { nd.Kill(); return nil }},
+}
+
 // healOnce deploys app with two replicas (spread: on two of the three
 // nodes), puts the load loop on the proxy of the node that holds none,
-// powers off a follower that holds one, and returns the milliseconds until
-// a replacement answered through that proxy, with the loop's counts.
-func (e *env) healOnce(ctx context.Context, dir, app string) (float64, healRun, error) {
+// kills a follower that holds one as k says, and returns the milliseconds
+// until a replacement answered through that proxy, with the loop's counts.
+func (e *env) healOnce(ctx context.Context, dir, app string, k healKind) (float64, healRun, error) {
 	if err := e.deploy(ctx, dir, app, "image = \"hello:1\"\nport = 8080\n[scale]\nmin = 2\nmax = 2\n[health]\nhttp = \"/healthz\"\n"); err != nil {
 		return 0, healRun{}, err
 	}
@@ -81,7 +102,7 @@ func (e *env) healOnce(ctx context.Context, dir, app string) (float64, healRun, 
 	}
 	time.Sleep(healBefore)
 	t0 := time.Now()
-	if err := victim.PowerOff(); err != nil {
+	if err := k.kill(victim); err != nil {
 		return 0, healRun{}, err
 	}
 	at, err := l.WaitAnswer(ctx, 60*time.Second, "a replacement through "+front.Name, func(r string) bool { return r != "" && !old[r] })
@@ -105,81 +126,96 @@ func (e *env) healOnce(ctx context.Context, dir, app string) (float64, healRun, 
 	return bench.Millis(at.Sub(t0))[0], run, nil
 }
 
-// measureHeal runs healOnce as a subject of its own.
-func (e *env) measureHeal(ctx context.Context, dir string) ([]bench.Row, []healRun, error) {
-	var side []healRun
+// measureHeal runs healOnce for each kind, interleaved, and returns the
+// rows with what each recorded run saw besides its time, by row.
+func (e *env) measureHeal(ctx context.Context, dir string) ([]bench.Row, map[string][]healRun, error) {
+	side := map[string][]healRun{}
 	warmup := 1
 	if e.o.Quick {
 		warmup = 0
 	}
-	rows, err := bench.Measure(ctx, e.o, warmup, e.o.RunsOr(10, 2), []bench.Subject{{Name: rowHeal,
-		Command: "shoal app deploy (min = max = 2); load on the third node's proxy; power off a follower holding one; until a new replica answers there",
-		Run: func(ctx context.Context, i int) (float64, error) {
-			v, r, err := e.healOnce(ctx, dir, fmt.Sprintf("heal-%d", i))
+	var subjects []bench.Subject
+	for _, k := range healKinds {
+		subjects = append(subjects, bench.Subject{Name: k.row, Command: k.command, Run: func(ctx context.Context, i int) (float64, error) {
+			v, r, err := e.healOnce(ctx, dir, fmt.Sprintf("heal-%d", i), k)
 			if err == nil {
-				side = append(side, r)
+				side[k.row] = append(side[k.row], r)
 			}
 			return v, err
-		}}})
-	if len(side) > warmup {
-		side = side[warmup:]
+		}})
+	}
+	rows, err := bench.Measure(ctx, e.o, warmup, e.o.RunsOr(10, 2), subjects)
+	for name, rs := range side {
+		side[name] = rs[min(warmup, len(rs)):]
 	}
 	return rows, side, err
 }
 
-// renderHeal adds the healing tables: the time until a replacement answered
-// and the share of requests that failed meanwhile.
-func renderHeal(rep *bench.Report, rows []bench.Row, side []healRun) {
+// renderHeal adds the healing tables: the time until a replacement answered,
+// the share of requests that failed meanwhile, and the leader's steps.
+func renderHeal(rep *bench.Report, rows []bench.Row, side map[string][]healRun) {
 	tab := bench.Table{Title: "A node holding replicas dies: until they serve elsewhere", Unit: "ms", Rows: rows,
 		Note: fmt.Sprintf("Each run deploys a fresh app of two hello replicas through the leader (spread puts them on two nodes), "+
 			"sends a load loop (%d clients, %s between an answer and the next request, at most %s and %d requests, %s timeout) "+
-			"through the proxy of the node that holds none, powers off a follower that holds one, and times until a new replica "+
-			"answers through that proxy; the node comes back and the app is removed before the next run.",
+			"through the proxy of the node that holds none, kills a follower that holds one, and times until a new replica "+
+			"answers through that proxy; the node comes back and the app is removed before the next run. A power-off is the "+
+			"machine dying: the node's peers get no answer at all. A SIGKILL of the daemon alone leaves its link, proxy and "+
+			"replica up: calls to it are refused at once.",
 			clustertest.LoopClients, clustertest.LoopPause, clustertest.LoopMaxTime, clustertest.LoopMaxTotal, clustertest.LoopTimeout)}
 	rep.Table(tab)
-	failed := bench.Row{Name: rowHealFailed, Command: "the load loop above, from its start to " + healAfter.String() + " after the replacement answered"}
-	var total, nfail int
-	var first string
-	for _, r := range side {
-		if first == "" {
-			first = r.first
+	var failed, phases []bench.Row
+	var firsts []string
+	for _, k := range healKinds {
+		f := bench.Row{Name: k.failed, Command: "the load loop above, from its start to " + healAfter.String() + " after the replacement answered"}
+		lost := bench.Row{Name: k.lost, Command: "time= of the leader's log line msg=\"serving: lost\" of the replica"}
+		start := bench.Row{Name: k.start, Command: "time= of the leader's next msg=\"serving: start\" of the app"}
+		var total, nfail int
+		first := ""
+		for _, r := range side[k.row] {
+			if first == "" {
+				first = r.first
+			}
+			if r.total > 0 {
+				f.Values = append(f.Values, 100*float64(r.failed)/float64(r.total))
+				total += r.total
+				nfail += r.failed
+			}
+			lost.Values = append(lost.Values, r.lost)
+			start.Values = append(start.Values, r.start)
 		}
-		if r.total > 0 {
-			failed.Values = append(failed.Values, 100*float64(r.failed)/float64(r.total))
-			total += r.total
-			nfail += r.failed
+		if w := tab.Row(k.row); !w.OK() {
+			f.Err, lost.Err, start.Err = w.Err, w.Err, w.Err
+		}
+		failed = append(failed, f)
+		phases = append(phases, lost, start)
+		if len(side[k.row]) > 0 {
+			msg := fmt.Sprintf("*%s*: of %d requests in %d runs, %d failed", k.row, total, len(side[k.row]), nfail)
+			if first != "" {
+				msg += "; the first failure: " + bench.OneLine(first)
+			}
+			firsts = append(firsts, msg+".")
 		}
 	}
-	if !rows[0].OK() {
-		failed.Err = rows[0].Err
-	}
-	rep.Table(bench.Table{Title: "Failed requests while a node holding replicas dies", Unit: "% of requests", Rows: []bench.Row{failed}})
-	phases := []bench.Row{{Name: rowLost, Command: "time= of the leader's log line msg=\"serving: lost\" of the replica"},
-		{Name: rowStart, Command: "time= of the leader's next msg=\"serving: start\" of the app"}, {Name: rowHeal}}
-	for _, r := range side {
-		phases[0].Values = append(phases[0].Values, r.lost)
-		phases[1].Values = append(phases[1].Values, r.start)
-	}
-	phases[2] = rows[0]
-	if !rows[0].OK() {
-		phases[0].Err, phases[1].Err = rows[0].Err, rows[0].Err
-	}
-	ph := bench.Table{Title: "Where the time goes", Unit: "ms from the power-off", Rows: phases,
+	rep.Table(bench.Table{Title: "Failed requests while a node holding replicas dies", Unit: "% of requests", Rows: failed})
+	ph := bench.Table{Title: "Where the time goes", Unit: "ms from the kill", Rows: phases,
 		Note: "The same runs, read from the leader's log (same host clock, millisecond resolution)."}
 	rep.Table(ph)
+	for _, m := range firsts {
+		rep.Para("%s", m)
+	}
 	med := tab.Median(rowHeal)
-	if math.IsNaN(med) || len(side) == 0 {
+	if math.IsNaN(med) {
 		return
 	}
 	rep.Para("A dead node's replica was replaced and answering through another node's proxy %s after the power-off at the median "+
 		"(p99 %s), against about %s until Kubernetes' default eviction and about %s until Nomad's default marks the node down "+
-		"(published, not run). Of %d requests in %d runs, %d failed.",
-		fmtMS(med), fmtMS(tab.Row(rowHeal).Stats().P99), fmtDur(k8sGrace+k8sToleration), fmtDur(nomadTTL+nomadGrace), total, len(side), nfail)
-	if first != "" {
-		rep.Para("The first failure: %s.", bench.OneLine(first))
+		"(published, not run). The leader knew the replica lost after %s and started its replacement after %s (medians from "+
+		"the power-off).", fmtMS(med), fmtMS(tab.Row(rowHeal).Stats().P99), fmtDur(k8sGrace+k8sToleration), fmtDur(nomadTTL+nomadGrace),
+		fmtMS(ph.Median(rowLost)), fmtMS(ph.Median(rowStart)))
+	if d := tab.Median(rowHealDaemon); !math.IsNaN(d) {
+		rep.Para("With only the daemon killed, the replacement answered after %s (the leader started it after %s): %s the time "+
+			"of a power-off.", fmtMS(d), fmtMS(ph.Median(rowStartDaemon)), bench.FormatRatio(d/med))
 	}
-	rep.Para("The leader knew the replica lost after %s and started its replacement after %s (medians from the power-off; "+
-		"the table above).", fmtMS(ph.Median(rowLost)), fmtMS(ph.Median(rowStart)))
 }
 
 // leaderPhases reads from the leader's log when it found app's replica lost

@@ -14,9 +14,9 @@ func TestQuick(t *testing.T) {
 	benchtest.Quick(t, s, func(t *testing.T, rep *bench.Report, _ string) {
 		benchtest.CheckTables(t, rep, map[string][]string{
 			"A node dies: until the cluster knows":                     {rowDown, rowLeader},
-			"A node holding replicas dies: until they serve elsewhere": {rowHeal},
-			"Failed requests while a node holding replicas dies":       {rowHealFailed},
-			"Where the time goes":                                      {rowLost, rowStart},
+			"A node holding replicas dies: until they serve elsewhere": {rowHeal, rowHealDaemon},
+			"Failed requests while a node holding replicas dies":       {rowHealFailed, rowHealDaemonFailed},
+			"Where the time goes":                                      {rowLost, rowStart, rowLostDaemon, rowStartDaemon},
 			"Through a proxy hop to another node":                      {rowLocal, rowHop},
 			"Placement across nodes":                                   {rowPlace3, rowPlace100},
 		})
