@@ -118,7 +118,7 @@ func (e *env) healOnce(ctx context.Context, dir, app string, k healKind) (float6
 	}
 	total, failed, first := l.Counts()
 	run := healRun{total: total, failed: failed, first: first}
-	lost, start, err := leaderPhases(leader.Log, app)
+	lost, start, err := leaderPhases(leader.Log, app, old)
 	if err != nil {
 		return 0, healRun{}, err
 	}
@@ -219,8 +219,9 @@ func renderHeal(rep *bench.Report, rows []bench.Row, side map[string][]healRun) 
 }
 
 // leaderPhases reads from the leader's log when it found app's replica lost
-// and when it started the replacement (the first start after that).
-func leaderPhases(path, app string) (lost, start time.Time, err error) {
+// and when it started a replica that is none of old (the replacement; the
+// two lines may come in either order, a millisecond apart).
+func leaderPhases(path, app string, old map[string]bool) (lost, start time.Time, err error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return lost, start, fmt.Errorf("leader log: %w", err)
@@ -232,15 +233,27 @@ func leaderPhases(path, app string) (lost, start time.Time, err error) {
 		switch {
 		case lost.IsZero() && strings.Contains(line, `msg="serving: lost"`):
 			lost, err = logTime(line)
-		case !lost.IsZero() && strings.Contains(line, `msg="serving: start"`):
+		case start.IsZero() && strings.Contains(line, `msg="serving: start"`) && !old[logField(line, "replica")]:
 			start, err = logTime(line)
-			return lost, start, err
 		}
 		if err != nil {
 			return lost, start, err
 		}
 	}
-	return lost, start, fmt.Errorf("app %q: the leader's log has no lost replica followed by a start", app)
+	if lost.IsZero() || start.IsZero() {
+		return lost, start, fmt.Errorf("app %q: the leader's log lacks the lost replica (%v) or its replacement's start (%v)", app, lost, start)
+	}
+	return lost, start, nil
+}
+
+// logField reads the value of key= in a daemon's log line (unquoted).
+func logField(line, key string) string {
+	_, v, ok := strings.Cut(line, " "+key+"=")
+	if !ok {
+		return ""
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v
 }
 
 // logTime reads the time= field of a daemon's log line.
