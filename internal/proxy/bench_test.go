@@ -90,7 +90,26 @@ func BenchmarkServe(b *testing.B) {
 	be, _, _ := benchSetup(b)
 	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
-	addr := serveProxy(b, p)
+	benchServeAt(b, serveProxy(b, p))
+}
+
+// BenchmarkServeHop is BenchmarkServe with the replica on another node:
+// the request goes through this node's proxy and, by a hop, through the
+// replica's node's proxy (both on loopback).
+func BenchmarkServeHop(b *testing.B) {
+	be, _, _ := benchSetup(b)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p1, p2 := New(Options{Logger: quiet}), New(Options{Logger: quiet})
+	p1.SetHop("n1", []byte("bench key"))
+	p2.SetHop("n2", []byte("bench key"))
+	p2.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://"), Node: "n2"}}})
+	p1.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: serveProxy(b, p2), Node: "n2"}}})
+	benchServeAt(b, serveProxy(b, p1))
+}
+
+// benchServeAt sends b.N GETs to the proxy at addr on kept-alive
+// connections from a client that allocates nothing.
+func benchServeAt(b *testing.B, addr string) {
 	req := []byte("GET / HTTP/1.1\r\nHost: a.localhost\r\nUser-Agent: bench\r\n\r\n")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
