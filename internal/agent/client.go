@@ -35,7 +35,10 @@ type Client struct {
 	// connects within 5 seconds, keeps connections alive with TCP probes
 	// every 15 seconds, and never goes through a proxy.
 	HTTP *http.Client
+	// Live, if set, ends a call once its node leaves the live set.
+	Live LiveSet
 
+	watch liveWatch
 	once  sync.Once
 	mu    sync.Mutex
 	addrs map[string]string
@@ -94,24 +97,31 @@ func (c *Client) forget(node string) {
 
 // Send makes a request to node's path (under its API, e.g. Prefix+"ping")
 // with the cluster secret and returns the answer, whatever its status. A
-// node that cannot be reached is errdefs.ErrUnavailable.
+// node that cannot be reached, or that leaves the live set before the
+// answer is read, is errdefs.ErrUnavailable.
 func (c *Client) Send(ctx context.Context, node string, req *http.Request) (*http.Response, error) {
 	addr, err := c.Addr(ctx, node)
 	if err != nil {
 		return nil, err
 	}
-	req = req.WithContext(ctx)
+	lctx, release := c.whileLive(ctx, node)
+	req = req.WithContext(lctx)
 	req.URL.Scheme, req.URL.Host, req.Host = "http", addr, addr
 	req.Header.Set("Authorization", "Bearer "+c.Secret)
 	req.Header.Set(NodeHeader, node)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
+		release()
 		c.forget(node)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("node %s: %w", node, ctx.Err())
 		}
+		if cause := context.Cause(lctx); lctx.Err() != nil && cause != nil {
+			return nil, cause
+		}
 		return nil, fmt.Errorf("node %s at %s: %v: %w", node, addr, err, errdefs.ErrUnavailable)
 	}
+	resp.Body = &releaseBody{ReadCloser: resp.Body, release: release}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusMisdirectedRequest {
 		c.forget(node)
 	}

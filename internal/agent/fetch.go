@@ -63,8 +63,10 @@ func (f *Fetcher) Ensure(ctx context.Context, dgst, from string) error {
 			errs = append(errs, err)
 			continue
 		}
-		img, err := f.Images.Pull(ctx, addr+"/shoal@"+dgst,
+		pctx, release := f.Client.whileLive(ctx, n)
+		img, err := f.Images.Pull(pctx, addr+"/shoal@"+dgst,
 			image.PullOptions{Insecure: true, Token: f.Client.Secret, Transport: f.Client.HTTP.Transport})
+		release()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("from node %s: %w", n, err))
 			continue

@@ -31,8 +31,9 @@ type Forwarder struct {
 }
 
 // Forward sends r to the leader and writes its answer to w, streamed as
-// it comes; it returns false, having written nothing, when this node leads
-// (the request is served here).
+// it comes, cut off (503 if nothing was written yet) should the leader
+// leave the live set meanwhile; it returns false, having written nothing,
+// when this node leads (the request is served here).
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 	ctx := r.Context()
 	leader, err := f.Leader(ctx)
@@ -53,6 +54,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	f.Client.init()
+	user := ctx // the user's request: its end is not the leader's failure
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			u := pr.Out.URL
@@ -70,8 +72,11 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 		FlushInterval: -1, // logs and watches stream
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			f.Client.forget(leader)
-			if r.Context().Err() != nil {
+			if user.Err() != nil {
 				return
+			}
+			if cause := context.Cause(r.Context()); r.Context().Err() != nil && cause != nil {
+				err = cause // the leader left the live set
 			}
 			httperr.WriteErr(w, fmt.Errorf("leader %s at %s: %v: %w", leader, addr, err, errdefs.ErrUnavailable))
 		},
@@ -79,7 +84,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 	if f.Log != nil {
 		f.Log.Debug("forwarding an app request to the leader", "leader", leader, "method", r.Method, "path", r.URL.Path)
 	}
-	rp.ServeHTTP(w, r)
+	lctx, release := f.Client.whileLive(ctx, leader)
+	defer release()
+	rp.ServeHTTP(w, r.WithContext(lctx))
 	return true
 }
 

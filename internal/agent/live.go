@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// LiveSet is the cluster's live nodes as the Client follows them (a
+// *cluster.Live): a call to a node ends when the node leaves the set,
+// rather than when TCP gives up on a peer that went silent.
+type LiveSet interface {
+	// Nodes returns the names of the live nodes.
+	Nodes() []string
+	// Ready is closed once the set is known; until then every node
+	// counts as live.
+	Ready() <-chan struct{}
+	// Changed gets a value after every change of the set.
+	Changed() <-chan struct{}
+}
+
+// liveWatch tells the calls under way of every change of the live set:
+// the channel next returns is closed at the next change.
+type liveWatch struct {
+	once sync.Once
+	mu   sync.Mutex
+	gen  chan struct{}
+}
+
+// next returns a channel closed at the next change of set.
+func (w *liveWatch) next(set LiveSet) <-chan struct{} {
+	w.once.Do(func() {
+		w.gen = make(chan struct{})
+		changed := set.Changed()
+		go func() {
+			for range changed {
+				w.mu.Lock()
+				close(w.gen)
+				w.gen = make(chan struct{})
+				w.mu.Unlock()
+			}
+		}()
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen
+}
+
+// whileLive returns ctx, ended early (its cause errdefs.ErrUnavailable)
+// once node leaves the live set, and the function that releases it.
+// Without a LiveSet it is ctx.
+func (c *Client) whileLive(ctx context.Context, node string) (context.Context, func()) {
+	if c.Live == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for {
+			next := c.watch.next(c.Live)
+			if !c.isLive(node) {
+				cancel(fmt.Errorf("node %s left the cluster's live nodes: %w", node, errdefs.ErrUnavailable))
+				return
+			}
+			select {
+			case <-next:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// isLive reports whether node is live, or the live set is not known yet.
+func (c *Client) isLive(node string) bool {
+	select {
+	case <-c.Live.Ready():
+		return slices.Contains(c.Live.Nodes(), node)
+	default:
+		return true
+	}
+}
+
+// releaseBody is an answer's body that releases its call's context once
+// it is closed.
+type releaseBody struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (b *releaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}
