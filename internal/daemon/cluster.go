@@ -75,7 +75,8 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 		back(s)
 	}
 	c.live = cluster.NewLive(d.store, clock.Real{}, d.log)
-	peers.Live = c.live // a call to a node ends when the node is lost
+	// A call to another node ends when that node is lost.
+	peers.Live = c.live
 	d.cluster = c // before the leader may be elected: it reaches the peers through it
 	c.wg.Add(4)
 	go func() { defer c.wg.Done(); hb.Run(cctx) }()
