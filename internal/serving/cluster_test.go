@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -319,6 +321,11 @@ func TestClusterDrainingNode(t *testing.T) {
 	})
 	if evs := h.ev.of("lost"); len(evs) != 0 {
 		t.Fatalf("lost events %+v; a draining node loses nothing", evs)
+	}
+	// The log of the replica removed from n3 went with it.
+	logs, err := os.ReadDir(filepath.Join(h.remote["n3"].dir, "hello", "logs"))
+	if err != nil || len(logs) != 0 {
+		t.Fatalf("n3's logs of hello: %v, %v; want none left", logs, err)
 	}
 }
 

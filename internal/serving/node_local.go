@@ -34,13 +34,17 @@ type localNode struct {
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
+	// logs are the logs of the replicas another node of a cluster started
+	// here: this node trims them at each check and removes them with the
+	// replica (the leader's own are its driver's to keep).
+	logs map[string]string
 }
 
 var _ Node = (*localNode)(nil)
 
 func newLocalNode(o Options) *localNode {
 	return &localNode{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, dir: o.Dir, att: map[string]*network.Attachment{}}
+		log: o.Logger, dir: o.Dir, att: map[string]*network.Attachment{}, logs: map[string]string{}}
 }
 
 // bridge is how replicas are networked: the proxy reaches them on the host
@@ -49,9 +53,15 @@ const bridge = network.Bridge
 
 func (n *localNode) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
 	var st Started
+	fromPeer := !filepath.IsAbs(s.Log)
 	s, err := n.localize(s)
 	if err != nil {
 		return st, err
+	}
+	if fromPeer {
+		n.mu.Lock()
+		n.logs[s.ID] = s.Log
+		n.mu.Unlock()
 	}
 	spec, err := n.spec(ctx, s)
 	if err != nil {
@@ -158,7 +168,13 @@ func (n *localNode) Remove(ctx context.Context, id string) error {
 	n.mu.Lock()
 	att := n.att[id]
 	delete(n.att, id)
+	lp := n.logs[id]
+	delete(n.logs, id)
 	n.mu.Unlock()
+	if lp != "" && err == nil {
+		os.Remove(lp)
+		os.Remove(lp + ".1")
+	}
 	if att == nil {
 		// Started by an earlier daemon and never adopted by this one
 		// (a node of a cluster whose leader has not asked yet).
@@ -180,6 +196,14 @@ func (n *localNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, er
 }
 
 func (n *localNode) Check(ctx context.Context, id, addr string, h manifest.Health) error {
+	n.mu.Lock()
+	lp := n.logs[id]
+	n.mu.Unlock()
+	if lp != "" {
+		if err := rotateLog(lp, logMax); err != nil && !errors.Is(err, os.ErrNotExist) {
+			n.log.Warn("serving: replica log", "replica", id, "err", err)
+		}
+	}
 	if h.Command != nil {
 		return n.runCheck(ctx, h, id)
 	}
