@@ -52,19 +52,25 @@ func (w *liveWatch) next(set LiveSet) <-chan struct{} {
 
 // whileLive returns ctx, ended early (its cause errdefs.ErrUnavailable)
 // once node leaves the live set, and the function that releases it.
-// Without a LiveSet it is ctx.
+// Without a LiveSet it is ctx. Only a node seen live during the call can
+// leave: one not in this node's set yet (it joins, its heartbeat not seen
+// here yet) is not cut, and one down from the start fails to connect
+// within the dialer's timeout.
 func (c *Client) whileLive(ctx context.Context, node string) (context.Context, func()) {
 	if c.Live == nil {
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
+		seen := false
 		for {
 			next := c.watch.next(c.Live)
-			if !c.isLive(node) {
+			live := c.isLive(node)
+			if seen && !live {
 				cancel(fmt.Errorf("node %s left the cluster's live nodes: %w", node, errdefs.ErrUnavailable))
 				return
 			}
+			seen = seen || live
 			select {
 			case <-next:
 			case <-ctx.Done():
@@ -75,13 +81,14 @@ func (c *Client) whileLive(ctx context.Context, node string) (context.Context, f
 	return ctx, func() { cancel(nil) }
 }
 
-// isLive reports whether node is live, or the live set is not known yet.
+// isLive reports whether node is in the live set; while the set is not
+// known, no node is.
 func (c *Client) isLive(node string) bool {
 	select {
 	case <-c.Live.Ready():
 		return slices.Contains(c.Live.Nodes(), node)
 	default:
-		return true
+		return false
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 // fakeLive is a live set the test changes.
 type fakeLive struct {
 	mu    sync.Mutex
+	asked int // calls of Nodes
 	nodes []string
 	ready chan struct{}
 	subs  []chan struct{}
@@ -32,7 +33,15 @@ func newFakeLive(nodes ...string) *fakeLive {
 func (l *fakeLive) Nodes() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.asked++
 	return slices.Clone(l.nodes)
+}
+
+// askedTimes returns how often Nodes was called.
+func (l *fakeLive) askedTimes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.asked
 }
 
 func (l *fakeLive) Ready() <-chan struct{} { return l.ready }
@@ -47,9 +56,20 @@ func (l *fakeLive) Changed() <-chan struct{} {
 
 // drop takes node out of the set and tells the subscribers.
 func (l *fakeLive) drop(node string) {
+	l.set(func(nodes []string) []string {
+		return slices.DeleteFunc(nodes, func(n string) bool { return n == node })
+	})
+}
+
+// add puts node in the set and tells the subscribers.
+func (l *fakeLive) add(node string) {
+	l.set(func(nodes []string) []string { return append(nodes, node) })
+}
+
+func (l *fakeLive) set(change func([]string) []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.nodes = slices.DeleteFunc(l.nodes, func(n string) bool { return n == node })
+	l.nodes = change(l.nodes)
 	for _, ch := range l.subs {
 		select {
 		case ch <- struct{}{}:
@@ -172,4 +192,50 @@ func TestForwardEndsWhenLeaderIsLost(t *testing.T) {
 		t.Fatal("the forward to a leader that left the live set did not end")
 	}
 	within(t, "the leader seeing the forward given up", peer.gaveUp)
+}
+
+// A call to a node not seen live yet (it joins, its heartbeat not in the
+// set here yet) is not cut by a change of the set; once seen live, its
+// leaving ends the call.
+func TestCallToNodeNotSeenLiveYet(t *testing.T) {
+	live := newFakeLive("n1", "n2")
+	c := NewClient(testStore(t), testSecret)
+	c.Live = live
+	ctx, release := c.whileLive(context.Background(), "n4")
+	defer release()
+	// Each change is looked at with one Nodes call; the call after the
+	// next change shows the one before did not end the watch.
+	step := func(what string, change func()) {
+		t.Helper()
+		n := live.askedTimes()
+		change()
+		deadline := time.Now().Add(10 * time.Second)
+		for live.askedTimes() <= n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the live set was not looked at again", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	within(t, "the first look at the live set", func() <-chan struct{} {
+		ch := make(chan struct{})
+		go func() {
+			for live.askedTimes() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			close(ch)
+		}()
+		return ch
+	}())
+	step("n2 leaves", func() { live.drop("n2") })
+	step("n2 back", func() { live.add("n2") })
+	if err := ctx.Err(); err != nil {
+		t.Fatalf("a call to n4, not seen live yet, ended: %v", context.Cause(ctx))
+	}
+	step("n4 joins", func() { live.add("n4") })
+	live.drop("n4")
+	within(t, "the call to n4 ending once it left", ctx.Done())
+	if err := context.Cause(ctx); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("cause %v; want unavailable", err)
+	}
 }
