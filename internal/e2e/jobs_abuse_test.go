@@ -18,7 +18,7 @@ import (
 func TestJobForkBombLeavesDaemonHealthy(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
-	r := d.shoal("job", "run", "--output", "json", "--timeout", "3s", "busybox:1", "sh", "-c", "f(){ f | f & }; f; while :; do :; done")
+	r := d.shoal("job", "run", "--output", "json", "--timeout", "3s", "busybox:1", "sh", "-c", "(f(){ f | f & }; f) & while :; do :; done")
 	j := jobJSON(t, r.stdout)
 	if r.code != 1 || j.State != types.JobDone || len(j.Steps) != 1 || j.Steps[0].Status != types.StepTimeout {
 		t.Fatalf("fork bomb: exit %d, job %+v; want exit 1 and status timeout", r.code, j)

@@ -200,7 +200,7 @@ func hostileCases(canary, canaryDir, sock, abstract, loopback, gateway, proxy st
 			wantSteps(t, j, types.StepOK, types.StepTimeout)
 		}},
 		{name: "fork bomb", req: types.JobRequest{Limits: types.JobLimits{Pids: 32, Timeout: "2s"}, Steps: []types.JobStep{
-			sh("f(){ f | f & }; f; while :; do :; done"),
+			sh("(f(){ f | f & }; f) & while :; do :; done"),
 		}}, check: func(t *testing.T, j types.Job) { wantSteps(t, j, types.StepTimeout) }},
 		{name: "memory bomb", req: types.JobRequest{Limits: types.JobLimits{Memory: "32Mi"}, Steps: []types.JobStep{
 			sh("head -c 500m /dev/zero | tail"),
