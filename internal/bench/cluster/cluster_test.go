@@ -16,7 +16,7 @@ func TestQuick(t *testing.T) {
 			"A node dies: until the cluster knows":                     {rowDown, rowLeader},
 			"A node holding replicas dies: until they serve elsewhere": {rowHeal, rowHealDaemon},
 			"Failed requests while a node holding replicas dies":       {rowHealFailed, rowHealDaemonFailed},
-			"Where the time goes":                                      {rowLost, rowStart, rowLostDaemon, rowStartDaemon},
+			"Where the time goes":                                      {rowLost, rowStart, rowStartDaemon},
 			"Through a proxy hop to another node":                      {rowLocal, rowHop},
 			"Placement across nodes":                                   {rowPlace3, rowPlace100},
 		})

@@ -40,6 +40,6 @@ time=2026-11-24T23:50:31.641Z level=INFO msg="serving: lost" app=heal-4 replica=
 		t.Errorf("start at %s, want 31.640", got)
 	}
 	if _, _, err := leaderPhases(path, "heal-40", map[string]bool{"heal-40-cc": true}); err == nil {
-		t.Error("heal-40 has no lost replica, yet no error")
+		t.Error("heal-40 has no replacement, yet no error")
 	}
 }
