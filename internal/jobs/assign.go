@@ -5,7 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 )
+
+// leadWrite bounds each of the leader's fenced writes, as serving bounds
+// its own: a leader cut off from the store gives the write up, and with it
+// the pass (logged), rather than hold up the queue; the next pass tries
+// again.
+const leadWrite = 5 * time.Second
+
+// errNoAnswer is the cause of a fenced write given up after leadWrite.
+var errNoAnswer = fmt.Errorf("no answer from the store within %v", leadWrite)
 
 // lead is what the leader keeps for its term: the scheduler over the
 // whole cluster's queue, with the ids it holds.
@@ -38,7 +48,7 @@ func (m *Manager) pass() {
 // to nodes with free slots: the next job is the scheduler's pick over the
 // whole cluster (weighted fair share between tenants, by priority and
 // submission within one), and goes to the node with the most free slots.
-// Every write is fenced by the leadership.
+// Every write is fenced by the leadership and bounded by leadWrite.
 func (m *Manager) leaderPass(f Fence) error {
 	nodes, ok := m.o.Cluster.Nodes()
 	if !ok {
@@ -126,6 +136,20 @@ func (m *Manager) leaderPass(f Fence) error {
 		m.log.Debug("job assigned", "job", en.ID, "tenant", en.Tenant, "node", node)
 	}
 	return nil
+}
+
+// fenced writes value at key through the leader's fence if the key's
+// ModRev is still rev, giving up after leadWrite on the Manager's clock.
+func (m *Manager) fenced(ctx context.Context, f Fence, key string, rev int64, value []byte) (int64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	t := m.clock.AfterFunc(leadWrite, func() { cancel(errNoAnswer) })
+	defer t.Stop()
+	nrev, err := f.CompareAndSwap(ctx, key, rev, value)
+	if err != nil && errors.Is(context.Cause(ctx), errNoAnswer) {
+		return 0, fmt.Errorf("key %s: %w: %w", key, errNoAnswer, err)
+	}
+	return nrev, err
 }
 
 // mostFree returns the node with the most free slots (by name on a tie).

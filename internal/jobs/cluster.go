@@ -241,7 +241,7 @@ func (m *Manager) casRecord(ctx context.Context, fence Fence, r record, rev, cre
 	key := store.JobKey(r.Job.ID)
 	var nrev int64
 	if fence != nil {
-		nrev, err = fence.CompareAndSwap(ctx, key, rev, b)
+		nrev, err = m.fenced(ctx, fence, key, rev, b)
 	} else {
 		nrev, err = m.o.Store.CompareAndSwap(ctx, key, rev, b)
 	}

@@ -28,6 +28,11 @@ type fakeNet struct {
 	// of its old term, as a leader cut off does until it learns otherwise.
 	deposed map[string]int
 	refused int // fenced writes refused
+	// hang makes fenced writes block until their context ends, as the
+	// writes of a leader cut off from etcd do; hung counts them, and
+	// gaveUp those that ended.
+	hang         bool
+	hung, gaveUp int
 }
 
 func newFakeNet(st store.Store) *fakeNet { return &fakeNet{st: st, nodes: map[string]Node{}} }
@@ -123,6 +128,14 @@ type fakeFence struct {
 func (f fakeFence) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
 	f.net.mu.Lock()
 	defer f.net.mu.Unlock()
+	if f.net.hang {
+		f.net.hung++
+		f.net.mu.Unlock()
+		<-ctx.Done()
+		f.net.mu.Lock()
+		f.net.gaveUp++
+		return 0, fmt.Errorf("key %q: %w", key, ctx.Err())
+	}
 	if f.net.leader != f.node || f.net.term != f.term {
 		f.net.refused++
 		return 0, fmt.Errorf("key %q: term %d of %s: %w", key, f.term, f.node, ErrDeposed)

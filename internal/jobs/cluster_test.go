@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -380,4 +381,40 @@ func TestClusterDeposedLeaderAssignsNothing(t *testing.T) {
 	}
 	c.net.lead("n2")
 	waitFor(t, "both jobs running under the new leader", func() bool { return c.countRunning() == 2 })
+}
+
+// A leader cut off from the store gives up a fenced write after leadWrite
+// and ends its pass with the job still queued; once the store answers, a
+// later pass assigns it.
+func TestClusterLeaderWriteBounded(t *testing.T) {
+	c := newTestCluster(t, Options{})
+	n1 := c.add("n1", 1)
+	c.net.mu.Lock()
+	c.net.hang = true
+	c.net.mu.Unlock()
+	c.net.lead("n1")
+	j := submit(t, n1, "a", 1)[0]
+	count := func() (hung, gaveUp int) {
+		c.net.mu.Lock()
+		defer c.net.mu.Unlock()
+		return c.net.hung, c.net.gaveUp
+	}
+	waitFor(t, "the assignment blocked", func() bool { h, _ := count(); return h == 1 })
+	c.clk.Advance(leadWrite - time.Millisecond)
+	if _, g := count(); g != 0 {
+		t.Fatalf("the write gave up before leadWrite: %d", g)
+	}
+	c.clk.Advance(time.Millisecond)
+	waitFor(t, "the blocked write given up", func() bool { _, g := count(); return g == 1 })
+	if got, _ := n1.Get(context.Background(), j.ID); got.State != Queued || got.Node != "" {
+		t.Fatalf("job after the write was given up: %+v", got)
+	}
+	c.net.mu.Lock()
+	c.net.hang = false
+	c.net.mu.Unlock()
+	// The next pass, on the next tick, assigns the job.
+	waitFor(t, "the job running", func() bool {
+		c.clk.Advance(time.Second)
+		return c.countRunning() == 1
+	})
 }
