@@ -160,7 +160,10 @@ func (e *env) waitAll(ctx context.Context, nd *clustertest.Node, what string, ok
 			return last, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s: not after 1m; last node list from %s: %v, %v", what, nd.Name, last, err)
+			if err != nil {
+				return nil, fmt.Errorf("%s: not after 1m; node list from %s: %w", what, nd.Name, err)
+			}
+			return nil, fmt.Errorf("%s: not after 1m; last node list from %s: %v", what, nd.Name, last)
 		}
 		select {
 		case <-ctx.Done():

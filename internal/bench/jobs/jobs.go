@@ -365,8 +365,11 @@ func overheadTable(names []string, commands map[string]string, bare []time.Durat
 // pipe, as a job's step is captured.
 func bareProcess(ctx context.Context, busybox string) (map[string]time.Duration, error) {
 	out, err := exec.CommandContext(ctx, busybox, "echo", "hello").Output()
-	if err != nil || string(out) != "hello\n" {
-		return nil, fmt.Errorf("bare process: %q %v", out, err)
+	if err != nil {
+		return nil, fmt.Errorf("bare process %s echo hello: %w", busybox, err)
+	}
+	if string(out) != "hello\n" {
+		return nil, fmt.Errorf("bare process %s echo hello: printed %q, want \"hello\\n\"", busybox, out)
 	}
 	return nil, nil
 }
