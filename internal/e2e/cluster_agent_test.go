@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/cluster/clustertest"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	mf "github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/serving"
@@ -211,7 +212,7 @@ func TestClusterAgentRemoteReplica(t *testing.T) {
 func TestClusterAgentForwardsApps(t *testing.T) {
 	c := startCluster(t, 2)
 	var name string
-	c.nodes[0].waitNodes("a leader", func(m map[string]types.Node) bool { name = leaderOf(m); return name != "" })
+	c.nodes[0].waitNodes("a leader", func(m map[string]types.Node) bool { name = clustertest.Leader(m); return name != "" })
 	leader, follower := c.nodes[0], c.nodes[1]
 	if leader.name != name {
 		leader, follower = follower, leader

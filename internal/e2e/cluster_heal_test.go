@@ -41,7 +41,7 @@ func (c *testCluster) roles() (*clusterNode, []*clusterNode) {
 	c.t.Helper()
 	var leader string
 	c.nodes[0].waitNodes("all ready with a leader", func(m map[string]types.Node) bool {
-		leader = leaderOf(m)
+		leader = clustertest.Leader(m)
 		if leader == "" || len(m) != len(c.nodes) {
 			return false
 		}
@@ -207,7 +207,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 	}
 	var newLeader string
 	next.waitNodes("another leader", func(m map[string]types.Node) bool {
-		newLeader = leaderOf(m)
+		newLeader = clustertest.Leader(m)
 		return newLeader != "" && newLeader != leader.name
 	})
 	var nl *clusterNode

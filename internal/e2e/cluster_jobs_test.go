@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/cluster/clustertest"
 	"github.com/shoal-run/shoal/internal/image/imagetest"
 )
 
@@ -90,7 +91,7 @@ func TestClusterJobs(t *testing.T) {
 	ready := map[string]string{"n1": cluster.StateReady, "n2": cluster.StateReady, "n3": cluster.StateReady}
 	for _, nd := range c.nodes {
 		nd.waitNodes("all ready, one leader", func(m map[string]types.Node) bool {
-			return states(ready)(m) && leaderOf(m) != ""
+			return states(ready)(m) && clustertest.Leader(m) != ""
 		})
 	}
 	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
@@ -169,7 +170,7 @@ func TestClusterJobs(t *testing.T) {
 	}
 	leader := ""
 	if m, err := via.nodes(); err == nil {
-		leader = leaderOf(m)
+		leader = clustertest.Leader(m)
 	}
 	victim.kill()
 	t.Logf("killed %s (the leader was %s) running job %s (pids %v); watching through %s", victim.name, leader, id, pids, via.name)

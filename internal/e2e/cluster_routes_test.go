@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/cluster/clustertest"
 )
 
 // TestClusterRoutes: an app deployed through the cluster's leader, with
@@ -240,7 +241,7 @@ func wsEcho(t *testing.T, nd *clusterNode) {
 func routesLeader(c *testCluster) *clusterNode {
 	c.t.Helper()
 	var name string
-	c.nodes[0].waitNodes("a leader", func(ns map[string]types.Node) bool { name = leaderOf(ns); return name != "" })
+	c.nodes[0].waitNodes("a leader", func(ns map[string]types.Node) bool { name = clustertest.Leader(ns); return name != "" })
 	for _, nd := range c.nodes {
 		if nd.name == name {
 			return nd

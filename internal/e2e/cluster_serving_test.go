@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/cluster/clustertest"
 )
 
 // helloEverywhere builds the hello example on the first node and imports
@@ -40,7 +41,7 @@ func (c *testCluster) helloEverywhere() {
 func (c *testCluster) leaderNode() *clusterNode {
 	c.t.Helper()
 	var name string
-	c.nodes[0].waitNodes("a leader", func(ns map[string]types.Node) bool { name = leaderOf(ns); return name != "" })
+	c.nodes[0].waitNodes("a leader", func(ns map[string]types.Node) bool { name = clustertest.Leader(ns); return name != "" })
 	for _, nd := range c.nodes {
 		if nd.name == name {
 			return nd

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/cluster"
+	"github.com/shoal-run/shoal/internal/cluster/clustertest"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -27,19 +28,6 @@ func states(want map[string]string) func(map[string]types.Node) bool {
 	}
 }
 
-func leaderOf(nodes map[string]types.Node) string {
-	var leaders []string
-	for _, n := range nodes {
-		if n.Leader {
-			leaders = append(leaders, n.Name)
-		}
-	}
-	if len(leaders) != 1 {
-		return ""
-	}
-	return leaders[0]
-}
-
 // TestCluster runs three etcd members and three shoal nodes, each node in a
 // network namespace of its own, and walks the cluster through a node killed,
 // a node cut off, an etcd member lost, the leader killed, drain and remove.
@@ -52,7 +40,7 @@ func TestCluster(t *testing.T) {
 	// node's record carries its address and capacity.
 	for _, nd := range c.nodes {
 		nd.waitNodes("all ready, one leader", func(m map[string]types.Node) bool {
-			return states(ready)(m) && leaderOf(m) != ""
+			return states(ready)(m) && clustertest.Leader(m) != ""
 		})
 	}
 	nodes, err := n1.nodes()
@@ -141,7 +129,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := leaderOf(m)
+	old := clustertest.Leader(m)
 	kvs, err := st.List(context.Background(), store.LeaderPrefix)
 	if err != nil || len(kvs) == 0 {
 		t.Fatalf("election keys: %v, %v", kvs, err)
@@ -170,7 +158,7 @@ func TestCluster(t *testing.T) {
 	}
 	oldNode.kill()
 	took := other.waitNodes("a new leader after "+old+" was killed", func(m map[string]types.Node) bool {
-		l := leaderOf(m)
+		l := clustertest.Leader(m)
 		return l != "" && l != old && m[old].State == cluster.StateDown
 	})
 	t.Logf("leader SIGKILL to new leader: %v", took)
