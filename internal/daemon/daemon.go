@@ -6,31 +6,22 @@ package daemon
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/shoal-run/shoal/internal/api"
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/containers"
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
-	"github.com/shoal-run/shoal/internal/images"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
@@ -277,63 +268,11 @@ func openStore(ctx context.Context, cfg Config) (store.Store, error) {
 	return nil, fmt.Errorf("--store %q: use bolt or etcd://host:port[,host:port...]", cfg.Store)
 }
 
-func (d *Daemon) serve(ctx context.Context) error {
-	srv := &api.Server{
-		Images:     images.New(d.images, d.imageUsers),
-		Containers: d.ctrs,
-		Jobs:       jobsAPI{d.jobs.Manager},
-		Nodes:      nodeService{d},
-		Apps:       d.appsAPI(),
-		Events:     wireEvents{d.events},
-		Health:     d.health,
-		Registry:   d.gatherers,
-		Logger:     d.log,
-	}
-	d.forwardApps(srv)
-	ul, err := listenUnix(d.cfg.API)
-	if err != nil {
-		return err
-	}
-	d.start(ul, srv.Handler(""))
-	d.log.Info("API listening", "addr", d.cfg.API)
-	if addr := d.tcpAddr(); addr != "" {
-		tok, err := loadToken(d.cfg.TokenFile, filepath.Join(d.cfg.DataDir, "api-token"))
-		if err != nil {
-			return err
-		}
-		d.token = tok
-		flag := "--api-tcp"
-		if d.cfg.APITCP == "" {
-			flag = "--advertise"
-		}
-		tl, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", flag, addr, err)
-		}
-		d.start(tl, d.tcpHandler(srv.Handler(tok)))
-		d.log.Info("TCP API listening (bearer token required)", "addr", tl.Addr().String())
-	}
-	if d.cfg.UI != "" {
-		return d.serveUI(ctx)
-	}
-	return nil
-}
-
 // API returns the unix socket address the daemon serves.
 func (d *Daemon) API() string { return d.cfg.API }
 
 // DataDir returns the daemon's data directory.
 func (d *Daemon) DataDir() string { return d.cfg.DataDir }
-
-func (d *Daemon) start(l net.Listener, h http.Handler) {
-	s := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	d.servers = append(d.servers, s)
-	go func() {
-		if err := s.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("API server stopped", "addr", l.Addr().String(), "err", err)
-		}
-	}()
-}
 
 func (d *Daemon) close() {
 	for _, s := range d.servers {
@@ -367,88 +306,4 @@ func (d *Daemon) close() {
 	if d.store != nil {
 		d.store.Close()
 	}
-}
-
-func (d *Daemon) health(ctx context.Context) types.Health {
-	h := types.Health{Status: "ok", Version: d.cfg.Version, Runtime: d.rt.Name(), CgroupMode: runtime.CgroupMode(),
-		Store: d.cfg.Store, DataDir: d.cfg.DataDir, Proxy: d.proxyAddr, Notes: d.notes}
-	if d.plane != nil {
-		in, adopted := d.plane.Info()
-		how := "started by this daemon"
-		if adopted {
-			how = "adopted from a previous daemon"
-		}
-		h.Notes = append(slices.Clone(d.notes), fmt.Sprintf("proxy: process %d on %s since %s (%s)",
-			in.Pid, in.Addr, in.Started.UTC().Format(time.RFC3339), how))
-	}
-	if note := d.clusterNote(); note != "" {
-		h.Notes = append(slices.Clone(h.Notes), note)
-	}
-	if cs, err := d.ctrs.List(ctx); err == nil {
-		h.Containers = len(cs)
-	}
-	if imgs, err := d.images.List(ctx); err == nil {
-		h.Images = len(imgs)
-	}
-	return h
-}
-
-// listenUnix listens on a unix:// address with mode 0600, replacing a stale
-// socket file but refusing to steal one a live daemon is serving.
-func listenUnix(addr string) (net.Listener, error) {
-	u, err := url.Parse(addr)
-	if err != nil || u.Scheme != "unix" || u.Path == "" {
-		return nil, fmt.Errorf("--api %q: use unix:///path/to.sock", addr)
-	}
-	path := u.Path
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("--api %s: %w", addr, err)
-	}
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("--api %s: another shoal daemon is already serving this socket", addr)
-	}
-	os.Remove(path)
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("--api %s: %w", addr, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("--api %s: %w", addr, err)
-	}
-	return l, nil
-}
-
-// loadToken reads the TCP API token from file (or $SHOAL_TOKEN), making a
-// new random one in def when neither exists.
-func loadToken(file, def string) (string, error) {
-	if t := os.Getenv("SHOAL_TOKEN"); t != "" && file == "" {
-		return t, nil
-	}
-	if file == "" {
-		file = def
-	}
-	b, err := os.ReadFile(file)
-	if err == nil {
-		if t := strings.TrimSpace(string(b)); t != "" {
-			return t, nil
-		}
-		return "", fmt.Errorf("token file %s is empty", file)
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("token file %s: %w", file, err)
-	}
-	t := newID(32)
-	if err := os.WriteFile(file, []byte(t+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("token file %s: %w", file, err)
-	}
-	return t, nil
-}
-
-// newID returns n random hex digits.
-func newID(n int) string {
-	b := make([]byte, (n+1)/2)
-	rand.Read(b)
-	return hex.EncodeToString(b)[:n]
 }
