@@ -93,7 +93,11 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 			st.ep.pool.drop(bc)
 		}
 	}()
-	if err := writeRequest(bc.bw, r, st.ep.hop); err != nil {
+	hop := ""
+	if st.ep.node != "" {
+		hop = x.p.hopValue(st.ep, r.Host)
+	}
+	if err := writeRequest(bc.bw, r, hop); err != nil {
 		var be *bodyError
 		switch {
 		case mayRetry && !errors.As(err, &be):

@@ -16,9 +16,10 @@ type endpoint struct {
 	id     string
 	addr   string
 	cookie string // the Set-Cookie value naming it; "" when it cannot
-	// hop is the hop header (HopHeader) that reaches it through its
-	// node's proxy, at addr; "" for an endpoint of this node.
-	hop string
+	// node is the node whose proxy, at addr, it is reached through by a
+	// hop; "" for an endpoint of this node.
+	node  string
+	stamp atomic.Pointer[hopStamp] // its last hop header
 
 	inFlight atomic.Int64
 	hopIn    atomic.Int64 // of inFlight, the hops other nodes' proxies sent
@@ -72,8 +73,8 @@ func (e *endpoint) cut() (held, conns int) {
 	return held, e.pool.cutAll()
 }
 
-func newEndpoint(id, addr, hop string) *endpoint {
-	return &endpoint{id: id, addr: addr, cookie: setCookieValue(id), hop: hop}
+func newEndpoint(id, addr, node string) *endpoint {
+	return &endpoint{id: id, addr: addr, cookie: setCookieValue(id), node: node}
 }
 
 func (e *endpoint) open() {

@@ -1,13 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 )
 
 // fastReq is the request a client connection serves on the fast path: its
@@ -55,7 +55,7 @@ func (x *fastReq) serve(n int) outcome {
 	}()
 	var f *refusal
 	if r.hop != nil {
-		f = p.admitHop(st, p.appName(string(r.host)), string(r.hop), string(x.c.client))
+		f = p.admitHop(st, string(r.host), string(r.hop), string(x.c.client))
 	} else {
 		f = p.admit(st, a, r.cl, x)
 	}
@@ -84,10 +84,20 @@ func (x *fastReq) copySticky() {
 func (x *fastReq) finish() { x.c.f.p.finish(&x.st) }
 
 // host returns the Host of the request, from x.out.
-func (x *fastReq) host() string {
-	_, rest, _ := strings.Cut(string(x.out), "\r\nHost: ")
-	host, _, _ := strings.Cut(rest, "\r\n")
-	return host
+func (x *fastReq) host() string { return string(x.hostBytes()) }
+
+// hostBytes returns the Host of the request, from x.out.
+func (x *fastReq) hostBytes() []byte {
+	const h = "\r\nHost: "
+	i := bytes.Index(x.out[:x.head], []byte(h))
+	if i < 0 {
+		return nil
+	}
+	rest := x.out[i+len(h) : x.head]
+	if j := bytes.IndexByte(rest, '\r'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
 }
 
 // admitted reads a small request body, so that the request goes to the

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,15 +18,23 @@ import (
 // Hops: in a cluster an endpoint of another node (route.Endpoint.Node is
 // not this proxy's node) is reached through that node's proxy, whose
 // address the route gives as the endpoint's. The request then carries the
-// header HopHeader, "<endpoint ID> <MAC>", the MAC an HMAC-SHA256 of the
-// ID under the cluster's hop key. The proxy that receives it checks the
-// MAC (403 when it fails), and sends the request to exactly that endpoint,
-// which must be one of its own: it never forwards a hop again and never
-// tries another endpoint. A request with the header answers 403 on a
-// proxy that has no hop key.
+// header HopHeader, "<endpoint ID> <unix seconds> <MAC>", the MAC an
+// HMAC-SHA256 under the cluster's hop key of the ID, the time, the
+// receiving node's name and the request's Host. The proxy that receives it
+// checks the MAC against its own node and the Host it got, and the time
+// against its clock within hopWindow (403 when either fails), and sends
+// the request to exactly that endpoint, which must be one of its own: it
+// never forwards a hop again and never tries another endpoint. A request
+// with the header answers 403 on a proxy that has no hop key.
 
 // HopHeader names the endpoint a request hops to.
 const HopHeader = "Shoal-Hop"
+
+// hopWindow is how far the time in a hop header may be from the receiving
+// proxy's clock, either way. The nodes' clocks are assumed kept in step
+// (NTP); a captured header can be replayed only this long, to the same
+// node and Host.
+const hopWindow = 30 // seconds
 
 // hopWait bounds how long a hop waits for its endpoint to appear in the
 // receiving proxy's table (the route reaches the nodes one by one).
@@ -44,43 +53,90 @@ func (p *Proxy) SetHop(node string, key []byte) {
 	p.hop.Store(&hopConf{node: node, key: append([]byte(nil), key...)})
 }
 
-// mac is the MAC of a hop to endpoint id, in hex.
-func (c *hopConf) mac(id string) string {
+// mac is the MAC, in hex, of a hop to endpoint id at time ts (unix
+// seconds, in decimal) received by node for a request to host.
+func (c *hopConf) mac(id, ts, node, host string) string {
 	m := hmac.New(sha256.New, c.key)
-	m.Write([]byte("shoal-hop\x00"))
-	m.Write([]byte(id))
+	for _, f := range [...]string{"shoal-hop", id, ts, node, host} {
+		m.Write([]byte(f))
+		m.Write([]byte{0})
+	}
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// value is the hop header to reach endpoint e of a route through its
-// node's proxy; "" when e is this node's own (or the proxy is not in a
-// cluster).
-func (c *hopConf) value(e route.Endpoint) string {
-	if c == nil || e.Node == "" || e.Node == c.node {
-		return ""
-	}
-	return e.ID + " " + c.mac(e.ID)
+// header is the hop header that reaches endpoint id through node's proxy
+// for a request to host at unix time now.
+func (c *hopConf) header(id, node, host string, now int64) string {
+	ts := strconv.FormatInt(now, 10)
+	return id + " " + ts + " " + c.mac(id, ts, node, host)
 }
 
-// verify returns the endpoint ID a hop header names, if its MAC is right.
-func (c *hopConf) verify(hop string) (string, bool) {
+// far is the node whose proxy reaches e, an endpoint of a route: "" when
+// e is this node's own (or the proxy is not in a cluster).
+func (c *hopConf) far(e route.Endpoint) string {
+	if c == nil || e.Node == c.node {
+		return ""
+	}
+	return e.Node
+}
+
+// hopStamp is the last hop header made for an endpoint: made again when
+// the second or the Host changes.
+type hopStamp struct {
+	ts   int64
+	host string
+	val  string
+}
+
+// hopValue is the hop header of a request to host sent to e, another
+// node's endpoint (e.node is not ""); "" when the proxy is not in a
+// cluster.
+func (p *Proxy) hopValue(e *endpoint, host string) string {
+	now := p.clock.Now().Unix()
+	if s := e.stamp.Load(); s != nil && s.ts == now && s.host == host {
+		return s.val
+	}
+	return p.stampHop(e, host, now)
+}
+
+// stampHop makes and keeps e's hop header for host at unix time now.
+func (p *Proxy) stampHop(e *endpoint, host string, now int64) string {
+	c := p.hop.Load()
+	if c == nil {
+		return ""
+	}
+	s := &hopStamp{ts: now, host: host, val: c.header(e.id, e.node, host, now)}
+	e.stamp.Store(s)
+	return s.val
+}
+
+// verify returns the endpoint ID a hop header names, if the header was
+// made for this node and host, within hopWindow of now, and its MAC is
+// right.
+func (c *hopConf) verify(hop, host string, now int64) (string, bool) {
 	if c == nil {
 		return "", false
 	}
-	id, mac, ok := strings.Cut(hop, " ")
-	if !ok || id == "" {
+	id, rest, ok := strings.Cut(hop, " ")
+	ts, mac, ok2 := strings.Cut(rest, " ")
+	if !ok || !ok2 || id == "" {
 		return "", false
 	}
-	return id, hmac.Equal([]byte(mac), []byte(c.mac(id)))
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || t < now-hopWindow || t > now+hopWindow {
+		return "", false
+	}
+	return id, hmac.Equal([]byte(mac), []byte(c.mac(id, ts, c.node, host)))
 }
 
-// admitHop admits a request that another node's proxy sent to one of this
-// node's endpoints: its hop header (hop) must authenticate, and the
+// admitHop admits a request to host that another node's proxy sent to one
+// of this node's endpoints: its hop header (hop) must authenticate, and the
 // endpoint it names be routed here (it is waited for a while). st.ep is
 // then that endpoint, with the request counted on it but not in its load,
 // which the sending node reports; st.hop keeps the request on it.
-func (p *Proxy) admitHop(st *reqState, name, hop, remote string) *refusal {
-	id, ok := p.hop.Load().verify(hop)
+func (p *Proxy) admitHop(st *reqState, host, hop, remote string) *refusal {
+	name := p.appName(host)
+	id, ok := p.hop.Load().verify(hop, host, p.clock.Now().Unix())
 	if !ok {
 		p.log.Warn("proxy: a request whose hop header fails authentication refused", "remote", remote, "app", name)
 		return &refusal{code: http.StatusForbidden, err: errors.New("hop header refused"), field: HopHeader, close: true}
@@ -124,7 +180,7 @@ func (p *Proxy) hopTarget(ctx context.Context, name, id string) (*app, *endpoint
 			p.mu.Lock()
 			e := a.eps[id]
 			p.mu.Unlock()
-			if e != nil && e.hop == "" {
+			if e != nil && e.node == "" {
 				return a, e
 			}
 		}
@@ -146,10 +202,19 @@ const hopLook = 10 * time.Millisecond
 // hopped returns the request head and inline body of x as sent to e,
 // another node's endpoint: with e's hop header.
 func (x *fastReq) hopped(e *endpoint) []byte {
+	p := x.c.f.p
+	host := x.hostBytes()
+	val := ""
+	now := p.clock.Now().Unix()
+	if s := e.stamp.Load(); s != nil && s.ts == now && s.host == string(host) {
+		val = s.val
+	} else {
+		val = p.stampHop(e, string(host), now)
+	}
 	h := x.head - 2 // before the empty line
 	b := append(x.hopBuf[:0], x.out[:h]...)
 	b = append(b, HopHeader+": "...)
-	b = append(b, e.hop...)
+	b = append(b, val...)
 	b = append(b, "\r\n"...)
 	x.hopBuf = append(b, x.out[h:]...)
 	return x.hopBuf

@@ -7,14 +7,23 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
 var testHopKey = []byte("the cluster's secret")
+
+// hopFor is the hop header to endpoint id of node for a request to host at
+// unix time now, made with testHopKey.
+func hopFor(id, node, host string, now int64) string {
+	return (&hopConf{key: testHopKey}).header(id, node, host, now)
+}
 
 // pair is two nodes' proxies, n1 and n2, of one cluster: app "a" has a
 // replica on n2 only (b2, which records the headers it got).
@@ -25,8 +34,12 @@ type pair struct {
 	seen   []http.Header
 }
 
-func newPair(t *testing.T) *pair {
-	pr := &pair{n1: newFront(t, Options{}), n2: newFront(t, Options{})}
+func newPair(t *testing.T) *pair { return newPairOn(t, nil) }
+
+// newPairOn is newPair with both proxies on clock c (the real one when
+// nil).
+func newPairOn(t *testing.T, c clock.Clock) *pair {
+	pr := &pair{n1: newFront(t, Options{Clock: c}), n2: newFront(t, Options{Clock: c})}
 	pr.n1.p.SetHop("n1", testHopKey)
 	pr.n2.p.SetHop("n2", testHopKey)
 	pr.b2 = newBackend(t, func(w http.ResponseWriter, r *http.Request) {
@@ -121,6 +134,7 @@ func TestHopReachesAnotherNodesReplica(t *testing.T) {
 func TestHopHeaderForged(t *testing.T) {
 	pr := newPair(t)
 	other := &hopConf{node: "n1", key: []byte("another secret")}
+	now := time.Now().Unix()
 	lone := newFront(t, Options{})
 	lone.p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a-2", Addr: pr.b2.addr}}})
 	for _, c := range []struct {
@@ -128,10 +142,11 @@ func TestHopHeaderForged(t *testing.T) {
 		hop string
 	}{
 		{pr.n2, "a-2 0123456789abcdef"},
-		{pr.n2, "a-2 " + other.mac("a-2")},
+		{pr.n2, other.header("a-2", "n2", "a.localhost", now)},
+		{pr.n2, "a-2 " + strconv.FormatInt(now, 10)},
 		{pr.n2, "a-2"},
 		{pr.n2, ""},
-		{lone, "a-2 " + (&hopConf{key: testHopKey}).mac("a-2")},
+		{lone, hopFor("a-2", "", "a.localhost", now)},
 	} {
 		r := c.f.req(t, "GET", "a.localhost", "/", nil)
 		r.Header.Set(HopHeader, c.hop)
@@ -146,8 +161,8 @@ func TestHopHeaderForged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: a.localhost\r\n%s: a-2 %s\r\n%s: a-2 00\r\n\r\n",
-		HopHeader, (&hopConf{key: testHopKey}).mac("a-2"), HopHeader)
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: a.localhost\r\n%s: %s\r\n%s: a-2 00\r\n\r\n",
+		HopHeader, hopFor("a-2", "n2", "a.localhost", now), HopHeader)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("two hop headers: %v %v; want 403", resp, err)
@@ -156,9 +171,76 @@ func TestHopHeaderForged(t *testing.T) {
 		t.Fatalf("a forged hop reached the replica %d times", n)
 	}
 	r := pr.n2.req(t, "GET", "a.localhost", "/", nil)
-	r.Header.Set(HopHeader, "a-2 "+(&hopConf{key: testHopKey}).mac("a-2"))
+	r.Header.Set(HopHeader, hopFor("a-2", "n2", "a.localhost", now))
 	if code, _, _ := pr.n2.do(t, r); code != 200 {
 		t.Fatalf("a true hop: %d", code)
+	}
+}
+
+// TestHopHeaderReplay: a hop header is good only within hopWindow of the
+// receiving node's clock, only on the node and for the Host it was made
+// for; a replayed, moved or early one is refused 403 and reaches no
+// replica, on the fast path and on net/http's.
+func TestHopHeaderReplay(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_800_000_000, 0))
+	pr := newPairOn(t, fc)
+	window := time.Duration(hopWindow) * time.Second
+	t0 := fc.Now().Unix()
+	captured := hopFor("a-2", "n2", "a.localhost", t0)
+	send := func(host, hop string, std bool) int {
+		t.Helper()
+		r := pr.n2.req(t, "GET", host, "/", nil)
+		r.Header.Set(HopHeader, hop)
+		if std {
+			r.Header.Set("Expect", "100-continue") // a head the fast path leaves to net/http
+		}
+		code, _, _ := pr.n2.do(t, r)
+		return code
+	}
+	if code, body, _ := pr.n1.get(t, "a.localhost", "/"); code != 200 || body != "n2 got 0 bytes" {
+		t.Fatalf("GET through n1: %d %q", code, body)
+	}
+	served := int64(1)
+	for _, std := range []bool{false, true} {
+		if code := send("a.localhost", captured, std); code != 200 {
+			t.Fatalf("a fresh hop header (net/http %v): %d; want 200", std, code)
+		}
+		served++
+	}
+	fc.Advance(window)
+	if code := send("a.localhost", captured, false); code != 200 {
+		t.Fatalf("a hop header %v old: %d; want 200", window, code)
+	}
+	served++
+	fc.Advance(time.Second)
+	now := fc.Now().Unix()
+	for _, c := range []struct {
+		what, host, hop string
+	}{
+		{"replayed after the window", "a.localhost", captured},
+		{"made for another Host", "a.localhost", hopFor("a-2", "n2", "b.localhost", now)},
+		{"sent with another Host", "A.localhost", hopFor("a-2", "n2", "a.localhost", now)},
+		{"made for another node", "a.localhost", hopFor("a-2", "n1", "a.localhost", now)},
+		{"from beyond the window ahead", "a.localhost", hopFor("a-2", "n2", "a.localhost", now+hopWindow+1)},
+	} {
+		for _, std := range []bool{false, true} {
+			if code := send(c.host, c.hop, std); code != http.StatusForbidden {
+				t.Errorf("a hop header %s (net/http %v): %d; want 403", c.what, std, code)
+			}
+		}
+	}
+	if code := send("a.localhost", hopFor("a-2", "n2", "a.localhost", now), false); code != 200 {
+		t.Fatalf("a hop header made now: %d; want 200", code)
+	}
+	served++
+	// The sending proxy stamps its headers with its clock's time, not the
+	// one it stamped its last with.
+	if code, body, _ := pr.n1.get(t, "a.localhost", "/"); code != 200 || body != "n2 got 0 bytes" {
+		t.Fatalf("GET through n1 after the clock moved: %d %q", code, body)
+	}
+	served++
+	if n := pr.b2.hits.Load(); n != served {
+		t.Fatalf("the replica got %d requests; want the %d served", n, served)
 	}
 }
 
@@ -167,7 +249,7 @@ func TestHopHeaderForged(t *testing.T) {
 func TestHopNeverForwardsAgain(t *testing.T) {
 	pr := newPair(t)
 	r := pr.n1.req(t, "GET", "a.localhost", "/", nil)
-	r.Header.Set(HopHeader, "a-2 "+(&hopConf{key: testHopKey}).mac("a-2"))
+	r.Header.Set(HopHeader, hopFor("a-2", "n1", "a.localhost", time.Now().Unix()))
 	code, body, hdr := pr.n1.do(t, r)
 	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
 		t.Fatalf("a hop to a node that is not the endpoint's: %d %q; want 503", code, body)

@@ -106,7 +106,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if len(h) == 1 {
 			hop = h[0]
 		}
-		f = p.admitHop(st, p.appName(r.Host), hop, r.RemoteAddr)
+		f = p.admitHop(st, r.Host, hop, r.RemoteAddr)
 	} else {
 		f = p.admit(st, (*p.apps.Load())[p.appName(r.Host)], r.ContentLength, x)
 	}

@@ -64,7 +64,7 @@ func (x *fastReq) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome
 		return sendDone, closeConn, nil
 	}
 	out := x.out
-	if ep.hop != "" {
+	if ep.node != "" {
 		out = x.hopped(ep)
 	}
 	if _, err := bc.c.Write(out); err != nil {

@@ -33,7 +33,7 @@ type revGroup struct {
 func near(eps []*endpoint) (here, far []*endpoint) {
 	n := 0
 	for _, e := range eps {
-		if e.hop == "" {
+		if e.node == "" {
 			n++
 		}
 	}
@@ -43,7 +43,7 @@ func near(eps []*endpoint) (here, far []*endpoint) {
 	here = make([]*endpoint, 0, n)
 	far = make([]*endpoint, 0, len(eps)-n)
 	for _, e := range eps {
-		if e.hop == "" {
+		if e.node == "" {
 			here = append(here, e)
 		} else {
 			far = append(far, e)

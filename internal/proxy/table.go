@@ -211,15 +211,15 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		}
 		seen[re.ID] = true
 		e := t.endpoints[re.ID]
-		hop := hc.value(re)
-		if e != nil && (e.addr != re.Addr || e.hop != hop) {
+		node := hc.far(re)
+		if e != nil && (e.addr != re.Addr || e.node != node) {
 			// Same replica ID at a new address (or now reached through
 			// another node's proxy): a new endpoint; the old one drains.
 			closing = append(closing, e)
 			e = nil
 		}
 		if e == nil {
-			e = newEndpoint(re.ID, re.Addr, hop)
+			e = newEndpoint(re.ID, re.Addr, node)
 			t.endpoints[re.ID] = e
 		}
 		e.open()

@@ -80,13 +80,14 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if st == nil {
 		return t.base.RoundTrip(req)
 	}
-	l := rtLeg{base: t.base, req: req}
+	l := rtLeg{p: t.p, base: t.base, req: req}
 	t.p.forward(st, &l, false, false, -1)
 	return l.resp, l.err
 }
 
 // rtLeg is one request the reverse proxy sends, as the forwarder's leg.
 type rtLeg struct {
+	p    *Proxy
 	base http.RoundTripper
 	req  *http.Request
 	resp *http.Response
@@ -98,8 +99,8 @@ func (l *rtLeg) send(st *reqState, fresh, stale bool) (sendResult, error) {
 		st.upgrade.holdOn(st.ep)
 	}
 	req := l.req
-	if st.ep.hop != "" {
-		req.Header[HopHeader] = []string{st.ep.hop}
+	if st.ep.node != "" {
+		req.Header[HopHeader] = []string{l.p.hopValue(st.ep, req.Host)}
 	} else {
 		delete(req.Header, HopHeader)
 	}
