@@ -56,11 +56,12 @@ func (p *Proxy) SetHop(node string, key []byte) {
 // mac is the MAC, in hex, of a hop to endpoint id at time ts (unix
 // seconds, in decimal) received by node for a request to host.
 func (c *hopConf) mac(id, ts, node, host string) string {
-	m := hmac.New(sha256.New, c.key)
+	b := make([]byte, 0, 128)
 	for _, f := range [...]string{"shoal-hop", id, ts, node, host} {
-		m.Write([]byte(f))
-		m.Write([]byte{0})
+		b = append(append(b, f...), 0)
 	}
+	m := hmac.New(sha256.New, c.key)
+	m.Write(b)
 	return hex.EncodeToString(m.Sum(nil))
 }
 
