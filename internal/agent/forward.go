@@ -35,6 +35,12 @@ type Forwarder struct {
 // leave the live set meanwhile; it returns false, having written nothing,
 // when this node leads (the request is served here).
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
+	return f.forward(w, r, apiPrefix, nil)
+}
+
+// forward sends r to the leader under prefix, with set's headers added to
+// the hop (the cluster secret and the leader's name set after them).
+func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request, prefix string, set func(in *http.Request, out http.Header)) bool {
 	ctx := r.Context()
 	leader, err := f.Leader(ctx)
 	if err != nil {
@@ -59,12 +65,15 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			u := pr.Out.URL
 			u.Scheme, u.Host = "http", addr
-			u.Path = apiPrefix + pr.In.URL.Path
+			u.Path = prefix + pr.In.URL.Path
 			if pr.In.URL.RawPath != "" {
-				u.RawPath = apiPrefix + pr.In.URL.RawPath
+				u.RawPath = prefix + pr.In.URL.RawPath
 			}
 			pr.Out.Host = addr
 			pr.SetXForwarded()
+			if set != nil {
+				set(pr.In, pr.Out.Header)
+			}
 			pr.Out.Header.Set("Authorization", "Bearer "+f.Client.Secret)
 			pr.Out.Header.Set(NodeHeader, leader)
 		},
@@ -82,7 +91,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request) bool {
 		},
 	}
 	if f.Log != nil {
-		f.Log.Debug("forwarding an app request to the leader", "leader", leader, "method", r.Method, "path", r.URL.Path)
+		f.Log.Debug("forwarding a request to the leader", "leader", leader, "method", r.Method, "path", r.URL.Path)
 	}
 	lctx, release := f.Client.whileLive(ctx, leader)
 	defer release()

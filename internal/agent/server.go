@@ -25,6 +25,10 @@ type Server struct {
 	// leader): the daemon's API handler without a token or forwarding of
 	// its own; nil: they answer 503.
 	API http.Handler
+	// Self serves the self API calls replicas on other nodes make there
+	// and their nodes relay to this node (the leader): the self API's own
+	// handler; nil: they answer 503.
+	Self http.Handler
 	// Blobs is this node's image store, served read only under /v2/ by
 	// Registry; nil: it answers 503.
 	Blobs Blobs
@@ -47,6 +51,7 @@ func (s *Server) Handler() http.Handler {
 	s.routing(mux)
 	s.replicaRoutes(mux)
 	mux.HandleFunc(apiPrefix+"/", s.forwarded)
+	mux.HandleFunc(selfPrefix+"/", s.relayedSelf)
 	return guard(s.Secret, s.Log, s.addressed(mux))
 }
 

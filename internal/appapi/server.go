@@ -59,6 +59,10 @@ type Server struct {
 	// ScaleRate limits replicate, halt and die per app; ReportRate limits
 	// metrics and GET /v1/self per app (zero: the defaults).
 	ScaleRate, ReportRate Rate
+	// Node is this node's name in a cluster ("" on one host): a caller
+	// whose replica runs elsewhere is refused unless its node relayed
+	// the call (WithOrigin).
+	Node string
 
 	scale, report, denials *limiter
 	suppressed             atomic.Int64 // refusals not recorded one by one
@@ -107,8 +111,8 @@ type op func(ctx context.Context, c Caller, r *http.Request) (status int, body a
 // records what happened.
 func (s *Server) call(name string, lim *limiter, fn op) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		from := remoteIP(r)
-		c, ok := s.authenticate(w, r, name, from)
+		o := s.origin(r)
+		c, ok := s.authenticate(w, r, name, o)
 		if !ok {
 			return
 		}
@@ -132,7 +136,8 @@ func (s *Server) call(name string, lim *limiter, fn op) http.HandlerFunc {
 
 // authenticate finds the caller of a request and checks that the call
 // comes from its own address. It answers the refusals itself.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, name string, from net.IP) (Caller, bool) {
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, name string, o Origin) (Caller, bool) {
+	from := o.IP
 	tok, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	tok = strings.TrimSpace(tok)
 	if !found || tok == "" {
@@ -150,6 +155,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, name strin
 	case from == nil || !from.Equal(c.IP):
 		s.deny(w, http.StatusForbidden, "forbidden", name, from, c,
 			fmt.Sprintf("token of replica %s used from %s, not from the replica's own address %s", c.Replica, from, c.IP))
+		return Caller{}, false
+	case c.Node != "" && o.Node != "" && o.Node != c.Node:
+		s.deny(w, http.StatusForbidden, "forbidden", name, from, c,
+			fmt.Sprintf("token of replica %s used on node %s, not on the replica's own node %s", c.Replica, o.Node, c.Node))
 		return Caller{}, false
 	}
 	q := r.URL.Query()

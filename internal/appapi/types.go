@@ -54,6 +54,9 @@ type Caller struct {
 	Replica string
 	// IP is the replica's address on the bridge; calls must come from it.
 	IP net.IP
+	// Node is the node the replica runs on in a cluster ("" on one host);
+	// calls must reach that node's bridge.
+	Node string
 	// Gone is set for the token of a replica that no longer exists.
 	Gone bool
 }

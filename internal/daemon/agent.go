@@ -45,6 +45,10 @@ func (d *Daemon) forwardApps(srv *api.Server) {
 	d.cluster.agent.API = own.Handler("")
 	f := &agent.Forwarder{Client: d.cluster.peers, Self: d.cfg.Node, Leader: d.leaderName, Log: d.log}
 	srv.Forward = f.Forward
+	if d.selfAPI != nil {
+		d.cluster.agent.Self = d.selfAPI
+		d.selfFwd.Store(f)
+	}
 }
 
 // leaderName is the cluster's leader: this node while it leads, else the

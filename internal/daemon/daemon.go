@@ -12,11 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/containers"
 	"github.com/shoal-run/shoal/internal/dataplane"
@@ -85,6 +87,10 @@ type Daemon struct {
 	jobs    *jobService
 	servers []*http.Server
 	token   string
+	// selfAPI is this node's self API handler; selfFwd, set once the node
+	// is in a cluster, relays its replicas' calls to the leader.
+	selfAPI http.Handler
+	selfFwd atomic.Pointer[agent.Forwarder]
 	notes   []string
 	locks   []*os.File
 

@@ -66,6 +66,18 @@ func (d *Daemon) serveSelf(l net.Listener, h http.Handler) {
 	}()
 }
 
+// selfRelay serves the self API with h on one host and while this node
+// leads a cluster; while it follows, it relays each call to the leader,
+// whose controllers know the replicas' tokens.
+func (d *Daemon) selfRelay(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f := d.selfFwd.Load(); f != nil && f.ForwardSelf(w, r) {
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // perAddrListener closes connections from an address that already has max
 // open ones.
 type perAddrListener struct {

@@ -106,7 +106,11 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	if selfL != nil {
 		self := &appapi.Server{Platform: m.SelfAPI(), Events: m, Logger: d.log, Clock: clock.Real{}}
-		d.serveSelf(selfL, self.Handler())
+		if _, ok := d.store.(*store.Etcd); ok {
+			self.Node = cfg.Node
+		}
+		d.selfAPI = self.Handler()
+		d.serveSelf(selfL, d.selfRelay(d.selfAPI))
 		d.log.Info("self API listening for replicas", "url", selfURL)
 		d.notes = append(d.notes, "self API for replicas at "+selfURL+" (on the bridge gateway; $SHOAL_API_URL)")
 	}

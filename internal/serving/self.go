@@ -80,6 +80,7 @@ func (s selfAPI) Identify(hash string) (appapi.Caller, bool) {
 		c.Gone = true
 		return c, true
 	}
+	c.Node = r.rec.Node
 	if host, _, err := net.SplitHostPort(r.rec.Addr); err == nil {
 		c.IP = net.ParseIP(host)
 	}
