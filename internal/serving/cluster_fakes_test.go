@@ -128,6 +128,12 @@ func (n *countingNode) Remove(ctx context.Context, id string) error {
 	}
 	return n.Node.Remove(ctx, id)
 }
+func (n *countingNode) TailLog(ctx context.Context, id, log string, lines int) (LogTail, error) {
+	if err := n.muted(); err != nil {
+		return LogTail{}, err
+	}
+	return n.Node.(LogTailer).TailLog(ctx, id, log, lines)
+}
 func (n *countingNode) Adopt(k Known) Adopted { n.count(); return n.Node.Adopt(k) }
 func (n *countingNode) Release(id string)     { n.count(); n.Node.Release(id) }
 

@@ -17,7 +17,7 @@ func (d *driver) failed(r *replica, err error, kill bool) {
 // failure counted, its CPU free, and the controller woken to replace it.
 // It reports false when r was already on its way out.
 func (d *driver) takeOut(r *replica, err error) bool {
-	tail := tailLog(d.logs.path(r.rec.ID), 20)
+	tail := d.replicaTail(r.rec.ID, 20)
 	d.mu.Lock()
 	if r.stopping {
 		d.unlock()
@@ -42,7 +42,7 @@ func (d *driver) takeOut(r *replica, err error) bool {
 // first, so the requests it is serving finish (up to drain_timeout) before
 // it is stopped.
 func (d *driver) unhealthy(r *replica, err error) {
-	tail := tailLog(d.logs.path(r.rec.ID), 20)
+	tail := d.replicaTail(r.rec.ID, 20)
 	d.mu.Lock()
 	defer d.unlock()
 	if r.stopping {

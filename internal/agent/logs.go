@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/httperr"
+	"github.com/shoal-run/shoal/internal/serving"
+)
+
+// tailReq asks for the last Lines lines of a replica's log at Log, a path
+// relative to the node's apps folder.
+type tailReq struct {
+	Log   string `json:"log"`
+	Lines int    `json:"lines"`
+}
+
+var _ serving.LogTailer = (*Remote)(nil)
+
+// TailLog reads the last n lines of the replica's log on its node (n <= 0:
+// all that the last MiB holds).
+func (r *Remote) TailLog(ctx context.Context, id, log string, n int) (serving.LogTail, error) {
+	var t serving.LogTail
+	err := r.post(ctx, r.path(id, "log"), tailReq{Log: log, Lines: n}, &t)
+	return t, err
+}
+
+// tailLog answers a TailLog: this node's Node reads the log.
+func (s *Server) tailLog(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	var q tailReq
+	if err := httperr.ReadJSON(w, r, maxErrBody, &q); err != nil {
+		s.fail(w, err)
+		return
+	}
+	lt, ok := n.(serving.LogTailer)
+	if !ok {
+		s.fail(w, errors.Join(errors.New("node "+s.Name+" cannot read replica logs"), errdefs.ErrUnavailable))
+		return
+	}
+	t, err := lt.TailLog(r.Context(), r.PathValue("id"), q.Log, q.Lines)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	httperr.WriteJSON(w, http.StatusOK, t)
+}

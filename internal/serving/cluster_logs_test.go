@@ -1,0 +1,72 @@
+package serving
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The leader reads the log of a replica on another node from that node:
+// `shoal app logs` shows every replica's lines, wherever it runs, and a
+// replica that crashes there leaves the end of its log on the app. A node
+// that does not answer is named in place of its replica's log.
+func TestClusterRemoteLogs(t *testing.T) {
+	h := newClusterHarness(t)
+	ctx := context.Background()
+	h.lead()
+	h.deploy("min = 3\nmax = 3")
+	h.wait("3 ready replicas", func() bool { return len(h.replicas()["ready"]) == 3 })
+	h.placed(3)
+	byNode := map[string]string{}
+	for id, n := range h.nodesOf() {
+		byNode[n] = id
+	}
+	for _, n := range []string{"n2", "n3"} {
+		if err := h.remote[n].rt.write(byNode[n], []byte("hello from "+n+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := h.m.Logs(ctx, "hello", 0, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	want := []string{byNode["n1"] + " | " + byNode["n1"] + " started"}
+	for _, n := range []string{"n2", "n3"} {
+		id := byNode[n]
+		want = append(want, id+" | "+id+" started", id+" | hello from "+n)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("logs:\n got %q\nwant %q", got, want)
+	}
+	out.Reset()
+	if err := h.m.Logs(ctx, "hello", 1, &out); err != nil || !strings.Contains(out.String(), byNode["n2"]+" | hello from n2\n") ||
+		strings.Contains(out.String(), byNode["n2"]+" started") {
+		t.Fatalf("logs --tail 1: %q, %v", out.String(), err)
+	}
+
+	crashed := byNode["n2"]
+	h.remote["n2"].rt.write(crashed, []byte("boom on n2\n"))
+	h.remote["n2"].rt.exit(crashed, 1)
+	h.wait("the crash seen", func() bool {
+		a, err := h.m.Get(ctx, "hello")
+		return err == nil && a.Error != ""
+	})
+	a, err := h.m.Get(ctx, "hello")
+	if err != nil || !slices.Contains(a.Log, "boom on n2") {
+		t.Fatalf("app after a crash on n2: log %q, %v; want its last lines", a.Log, err)
+	}
+
+	h.remote["n3"].mute.Store(true)
+	out.Reset()
+	if err := h.m.Logs(ctx, "hello", 5, &out); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, byNode["n3"]+" | (log not read: ") || !strings.Contains(s, "does not answer") {
+		t.Fatalf("logs with n3 silent: %q", s)
+	}
+}
