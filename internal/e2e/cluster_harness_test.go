@@ -56,11 +56,11 @@ func startCluster(t *testing.T, nodes int) *testCluster {
 }
 
 // startClusterWith is startCluster with each node's proxy on <ip>:8080 in
-// its namespace when proxy is set.
-func startClusterWith(t *testing.T, nodes int, proxy bool) *testCluster {
+// its namespace when proxy is set, and args added to every node's flags.
+func startClusterWith(t *testing.T, nodes int, proxy bool, args ...string) *testCluster {
 	t.Helper()
 	o := clustertest.Options{Shoal: shoalBin, Dir: t.TempDir(), Net: "10.213", Tag: "cl",
-		CgroupPrefix: fmt.Sprintf("/shoal-e2e-cl%d", os.Getpid()), Proxy: proxy}
+		CgroupPrefix: fmt.Sprintf("/shoal-e2e-cl%d", os.Getpid()), Proxy: proxy, Args: args}
 	cl, err := clustertest.Start(context.Background(), o, nodes)
 	c := &testCluster{Cluster: cl, t: t}
 	if cl != nil {
