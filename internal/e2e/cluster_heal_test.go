@@ -261,12 +261,28 @@ func TestClusterDrain(t *testing.T) {
 	leader.appOn("moving ready on "+drained.name+" and "+leader.name, "moving", func(a types.App) bool {
 		return slices.Equal(readyNodes(a), want) && len(a.Replicas) == 2
 	})
+	// Requests through the third node's proxy reach both replicas by hop,
+	// and none fails while the drained node's replica moves.
+	ctx := context.Background()
+	load := clustertest.StartLoop(ctx, front.Node, "moving")
+	defer load.End()
+	if _, err := load.WaitAnswer(ctx, 30*time.Second, "moving through "+front.name, func(r string) bool { return r != "" }); err != nil {
+		t.Fatal(err)
+	}
 	if r := front.shoal("node", "drain", drained.name); r.code != 0 {
 		t.Fatalf("node drain %s: %s", drained.name, r.stderr)
 	}
 	leader.appOn("moving's replicas off "+drained.name, "moving", func(a types.App) bool {
 		return slices.Equal(readyNodes(a), []string{leader.name, leader.name}) && len(a.Replicas) == 2
 	})
+	// The drained replica is stopped by now; requests go on a while after.
+	time.Sleep(time.Second)
+	load.End()
+	if total, failed, first := load.Counts(); total == 0 || failed != 0 {
+		t.Fatalf("moving through %s while %s drained: %d of %d requests failed (first: %s); want none", front.name, drained.name, failed, total, first)
+	} else {
+		t.Logf("moving through %s while %s drained: %d requests, none failed", front.name, drained.name, total)
+	}
 	// A new app spreads over the nodes that take work: none on the drained one.
 	leader.deployApp("fresh", healManifest+"[scale]\nmin = 3\nmax = 3\n")
 	a := leader.appOn("fresh ready", "fresh", func(a types.App) bool { return len(readyNodes(a)) == 3 && len(a.Replicas) == 3 })
