@@ -74,8 +74,9 @@ func (d *Daemon) newClusterRouting(local routes.Local, loads func() map[string]r
 		Peers: cr, Clock: clock.Real{}, Logger: d.log})
 	cr.act = &routes.Activator{Leader: cr, Leading: func() bool { return cr.leading() != nil }, Logger: d.log}
 	cr.ctx, cr.stop = context.WithCancel(context.Background())
-	cr.wg.Add(2)
+	cr.wg.Add(3)
 	go func() { defer cr.wg.Done(); cr.live.Run(cr.ctx) }()
+	go func() { defer cr.wg.Done(); cr.followLive() }()
 	go func() { defer cr.wg.Done(); cr.router.Run(cr.ctx) }()
 	select {
 	case <-cr.router.Synced():
@@ -83,6 +84,25 @@ func (d *Daemon) newClusterRouting(local routes.Local, loads func() map[string]r
 		d.log.Warn("routes: the store's routes not read yet; the proxy gets them when they are")
 	}
 	return cr
+}
+
+// followLive tells the router the live nodes, once they are known and
+// after every change, until the routing stops.
+func (cr *clusterRouting) followLive() {
+	changed := cr.live.Changed()
+	select {
+	case <-cr.live.Ready():
+	case <-cr.ctx.Done():
+		return
+	}
+	for {
+		cr.router.SetLive(cr.live.Nodes())
+		select {
+		case <-changed:
+		case <-cr.ctx.Done():
+			return
+		}
+	}
 }
 
 // clusterRoutingOver returns the routing of a node whose proxy is local:

@@ -259,6 +259,16 @@ func (c *Client) WaitIdle(ctx context.Context, id string) error {
 	return nil
 }
 
+// Cut asks the proxy to end the requests in flight on an endpoint that no
+// route has (proxy.Cut); a proxy that cannot be reached is logged.
+func (c *Client) Cut(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := c.do(ctx, http.MethodPost, "/v1/endpoints/"+url.PathEscape(id)+"/cut", nil, nil); err != nil {
+		c.log.Warn("proxy: the requests on an endpoint were not cut", "endpoint", id, "err", err)
+	}
+}
+
 // Shutdown asks the proxy process to drain for up to grace and exit.
 func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
 	return c.do(ctx, http.MethodPost, "/v1/shutdown?grace="+grace.String(), nil, nil)

@@ -106,7 +106,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 			st.code = statusClientGone
 		case errors.As(err, &be):
 			st.refuse(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", be.err), "body").write(w)
-		case replicaDied(err):
+		case st.ep.died(err):
 			return sendDied, err
 		default:
 			x.fail(st, err)
@@ -117,7 +117,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		if mayRetry {
 			return sendStale, nil
 		}
-		if replicaDied(err) {
+		if st.ep.died(err) {
 			return sendDied, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"syscall"
 )
 
@@ -127,6 +128,15 @@ func (e *dialError) Unwrap() error { return e.err }
 func isDialError(err error) bool {
 	var de *dialError
 	return errors.As(err, &de)
+}
+
+// died tells whether err, on a connection to e, failed the request
+// before any answer: the replica's connection closed or reset under it
+// (replicaDied), or this proxy cut e's connections (its node left the
+// cluster's live set, or its drain's grace is over), which the forwarder
+// treats alike.
+func (e *endpoint) died(err error) bool {
+	return replicaDied(err) || (errors.Is(err, net.ErrClosed) && e.pool.isCut())
 }
 
 // replicaDied tells whether err is a replica connection closed or reset

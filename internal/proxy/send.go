@@ -71,7 +71,7 @@ func (x *fastReq) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome
 		if mayRetry {
 			return sendStale, 0, nil
 		}
-		if replicaDied(err) {
+		if ep.died(err) {
 			return sendDied, 0, err
 		}
 		return sendDone, x.failed(err), nil
@@ -86,7 +86,7 @@ func (x *fastReq) exchange(bc *bconn, mayRetry bool) (res sendResult, oc outcome
 		if mayRetry {
 			return sendStale, 0, nil
 		}
-		if replicaDied(err) {
+		if ep.died(err) {
 			return sendDied, 0, err
 		}
 	}

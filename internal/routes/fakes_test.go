@@ -23,6 +23,7 @@ type proxyTable struct {
 	routes map[string]route.Route
 	loads  map[string]route.Load
 	idle   map[string]chan struct{}
+	cuts   []string
 }
 
 func newProxyTable() *proxyTable {
@@ -63,6 +64,20 @@ func (p *proxyTable) WaitIdle(ctx context.Context, id string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Cut notes that the endpoint's requests were cut.
+func (p *proxyTable) Cut(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cuts = append(p.cuts, id)
+}
+
+// cutIDs returns the endpoints cut so far.
+func (p *proxyTable) cutIDs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.cuts)
 }
 
 // addrs returns app's endpoints as "id@addr", or nil without a route.

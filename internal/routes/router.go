@@ -32,6 +32,8 @@ type Local interface {
 	RemoveRoute(app string)
 	Load(app string) route.Load
 	WaitIdle(ctx context.Context, endpointID string) error
+	// Cut ends the requests in flight on an endpoint no route has.
+	Cut(endpointID string)
 }
 
 // Term is the leader's write access to the store, fenced: once the term is
@@ -74,6 +76,8 @@ type Router struct {
 	mu sync.Mutex
 	// addrs maps a node to the proxy address other nodes reach it at.
 	addrs map[string]string
+	// live holds the live nodes, as SetLive last told; nil: all are.
+	live map[string]bool
 	// set holds the routes this node set as leader, and stored those read
 	// from the store (applied to the proxy while it follows), by app.
 	set    map[string]route.Route
@@ -288,7 +292,7 @@ func dropped(old route.Route, had bool, next route.Route) []string {
 
 // localize is rt as this node's proxy routes it: an endpoint of another
 // node is reached at that node's proxy, and left out while its address is
-// unknown. r.mu is held.
+// unknown or the node is not live (SetLive). r.mu is held.
 func (r *Router) localize(rt route.Route) route.Route {
 	remote := false
 	for _, e := range rt.Endpoints {
@@ -304,7 +308,7 @@ func (r *Router) localize(rt route.Route) route.Route {
 	for _, e := range rt.Endpoints {
 		if e.Node != "" && e.Node != r.o.Node {
 			addr := r.addrs[e.Node]
-			if addr == "" {
+			if addr == "" || (r.live != nil && !r.live[e.Node]) {
 				continue
 			}
 			e.Addr = addr

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/cluster"
-	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -216,24 +215,5 @@ func (r *Router) setAddrsLocked(addrs map[string]string) {
 		}
 	}
 	r.addrs = addrs
-	if len(changed) == 0 {
-		return
-	}
-	again := func(rt route.Route) {
-		for _, e := range rt.Endpoints {
-			if changed[e.Node] && e.Node != r.o.Node {
-				r.o.Local.SetRoute(r.localize(rt))
-				return
-			}
-		}
-	}
-	if r.leading {
-		for _, rt := range r.set {
-			again(rt)
-		}
-		return
-	}
-	for _, s := range r.stored {
-		again(s.rt)
-	}
+	r.routeAgainLocked(changed)
 }
