@@ -66,6 +66,8 @@ func (s *Server) replicaRoutes(mux *http.ServeMux) {
 	mux.HandleFunc(p+"{id}/usage", s.withNode(s.usage))
 	mux.HandleFunc(p+"{id}/cpu", s.withNode(s.setCPU))
 	mux.HandleFunc(p+"{id}/log", s.withNode(s.tailLog))
+	mux.HandleFunc(p+"{id}/state", s.withNode(s.sendState))
+	mux.HandleFunc(p+"{id}/state/drop", s.withNode(s.dropState))
 	mux.HandleFunc(p+"{id}/remove", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
 		s.done(w, n.Remove(r.Context(), r.PathValue("id")))
 	}))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/statemerge"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -220,4 +222,20 @@ func (c *clusterHarness) placed(n int) {
 		}
 		return len(nodes) == n
 	})
+}
+
+// FetchState streams the area from the node's own StateSource, as the
+// agent does over HTTP.
+func (n *countingNode) FetchState(ctx context.Context, id, area, dst string) error {
+	if err := n.muted(); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(n.Node.(StateSource).SendState(ctx, id, area, pw)) }()
+	_, err := statemerge.ReadTar(pr, dst, StateMax)
+	pr.Close()
+	return err
+}
+func (n *countingNode) DropState(ctx context.Context, id, area string) error {
+	return n.Node.(StateSource).DropState(ctx, id, area)
 }

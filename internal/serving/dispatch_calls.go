@@ -171,13 +171,27 @@ func (d *dispatcher) SetCPU(id string, cpus float64) error {
 // Remove removes the replica on its node and forgets it. On a node that is
 // not live nothing is called: the node removes the container itself when
 // it comes back and finds no record of it.
+//
+// For a replica on another node, once its container is gone, its state
+// area is fetched into this host's live area of it (see fetchState): an
+// error then keeps the state live here, unmerged, as for a container not
+// removed.
 func (d *dispatcher) Remove(ctx context.Context, id string) error {
 	defer d.forget(id)
+	d.mu.Lock()
+	var app string
+	if p := d.at[id]; p != nil {
+		app = p.app
+	}
+	d.mu.Unlock()
 	n, ctx, done, err := d.to(ctx, id)
 	if err != nil {
 		return nil
 	}
 	err = n.Remove(ctx, id)
+	if err == nil && n != d.local && app != "" {
+		err = d.fetchState(ctx, n, app, id)
+	}
 	done(err)
 	return err
 }
