@@ -136,9 +136,15 @@ func TestClusterHeal(t *testing.T) {
 		old[r.ID] = true
 	}
 	ctx := context.Background()
-	steady := clustertest.StartLoop(ctx, front.Node, "steady")
+	steady, err := clustertest.StartLoop(ctx, front.Node, "steady")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer steady.End()
-	heal := clustertest.StartLoop(ctx, front.Node, "heal")
+	heal, err := clustertest.StartLoop(ctx, front.Node, "heal")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer heal.End()
 	for id := range old {
 		if _, err := heal.WaitAnswer(ctx, 30*time.Second, "heal's replica "+id+" through "+front.name, func(r string) bool { return r == id }); err != nil {
@@ -264,7 +270,10 @@ func TestClusterDrain(t *testing.T) {
 	// Requests through the third node's proxy reach both replicas by hop,
 	// and none fails while the drained node's replica moves.
 	ctx := context.Background()
-	load := clustertest.StartLoop(ctx, front.Node, "moving")
+	load, err := clustertest.StartLoop(ctx, front.Node, "moving")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer load.End()
 	if _, err := load.WaitAnswer(ctx, 30*time.Second, "moving through "+front.name, func(r string) bool { return r != "" }); err != nil {
 		t.Fatal(err)

@@ -94,7 +94,10 @@ func (e *env) healOnce(ctx context.Context, dir, app string, k healKind) (float6
 	for _, r := range a.Replicas {
 		old[r.ID] = true
 	}
-	l := clustertest.StartLoop(ctx, front, app)
+	l, err := clustertest.StartLoop(ctx, front, app)
+	if err != nil {
+		return 0, healRun{}, err
+	}
 	defer l.End()
 	for id := range old {
 		if _, err := l.WaitAnswer(ctx, 15*time.Second, "replica "+id+" through "+front.Name, func(r string) bool { return r == id }); err != nil {

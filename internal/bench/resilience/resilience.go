@@ -15,6 +15,7 @@ import (
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
+	"github.com/shoal-run/shoal/internal/loadloop"
 )
 
 func init() {
@@ -138,20 +139,20 @@ func (e *env) killOnce(ctx context.Context, app string) (float64, resRun, error)
 	if err != nil {
 		return 0, resRun{}, err
 	}
-	defer l.end()
+	defer l.End()
 	t0 := time.Now()
 	if err := syscall.Kill(victim.Pid, syscall.SIGKILL); err != nil {
 		return 0, resRun{}, fmt.Errorf("app %q: kill replica %s (pid %d): %w", app, victim.ID, victim.Pid, err)
 	}
-	at, err := l.waitAnswer(ctx, 30*time.Second, "a replacement answers", func(r string) bool {
+	at, err := l.WaitAnswer(ctx, 30*time.Second, fmt.Sprintf("app %q: a replacement answers", app), func(r string) bool {
 		return r != "" && r != victim.ID && r != other.ID
 	})
 	if err != nil {
 		return 0, resRun{}, err
 	}
 	time.Sleep(rsAfter)
-	l.end()
-	total, failed, first := l.counts()
+	l.End()
+	total, failed, first := l.Counts()
 	return bench.Millis(at.Sub(t0))[0], resRun{total: total, failed: failed, first: first}, nil
 }
 
@@ -177,14 +178,14 @@ func (e *env) coldOnce(ctx context.Context, app string) (float64, resRun, error)
 	if err != nil {
 		return 0, resRun{}, err
 	}
-	defer l.end()
+	defer l.End()
 	first, _, _, err := e.Request(ctx, cold, "/")
 	if err != nil {
 		return 0, resRun{}, err
 	}
 	time.Sleep(rsAfter)
-	l.end()
-	total, failed, firstErr := l.counts()
+	l.End()
+	total, failed, firstErr := l.Counts()
 	return bench.Millis(first)[0], resRun{total: total, failed: failed, first: firstErr}, nil
 }
 
@@ -205,11 +206,14 @@ func (e *env) readyReplicas(ctx context.Context, app string, n int) ([]types.Rep
 
 // loadOn starts the load loop on app, waits until every one of ids has
 // answered and lets it run steadily for rsBefore.
-func (e *env) loadOn(ctx context.Context, app string, ids ...string) (*loadLoop, error) {
-	l := e.startLoop(ctx, app)
+func (e *env) loadOn(ctx context.Context, app string, ids ...string) (*loadloop.Loop, error) {
+	l, err := e.startLoop(ctx, app)
+	if err != nil {
+		return nil, err
+	}
 	for _, id := range ids {
-		if _, err := l.waitAnswer(ctx, 10*time.Second, "replica "+id+" answers", func(r string) bool { return r == id }); err != nil {
-			l.end()
+		if _, err := l.WaitAnswer(ctx, 10*time.Second, fmt.Sprintf("app %q: replica %s answers", app, id), func(r string) bool { return r == id }); err != nil {
+			l.End()
 			return nil, err
 		}
 	}

@@ -30,7 +30,7 @@ func (e *env) daemonKillOnce(ctx context.Context, app string) (float64, resRun, 
 	if err != nil {
 		return 0, resRun{}, err
 	}
-	defer l.end()
+	defer l.End()
 	t0 := time.Now()
 	if err := e.Daemon.Restart(ctx, syscall.SIGKILL); err != nil {
 		return 0, resRun{}, fmt.Errorf("app %q: restart the daemon: %w", app, err)
@@ -49,8 +49,8 @@ func (e *env) daemonKillOnce(ctx context.Context, app string) (float64, resRun, 
 	}
 	at := time.Now()
 	time.Sleep(rsAfter)
-	l.end()
-	total, failed, first := l.counts()
+	l.End()
+	total, failed, first := l.Counts()
 	return bench.Millis(at.Sub(t0))[0], resRun{total: total, failed: failed, first: first}, nil
 }
 

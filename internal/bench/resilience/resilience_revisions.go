@@ -46,7 +46,7 @@ func (e *env) rolloutOnce(ctx context.Context, app string) (float64, resRun, err
 	if err != nil {
 		return 0, resRun{}, err
 	}
-	defer l.end()
+	defer l.End()
 	done := e.watch(ctx, app, 60*time.Second, func(a types.App) bool { return rolledOver(a, old[0].Revision) })
 	t0 := time.Now()
 	cmd, err := e.deployFile(ctx, app, v2)
@@ -62,15 +62,15 @@ func (e *env) rolloutOnce(ctx context.Context, app string) (float64, resRun, err
 		if r.State != "ready" {
 			continue
 		}
-		at, err := l.waitAnswer(ctx, 10*time.Second, "new replica "+r.ID+" answers", func(x string) bool { return x == r.ID })
+		at, err := l.WaitAnswer(ctx, 10*time.Second, fmt.Sprintf("app %q: new replica %s answers", app, r.ID), func(x string) bool { return x == r.ID })
 		if err != nil {
 			return 0, resRun{}, err
 		}
 		end = later(end, at)
 	}
 	time.Sleep(rsAfter)
-	l.end()
-	total, failed, first := l.counts()
+	l.End()
+	total, failed, first := l.Counts()
 	return bench.Millis(end.Sub(t0))[0], resRun{total: total, failed: failed, first: first, cmd: bench.Millis(cmd)[0]}, nil
 }
 
@@ -103,19 +103,19 @@ func (e *env) rollbackOnce(ctx context.Context, app string) (float64, resRun, er
 	if err != nil {
 		return 0, resRun{}, err
 	}
-	defer l.end()
+	defer l.End()
 	t0 := time.Now()
 	cmd, err := e.Daemon.CLI(ctx, "app", "rollback", app)
 	if err != nil {
 		return 0, resRun{}, err
 	}
-	if _, err := l.waitAnswer(ctx, 30*time.Second, "the previous revision answers", func(r string) bool { return r != "" && !newer[r] }); err != nil {
+	if _, err := l.WaitAnswer(ctx, 30*time.Second, fmt.Sprintf("app %q: the previous revision answers", app), func(r string) bool { return r != "" && !newer[r] }); err != nil {
 		return 0, resRun{}, err
 	}
 	time.Sleep(rsAfter)
-	l.end()
+	l.End()
 	var firstOld, lastNew time.Time
-	for _, r := range l.records() {
+	for _, r := range l.Records() {
 		if !r.OK || r.Start.Before(t0) {
 			continue
 		}
@@ -125,7 +125,7 @@ func (e *env) rollbackOnce(ctx context.Context, app string) (float64, resRun, er
 			firstOld = r.Start
 		}
 	}
-	total, failed, first := l.counts()
+	total, failed, first := l.Counts()
 	return bench.Millis(later(firstOld, lastNew).Sub(t0))[0], resRun{total: total, failed: failed, first: first, cmd: bench.Millis(cmd)[0]}, nil
 }
 

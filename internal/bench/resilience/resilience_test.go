@@ -23,15 +23,3 @@ func checkQuickResilience(t *testing.T, rep *bench.Report, _ string) {
 	}
 	benchtest.CheckTables(t, rep, must)
 }
-
-func TestHelloReplica(t *testing.T) {
-	for body, want := range map[string]string{
-		"hello from res-3-0a1b2c3d (request 12)\n": "res-3-0a1b2c3d",
-		"v2 from res-4-00ff00ff (request 1)\n":     "res-4-00ff00ff",
-		"nothing here":                             "",
-	} {
-		if got := helloReplica(body); got != want {
-			t.Errorf("helloReplica(%q) = %q, want %q", body, got, want)
-		}
-	}
-}
