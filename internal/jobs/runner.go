@@ -85,6 +85,12 @@ type Sandbox struct {
 	// Stub is the host path of the shoal-init binary, mounted read-only at
 	// stub.Path in warm sandboxes (readable by the sandbox's host uid).
 	Stub string
+	// Reuse makes the warm sandboxes reusable: each runs stub.Serve, which
+	// starts a job's first step in a cgroup of the step's own below the
+	// sandbox's, and is emptied once the job is over for the next job of
+	// its shape (see kept), so that most jobs run without the OCI runtime.
+	// It needs a runtime that gives a container's cgroup (CgroupPaths).
+	Reuse bool
 	pool warmPool
 	ids  tenantIDs
 }
@@ -138,25 +144,34 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 		warm = s.take(keyOf(p, img, ns), img)
 	}
 	work := filepath.Join(s.Dir, j.ID)
+	reusable := warm != nil && warm.z != nil
+	if reusable {
+		// Emptied and given back once the job is over, whatever happens.
+		defer s.release(warm)
+	}
 	if warm != nil {
 		work = warm.work
 		if err := s.writeFiles(work, p, ns); err != nil {
-			s.destroyWarm(warm)
+			if !reusable {
+				s.destroyWarm(warm)
+			}
 			return fmt.Errorf("job %s: work directory: %w", j.ID, err)
 		}
 	} else if err := s.makeWork(work, p, ns); err != nil {
 		s.removeWork(work)
 		return fmt.Errorf("job %s: work directory: %w", j.ID, err)
 	}
-	defer s.removeWork(work)
 	warmUsed := false
-	defer func() {
-		if warm != nil && !warmUsed {
-			// Cancelled before its first step: its sandbox goes unused.
-			warm.work = ""
-			s.destroyWarm(warm)
-		}
-	}()
+	if !reusable {
+		defer s.removeWork(work)
+		defer func() {
+			if warm != nil && !warmUsed {
+				// Cancelled before its first step: its sandbox goes unused.
+				warm.work = ""
+				s.destroyWarm(warm)
+			}
+		}()
+	}
 	prep := time.Since(t0)
 	j.Steps = make([]StepResult, 0, len(p.Steps))
 	okSoFar := true
@@ -179,7 +194,9 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 		}
 		var res StepResult
 		var teardown func() time.Duration
-		if i == 0 && warm != nil {
+		if i == 0 && reusable {
+			res, teardown = s.boxStep(ctx, warm, p, &p.Steps[0])
+		} else if i == 0 && warm != nil {
 			warmUsed = true
 			res, teardown = s.warmStep(ctx, warm, p, &p.Steps[0])
 		} else {
@@ -405,16 +422,16 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown
 	}
 	started = true
-	return s.finish(ctx, id, st, outR, errR, res, tStarted), teardown
+	return s.finish(ctx, ctrProc{s.RT, id}, st, outR, errR, res, tStarted), teardown
 }
 
 // finish supervises a started step to its end and fills in its result.
-func (s *Sandbox) finish(ctx context.Context, id string, st *Step, outR, errR *os.File, res StepResult, tStarted time.Time) StepResult {
-	end, exit, werr := s.supervise(ctx, id, st.Limits, outR, errR, &res)
+func (s *Sandbox) finish(ctx context.Context, pr proc, st *Step, outR, errR *os.File, res StepResult, tStarted time.Time) StepResult {
+	end, exit, werr := s.supervise(ctx, pr, st.Limits, outR, errR, &res)
 	tExited := time.Now()
 	res.ExecMs = ms(tExited.Sub(tStarted))
 	res.WallMs = res.ExecMs
-	if stats, err := s.RT.Stats(id); err == nil {
+	if stats, err := pr.stats(); err == nil {
 		res.CPUMs = float64(stats.CPUUsageNs) / 1e6
 		res.MemoryPeak = stats.MemoryPeakBytes
 		if !end.timeout && st.Limits.CPUTimeLimit() > 0 && time.Duration(stats.CPUUsageNs) >= st.Limits.CPUTimeLimit() &&

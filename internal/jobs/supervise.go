@@ -46,17 +46,38 @@ func (c *capture) readFrom(r io.Reader) {
 	}
 }
 
+// proc is a running step as supervise sees it: a container (ctrProc), or
+// a stub in a reusable sandbox (boxProc).
+type proc interface {
+	// kill kills the step's every process.
+	kill()
+	// wait returns how the step's first process ended, once the rest is
+	// killed too.
+	wait() (runtime.ExitStatus, error)
+	stats() (runtime.Stats, error)
+}
+
+// ctrProc is a step that is a container's init.
+type ctrProc struct {
+	rt Runtime
+	id string
+}
+
+func (p ctrProc) kill()                             { p.rt.Signal(p.id, syscall.SIGKILL) }
+func (p ctrProc) wait() (runtime.ExitStatus, error) { return p.rt.Wait(context.Background(), p.id) }
+func (p ctrProc) stats() (runtime.Stats, error)     { return p.rt.Stats(p.id) }
+
 // supervise streams a running step's output into res and enforces its wall
 // time, CPU time and output limits, and cancellation, by killing the
-// container; it returns once init has exited and the streams are closed.
-func (s *Sandbox) supervise(ctx context.Context, id string, l Limits, outR, errR *os.File, res *StepResult) (stepEnd, runtime.ExitStatus, error) {
+// step; it returns once the step has ended and the streams are closed.
+func (s *Sandbox) supervise(ctx context.Context, pr proc, l Limits, outR, errR *os.File, res *StepResult) (stepEnd, runtime.ExitStatus, error) {
 	var mu sync.Mutex
 	var end stepEnd
 	kill := func(set func(*stepEnd)) {
 		mu.Lock()
 		set(&end)
 		mu.Unlock()
-		s.RT.Signal(id, syscall.SIGKILL)
+		pr.kill()
 	}
 	overflow := func() { kill(func(e *stepEnd) { e.output = true }) }
 	out := &capture{limit: l.OutputBytes, over: overflow}
@@ -72,7 +93,7 @@ func (s *Sandbox) supervise(ctx context.Context, id string, l Limits, outR, errR
 	}
 	done := make(chan waited, 1)
 	go func() {
-		st, err := s.RT.Wait(context.Background(), id)
+		st, err := pr.wait()
 		done <- waited{st, err}
 	}()
 	clk := s.clock()
@@ -95,7 +116,7 @@ loop:
 		case <-wall.C():
 			kill(func(e *stepEnd) { e.timeout = true })
 		case <-tick.C():
-			if st, err := s.RT.Stats(id); err == nil && time.Duration(st.CPUUsageNs) >= cpuLimit {
+			if st, err := pr.stats(); err == nil && time.Duration(st.CPUUsageNs) >= cpuLimit {
 				kill(func(e *stepEnd) { e.cpu = true })
 			} else {
 				tick.Reset(every)
@@ -105,8 +126,9 @@ loop:
 			kill(func(e *stepEnd) { e.cancelled = true })
 		}
 	}
-	// Init is gone, so the kernel has killed the rest of the sandbox's pid
-	// namespace and the pipes close; a step whose streams are still open
+	// The step is gone (a container's init, and so the kernel has killed
+	// the rest of its pid namespace; or a stub, whose cgroup wait killed),
+	// so the pipes close; a step whose streams are still open
 	// after a grace period is killed again to be sure.
 	streamsDone := make(chan struct{})
 	go func() { streams.Wait(); close(streamsDone) }()

@@ -39,6 +39,7 @@ type warmBox struct {
 	att        *network.Attachment
 	stdin      *os.File // write end: the stub's command, then the step's stdin
 	outR, errR *os.File
+	z          *box // set in a reusable sandbox (Sandbox.Reuse), whose process is Serve
 }
 
 // warmPool keeps up to Sandbox.Warm sandboxes created for one shape of
@@ -48,25 +49,30 @@ type warmBox struct {
 // one job: its cgroups, and so the step's CPU time, peak memory and OOM
 // count, are its own.
 type warmPool struct {
-	once  sync.Once
-	mu    sync.Mutex
-	key   warmKey // the shape kept; zero: none (idle)
-	next  warmKey // the shape of the last job that missed, if the one before did not
-	img   image.Image
-	ready []*warmBox
-	wake  chan struct{} // a job took or missed one
-	stop  chan struct{}
-	done  chan struct{}
+	once, closing sync.Once
+	mu            sync.Mutex
+	key           warmKey // the shape kept; zero: none (idle)
+	next          warmKey // the shape of the last job that missed, if the one before did not
+	img           image.Image
+	ready         []*warmBox
+	busy          int           // reusable sandboxes out with jobs, counted against Warm
+	wake          chan struct{} // a job took or missed one
+	stop          chan struct{}
+	done          chan struct{}
 	// hits and misses count the jobs that found a warm sandbox of their
 	// shape and those that did not.
 	hits, misses atomic.Uint64
+	// reused counts the jobs that ran in a reusable sandbox an earlier job
+	// ran in.
+	reused atomic.Uint64
 }
 
 // WarmStats is how many jobs found a warm sandbox of their shape (hits),
-// how many did not (misses) and how many sandboxes are ready now.
+// how many did not (misses), how many of the hits ran in a sandbox an
+// earlier job had used (reused) and how many sandboxes are ready now.
 type WarmStats struct {
-	Hits, Misses uint64
-	Ready        int
+	Hits, Misses, Reused uint64
+	Ready                int
 }
 
 // WarmStats says how the warm sandboxes served jobs so far.
@@ -75,7 +81,7 @@ func (s *Sandbox) WarmStats() WarmStats {
 	p.mu.Lock()
 	ready := len(p.ready)
 	p.mu.Unlock()
-	return WarmStats{Hits: p.hits.Load(), Misses: p.misses.Load(), Ready: ready}
+	return WarmStats{Hits: p.hits.Load(), Misses: p.misses.Load(), Reused: p.reused.Load(), Ready: ready}
 }
 
 // take returns a warm sandbox of key's shape, or nil; the second job in a
@@ -90,9 +96,14 @@ func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
 	var b *warmBox
 	switch {
 	case p.key == key:
-		if len(p.ready) > 0 {
-			b = p.ready[0]
-			p.ready = p.ready[1:]
+		if n := len(p.ready); n > 0 {
+			// The last one in: a reused sandbox's pages are the likeliest
+			// still cached.
+			b = p.ready[n-1]
+			p.ready = p.ready[:n-1]
+			if b.z != nil {
+				p.busy++
+			}
 		}
 		p.next = warmKey{}
 	case p.next == key:
@@ -103,6 +114,9 @@ func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
 	p.mu.Unlock()
 	if b != nil {
 		p.hits.Add(1)
+		if b.z != nil && b.z.runs > 0 {
+			p.reused.Add(1)
+		}
 	} else {
 		p.misses.Add(1)
 	}
@@ -152,7 +166,7 @@ func (s *Sandbox) fill() {
 				}
 			}
 			p.ready = kept
-			key, img, n := p.key, p.img, len(p.ready)
+			key, img, n := p.key, p.img, len(p.ready)+p.busy
 			p.mu.Unlock()
 			for _, b := range stale {
 				s.destroyWarm(b)
@@ -181,13 +195,16 @@ func stopped(c chan struct{}) bool {
 	}
 }
 
-// Close removes the warm sandboxes and stops making them.
+// Close removes the warm sandboxes and stops making them; those out with
+// a job are removed when it gives them back. Closing again does nothing.
 func (s *Sandbox) Close() {
 	p := &s.pool
 	p.once.Do(func() { p.done = make(chan struct{}); close(p.done) })
-	if p.stop != nil {
-		close(p.stop)
-	}
+	p.closing.Do(func() {
+		if p.stop != nil {
+			close(p.stop)
+		}
+	})
 	<-p.done
 	p.mu.Lock()
 	ready := p.ready
@@ -237,6 +254,10 @@ func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error)
 		}
 		spec.NetNSPath = b.att.NSPath
 	}
+	if s.Reuse {
+		created = true // whatever startBox did is removed on an error
+		return b, s.startBox(ctx, b, spec, b.work)
+	}
 	var inR, outW, errW *os.File
 	defer func() {
 		for _, f := range []*os.File{inR, outW, errW} {
@@ -268,6 +289,9 @@ func (s *Sandbox) destroyWarm(b *warmBox) { s.cleanWarm(b, true) }
 func (s *Sandbox) cleanWarm(b *warmBox, created bool) {
 	started := created
 	s.teardown(context.Background(), b.id, &started, &b.att)()
+	if b.z != nil {
+		b.z.close()
+	}
 	for _, f := range []*os.File{b.stdin, b.outR, b.errR} {
 		if f != nil {
 			f.Close()
@@ -310,11 +334,42 @@ func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (
 		}
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown
 	}
-	res = s.finish(ctx, b.id, st, b.outR, b.errR, res, tStarted)
+	res = s.finish(ctx, ctrProc{s.RT, b.id}, st, b.outR, b.errR, res, tStarted)
 	if res.ExitCode == 127 && strings.HasPrefix(res.Stderr, stub.Failed) {
 		// The command could not be run: said as the ordinary path says it.
 		line, rest, _ := strings.Cut(res.Stderr, "\n")
 		res.Error, res.Stderr = strings.TrimPrefix(line, "shoal-init: "), rest
 	}
 	return res, teardown
+}
+
+// release takes back reusable sandbox b from the job that had it: emptied
+// (see kept), it waits for the next job of its shape, unless Serve failed,
+// it served boxRuns jobs, its shape is no longer kept or enough are ready;
+// then it is removed.
+func (s *Sandbox) release(b *warmBox) {
+	z := b.z
+	z.runs++
+	err := z.check()
+	if err == nil {
+		err = z.keep.wipe()
+	}
+	p := &s.pool
+	p.mu.Lock()
+	p.busy--
+	back := err == nil && z.runs < boxRuns && b.shape == p.key && len(p.ready)+p.busy < s.Warm && !stopped(p.stop)
+	if back {
+		p.ready = append(p.ready, b)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		s.log().Warn("reusable job sandbox dropped", "sandbox", b.id, "err", err)
+	}
+	if !back {
+		s.cleanWarm(b, true)
+	}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
 }

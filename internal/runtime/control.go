@@ -127,3 +127,7 @@ func (r *Runtime) List(ctx context.Context) ([]*Container, error) {
 	})
 	return out, ctx.Err()
 }
+
+// CgroupPaths is where the container's cgroup is in every hierarchy; a
+// caller may make child cgroups there (cgroups.Paths.MakeChild).
+func (r *Runtime) CgroupPaths(id string) cgroups.Paths { return r.cgroupPaths(id) }

@@ -1,6 +1,8 @@
 // Package stub is the process of a warm job sandbox (cmd/shoal-init): it
-// reads the step's command from stdin, then execs it. It uses only the
-// standard library, so the binary starts in about a millisecond.
+// reads the step's command from stdin, then execs it; and, in a sandbox
+// reused from job to job, the process that starts such a stub for each
+// step (Serve). It uses only the standard library, so the binary starts in
+// about a millisecond.
 package stub
 
 import (
@@ -27,6 +29,9 @@ type Cmd struct {
 	Args []string `json:"args"`
 	Env  []string `json:"env"` // set over the sandbox's own
 	Cwd  string   `json:"cwd"`
+	// CPUSecs, if set, is the soft RLIMIT_CPU the command gets (the hard
+	// limit one second more); a reusable sandbox's process has none.
+	CPUSecs uint64 `json:"cpu_secs,omitempty"`
 }
 
 // maxCmd bounds the command a stub reads.
@@ -50,7 +55,11 @@ func Encode(c Cmd) []byte {
 // a shell reports a command it cannot run).
 func Main() int {
 	var n [4]byte
-	c, err := readCmd(os.Stdin, n[:])
+	var c Cmd
+	err := announce()
+	if err == nil {
+		c, err = readCmd(os.Stdin, n[:])
+	}
 	if err == nil {
 		err = execStep(c)
 	}
@@ -82,6 +91,12 @@ func readCmd(r io.Reader, n []byte) (Cmd, error) {
 }
 
 func execStep(c Cmd) error {
+	if c.CPUSecs > 0 {
+		lim := syscall.Rlimit{Cur: c.CPUSecs, Max: c.CPUSecs + 1}
+		if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &lim); err != nil {
+			return fmt.Errorf("RLIMIT_CPU: %w", err)
+		}
+	}
 	if err := os.Chdir(c.Cwd); errors.Is(err, fs.ErrNotExist) {
 		if err := os.MkdirAll(c.Cwd, 0o755); err != nil {
 			return fmt.Errorf("workdir %s: %w", c.Cwd, err)

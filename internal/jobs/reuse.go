@@ -1,0 +1,284 @@
+package jobs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/jobs/stub"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/runtime/cgroups"
+)
+
+// A reusable sandbox (Sandbox.Reuse) is a warm sandbox whose process is
+// stub.Serve: instead of running one step and going, it starts each step
+// it is sent as a stub in a cgroup made for that step below its own, and is
+// emptied between jobs (see wipe). It serves one shape of job, so one
+// tenant (the shape holds the tenant's host uid), at most boxRuns jobs.
+
+// boxRuns is how many jobs a reusable sandbox serves before it is replaced.
+const boxRuns = 1000
+
+// Headroom over a step's limits for the sandbox's own process, which sits
+// in the sandbox's cgroup beside the step's.
+const (
+	boxMemoryHeadroom = 64 << 20
+	boxPidsHeadroom   = 32
+)
+
+// box is what a reusable sandbox has beyond a warm one.
+type box struct {
+	ctl  *net.UnixConn // to Serve's stdin
+	pid  int           // host pid of Serve
+	cg   cgroups.Paths // the sandbox's cgroup; each step's is a child
+	keep *kept         // what is emptied or restored between jobs
+	runs int           // jobs served
+	seq  int           // steps started, naming their cgroups
+	bad  bool          // Serve failed or went: not reused
+}
+
+// boxRuntime is what reusable sandboxes need of the runtime beyond Runtime.
+type boxRuntime interface {
+	CgroupPaths(id string) cgroups.Paths
+}
+
+// startBox starts the container of spec (made by makeWarm) as a reusable
+// sandbox: its process is Serve with the control socket as stdin.
+func (s *Sandbox) startBox(ctx context.Context, b *warmBox, spec runtime.Spec, work string) (err error) {
+	brt, ok := s.RT.(boxRuntime)
+	if !ok {
+		return errors.New("the runtime cannot give a container's cgroup")
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "sandbox control")
+	defer theirs.Close()
+	z := &box{}
+	if z.ctl, err = unixConn(fds[0], "daemon control"); err != nil {
+		return err
+	}
+	b.z = z
+	spec.Args = []string{stub.Path, stub.ServeArg}
+	spec.Stdin, spec.Stdout, spec.Stderr = theirs, nil, nil
+	if spec.Limits.MemoryBytes > 0 {
+		spec.Limits.MemoryBytes += boxMemoryHeadroom
+	}
+	if spec.Limits.Pids > 0 {
+		spec.Limits.Pids += boxPidsHeadroom
+	}
+	// Serve has no CPU time limit; each step's stub sets its own.
+	rl := spec.Rlimits[:0:0]
+	for _, r := range spec.Rlimits {
+		if r.Type != "RLIMIT_CPU" {
+			rl = append(rl, r)
+		}
+	}
+	spec.Rlimits = rl
+	c, err := s.RT.Run(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	z.pid = c.Pid
+	z.cg = brt.CgroupPaths(b.id)
+	if err := z.cg.Nest(); err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	if z.keep, err = keep(z.pid, work); err != nil {
+		return err
+	}
+	return nil
+}
+
+// close releases what the daemon holds of a reusable sandbox.
+func (z *box) close() {
+	if z.ctl != nil {
+		z.ctl.Close()
+	}
+	if z.keep != nil {
+		z.keep.close()
+	}
+}
+
+// unixConn makes fd (a unix socket) a *net.UnixConn, and closes fd.
+func unixConn(fd int, name string) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return c.(*net.UnixConn), nil
+}
+
+// boxStep runs the first step of a job in reusable sandbox b: a cgroup
+// for the step, its stub started by Serve and moved into that cgroup
+// before it reads its command, then supervised as in step. The teardown
+// removes the step's cgroup; the sandbox itself is emptied once the job is
+// over (release).
+func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (StepResult, func() time.Duration) {
+	res := StepResult{Name: st.Name}
+	t0 := time.Now()
+	z := b.z
+	z.seq++
+	var cg cgroups.Paths
+	made := false
+	teardown := func() time.Duration {
+		t := time.Now()
+		if made {
+			if err := cg.Remove(); err != nil {
+				z.bad = true
+				s.log().Warn("remove job step cgroup", "sandbox", b.id, "err", err)
+			}
+		}
+		return time.Since(t)
+	}
+	fail := func(err error) (StepResult, func() time.Duration) {
+		z.bad = true
+		if made {
+			cg.Kill()
+		}
+		if ctx.Err() != nil {
+			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
+			return res, teardown
+		}
+		return internalError(res, err), teardown
+	}
+	var err error
+	cg, err = z.cg.MakeChild(fmt.Sprintf("step%d", z.seq), cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids})
+	if err != nil {
+		return fail(fmt.Errorf("step cgroup: %w", err))
+	}
+	made = true
+	io, err := newStepIO()
+	if err != nil {
+		return fail(err)
+	}
+	defer io.closeTheirs()
+	if _, _, err := z.ctl.WriteMsgUnix([]byte{stub.MsgRun}, io.rights(), nil); err != nil {
+		io.closeOurs()
+		return fail(fmt.Errorf("sandbox control: %w", err))
+	}
+	io.closeTheirs()
+	replies := make(chan reply, 1)
+	go func() { replies <- readReply(z.ctl) }()
+	pid, err := io.announced(ctx)
+	if err == nil {
+		err = cg.Attach(pid)
+	}
+	if err != nil {
+		io.closeOurs()
+		cg.Kill()
+		go func() { <-replies }()
+		return fail(err)
+	}
+	cwd := st.Workdir
+	if cwd == "" {
+		cwd = "/work"
+	}
+	cmd := stub.Encode(stub.Cmd{Args: st.Args, Env: append(append([]string{}, p.Req.Env...), st.Env...), Cwd: cwd,
+		CPUSecs: uint64((st.Limits.CPUTimeLimit() + time.Second - 1) / time.Second)})
+	go func() {
+		// Fails only if the stub is gone; its result says why.
+		if _, err := io.stdin.Write(cmd); err == nil && len(st.Stdin) > 0 {
+			io.stdin.Write(st.Stdin)
+		}
+		io.stdin.Close()
+	}()
+	tStarted := time.Now()
+	res.StartMs = ms(tStarted.Sub(t0))
+	pr := &boxProc{cg: cg, replies: replies, z: z}
+	res = s.finish(ctx, pr, st, io.outR, io.errR, res, tStarted)
+	if res.ExitCode == 127 && strings.HasPrefix(res.Stderr, stub.Failed) {
+		line, rest, _ := strings.Cut(res.Stderr, "\n")
+		res.Error, res.Stderr = strings.TrimPrefix(line, "shoal-init: "), rest
+	}
+	return res, teardown
+}
+
+// reply is Serve's answer to a step: its wait status, or why it failed.
+type reply struct {
+	status syscall.WaitStatus
+	err    error
+}
+
+func readReply(c *net.UnixConn) reply {
+	buf := make([]byte, 512)
+	n, _, _, _, err := c.ReadMsgUnix(buf, nil)
+	switch {
+	case err != nil:
+		return reply{err: fmt.Errorf("sandbox process: %w", err)}
+	case n == 0:
+		return reply{err: errors.New("sandbox process ended")}
+	case buf[0] == stub.MsgExit && n == 5:
+		return reply{status: syscall.WaitStatus(binary.BigEndian.Uint32(buf[1:5]))}
+	case buf[0] == stub.MsgFail:
+		return reply{err: fmt.Errorf("sandbox process: %s", buf[1:n])}
+	}
+	return reply{err: fmt.Errorf("sandbox process: malformed answer %q", buf[:n])}
+}
+
+// boxProc is a step's stub in a reusable sandbox, as supervise sees it.
+type boxProc struct {
+	cg      cgroups.Paths
+	replies chan reply
+	z       *box
+}
+
+func (p *boxProc) kill() {
+	if err := p.cg.Kill(); err != nil {
+		p.z.bad = true
+	}
+}
+
+func (p *boxProc) stats() (runtime.Stats, error) { return p.cg.Stats() }
+
+// wait waits for the stub to end, then kills what it left in its cgroup,
+// as the end of a container's init ends its pid namespace.
+func (p *boxProc) wait() (runtime.ExitStatus, error) {
+	r := <-p.replies
+	p.kill()
+	if r.err != nil {
+		p.z.bad = true
+		return runtime.ExitStatus{}, r.err
+	}
+	var st runtime.ExitStatus
+	switch ws := r.status; {
+	case ws.Signaled():
+		st.Signal = ws.Signal()
+		st.Code = 128 + int(st.Signal)
+		st.OOMKilled = st.Signal == syscall.SIGKILL && p.cg.OOMKills() > 0
+	default:
+		st.Code = ws.ExitStatus()
+	}
+	return st, nil
+}
+
+// check says whether the sandbox can serve another job: Serve answered
+// every step, and it is the only process left in the sandbox's cgroup.
+func (z *box) check() error {
+	if z.bad {
+		return errors.New("its process failed or a step's cgroup could not be removed")
+	}
+	cg := z.cg
+	if cg.V2 {
+		cg = cg.Child(cgroups.NestLeaf)
+	}
+	procs, err := cg.Procs()
+	if err != nil {
+		return fmt.Errorf("its processes: %w", err)
+	}
+	if len(procs) != 1 || procs[0] != z.pid {
+		return fmt.Errorf("processes %v in its cgroup, want only its own (%d)", procs, z.pid)
+	}
+	return nil
+}

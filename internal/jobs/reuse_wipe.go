@@ -1,0 +1,295 @@
+package jobs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// kept is what a reusable sandbox's jobs can change and what is put back
+// between two jobs, all reached through descriptors opened when the
+// sandbox started (so never through a path a job could redirect, nor a
+// pid that could be another process's by then):
+//   - /work, /tmp, /dev/shm and /dev/mqueue are emptied and their own mode,
+//     owner and extended attributes restored;
+//   - /dev gets back the entries it was made with and loses any other;
+//   - the System V IPC objects of its IPC namespace are removed (POSIX
+//     message queues are files in /dev/mqueue).
+//
+// Nothing of the job runs then: its processes were killed with its
+// step's cgroup, and the sandbox's own process runs nothing between jobs.
+type kept struct {
+	dirs []keptDir
+	dev  keptDir
+	ents map[string]devEntry // /dev as made
+	ipc  *os.File            // the sandbox's IPC namespace
+}
+
+type keptDir struct {
+	name string // as the job sees it
+	root *os.Root
+	attr dirAttr
+}
+
+type dirAttr struct {
+	mode     uint32
+	uid, gid int
+}
+
+type devEntry struct {
+	typ    fs.FileMode
+	target string // of a symlink
+}
+
+// keep opens what is kept of the sandbox whose process is host pid pid
+// and whose /work is the host directory work.
+func keep(pid int, work string) (k *kept, err error) {
+	k = &kept{ents: map[string]devEntry{}}
+	defer func() {
+		if err != nil {
+			k.close()
+		}
+	}()
+	proc := "/proc/" + strconv.Itoa(pid)
+	open := func(name, path string) (keptDir, error) {
+		r, err := os.OpenRoot(path)
+		if err != nil {
+			return keptDir{}, fmt.Errorf("sandbox %s: %w", name, err)
+		}
+		d := keptDir{name: name, root: r}
+		if d.attr, err = statDir(r); err != nil {
+			r.Close()
+			return keptDir{}, fmt.Errorf("sandbox %s: %w", name, err)
+		}
+		return d, nil
+	}
+	for _, d := range []struct{ name, path string }{
+		{"/work", work}, {"/tmp", proc + "/root/tmp"}, {"/dev/shm", proc + "/root/dev/shm"}, {"/dev/mqueue", proc + "/root/dev/mqueue"},
+	} {
+		kd, err := open(d.name, d.path)
+		if err != nil {
+			return k, err
+		}
+		k.dirs = append(k.dirs, kd)
+	}
+	if k.dev, err = open("/dev", proc+"/root/dev"); err != nil {
+		return k, err
+	}
+	names, err := readNames(k.dev.root)
+	if err != nil {
+		return k, fmt.Errorf("sandbox /dev: %w", err)
+	}
+	for _, n := range names {
+		fi, err := k.dev.root.Lstat(n)
+		if err != nil {
+			return k, fmt.Errorf("sandbox /dev/%s: %w", n, err)
+		}
+		e := devEntry{typ: fi.Mode().Type()}
+		if e.typ == fs.ModeSymlink {
+			if e.target, err = k.dev.root.Readlink(n); err != nil {
+				return k, fmt.Errorf("sandbox /dev/%s: %w", n, err)
+			}
+		}
+		k.ents[n] = e
+	}
+	if k.ipc, err = os.Open(proc + "/ns/ipc"); err != nil {
+		return k, fmt.Errorf("sandbox IPC namespace: %w", err)
+	}
+	return k, nil
+}
+
+func (k *kept) close() {
+	for _, d := range append(k.dirs, k.dev) {
+		if d.root != nil {
+			d.root.Close()
+		}
+	}
+	if k.ipc != nil {
+		k.ipc.Close()
+	}
+}
+
+// wipe puts the sandbox back as it was made (see kept).
+func (k *kept) wipe() error {
+	if err := clearIPC(k.ipc); err != nil {
+		return fmt.Errorf("sandbox IPC objects: %w", err)
+	}
+	for _, d := range k.dirs {
+		if err := d.empty(nil); err != nil {
+			return err
+		}
+	}
+	if err := k.dev.empty(k.ents); err != nil {
+		return err
+	}
+	for n, e := range k.ents {
+		if e.typ != fs.ModeSymlink {
+			continue // device files and mount points: a job cannot remove or change them
+		}
+		if t, err := k.dev.root.Readlink(n); err == nil && t == e.target {
+			continue
+		}
+		k.dev.root.RemoveAll(n)
+		if err := k.dev.root.Symlink(e.target, n); err != nil {
+			return fmt.Errorf("sandbox /dev/%s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// empty removes every entry of the directory but those in keep (which
+// stay as they are), then restores its mode and owner and removes its
+// extended attributes.
+func (d keptDir) empty(keep map[string]devEntry) error {
+	names, err := readNames(d.root)
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", d.name, err)
+	}
+	for _, n := range names {
+		if _, ok := keep[n]; ok {
+			continue
+		}
+		if err := d.root.RemoveAll(n); err != nil {
+			return fmt.Errorf("sandbox %s: %w", d.name, err)
+		}
+	}
+	f, err := d.root.Open(".")
+	if err != nil {
+		return fmt.Errorf("sandbox %s: %w", d.name, err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := unix.Fchown(fd, d.attr.uid, d.attr.gid); err != nil {
+		return fmt.Errorf("sandbox %s: %w", d.name, err)
+	}
+	if err := unix.Fchmod(fd, d.attr.mode); err != nil {
+		return fmt.Errorf("sandbox %s: %w", d.name, err)
+	}
+	return removeXattrs(fd, d.name)
+}
+
+func removeXattrs(fd int, name string) error {
+	buf := make([]byte, 4096)
+	n, err := unix.Flistxattr(fd, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Flistxattr(fd, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Flistxattr(fd, buf)
+		}
+	}
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox %s: xattrs: %w", name, err)
+	}
+	for _, a := range strings.Split(string(buf[:n]), "\x00") {
+		if a == "" {
+			continue
+		}
+		if err := unix.Fremovexattr(fd, a); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("sandbox %s: xattr %s: %w", name, a, err)
+		}
+	}
+	return nil
+}
+
+func readNames(r *os.Root) ([]string, error) {
+	f, err := r.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Readdirnames(-1)
+}
+
+func statDir(r *os.Root) (dirAttr, error) {
+	fi, err := r.Stat(".")
+	if err != nil {
+		return dirAttr{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return dirAttr{}, errors.New("no stat")
+	}
+	return dirAttr{mode: st.Mode & 0o7777, uid: int(st.Uid), gid: int(st.Gid)}, nil
+}
+
+// clearIPC removes every System V message queue, semaphore set and shared
+// memory segment of the IPC namespace ns, from a thread that enters it and
+// ends with the goroutine.
+func clearIPC(ns *os.File) error {
+	errc := make(chan error, 1)
+	fd := int(ns.Fd())
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread is dropped when this goroutine ends
+		if err := unix.Setns(fd, unix.CLONE_NEWIPC); err != nil {
+			errc <- fmt.Errorf("enter: %w", err)
+			return
+		}
+		errc <- removeIPC()
+	}()
+	return <-errc
+}
+
+func removeIPC() error {
+	kinds := []struct {
+		file string
+		rm   func(id uintptr) syscall.Errno
+	}{
+		{"/proc/sysvipc/msg", func(id uintptr) syscall.Errno {
+			_, _, e := unix.Syscall(unix.SYS_MSGCTL, id, unix.IPC_RMID, 0)
+			return e
+		}},
+		{"/proc/sysvipc/sem", func(id uintptr) syscall.Errno {
+			_, _, e := unix.Syscall6(unix.SYS_SEMCTL, id, 0, unix.IPC_RMID, 0, 0, 0)
+			return e
+		}},
+		{"/proc/sysvipc/shm", func(id uintptr) syscall.Errno {
+			_, _, e := unix.Syscall(unix.SYS_SHMCTL, id, unix.IPC_RMID, 0)
+			return e
+		}},
+	}
+	for _, k := range kinds {
+		ids, err := ipcIDs(k.file)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if e := k.rm(uintptr(id)); e != 0 && e != unix.EINVAL && e != unix.EIDRM {
+				return fmt.Errorf("%s %d: %w", k.file, id, e)
+			}
+		}
+	}
+	return nil
+}
+
+// ipcIDs reads the ids (second column) of a /proc/sysvipc file.
+func ipcIDs(file string) ([]int, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var ids []int
+	sc := bufio.NewScanner(f)
+	sc.Scan() // the header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		if id, err := strconv.Atoi(fields[1]); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, sc.Err()
+}

@@ -1,0 +1,208 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// childControllers are the v1 controllers a child cgroup is made in: those
+// whose limits or counters belong to one run (memory, CPU time, pids) and
+// the freezer that stops it before it is killed. In the others (cpuset,
+// devices, ...) the run's processes stay in the parent's cgroup.
+var childControllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
+
+// ChildLimits are the limits of a child cgroup; zero leaves one to the
+// parent's.
+type ChildLimits struct {
+	MemoryBytes int64
+	Pids        int64
+}
+
+// NestLeaf is the child of a v2 parent that holds the parent's own
+// processes, since a v2 cgroup with children may hold none itself.
+const NestLeaf = "init"
+
+// Nest readies the cgroup to have children with limits of their own: on v2
+// it moves the cgroup's processes into a leaf child and enables the memory,
+// pids and cpu controllers for its children; on v1 there is nothing to do.
+func (p Paths) Nest() error {
+	if !p.V2 {
+		return nil
+	}
+	leaf := filepath.Join(p.Unified, NestLeaf)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("cgroup %s: %w", leaf, err)
+	}
+	procs, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.procs"))
+	if err != nil {
+		return err
+	}
+	for _, pid := range strings.Fields(string(procs)) {
+		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("cgroup %s: move %s: %w", leaf, pid, err)
+		}
+	}
+	avail, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	var enable []string
+	for _, c := range strings.Fields(string(avail)) {
+		if c == "memory" || c == "pids" || c == "cpu" {
+			enable = append(enable, "+"+c)
+		}
+	}
+	if len(enable) == 0 {
+		return nil
+	}
+	file := filepath.Join(p.Unified, "cgroup.subtree_control")
+	if err := os.WriteFile(file, []byte(strings.Join(enable, " ")), 0); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	return nil
+}
+
+// Child is the cgroup name below p, in the controllers a child is made in.
+func (p Paths) Child(name string) Paths {
+	c := Paths{V1: map[string]string{}, V2: p.V2}
+	for _, ctl := range childControllers {
+		if d, ok := p.V1[ctl]; ok {
+			c.V1[ctl] = filepath.Join(d, name)
+		}
+	}
+	if p.Unified != "" {
+		c.Unified = filepath.Join(p.Unified, name)
+	}
+	return c
+}
+
+// MakeChild makes the cgroup name below p (see Child) with limits l. On an
+// error nothing is left.
+func (p Paths) MakeChild(name string, l ChildLimits) (c Paths, err error) {
+	c = p.Child(name)
+	if !p.V2 {
+		c.Unified = "" // the v2 hierarchy of a hybrid host has no controller
+	}
+	defer func() {
+		if err != nil {
+			c.Remove()
+		}
+	}()
+	for _, d := range c.Dirs() {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return c, fmt.Errorf("cgroup %s: %w", d, err)
+		}
+	}
+	write := func(dir, file string, v int64) error {
+		if v <= 0 {
+			return nil
+		}
+		f := filepath.Join(dir, file)
+		if err := os.WriteFile(f, []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		return nil
+	}
+	if p.V2 {
+		if err := write(c.Unified, "memory.max", l.MemoryBytes); err != nil {
+			return c, err
+		}
+		if l.MemoryBytes > 0 {
+			// No swap for the child either; a host without swap accounting
+			// has no such file.
+			f := filepath.Join(c.Unified, "memory.swap.max")
+			if err := os.WriteFile(f, []byte("0"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return c, fmt.Errorf("%s: %w", f, err)
+			}
+		}
+		return c, write(c.Unified, "pids.max", l.Pids)
+	}
+	if d, ok := c.V1["memory"]; ok {
+		if err := write(d, "memory.limit_in_bytes", l.MemoryBytes); err != nil {
+			return c, err
+		}
+		if _, err := os.Stat(filepath.Join(d, "memory.memsw.limit_in_bytes")); err == nil {
+			if err := write(d, "memory.memsw.limit_in_bytes", l.MemoryBytes); err != nil {
+				return c, err
+			}
+		}
+	}
+	if d, ok := c.V1["pids"]; ok {
+		if err := write(d, "pids.max", l.Pids); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// Attach moves process pid (with all its threads) into the cgroup, in
+// every hierarchy of p.
+func (p Paths) Attach(pid int) error {
+	for _, d := range p.Dirs() {
+		f := filepath.Join(d, "cgroup.procs")
+		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// emptyPolls bounds how long Kill waits for the killed processes to go.
+const emptyPolls = 400
+
+// Kill kills every process of the cgroup: on v2 with cgroup.kill; on v1 by
+// freezing the cgroup (so that none forks while the list is read), sending
+// SIGKILL to each and thawing it. It returns once the cgroup lists no
+// process.
+func (p Paths) Kill() error {
+	procs := filepath.Join(p.Unified, "cgroup.procs")
+	if p.V2 {
+		if err := os.WriteFile(filepath.Join(p.Unified, "cgroup.kill"), []byte("1"), 0); err != nil {
+			return fmt.Errorf("cgroup %s: kill: %w", p.Unified, err)
+		}
+	} else {
+		d, err := p.dir("pids")
+		if err != nil {
+			return err
+		}
+		procs = filepath.Join(d, "cgroup.procs")
+		if empty(procs) {
+			return nil
+		}
+		_, hasFreezer := p.V1["freezer"]
+		if hasFreezer {
+			if err := p.Freeze(); err != nil {
+				return err
+			}
+		}
+		killProcs(d)
+		if hasFreezer {
+			if err := p.Thaw(); err != nil {
+				return err
+			}
+		}
+	}
+	for i := 0; i < emptyPolls; i++ {
+		if empty(procs) {
+			return nil
+		}
+		if !p.V2 && i%20 == 19 {
+			killProcs(filepath.Dir(procs)) // one forked between the list and the freeze
+		}
+		time.Sleep(100 * time.Microsecond * time.Duration(1+i/50))
+	}
+	return fmt.Errorf("cgroup %s: processes left after SIGKILL", filepath.Dir(procs))
+}
+
+// empty reports whether a cgroup.procs file lists no process (or is gone).
+func empty(procs string) bool {
+	b, err := os.ReadFile(procs)
+	return err != nil || len(strings.TrimSpace(string(b))) == 0
+}
