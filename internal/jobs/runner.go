@@ -91,8 +91,8 @@ type Sandbox struct {
 	// its shape (see kept), so that most jobs run without the OCI runtime.
 	// It needs a runtime that gives a container's cgroup (CgroupPaths).
 	Reuse bool
-	pool warmPool
-	ids  tenantIDs
+	pool  warmPool
+	ids   tenantIDs
 }
 
 // Labels on job containers.
