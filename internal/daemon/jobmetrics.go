@@ -81,7 +81,8 @@ func registerNetnsMetrics(reg *prometheus.Registry, stats func() network.PoolSta
 }
 
 // registerWarmMetrics counts the jobs that found a warm sandbox of their
-// shape and those that did not, and how many warm sandboxes are ready.
+// shape and those that did not, those that found one used before, and how
+// many warm sandboxes are ready.
 func registerWarmMetrics(reg *prometheus.Registry, stats func() jobs.WarmStats) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -90,6 +91,9 @@ func registerWarmMetrics(reg *prometheus.Registry, stats func() jobs.WarmStats) 
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "shoal_job_warm_misses_total", Help: "Jobs that found no sandbox created ahead for their shape and made their own.",
 		}, func() float64 { return float64(stats().Misses) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "shoal_job_warm_reused_total", Help: "Jobs whose first step ran in a reusable sandbox that an earlier job had run in (emptied since).",
+		}, func() float64 { return float64(stats().Reused) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "shoal_job_warm_ready", Help: "Sandboxes created ahead and waiting for a job.",
 		}, func() float64 { return float64(stats().Ready) }),

@@ -153,7 +153,11 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		made = append(made, sb.Stub) // the copy of shoal-init goes too
 	}
 	svc.sb = sb
-	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots, %d sandboxes kept warm; sandboxes run %s, with no capabilities and no network", slots, sb.Warm, how))
+	kept := "kept warm"
+	if sb.Reuse && sb.Warm > 0 {
+		kept = "kept warm and reused from job to job (emptied in between)"
+	}
+	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots, %d sandboxes %s; sandboxes run %s, with no capabilities and no network", slots, sb.Warm, kept, how))
 	metered := newMeteredRunner(sb, d.reg, func() (int, int, int) {
 		if d.jobs == nil || d.jobs.Manager == nil {
 			return 0, 0, slots
@@ -198,7 +202,9 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 // slot; SHOAL_JOB_WARM overrides it, 0 turns it off) and installs their
 // process: a copy of the shoal-init found beside this binary (none there:
 // none kept warm), beside the work directories, where the sandboxes' host
-// uid can read it.
+// uid can read it. They are reusable (jobs.Sandbox.Reuse: emptied after a
+// job, they serve the next of the tenant's jobs of that shape) unless
+// SHOAL_JOB_REUSE=0.
 func (d *Daemon) warmSandboxes(sb *jobs.Sandbox, slots int) error {
 	sb.Warm = slots
 	if v := os.Getenv("SHOAL_JOB_WARM"); v != "" {
@@ -233,6 +239,7 @@ func (d *Daemon) warmSandboxes(sb *jobs.Sandbox, slots int) error {
 		return fmt.Errorf("warm sandboxes: %w", err)
 	}
 	sb.Stub = stub
+	sb.Reuse = os.Getenv("SHOAL_JOB_REUSE") != "0"
 	return nil
 }
 

@@ -3,11 +3,15 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 )
@@ -25,6 +29,7 @@ func reusing(t *testing.T, sb *Sandbox) {
 		t.Fatal(err)
 	}
 	sb.Warm, sb.Reuse = 1, true
+	sb.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	t.Cleanup(sb.Close)
 }
 
@@ -82,4 +87,96 @@ func TestReusedSandbox(t *testing.T) {
 			t.Fatalf("left after Close: %v", left)
 		}
 	})
+}
+
+// state is what a job can see of what earlier jobs left: the entries of
+// every writable directory, their modes and owners, /dev's links, System V
+// IPC objects and other processes.
+const state = `ls -A /work /tmp /dev /dev/shm /dev/mqueue; stat -c '%n %a %u %g' /work /tmp /dev /dev/shm /dev/mqueue
+readlink /dev/fd /dev/stdin /dev/stdout /dev/stderr; cat /proc/sysvipc/msg /proc/sysvipc/sem /proc/sysvipc/shm | wc -l
+ps -o stat,comm`
+
+// servedBy is a shell line printing the start time of the sandbox's pid 1:
+// the same in two jobs, they ran in the same sandbox.
+const servedBy = `echo "box $(cut -d' ' -f22 /proc/1/stat)"`
+
+// TestReusedSandboxIsEmptied: whatever a job leaves in a reusable sandbox
+// (files and links in /work, /tmp, /dev/shm, /dev/mqueue and /dev, a
+// chmod-ed /tmp, links of /dev removed, System V IPC objects, processes
+// still running), and its attempts to kill, stop or crash the sandbox's
+// process, the next job in the same sandbox finds it as a fresh one; and
+// each job's CPU time and peak memory are its own.
+func TestReusedSandboxIsEmptied(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}})
+		wantStatus(t, fresh, StepOK)
+
+		// Leftovers the job cannot make itself (busybox has no ipcmk).
+		sb.pool.mu.Lock()
+		if len(sb.pool.ready) != 1 {
+			sb.pool.mu.Unlock()
+			t.Fatalf("%d sandboxes ready, want 1", len(sb.pool.ready))
+		}
+		pid := sb.pool.ready[0].z.pid
+		sb.pool.mu.Unlock()
+		makeIPC(t, pid)
+
+		dirty := runIn(t, sb, types.JobRequest{Files: map[string][]byte{"in/x": []byte("x")}, Steps: []types.JobStep{shStep(servedBy+`
+echo a > /work/left; mkdir -p /work/d/e; ln -s /etc/passwd /work/link
+echo t > /tmp/left; mkdir /tmp/d
+dd if=/dev/zero of=/dev/shm/big bs=1M count=24 2>/dev/null
+echo q > /dev/mqueue/q
+echo d > /dev/left; rm -f /dev/fd /dev/stdin; ln -s /work /dev/stdout.x
+chmod 0 /tmp /work /dev/shm 2>/dev/null
+setfattr -n user.x -v 1 /work 2>/dev/null
+(setsid sleep 1000 &); nohup sleep 999 >/dev/null 2>&1 &
+for s in TERM INT HUP QUIT ABRT SEGV USR1 PIPE STOP KILL; do kill -$s 1; done
+true`, nil)}})
+		wantStatus(t, dirty.Steps[0], StepOK)
+		after := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"\n"+state, nil)}})
+		wantStatus(t, after.Steps[0], StepOK)
+		box, rest, _ := strings.Cut(after.Steps[0].Stdout, "\n")
+		if !strings.HasPrefix(dirty.Steps[0].Stdout, box+"\n") {
+			t.Fatalf("the next job ran in another sandbox (%q, then %q): the first was dropped", dirty.Steps[0].Stdout, box)
+		}
+		if rest != fresh.Stdout {
+			t.Fatalf("after a job that left things behind, the next job in its sandbox sees\n%s\nwant, as in a fresh one,\n%s", rest, fresh.Stdout)
+		}
+		if d, a := dirty.Steps[0].MemoryPeak, after.Steps[0].MemoryPeak; d < 24<<20 || a >= 24<<20 {
+			t.Fatalf("peak memory %d then %d: want each job's own (24 MiB in /dev/shm, then none)", d, a)
+		}
+	})
+}
+
+// makeIPC makes a System V message queue, semaphore set and shared memory
+// segment in the IPC namespace of process pid.
+func makeIPC(t *testing.T, pid int) {
+	t.Helper()
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/ipc", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWIPC); err != nil {
+			errc <- err
+			return
+		}
+		if _, _, e := unix.Syscall(unix.SYS_MSGGET, 0, unix.IPC_CREAT|0o600, 0); e != 0 {
+			errc <- e
+			return
+		}
+		if _, _, e := unix.Syscall(unix.SYS_SEMGET, 0, 1, unix.IPC_CREAT|0o600); e != 0 {
+			errc <- e
+			return
+		}
+		_, err := unix.SysvShmGet(0, 4096, unix.IPC_CREAT|0o600)
+		errc <- err
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("System V IPC objects in the sandbox: %v", err)
+	}
 }

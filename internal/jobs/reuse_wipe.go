@@ -130,6 +130,7 @@ func (k *kept) wipe() error {
 	if err := k.dev.empty(k.ents); err != nil {
 		return err
 	}
+	var missing []string
 	for n, e := range k.ents {
 		if e.typ != fs.ModeSymlink {
 			continue // device files and mount points: a job cannot remove or change them
@@ -137,12 +138,41 @@ func (k *kept) wipe() error {
 		if t, err := k.dev.root.Readlink(n); err == nil && t == e.target {
 			continue
 		}
-		k.dev.root.RemoveAll(n)
-		if err := k.dev.root.Symlink(e.target, n); err != nil {
+		if err := k.dev.root.RemoveAll(n); err != nil {
 			return fmt.Errorf("sandbox /dev/%s: %w", n, err)
 		}
+		missing = append(missing, n)
 	}
-	return nil
+	if len(missing) == 0 {
+		return nil
+	}
+	// Made as /dev's owner: a tmpfs mounted in a user namespace takes no
+	// file owned by a host uid outside it.
+	return asOwner(k.dev.attr, func() error {
+		for _, n := range missing {
+			if err := k.dev.root.Symlink(k.ents[n].target, n); err != nil {
+				return fmt.Errorf("sandbox /dev/%s: %w", n, err)
+			}
+		}
+		return nil
+	})
+}
+
+// asOwner runs f on a thread whose file system uid and gid are a's owner's;
+// the thread ends with it.
+func asOwner(a dirAttr, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread is dropped when this goroutine ends
+		unix.Setfsgid(a.gid)
+		unix.Setfsuid(a.uid)
+		if uid, _ := unix.SetfsuidRetUid(-1); uid != a.uid {
+			errc <- fmt.Errorf("file system uid %d, want %d", uid, a.uid)
+			return
+		}
+		errc <- f()
+	}()
+	return <-errc
 }
 
 // empty removes every entry of the directory but those in keep (which

@@ -65,6 +65,7 @@ func Serve() int {
 		if err != nil || n == 0 {
 			return 0
 		}
+		reap() // what the last step left, killed since with its cgroup
 		fds := rights(oob[:oobn])
 		if buf[0] != MsgRun || len(fds) != 4 {
 			closeAll(fds)
