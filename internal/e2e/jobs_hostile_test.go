@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -134,8 +135,29 @@ hostile listen 127.0.0.1:7000 & a=$!; hostile listen @victim & b=$!; sleep 20; c
 		strings.Contains(v.Steps[0].Stdout, "ACCEPTED") {
 		t.Fatalf("the victim's job beside the attacks: %+v", v.Steps)
 	}
+	// The attacks share a shape, so most of them ran in a sandbox that an
+	// earlier attack had used and that was emptied since.
+	if n := counter(t, d.getText("/metrics"), "shoal_job_warm_reused_total"); n < 3 {
+		t.Fatalf("%v attacks ran in a reused sandbox, want most", n)
+	}
 	d.killedMidRace(canaryDir, intact)
 	d.noSandboxLeft()
+}
+
+// counter reads a metric without labels from a Prometheus text exposition.
+func counter(t *testing.T, metrics, name string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", name, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no metric %s in /metrics", name)
+	return 0
 }
 
 func name(userns bool) string {

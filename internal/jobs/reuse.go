@@ -21,18 +21,14 @@ import (
 // A reusable sandbox (Sandbox.Reuse) is a warm sandbox whose process is
 // stub.Serve: instead of running one step and going, it starts each step
 // it is sent as a stub in a cgroup made for that step below its own, and is
-// emptied between jobs (see wipe). It serves one shape of job, so one
+// emptied between jobs (see kept). It serves one shape of job, so one
 // tenant (the shape holds the tenant's host uid), at most boxRuns jobs.
+// Since a step's memory, pids and CPU limits are its own cgroup's, and its
+// time and output limits the daemon's, the shape of a reusable sandbox is
+// only the image, the tenant and the sizes of /work and /tmp.
 
 // boxRuns is how many jobs a reusable sandbox serves before it is replaced.
 const boxRuns = 1000
-
-// Headroom over a step's limits for the sandbox's own process, which sits
-// in the sandbox's cgroup beside the step's.
-const (
-	boxMemoryHeadroom = 64 << 20
-	boxPidsHeadroom   = 32
-)
 
 // box is what a reusable sandbox has beyond a warm one.
 type box struct {
@@ -70,13 +66,10 @@ func (s *Sandbox) startBox(ctx context.Context, b *warmBox, spec runtime.Spec, w
 	b.z = z
 	spec.Args = []string{stub.Path, stub.ServeArg}
 	spec.Stdin, spec.Stdout, spec.Stderr = theirs, nil, nil
-	if spec.Limits.MemoryBytes > 0 {
-		spec.Limits.MemoryBytes += boxMemoryHeadroom
-	}
-	if spec.Limits.Pids > 0 {
-		spec.Limits.Pids += boxPidsHeadroom
-	}
-	// Serve has no CPU time limit; each step's stub sets its own.
+	// The sandbox's cgroup has no limit of its own: each step's memory,
+	// pids and CPU quota are its cgroup's (boxStep), its CPU time limit its
+	// stub's RLIMIT_CPU; so Serve has none of these.
+	spec.Limits = runtime.Limits{}
 	rl := spec.Rlimits[:0:0]
 	for _, r := range spec.Rlimits {
 		if r.Type != "RLIMIT_CPU" {
@@ -154,7 +147,7 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 		return internalError(res, err), teardown
 	}
 	var err error
-	cg, err = z.cg.MakeChild(fmt.Sprintf("step%d", z.seq), cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids})
+	cg, err = z.cg.MakeChild(fmt.Sprintf("step%d", z.seq), cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids, CPUs: st.Limits.CPUs})
 	if err != nil {
 		return fail(fmt.Errorf("step cgroup: %w", err))
 	}
@@ -251,15 +244,17 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 		p.z.bad = true
 		return runtime.ExitStatus{}, r.err
 	}
-	var st runtime.ExitStatus
-	switch ws := r.status; {
-	case ws.Signaled():
+	st := runtime.ExitStatus{Known: true}
+	if ws := r.status; ws.Signaled() {
 		st.Signal = ws.Signal()
 		st.Code = 128 + int(st.Signal)
-		st.OOMKilled = st.Signal == syscall.SIGKILL && p.cg.OOMKills() > 0
-	default:
+	} else {
 		st.Code = ws.ExitStatus()
 	}
+	// As for a container (runtime.ExitStatus.OOMKilled): the step's cgroup
+	// is its own, so a kill counted there explains an end by SIGKILL or a
+	// non-zero exit (a shell reporting its killed child).
+	st.OOMKilled = (st.Signal == syscall.SIGKILL || st.Code != 0) && p.cg.OOMKills() > 0
 	return st, nil
 }
 

@@ -180,3 +180,55 @@ func makeIPC(t *testing.T, pid int) {
 		t.Fatalf("System V IPC objects in the sandbox: %v", err)
 	}
 }
+
+// TestReusedSandboxLimits: jobs with other limits run one after another in
+// the same reusable sandbox, each held to its own: memory (OOM), pids (a
+// fork bomb), wall time, CPU time, output, and a CPU quota; the sandbox
+// serves the next job after each.
+func TestReusedSandboxLimits(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		var box string
+		for _, c := range []struct {
+			script, status string
+			l              *types.JobLimits
+			check          func(s StepResult) bool
+		}{
+			{"head -c 500m /dev/zero | tail", StepOOM, &types.JobLimits{Memory: "32Mi"},
+				func(s StepResult) bool { return s.MemoryPeak >= 16<<20 }},
+			{"f(){ f | f & }; f; while :; do :; done", StepTimeout, &types.JobLimits{Pids: 32, Timeout: "2s"},
+				func(s StepResult) bool { return strings.Contains(s.Stderr, "fork") }},
+			{"while :; do :; done", StepTimeout, &types.JobLimits{Timeout: "500ms", CPUTime: "10s"},
+				func(s StepResult) bool { return s.WallMs >= 500 && s.Signal == "killed" }},
+			{"while :; do :; done", StepTimeout, &types.JobLimits{Timeout: "30s", CPUTime: "300ms"},
+				func(s StepResult) bool { return s.CPUMs >= 300 }},
+			{"yes flood", StepOutputLimit, &types.JobLimits{Output: "4Ki"},
+				func(s StepResult) bool { return len(s.Stdout) == 4096 && s.StdoutTruncated }},
+			// A quarter of a core: a second of spinning gets about 250ms of CPU.
+			{"timeout 1 sh -c 'while :; do :; done'; true", StepOK, &types.JobLimits{CPUs: 0.25},
+				func(s StepResult) bool { return s.CPUMs < 600 }},
+		} {
+			j := runIn(t, sb, types.JobRequest{Limits: limitsOr(c.l), Steps: []types.JobStep{shStep(servedBy+"\n"+c.script, nil)}})
+			s := j.Steps[0]
+			got, _, _ := strings.Cut(s.Stdout, "\n")
+			if box == "" {
+				box = got
+			}
+			if got != box {
+				t.Fatalf("%q ran in sandbox %q, the jobs before in %q", c.script, got, box)
+			}
+			wantStatus(t, s, c.status)
+			if !c.check(s) {
+				t.Fatalf("%q: %+v", c.script, s)
+			}
+		}
+	})
+}
+
+func limitsOr(l *types.JobLimits) types.JobLimits {
+	if l == nil {
+		return types.JobLimits{}
+	}
+	return *l
+}

@@ -127,9 +127,9 @@ func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
 	return b
 }
 
-// WarmIdle is how long warm sandboxes are kept after the last job took or
-// missed one: an idle host keeps no sandbox processes, cgroups or
-// namespaces.
+// WarmIdle is how long warm sandboxes are kept after the last job took,
+// missed or gave back one (and none is out with a job): an idle host keeps
+// no sandbox processes, cgroups or namespaces.
 const WarmIdle = 2 * time.Second
 
 // fill keeps the pool at Warm sandboxes of the current shape, dropping
@@ -147,8 +147,14 @@ func (s *Sandbox) fill() {
 		case <-p.stop:
 			return
 		case <-idle.C():
-			// Dropped; the next job of the shape makes it kept again.
+			// Dropped; the next job of the shape makes it kept again. Not
+			// while a job has a reusable sandbox: it is not idle.
 			p.mu.Lock()
+			if p.busy > 0 {
+				p.mu.Unlock()
+				idle.Reset(WarmIdle)
+				continue
+			}
 			p.next, p.key, p.img = p.key, warmKey{}, image.Image{}
 			p.mu.Unlock()
 		case <-p.wake:
@@ -216,9 +222,13 @@ func (s *Sandbox) Close() {
 }
 
 // keyOf is the shape of job j whose first step runs on img, in user
-// namespace ns (nil: none).
-func keyOf(p *Plan, img image.Image, ns *runtime.UserNS) warmKey {
+// namespace ns (nil: none); a reusable sandbox (reuse) takes any limits of
+// the first step but the size of /tmp.
+func keyOf(p *Plan, img image.Image, ns *runtime.UserNS, reuse bool) warmKey {
 	k := warmKey{image: p.Req.Image, digest: img.Digest, limits: p.Steps[0].Limits, work: p.Work}
+	if reuse {
+		k.limits = Limits{TmpBytes: k.limits.TmpBytes}
+	}
 	if ns != nil {
 		k.hostID = ns.HostID
 	}

@@ -23,6 +23,7 @@ var childControllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
 type ChildLimits struct {
 	MemoryBytes int64
 	Pids        int64
+	CPUs        float64 // a CFS quota, in cores
 }
 
 // NestLeaf is the child of a v2 parent that holds the parent's own
@@ -109,6 +110,11 @@ func (p Paths) MakeChild(name string, l ChildLimits) (c Paths, err error) {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		return nil
+	}
+	if l.CPUs > 0 {
+		if err := c.SetCPUs(l.CPUs); err != nil {
+			return c, err
+		}
 	}
 	if p.V2 {
 		if err := write(c.Unified, "memory.max", l.MemoryBytes); err != nil {
