@@ -36,6 +36,7 @@ type box struct {
 	pid  int           // host pid of Serve
 	cg   cgroups.Paths // the sandbox's cgroup; each step's is a child
 	keep *kept         // what is emptied or restored between jobs
+	proc procState     // Serve's own state as it started (see procState)
 	runs int           // jobs served
 	seq  int           // steps started, naming their cgroups
 	bad  bool          // Serve failed or went: not reused
@@ -88,6 +89,9 @@ func (s *Sandbox) startBox(ctx context.Context, b *warmBox, spec runtime.Spec, w
 	}
 	if z.keep, err = keep(z.pid, work); err != nil {
 		return err
+	}
+	if z.proc, err = readProcState(z.pid); err != nil {
+		return fmt.Errorf("sandbox process: %w", err)
 	}
 	return nil
 }
@@ -274,6 +278,13 @@ func (z *box) check() error {
 	}
 	if len(procs) != 1 || procs[0] != z.pid {
 		return fmt.Errorf("processes %v in its cgroup, want only its own (%d)", procs, z.pid)
+	}
+	now, err := readProcState(z.pid)
+	if err != nil {
+		return fmt.Errorf("its process: %w", err)
+	}
+	if what := z.proc.changed(now); what != "" {
+		return fmt.Errorf("a job changed %s", what)
 	}
 	return nil
 }

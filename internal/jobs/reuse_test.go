@@ -232,3 +232,34 @@ func limitsOr(l *types.JobLimits) types.JobLimits {
 	}
 	return *l
 }
+
+// TestReusedSandboxProcessTampered: a job that changes what the sandbox's
+// process hands down to the next job's (its nice value, CPU affinity, I/O
+// priority or OOM score adjustment) gets the sandbox dropped: the next job
+// runs in another one, with none of it.
+func TestReusedSandboxProcessTampered(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		const inherited = `echo "nice $(cut -d' ' -f19 /proc/self/stat) $(grep Cpus_allowed_list /proc/self/status) oom $(cat /proc/self/oom_score_adj)"`
+		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(inherited, nil)}})
+		for _, tamper := range []string{
+			"renice -n 10 -p 1",
+			"for t in /proc/1/task/*; do taskset -p 1 ${t##*/}; done",
+			"ionice -c 3 -p 1",
+			"echo 900 > /proc/1/oom_score_adj",
+			"renice -n 5 -p $(ls /proc/1/task | tail -1)",
+		} {
+			untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+			before := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"; ("+tamper+") >/dev/null 2>&1 && echo tampered; true", nil)}})
+			after := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"; "+inherited, nil)}})
+			box, got, _ := strings.Cut(after.Steps[0].Stdout, "\n")
+			if got != fresh.Stdout {
+				t.Fatalf("after %q the next job inherits %q, want %q", tamper, got, fresh.Stdout)
+			}
+			// A change refused leaves nothing to drop the sandbox for.
+			if before.Steps[0].Stdout == box+"\ntampered\n" {
+				t.Fatalf("after %q the next job ran in the same sandbox", tamper)
+			}
+		}
+	})
+}

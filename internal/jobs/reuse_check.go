@@ -1,0 +1,104 @@
+package jobs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// A job runs as the same user as its sandbox's process (Serve), so it may
+// change, through prlimit, setpriority, sched_setaffinity,
+// sched_setscheduler, ioprio_set or /proc/1/oom_score_adj, what Serve's
+// next children inherit. The daemon reads all of that when the sandbox
+// starts and again after every job, on every thread of Serve (any thread
+// may start the next step), and drops a sandbox where any of it changed.
+
+// procState is what a job could change of Serve: its resource limits and
+// OOM score adjustment (the process's), and each thread's scheduling
+// (priority, nice, real-time priority, policy), CPU and memory node
+// affinity and I/O priority, which must be the same for every thread.
+type procState struct {
+	limits, oomAdj string
+	thread         string
+}
+
+func readProcState(pid int) (procState, error) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	var st procState
+	b, err := os.ReadFile(dir + "/limits")
+	if err != nil {
+		return st, err
+	}
+	st.limits = string(b)
+	if b, err = os.ReadFile(dir + "/oom_score_adj"); err != nil {
+		return st, err
+	}
+	st.oomAdj = strings.TrimSpace(string(b))
+	tids, err := os.ReadDir(dir + "/task")
+	if err != nil {
+		return st, err
+	}
+	first := ""
+	for _, t := range tids {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		s, err := threadState(filepath.Join(dir, "task", t.Name()), tid)
+		if err != nil {
+			return st, err
+		}
+		if first == "" {
+			first, st.thread = t.Name(), s
+		} else if s != st.thread {
+			return st, fmt.Errorf("thread %d: %s, thread %s: %s", tid, s, first, st.thread)
+		}
+	}
+	return st, nil
+}
+
+func threadState(dir string, tid int) (string, error) {
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return "", err
+	}
+	// Fields after the command's closing parenthesis, from field 3 (state).
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b)[i+1:])
+	if i < 0 || len(f) < 39 {
+		return "", fmt.Errorf("%s/stat: malformed", dir)
+	}
+	sched := fmt.Sprintf("priority %s nice %s rt %s policy %s", f[15], f[16], f[37], f[38])
+	status, err := os.ReadFile(dir + "/status")
+	if err != nil {
+		return "", err
+	}
+	var aff []string
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "Cpus_allowed_list:") || strings.HasPrefix(line, "Mems_allowed_list:") {
+			aff = append(aff, strings.Join(strings.Fields(line), " "))
+		}
+	}
+	io, _, e := unix.Syscall(unix.SYS_IOPRIO_GET, 1 /* IOPRIO_WHO_PROCESS */, uintptr(tid), 0)
+	if e != 0 && e != unix.ESRCH {
+		return "", fmt.Errorf("ioprio of thread %d: %w", tid, e)
+	}
+	return fmt.Sprintf("%s; %s; ioprio %d", sched, strings.Join(aff, "; "), io), nil
+}
+
+// changed says what differs between st, as Serve started, and now.
+func (st procState) changed(now procState) string {
+	switch {
+	case now.limits != st.limits:
+		return "its resource limits"
+	case now.oomAdj != st.oomAdj:
+		return "its OOM score adjustment " + now.oomAdj
+	case now.thread != st.thread:
+		return "its scheduling, affinity or I/O priority: " + now.thread
+	}
+	return ""
+}
