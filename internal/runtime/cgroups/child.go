@@ -41,13 +41,23 @@ func (p Paths) Nest() error {
 	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("cgroup %s: %w", leaf, err)
 	}
-	procs, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.procs"))
-	if err != nil {
-		return err
-	}
-	for _, pid := range strings.Fields(string(procs)) {
-		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("cgroup %s: move %s: %w", leaf, pid, err)
+	// Again while any is left: one may fork while the list is moved.
+	for i := 0; ; i++ {
+		procs, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		pids := strings.Fields(string(procs))
+		if len(pids) == 0 {
+			break
+		}
+		if i == 100 {
+			return fmt.Errorf("cgroup %s: processes %v keep coming", p.Unified, pids)
+		}
+		for _, pid := range pids {
+			if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(pid), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("cgroup %s: move %s: %w", leaf, pid, err)
+			}
 		}
 	}
 	avail, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.controllers"))
@@ -74,7 +84,7 @@ func (p Paths) Nest() error {
 func (p Paths) Child(name string) Paths {
 	c := Paths{V1: map[string]string{}, V2: p.V2}
 	for _, ctl := range childControllers {
-		if d, ok := p.V1[ctl]; ok {
+		if d, ok := p.V1[ctl]; ok && !p.V2 {
 			c.V1[ctl] = filepath.Join(d, name)
 		}
 	}

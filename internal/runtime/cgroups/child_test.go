@@ -1,0 +1,163 @@
+package cgroups
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// startIn starts a shell that forks a child and waits, in cgroup dir (a
+// cgroup.procs file's directory), and returns its pid.
+func startIn(t *testing.T, dir string) int {
+	t.Helper()
+	c := exec.Command("sh", "-c", "sleep 1000 & wait")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	t.Cleanup(func() { c.Process.Kill(); <-done })
+	if dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(c.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c.Process.Pid
+}
+
+func readFile(t *testing.T, f string) string {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestChildLive makes child cgroups on the host's real hierarchies: v1
+// where the host has it, and v2 (the unified mount of a hybrid host).
+func TestChildLive(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root to make cgroups")
+	}
+	l, err := ReadLayout()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.V2Only() {
+		t.Run("v1", func(t *testing.T) { childLiveV1(t, l) })
+	}
+	t.Run("v2", func(t *testing.T) { childLiveV2(t, l) })
+}
+
+// childLiveV1 makes a child cgroup with limits in the v1 hierarchies,
+// moves a process that has forked into it, kills everything there and
+// removes it.
+func childLiveV1(t *testing.T, l *Layout) {
+	parent := l.Paths(fmt.Sprintf("/shoal-child-test-%d", os.Getpid()))
+	for _, d := range parent.Child("").Dirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { parent.Remove() })
+	c, err := parent.MakeChild("step1", ChildLimits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(c.V1["memory"], "memory.limit_in_bytes")); got != strconv.Itoa(64<<20) {
+		t.Fatalf("memory limit %s", got)
+	}
+	if got := readFile(t, filepath.Join(c.V1["pids"], "pids.max")); got != "16" {
+		t.Fatalf("pids.max %s", got)
+	}
+	if got := readFile(t, filepath.Join(c.V1["cpu"], "cpu.cfs_quota_us")); got != "50000" {
+		t.Fatalf("cpu quota %s", got)
+	}
+	if _, ok := c.V1["cpuset"]; ok {
+		t.Fatal("a child made in the cpuset hierarchy: its tasks could not run without cpus and mems")
+	}
+	pid := startIn(t, "")
+	if err := c.Attach(pid); err != nil {
+		t.Fatal(err)
+	}
+	procs, err := c.Procs()
+	if err != nil || !slices.Contains(procs, pid) {
+		t.Fatalf("procs %v (%v), want %d", procs, err, pid)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if procs, _ := c.Procs(); len(procs) != 0 {
+		t.Fatalf("after Kill: %v", procs)
+	}
+	if err := c.Remove(); err != nil || c.Exists() {
+		t.Fatalf("remove: %v, exists %v", err, c.Exists())
+	}
+}
+
+// childLiveV2 drives Nest, MakeChild, Attach and Kill on the cgroup2
+// hierarchy (on a hybrid host the unified mount, which has no controller,
+// so limits are set only where the controller is there).
+func childLiveV2(t *testing.T, l *Layout) {
+	if l.Unified == nil {
+		t.Fatal("needs a cgroup2 hierarchy (v2 or hybrid host)")
+	}
+	p := l.Paths(fmt.Sprintf("/shoal-child-test-v2-%d", os.Getpid()))
+	p.V2 = true
+	if err := os.Mkdir(p.Unified, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { Paths{Unified: p.Unified, V2: true}.Remove() })
+	own := startIn(t, p.Unified)
+	if err := p.Nest(); err != nil {
+		t.Fatal(err)
+	}
+	if procs := readFile(t, filepath.Join(p.Unified, "cgroup.procs")); procs != "" {
+		t.Fatalf("after Nest the parent holds %q", procs)
+	}
+	if leaf, _ := p.Child(NestLeaf).Procs(); !slices.Contains(leaf, own) {
+		t.Fatalf("after Nest the leaf holds %v, want %d", leaf, own)
+	}
+	var lim ChildLimits
+	ctls := readFile(t, filepath.Join(p.Unified, "cgroup.subtree_control"))
+	if strings.Contains(ctls, "memory") {
+		lim.MemoryBytes = 64 << 20
+	}
+	if strings.Contains(ctls, "pids") {
+		lim.Pids = 16
+	}
+	c, err := p.MakeChild("step1", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lim.Pids > 0 {
+		if got := readFile(t, filepath.Join(c.Unified, "pids.max")); got != "16" {
+			t.Fatalf("pids.max %s", got)
+		}
+	}
+	pid := startIn(t, "")
+	if err := c.Attach(pid); err != nil {
+		t.Fatal(err)
+	}
+	if procs, _ := c.Procs(); !slices.Contains(procs, pid) {
+		t.Fatalf("procs %v, want %d", procs, pid)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if procs, _ := c.Procs(); len(procs) != 0 {
+		t.Fatalf("after Kill: %v", procs)
+	}
+	if leaf, _ := p.Child(NestLeaf).Procs(); !slices.Contains(leaf, own) {
+		t.Fatalf("Kill of the child reached its parent's own process: leaf %v", leaf)
+	}
+	if err := c.Remove(); err != nil {
+		t.Fatal(err)
+	}
+}
