@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -344,4 +345,46 @@ func TestJobUserNamespace(t *testing.T) {
 		t.Fatalf("the sandbox's sleep in %s, seen from the host:\n%s", procs, status)
 	}
 	d.must("job", "cancel", id)
+}
+
+// TestJobKilledDaemonLeavesNoStep: a daemon killed while a job's first
+// step runs in a reusable sandbox leaves that step running no longer than
+// it takes the sandbox's process to see the daemon's end of its socket
+// close, not until the daemon comes back.
+func TestJobKilledDaemonLeavesNoStep(t *testing.T) {
+	t.Setenv("SHOAL_JOB_SLOTS", "1")
+	d := startDaemon(t)
+	d.busybox("busybox:1")
+	for i := 0; counter(t, d.getText("/metrics"), "shoal_job_warm_reused_total") < 1; i++ {
+		if i == 30 {
+			t.Fatal("no job ran in a reused sandbox")
+		}
+		d.must("job", "run", "busybox:1", "true")
+	}
+	marker := fmt.Sprintf("marker-%d", os.Getpid())
+	id := strings.TrimSpace(d.must("job", "submit", "busybox:1", "sh", "-c", "sleep 1000; echo "+marker))
+	d.waitRunning(id)
+	if !running(marker) {
+		t.Fatalf("no process of the job (%s) on the host", marker)
+	}
+	d.stop(syscall.SIGKILL)
+	for i := 0; running(marker); i++ {
+		if i == 2000 {
+			t.Fatalf("the job's step still runs 20s after its daemon was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	d.start()
+}
+
+// running reports whether a process on the host has marker in its
+// command line.
+func running(marker string) bool {
+	dirs, _ := os.ReadDir("/proc")
+	for _, e := range dirs {
+		if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(b), marker) {
+			return true
+		}
+	}
+	return false
 }

@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -260,6 +262,45 @@ func TestReusedSandboxProcessTampered(t *testing.T) {
 			if before.Steps[0].Stdout == box+"\ntampered\n" {
 				t.Fatalf("after %q the next job ran in the same sandbox", tamper)
 			}
+		}
+	})
+}
+
+// TestReusedSandboxEndsWithDaemon: when the daemon's end of a reusable
+// sandbox's control socket closes mid-step, the step ends as an internal
+// error, not after its hour of sleep, and the sandbox's process is gone.
+// (That the process ends by itself when the daemon dies, taking the step
+// with it, is TestJobKilledDaemonLeavesNoStep's, in internal/e2e.)
+func TestReusedSandboxEndsWithDaemon(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		sb.pool.mu.Lock()
+		z := sb.pool.ready[0].z
+		sb.pool.mu.Unlock()
+		done := make(chan Job, 1)
+		go func() {
+			done <- runIn(t, sb, types.JobRequest{Limits: types.JobLimits{Timeout: "60s"}, Steps: []types.JobStep{shStep("(setsid sleep 1000 &); echo up; sleep 1000", nil)}})
+		}()
+		// The step is up once its cgroup lists its processes.
+		for i := 0; ; i++ {
+			if procs, _ := z.cg.Child(fmt.Sprintf("step%d", z.seq)).Procs(); len(procs) >= 2 {
+				break
+			}
+			if i == 2000 {
+				t.Fatal("the step never started")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		z.ctl.CloseWrite()
+		z.ctl.CloseRead()
+		j := <-done
+		s := j.Steps[0]
+		if s.Status != StepInternalError || !strings.Contains(s.Error, "sandbox process") {
+			t.Fatalf("a step whose sandbox's process ended: %+v", s)
+		}
+		if err := syscall.Kill(z.pid, 0); err != syscall.ESRCH {
+			t.Fatalf("the sandbox's process %d is still there (%v)", z.pid, err)
 		}
 	})
 }

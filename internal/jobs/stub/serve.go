@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"unsafe"
 )
 
 // Arguments of shoal-init.
@@ -54,6 +55,7 @@ func Serve() int {
 		for range sigs {
 		}
 	}()
+	go exitOnHangup()
 	buf := make([]byte, 16)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
 	for {
@@ -142,4 +144,22 @@ func announce() error {
 	_, err := syscall.Write(3, []byte{'s'})
 	syscall.Close(3)
 	return err
+}
+
+// exitOnHangup ends Serve, and with it (the sandbox's pid 1) every process
+// of the sandbox, as soon as the daemon's end of the control socket is
+// closed: a daemon that died leaves no step running.
+func exitOnHangup() {
+	const pollRDHUP = 0x2000
+	fds := []struct {
+		fd             int32
+		events, revent int16
+	}{{fd: 0, events: pollRDHUP}}
+	for {
+		_, _, e := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), 1, 0, 0, 0, 0)
+		if e == syscall.EINTR {
+			continue
+		}
+		os.Exit(2)
+	}
 }

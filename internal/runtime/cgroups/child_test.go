@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -16,12 +17,13 @@ import (
 func startIn(t *testing.T, dir string) int {
 	t.Helper()
 	c := exec.Command("sh", "-c", "sleep 1000 & wait")
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { c.Wait(); close(done) }()
-	t.Cleanup(func() { c.Process.Kill(); <-done })
+	t.Cleanup(func() { syscall.Kill(-c.Process.Pid, syscall.SIGKILL); <-done })
 	if dir != "" {
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(c.Process.Pid)), 0); err != nil {
 			t.Fatal(err)
