@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	goruntime "runtime"
@@ -138,7 +139,7 @@ func (k *kept) wipe() error {
 		if t, err := k.dev.root.Readlink(n); err == nil && t == e.target {
 			continue
 		}
-		if err := k.dev.root.RemoveAll(n); err != nil {
+		if err := k.dev.removeAll(n); err != nil {
 			return fmt.Errorf("sandbox /dev/%s: %w", n, err)
 		}
 		missing = append(missing, n)
@@ -179,24 +180,27 @@ func asOwner(a dirAttr, f func() error) error {
 // stay as they are), then restores its mode and owner and removes its
 // extended attributes.
 func (d keptDir) empty(keep map[string]devEntry) error {
-	names, err := readNames(d.root)
-	if err != nil {
-		return fmt.Errorf("sandbox %s: %w", d.name, err)
-	}
-	for _, n := range names {
-		if _, ok := keep[n]; ok {
-			continue
-		}
-		if err := d.root.RemoveAll(n); err != nil {
-			return fmt.Errorf("sandbox %s: %w", d.name, err)
-		}
-	}
 	f, err := d.root.Open(".")
 	if err != nil {
 		return fmt.Errorf("sandbox %s: %w", d.name, err)
 	}
 	defer f.Close()
 	fd := int(f.Fd())
+	for {
+		sub, err := clearDir(f, keep)
+		if err == nil && sub != "" {
+			err = removeAll(fd, sub)
+		}
+		if err != nil {
+			return fmt.Errorf("sandbox %s: %w", d.name, err)
+		}
+		if sub == "" {
+			break
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("sandbox %s: %w", d.name, err)
+		}
+	}
 	if err := unix.Fchown(fd, d.attr.uid, d.attr.gid); err != nil {
 		return fmt.Errorf("sandbox %s: %w", d.name, err)
 	}

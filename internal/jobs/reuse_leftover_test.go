@@ -1,0 +1,148 @@
+package jobs
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+)
+
+var probeBin struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+// probed is req with the probe (testdata/probe) at /work/probe, and its
+// first step's script run after making it executable.
+func probed(t *testing.T, script string) types.JobRequest {
+	t.Helper()
+	probeBin.once.Do(func() {
+		out := filepath.Join(os.TempDir(), "shoal-jobs-probe-"+strings.ReplaceAll(t.Name(), "/", "-"))
+		defer os.Remove(out)
+		cmd := exec.Command("go", "build", "-ldflags=-s", "-o", out, "./testdata/probe")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			probeBin.err = err
+			probeBin.b = msg
+			return
+		}
+		probeBin.b, probeBin.err = os.ReadFile(out)
+	})
+	if probeBin.err != nil {
+		t.Fatalf("build the probe: %v\n%s", probeBin.err, probeBin.b)
+	}
+	return types.JobRequest{Files: map[string][]byte{"probe": probeBin.b},
+		Steps: []types.JobStep{shStep("chmod +x /work/probe\n"+script, nil)}}
+}
+
+// sameBox runs a job that leaves something behind (its output must hold
+// want), then the next job, which must run in the same sandbox and see
+// what a job sees in a fresh one (fresh, from script).
+func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want, script, fresh string) StepResult {
+	t.Helper()
+	dirty.Steps[0].Args[2] = servedBy + "\n" + dirty.Steps[0].Args[2]
+	d := runIn(t, sb, dirty)
+	wantStatus(t, d.Steps[0], StepOK)
+	if !strings.Contains(d.Steps[0].Stdout, want) {
+		t.Fatalf("the job leaving things behind printed\n%s\nwant %q in it", d.Steps[0].Stdout, want)
+	}
+	after := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"\n"+script, nil)}})
+	wantStatus(t, after.Steps[0], StepOK)
+	box, rest, _ := strings.Cut(after.Steps[0].Stdout, "\n")
+	if !strings.HasPrefix(d.Steps[0].Stdout, box+"\n") {
+		t.Fatalf("the next job ran in another sandbox (%q, then %q): the first was dropped", d.Steps[0].Stdout, box)
+	}
+	if rest != fresh {
+		t.Fatalf("the next job in the sandbox sees\n%s\nwant, as in a fresh one,\n%s", rest, fresh)
+	}
+	return after.Steps[0]
+}
+
+// TestReusedSandboxDeepTree: directory chains deeper than the daemon may
+// hold descriptors, left in /work, /tmp, /dev/shm and (in a user
+// namespace, where the job owns it) /dev, are emptied all the same, and
+// the sandbox serves the next job.
+func TestReusedSandboxDeepTree(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}})
+		wantStatus(t, fresh, StepOK)
+		// The daemon's descriptors are fewer than a chain's levels.
+		var lim unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+		low := lim
+		low.Cur = 1024
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+		const depth = "1500"
+		sameBox(t, sb, probed(t, `for d in /work /tmp /dev/shm; do ./probe deep $d `+depth+`; done
+rm -f /dev/stdin 2>/dev/null && mkdir /dev/stdin && ./probe deep /dev/stdin `+depth+`
+true`), "deep /dev/shm: ok", state, fresh.Stdout)
+	})
+}
+
+// TestRemoveAll: removeAll removes a chain deeper than the descriptors it
+// may hold, directories without permissions and a wide directory, and
+// removes links without following them.
+func TestRemoveAll(t *testing.T) {
+	dir := t.TempDir()
+	outside := filepath.Join(dir, "outside")
+	if err := os.MkdirAll(filepath.Join(outside, "keep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	top := filepath.Join(dir, "top")
+	if err := os.Mkdir(top, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := top
+	for i := 0; i < 300; i++ {
+		p = filepath.Join(p, "d")
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			os.Symlink(outside, filepath.Join(p, "link"))
+			os.WriteFile(filepath.Join(p, "f"), []byte("x"), 0)
+			for j := 0; j < 1500; j++ {
+				os.Mkdir(filepath.Join(p, "w"+strconv.Itoa(j)), 0)
+			}
+			os.Chmod(p, 0)
+		}
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	low := lim
+	low.Cur = 64
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(dir)
+	if err == nil {
+		err = removeAll(int(d.Fd()), "top")
+		d.Close()
+	}
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(top); !os.IsNotExist(err) {
+		t.Fatalf("%s left: %v", top, err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Fatalf("a link's target was removed: %v", err)
+	}
+}
