@@ -146,3 +146,21 @@ func TestRemoveAll(t *testing.T) {
 		t.Fatalf("a link's target was removed: %v", err)
 	}
 }
+
+// TestReusedSandboxDevPts: a job that takes the modes off /dev/pts and
+// /dev/pts/ptmx (it owns them in a user namespace) leaves the next job
+// in its sandbox both as in a fresh one.
+func TestReusedSandboxDevPts(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		const pts = `stat -c '%n %a %u %g' /dev/pts /dev/pts/ptmx 2>&1; true`
+		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(pts, nil)}})
+		wantStatus(t, fresh, StepOK)
+		want := "changed"
+		if sb.UserNS == nil {
+			want = "refused" // root's: the job cannot change them
+		}
+		sameBox(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(`(chmod 0 /dev/pts/ptmx && chmod 0 /dev/pts) 2>/dev/null && echo changed || echo refused`, nil)}},
+			want, pts, fresh.Stdout)
+	})
+}

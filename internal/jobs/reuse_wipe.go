@@ -22,6 +22,8 @@ import (
 //   - /work, /tmp, /dev/shm and /dev/mqueue are emptied and their own mode,
 //     owner and extended attributes restored;
 //   - /dev gets back the entries it was made with and loses any other;
+//   - /dev/pts and its ptmx get back their mode and owner (a job in a
+//     user namespace owns them);
 //   - the System V IPC objects of its IPC namespace are removed (POSIX
 //     message queues are files in /dev/mqueue).
 //
@@ -31,7 +33,9 @@ type kept struct {
 	dirs []keptDir
 	dev  keptDir
 	ents map[string]devEntry // /dev as made
-	ipc  *os.File            // the sandbox's IPC namespace
+	pts  keptDir
+	ptmx dirAttr  // of /dev/pts/ptmx
+	ipc  *os.File // the sandbox's IPC namespace
 }
 
 type keptDir struct {
@@ -84,6 +88,12 @@ func keep(pid int, work string) (k *kept, err error) {
 	if k.dev, err = open("/dev", proc+"/root/dev"); err != nil {
 		return k, err
 	}
+	if k.pts, err = open("/dev/pts", proc+"/root/dev/pts"); err != nil {
+		return k, err
+	}
+	if k.ptmx, err = statAttr(k.pts.root, "ptmx"); err != nil {
+		return k, fmt.Errorf("sandbox /dev/pts/ptmx: %w", err)
+	}
 	names, err := readNames(k.dev.root)
 	if err != nil {
 		return k, fmt.Errorf("sandbox /dev: %w", err)
@@ -108,7 +118,7 @@ func keep(pid int, work string) (k *kept, err error) {
 }
 
 func (k *kept) close() {
-	for _, d := range append(k.dirs, k.dev) {
+	for _, d := range append(k.dirs, k.dev, k.pts) {
 		if d.root != nil {
 			d.root.Close()
 		}
@@ -129,6 +139,9 @@ func (k *kept) wipe() error {
 		}
 	}
 	if err := k.dev.empty(k.ents); err != nil {
+		return err
+	}
+	if err := k.restorePts(); err != nil {
 		return err
 	}
 	var missing []string
@@ -201,6 +214,29 @@ func (d keptDir) empty(keep map[string]devEntry) error {
 			return fmt.Errorf("sandbox %s: %w", d.name, err)
 		}
 	}
+	return d.restore(fd)
+}
+
+// restorePts puts back the mode and owner of /dev/pts and its ptmx.
+func (k *kept) restorePts() error {
+	f, err := k.pts.root.Open(".")
+	if err != nil {
+		return fmt.Errorf("sandbox /dev/pts: %w", err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	if err := unix.Fchownat(fd, "ptmx", k.ptmx.uid, k.ptmx.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("sandbox /dev/pts/ptmx: %w", err)
+	}
+	if err := unix.Fchmodat(fd, "ptmx", k.ptmx.mode, 0); err != nil {
+		return fmt.Errorf("sandbox /dev/pts/ptmx: %w", err)
+	}
+	return k.pts.restore(fd)
+}
+
+// restore puts back the mode and owner of the directory, open as fd, and
+// removes its extended attributes.
+func (d keptDir) restore(fd int) error {
 	if err := unix.Fchown(fd, d.attr.uid, d.attr.gid); err != nil {
 		return fmt.Errorf("sandbox %s: %w", d.name, err)
 	}
@@ -245,8 +281,10 @@ func readNames(r *os.Root) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-func statDir(r *os.Root) (dirAttr, error) {
-	fi, err := r.Stat(".")
+func statDir(r *os.Root) (dirAttr, error) { return statAttr(r, ".") }
+
+func statAttr(r *os.Root, name string) (dirAttr, error) {
+	fi, err := r.Lstat(name)
 	if err != nil {
 		return dirAttr{}, err
 	}
