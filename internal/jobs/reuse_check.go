@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,18 +14,21 @@ import (
 
 // A job runs as the same user as its sandbox's process (Serve), so it may
 // change, through prlimit, setpriority, sched_setaffinity,
-// sched_setscheduler, ioprio_set or /proc/1/oom_score_adj, what Serve's
-// next children inherit. The daemon reads all of that when the sandbox
+// sched_setscheduler, ioprio_set, /proc/1/oom_score_adj or (in a user
+// namespace, whose root owns the /proc files of a process that is not
+// dumpable) /proc/1/coredump_filter, what Serve's next children inherit,
+// and /proc/1/autogroup, which the next job sees. The daemon reads all of that when the sandbox
 // starts and again after every job, on every thread of Serve (any thread
 // may start the next step), and drops a sandbox where any of it changed.
 
-// procState is what a job could change of Serve: its resource limits and
-// OOM score adjustment (the process's), and each thread's scheduling
-// (priority, nice, real-time priority, policy), CPU and memory node
-// affinity and I/O priority, which must be the same for every thread.
+// procState is what a job could change of Serve: its resource limits, OOM
+// score adjustment, core dump filter and autogroup (the process's), and
+// each thread's scheduling (priority, nice, real-time priority, policy),
+// CPU and memory node affinity and I/O priority, which must be the same
+// for every thread.
 type procState struct {
-	limits, oomAdj string
-	thread         string
+	limits, oomAdj, core, autogroup string
+	thread                          string
 }
 
 func readProcState(pid int) (procState, error) {
@@ -38,6 +43,13 @@ func readProcState(pid int) (procState, error) {
 		return st, err
 	}
 	st.oomAdj = strings.TrimSpace(string(b))
+	// Files a kernel may be built without.
+	if st.core, err = readOptional(dir + "/coredump_filter"); err != nil {
+		return st, err
+	}
+	if st.autogroup, err = readOptional(dir + "/autogroup"); err != nil {
+		return st, err
+	}
 	tids, err := os.ReadDir(dir + "/task")
 	if err != nil {
 		return st, err
@@ -97,8 +109,21 @@ func (st procState) changed(now procState) string {
 		return "its resource limits"
 	case now.oomAdj != st.oomAdj:
 		return "its OOM score adjustment " + now.oomAdj
+	case now.core != st.core:
+		return "its core dump filter " + now.core
+	case now.autogroup != st.autogroup:
+		return "its autogroup " + now.autogroup
 	case now.thread != st.thread:
 		return "its scheduling, affinity or I/O priority: " + now.thread
 	}
 	return ""
+}
+
+// readOptional reads a file of /proc, "" if the kernel has none.
+func readOptional(name string) (string, error) {
+	b, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
 }

@@ -237,12 +237,14 @@ func limitsOr(l *types.JobLimits) types.JobLimits {
 
 // TestReusedSandboxProcessTampered: a job that changes what the sandbox's
 // process hands down to the next job's (its nice value, CPU affinity, I/O
-// priority or OOM score adjustment) gets the sandbox dropped: the next job
-// runs in another one, with none of it.
+// priority, OOM score adjustment or core dump filter) or shows it (its
+// autogroup's nice value) gets the sandbox dropped: the next job runs in
+// another one, with none of it.
 func TestReusedSandboxProcessTampered(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)
-		const inherited = `echo "nice $(cut -d' ' -f19 /proc/self/stat) $(grep Cpus_allowed_list /proc/self/status) oom $(cat /proc/self/oom_score_adj)"`
+		const inherited = `echo "nice $(cut -d' ' -f19 /proc/self/stat) $(grep Cpus_allowed_list /proc/self/status) oom $(cat /proc/self/oom_score_adj)"
+echo "core $(cat /proc/self/coredump_filter) sandbox's autogroup $(cut -d' ' -f2- /proc/1/autogroup)"`
 		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(inherited, nil)}})
 		for _, tamper := range []string{
 			"renice -n 10 -p 1",
@@ -250,6 +252,8 @@ func TestReusedSandboxProcessTampered(t *testing.T) {
 			"ionice -c 3 -p 1",
 			"echo 900 > /proc/1/oom_score_adj",
 			"renice -n 5 -p $(ls /proc/1/task | tail -1)",
+			"echo 0x7f > /proc/1/coredump_filter",
+			"echo 5 > /proc/1/autogroup",
 		} {
 			untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
 			before := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"; ("+tamper+") >/dev/null 2>&1 && echo tampered; true", nil)}})
