@@ -45,8 +45,8 @@ func probed(t *testing.T, script string) types.JobRequest {
 
 // sameBox runs a job that leaves something behind (its output must hold
 // want), then the next job, which must run in the same sandbox and see
-// what a job sees in a fresh one (fresh, from script).
-func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want, script, fresh string) StepResult {
+// what a job sees in a fresh one (fresh: next's first step's output there).
+func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want string, next types.JobRequest, fresh string) StepResult {
 	t.Helper()
 	dirty.Steps[0].Args[2] = servedBy + "\n" + dirty.Steps[0].Args[2]
 	d := runIn(t, sb, dirty)
@@ -54,7 +54,8 @@ func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want, script, fr
 	if !strings.Contains(d.Steps[0].Stdout, want) {
 		t.Fatalf("the job leaving things behind printed\n%s\nwant %q in it", d.Steps[0].Stdout, want)
 	}
-	after := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"\n"+script, nil)}})
+	next.Steps[0].Args[2] = servedBy + "\n" + next.Steps[0].Args[2]
+	after := runIn(t, sb, next)
 	wantStatus(t, after.Steps[0], StepOK)
 	box, rest, _ := strings.Cut(after.Steps[0].Stdout, "\n")
 	if !strings.HasPrefix(d.Steps[0].Stdout, box+"\n") {
@@ -89,7 +90,7 @@ func TestReusedSandboxDeepTree(t *testing.T) {
 		const depth = "1500"
 		sameBox(t, sb, probed(t, `for d in /work /tmp /dev/shm; do ./probe deep $d `+depth+`; done
 rm -f /dev/stdin 2>/dev/null && mkdir /dev/stdin && ./probe deep /dev/stdin `+depth+`
-true`), "deep /dev/shm: ok", state, fresh.Stdout)
+true`), "deep /dev/shm: ok", types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}}, fresh.Stdout)
 	})
 }
 
@@ -161,6 +162,35 @@ func TestReusedSandboxDevPts(t *testing.T) {
 			want = "refused" // root's: the job cannot change them
 		}
 		sameBox(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(`(chmod 0 /dev/pts/ptmx && chmod 0 /dev/pts) 2>/dev/null && echo changed || echo refused`, nil)}},
-			want, pts, fresh.Stdout)
+			want, types.JobRequest{Steps: []types.JobStep{shStep(pts, nil)}}, fresh.Stdout)
+	})
+}
+
+// TestReusedSandboxNetwork: a job that leaves a TCP connection in
+// TIME_WAIT in its sandbox's network namespace (which would keep the next
+// job from listening on that port) gets the sandbox dropped, as a
+// namespace that is not empty is not recycled: the next job finds none.
+func TestReusedSandboxNetwork(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		const check = "./probe bind 5555; grep -o 'sockets: used [0-9]*' /proc/net/sockstat; grep -o 'tw [0-9]*' /proc/net/sockstat"
+		fresh := untilReused(t, sb, probed(t, check))
+		wantStatus(t, fresh, StepOK)
+		if !strings.HasPrefix(fresh.Stdout, "bind: ok\n") {
+			t.Fatalf("a fresh sandbox: %s", fresh.Stdout)
+		}
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		d := runIn(t, sb, probed(t, servedBy+"\n./probe timewait 5555; grep -o 'tw [0-9]*' /proc/net/sockstat"))
+		wantStatus(t, d.Steps[0], StepOK)
+		if !strings.Contains(d.Steps[0].Stdout, "timewait: ok\ntw 1\n") {
+			t.Fatalf("the job leaving a connection in TIME_WAIT: %s", d.Steps[0].Stdout)
+		}
+		next := probed(t, servedBy+"\n"+check)
+		after := runIn(t, sb, next)
+		wantStatus(t, after.Steps[0], StepOK)
+		_, got, _ := strings.Cut(after.Steps[0].Stdout, "\n")
+		if got != fresh.Stdout {
+			t.Fatalf("after a job that left a connection in TIME_WAIT, the next job sees\n%s\nwant, as in a fresh sandbox,\n%s", got, fresh.Stdout)
+		}
 	})
 }

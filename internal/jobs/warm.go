@@ -355,12 +355,20 @@ func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (
 
 // release takes back reusable sandbox b from the job that had it: emptied
 // (see kept), it waits for the next job of its shape, unless Serve failed,
-// it served boxRuns jobs, its shape is no longer kept or enough are ready;
-// then it is removed.
+// its network namespace is not empty (network.CheckEmpty), it served
+// boxRuns jobs, its shape is no longer kept or enough are ready; then it
+// is removed.
 func (s *Sandbox) release(b *warmBox) {
 	z := b.z
 	z.runs++
 	err := z.check()
+	if err == nil && b.att != nil {
+		// What a job's sockets leave, such as a connection in TIME_WAIT
+		// on a port the next job would listen on, cannot be emptied.
+		if err = network.CheckEmpty(b.att.NSPath); err != nil {
+			err = fmt.Errorf("its network namespace: %w", err)
+		}
+	}
 	if err == nil {
 		err = z.keep.wipe()
 	}

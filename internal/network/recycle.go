@@ -94,6 +94,12 @@ func (m *Manager) putBack(e *entry, clean bool) (kept bool, evicted *entry) {
 // table, some milliseconds each, which costs more than a new namespace.
 var socketCounts = []string{"sockstat", "sockstat6"}
 
+// CheckEmpty says why the None namespace at path is not as the pool makes
+// it (see Recycle), or nil: for a namespace kept by its holder from one use
+// to the next, as a reusable job sandbox's is, with no process left of the
+// last use.
+func CheckEmpty(path string) error { return checkEmpty(path) }
+
 // checkEmpty returns why the namespace at path is not as createNetNS
 // leaves it, or nil when it holds no socket and no interface but lo, up.
 func checkEmpty(path string) error {
