@@ -40,6 +40,7 @@ type box struct {
 	runs int           // jobs served
 	seq  int           // steps started, naming their cgroups
 	bad  bool          // Serve failed or went: not reused
+	next *stepPrep     // the step made ready for the next job
 }
 
 // boxRuntime is what reusable sandboxes need of the runtime beyond Runtime.
@@ -93,11 +94,16 @@ func (s *Sandbox) startBox(ctx context.Context, b *warmBox, spec runtime.Spec, w
 	if z.proc, err = readProcState(z.pid); err != nil {
 		return fmt.Errorf("sandbox process: %w", err)
 	}
-	return nil
+	return z.prepare()
 }
 
-// close releases what the daemon holds of a reusable sandbox.
+// close releases what the daemon holds of a reusable sandbox, and its
+// step made ready, if any.
 func (z *box) close() {
+	if z.next != nil {
+		z.next.drop()
+		z.next = nil
+	}
 	if z.ctl != nil {
 		z.ctl.Close()
 	}
@@ -117,66 +123,98 @@ func unixConn(fd int, name string) (*net.UnixConn, error) {
 	return c.(*net.UnixConn), nil
 }
 
-// boxStep runs the first step of a job in reusable sandbox b: a cgroup
-// for the step, its stub started by Serve and moved into that cgroup
-// before it reads its command, then supervised as in step. The teardown
-// removes the step's cgroup; the sandbox itself is emptied once the job is
-// over (release).
+// stepPrep is the next step of a reusable sandbox, made ready while the
+// sandbox waits for its job: a cgroup of its own below the sandbox's, and
+// a stub started by Serve and moved into that cgroup, which waits for its
+// command. A job so starts its first step by writing its limits into the
+// cgroup, then its command: the stub's start-up and the cgroup were made
+// ahead. The cgroup has no limit while the stub waits: a last job's small
+// pids or memory limit could starve the stub the next job gets.
+type stepPrep struct {
+	cg      cgroups.Paths
+	io      *stepIO
+	replies chan reply
+}
+
+// prepare readies the sandbox's next step (z.next). On an error the
+// sandbox is not reused.
+func (z *box) prepare() (err error) {
+	z.seq++
+	p := &stepPrep{}
+	made := false
+	defer func() {
+		if err != nil {
+			z.bad = true
+			if made {
+				p.drop()
+			}
+		}
+	}()
+	if p.cg, err = z.cg.MakeChild(fmt.Sprintf("step%d", z.seq), cgroups.ChildLimits{}); err != nil {
+		return fmt.Errorf("step cgroup: %w", err)
+	}
+	made = true
+	if p.io, err = newStepIO(); err != nil {
+		return err
+	}
+	defer p.io.closeTheirs()
+	if _, _, err := z.ctl.WriteMsgUnix([]byte{stub.MsgRun}, p.io.rights(), nil); err != nil {
+		return fmt.Errorf("sandbox control: %w", err)
+	}
+	p.io.closeTheirs()
+	p.replies = make(chan reply, 1)
+	go func() { p.replies <- readReply(z.ctl) }()
+	pid, err := p.io.announced(context.Background())
+	if err != nil {
+		return err
+	}
+	if err := p.cg.Attach(pid); err != nil {
+		return err
+	}
+	z.next = p
+	return nil
+}
+
+// drop kills a prepared step's stub and removes its cgroup.
+func (p *stepPrep) drop() {
+	if p.io != nil {
+		p.io.closeOurs()
+	}
+	p.cg.Kill()
+	p.cg.Remove()
+}
+
+// boxStep runs the first step of a job in reusable sandbox b: its
+// prepared step (see stepPrep) gets the step's limits, then its command
+// (none of the job's code runs before its limits),
+// and is supervised as in step. The teardown removes the step's cgroup;
+// the sandbox itself is emptied once the job is over (release) and its
+// next step made ready.
 func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (StepResult, func() time.Duration) {
 	res := StepResult{Name: st.Name}
 	t0 := time.Now()
 	z := b.z
-	z.seq++
-	var cg cgroups.Paths
-	made := false
+	prep := z.next
+	z.next = nil
 	teardown := func() time.Duration {
 		t := time.Now()
-		if made {
-			if err := cg.Remove(); err != nil {
+		if prep != nil {
+			if err := prep.cg.Remove(); err != nil {
 				z.bad = true
 				s.log().Warn("remove job step cgroup", "sandbox", b.id, "err", err)
 			}
 		}
 		return time.Since(t)
 	}
-	fail := func(err error) (StepResult, func() time.Duration) {
+	if prep == nil {
 		z.bad = true
-		if made {
-			cg.Kill()
-		}
-		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
-			return res, teardown
-		}
-		return internalError(res, err), teardown
+		return internalError(res, errors.New("the sandbox has no step ready")), teardown
 	}
-	var err error
-	cg, err = z.cg.MakeChild(fmt.Sprintf("step%d", z.seq), cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids, CPUs: st.Limits.CPUs})
-	if err != nil {
-		return fail(fmt.Errorf("step cgroup: %w", err))
-	}
-	made = true
-	io, err := newStepIO()
-	if err != nil {
-		return fail(err)
-	}
-	defer io.closeTheirs()
-	if _, _, err := z.ctl.WriteMsgUnix([]byte{stub.MsgRun}, io.rights(), nil); err != nil {
-		io.closeOurs()
-		return fail(fmt.Errorf("sandbox control: %w", err))
-	}
-	io.closeTheirs()
-	replies := make(chan reply, 1)
-	go func() { replies <- readReply(z.ctl) }()
-	pid, err := io.announced(ctx)
-	if err == nil {
-		err = cg.Attach(pid)
-	}
-	if err != nil {
-		io.closeOurs()
-		cg.Kill()
-		go func() { <-replies }()
-		return fail(err)
+	limits := cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids, CPUs: st.Limits.CPUs}
+	if err := prep.cg.SetLimits(cgroups.ChildLimits{}, limits); err != nil {
+		z.bad = true
+		prep.drop()
+		return internalError(res, fmt.Errorf("step cgroup: %w", err)), teardown
 	}
 	cwd := st.Workdir
 	if cwd == "" {
@@ -184,6 +222,7 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 	}
 	cmd := stub.Encode(stub.Cmd{Args: st.Args, Env: append(append([]string{}, p.Req.Env...), st.Env...), Cwd: cwd,
 		CPUSecs: uint64((st.Limits.CPUTimeLimit() + time.Second - 1) / time.Second)})
+	io := prep.io
 	go func() {
 		// Fails only if the stub is gone; its result says why.
 		if _, err := io.stdin.Write(cmd); err == nil && len(st.Stdin) > 0 {
@@ -193,7 +232,7 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 	}()
 	tStarted := time.Now()
 	res.StartMs = ms(tStarted.Sub(t0))
-	pr := &boxProc{cg: cg, replies: replies, z: z}
+	pr := &boxProc{cg: prep.cg, replies: prep.replies, z: z}
 	res = s.finish(ctx, pr, st, io.outR, io.errR, res, tStarted)
 	if res.ExitCode == 127 && strings.HasPrefix(res.Stderr, stub.Failed) {
 		line, rest, _ := strings.Cut(res.Stderr, "\n")

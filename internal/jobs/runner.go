@@ -141,7 +141,7 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 	}
 	var warm *warmBox
 	if s.Warm > 0 && s.Stub != "" && ctx.Err() == nil {
-		warm = s.take(keyOf(p, img, ns, s.Reuse), img)
+		warm = s.take(ctx, keyOf(p, img, ns, s.Reuse), img)
 	}
 	work := filepath.Join(s.Dir, j.ID)
 	reusable := warm != nil && warm.z != nil

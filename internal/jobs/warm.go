@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/jobs/stub"
 	"github.com/shoal-run/shoal/internal/network"
@@ -56,6 +57,8 @@ type warmPool struct {
 	img           image.Image
 	ready         []*warmBox
 	busy          int           // reusable sandboxes out with jobs, counted against Warm
+	releasing     int           // reusable sandboxes being emptied (see release)
+	released      chan struct{} // closed when one has been (then made anew)
 	wake          chan struct{} // a job took or missed one
 	stop          chan struct{}
 	done          chan struct{}
@@ -84,26 +87,53 @@ func (s *Sandbox) WarmStats() WarmStats {
 	return WarmStats{Hits: p.hits.Load(), Misses: p.misses.Load(), Reused: p.reused.Load(), Ready: ready}
 }
 
+// releaseWait bounds how long a job waits for a used sandbox of its shape
+// being emptied when only unused ones are ready (see take).
+const releaseWait = 50 * time.Millisecond
+
 // take returns a warm sandbox of key's shape, or nil; the second job in a
-// row of a shape the pool does not keep makes it the one kept.
-func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
+// row of a shape the pool does not keep makes it the one kept. It takes
+// the last one in of the ready sandboxes that served a job before (its
+// pages are the likeliest still cached). If none did but one is being
+// emptied (a few ms), it waits for that one, at most releaseWait: jobs in
+// a row of a new shape so reuse one sandbox from the second job on rather
+// than each take a fresh one while the last is emptied. Otherwise it
+// takes the last one in.
+func (s *Sandbox) take(ctx context.Context, key warmKey, img image.Image) *warmBox {
 	p := &s.pool
 	p.once.Do(func() {
 		p.wake, p.stop, p.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+		p.released = make(chan struct{})
 		go s.fill()
 	})
 	p.mu.Lock()
 	var b *warmBox
 	switch {
 	case p.key == key:
-		if n := len(p.ready); n > 0 {
-			// The last one in: a reused sandbox's pages are the likeliest
-			// still cached.
-			b = p.ready[n-1]
-			p.ready = p.ready[:n-1]
-			if b.z != nil {
-				p.busy++
+		var wait clock.Timer
+		for b == nil {
+			b = p.takeReady(true)
+			if b != nil || p.releasing == 0 || p.key != key {
+				break
 			}
+			if wait == nil {
+				wait = s.clock().NewTimer(releaseWait)
+				defer wait.Stop()
+			}
+			released := p.released
+			p.mu.Unlock()
+			select {
+			case <-released:
+				p.mu.Lock()
+				continue
+			case <-wait.C():
+			case <-ctx.Done():
+			}
+			p.mu.Lock()
+			break
+		}
+		if b == nil && p.key == key {
+			b = p.takeReady(false)
 		}
 		p.next = warmKey{}
 	case p.next == key:
@@ -125,6 +155,24 @@ func (s *Sandbox) take(key warmKey, img image.Image) *warmBox {
 	default:
 	}
 	return b
+}
+
+// takeReady removes from the ready ones and returns the last one in, or,
+// if used, the last one in that served a job before; nil if none. p.mu is
+// held.
+func (p *warmPool) takeReady(used bool) *warmBox {
+	for i := len(p.ready) - 1; i >= 0; i-- {
+		b := p.ready[i]
+		if used && (b.z == nil || b.z.runs == 0) {
+			continue
+		}
+		p.ready = append(p.ready[:i], p.ready[i+1:]...)
+		if b.z != nil {
+			p.busy++
+		}
+		return b
+	}
+	return nil
 }
 
 // WarmIdle is how long warm sandboxes are kept after the last job took,
@@ -297,11 +345,12 @@ func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error)
 func (s *Sandbox) destroyWarm(b *warmBox) { s.cleanWarm(b, true) }
 
 func (s *Sandbox) cleanWarm(b *warmBox, created bool) {
-	started := created
-	s.teardown(context.Background(), b.id, &started, &b.att)()
 	if b.z != nil {
+		// Its step made ready first: a cgroup below the sandbox's.
 		b.z.close()
 	}
+	started := created
+	s.teardown(context.Background(), b.id, &started, &b.att)()
 	for _, f := range []*os.File{b.stdin, b.outR, b.errR} {
 		if f != nil {
 			f.Close()
@@ -354,13 +403,17 @@ func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (
 }
 
 // release takes back reusable sandbox b from the job that had it: emptied
-// (see kept), it waits for the next job of its shape, unless Serve failed,
-// its network namespace is not empty (network.CheckEmpty), it served
-// boxRuns jobs, its shape is no longer kept or enough are ready; then it
-// is removed.
+// (see kept) and its next step made ready (see stepPrep), it waits for the
+// next job of its shape, unless Serve failed, its network namespace is not
+// empty (network.CheckEmpty), it served boxRuns jobs, its shape is no
+// longer kept or enough are ready; then it is removed.
 func (s *Sandbox) release(b *warmBox) {
 	z := b.z
 	z.runs++
+	p := &s.pool
+	p.mu.Lock()
+	p.releasing++
+	p.mu.Unlock()
 	err := z.check()
 	if err == nil && b.att != nil {
 		// What a job's sockets leave, such as a connection in TIME_WAIT
@@ -372,13 +425,23 @@ func (s *Sandbox) release(b *warmBox) {
 	if err == nil {
 		err = z.keep.wipe()
 	}
-	p := &s.pool
+	// Still counted as busy while its next step is made ready, so the
+	// pool does not fill its place meanwhile.
+	p.mu.Lock()
+	back := err == nil && z.runs < boxRuns && b.shape == p.key && len(p.ready)+p.busy <= s.Warm && !stopped(p.stop)
+	p.mu.Unlock()
+	if back && z.next == nil { // (a job cancelled before its first step left it)
+		err = z.prepare()
+	}
 	p.mu.Lock()
 	p.busy--
-	back := err == nil && z.runs < boxRuns && b.shape == p.key && len(p.ready)+p.busy < s.Warm && !stopped(p.stop)
+	back = back && err == nil && b.shape == p.key && !stopped(p.stop)
 	if back {
 		p.ready = append(p.ready, b)
 	}
+	p.releasing--
+	close(p.released)
+	p.released = make(chan struct{})
 	p.mu.Unlock()
 	if err != nil {
 		s.log().Warn("reusable job sandbox dropped", "sandbox", b.id, "err", err)

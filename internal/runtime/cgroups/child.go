@@ -111,51 +111,70 @@ func (p Paths) MakeChild(name string, l ChildLimits) (c Paths, err error) {
 			return c, fmt.Errorf("cgroup %s: %w", d, err)
 		}
 	}
-	write := func(dir, file string, v int64) error {
-		if v <= 0 {
-			return nil
+	return c, c.SetLimits(ChildLimits{}, l)
+}
+
+// SetLimits changes the limits of a child cgroup made by MakeChild from
+// old (as they are) to l, writing only those that differ; a zero in l
+// lifts that limit.
+func (c Paths) SetLimits(old, l ChildLimits) error {
+	if l.CPUs != old.CPUs {
+		if err := c.SetCPUs(l.CPUs); err != nil {
+			return err
+		}
+	}
+	write := func(dir, file string, v int64, none string) error {
+		val := none
+		if v > 0 {
+			val = strconv.FormatInt(v, 10)
 		}
 		f := filepath.Join(dir, file)
-		if err := os.WriteFile(f, []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+		if err := os.WriteFile(f, []byte(val), 0); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		return nil
 	}
-	if l.CPUs > 0 {
-		if err := c.SetCPUs(l.CPUs); err != nil {
-			return c, err
-		}
-	}
-	if p.V2 {
-		if err := write(c.Unified, "memory.max", l.MemoryBytes); err != nil {
-			return c, err
-		}
-		if l.MemoryBytes > 0 {
-			// No swap for the child either; a host without swap accounting
-			// has no such file.
-			f := filepath.Join(c.Unified, "memory.swap.max")
-			if err := os.WriteFile(f, []byte("0"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return c, fmt.Errorf("%s: %w", f, err)
+	if c.V2 {
+		if l.MemoryBytes != old.MemoryBytes {
+			if err := write(c.Unified, "memory.max", l.MemoryBytes, "max"); err != nil {
+				return err
+			}
+			if l.MemoryBytes > 0 && old.MemoryBytes <= 0 {
+				// No swap for the child either; a host without swap
+				// accounting has no such file.
+				f := filepath.Join(c.Unified, "memory.swap.max")
+				if err := os.WriteFile(f, []byte("0"), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("%s: %w", f, err)
+				}
 			}
 		}
-		return c, write(c.Unified, "pids.max", l.Pids)
-	}
-	if d, ok := c.V1["memory"]; ok {
-		if err := write(d, "memory.limit_in_bytes", l.MemoryBytes); err != nil {
-			return c, err
+		if l.Pids != old.Pids {
+			return write(c.Unified, "pids.max", l.Pids, "max")
 		}
+		return nil
+	}
+	if d, ok := c.V1["memory"]; ok && l.MemoryBytes != old.MemoryBytes {
+		// Memory and swap together (memsw) never below memory alone: the
+		// larger limit is written first when raising, last when lowering.
+		files := []string{"memory.limit_in_bytes"}
 		if _, err := os.Stat(filepath.Join(d, "memory.memsw.limit_in_bytes")); err == nil {
-			if err := write(d, "memory.memsw.limit_in_bytes", l.MemoryBytes); err != nil {
-				return c, err
+			files = append(files, "memory.memsw.limit_in_bytes")
+			if old.MemoryBytes > 0 && (l.MemoryBytes <= 0 || l.MemoryBytes > old.MemoryBytes) {
+				files[0], files[1] = files[1], files[0]
+			}
+		}
+		for _, f := range files {
+			if err := write(d, f, l.MemoryBytes, "-1"); err != nil {
+				return err
 			}
 		}
 	}
-	if d, ok := c.V1["pids"]; ok {
-		if err := write(d, "pids.max", l.Pids); err != nil {
-			return c, err
+	if d, ok := c.V1["pids"]; ok && l.Pids != old.Pids {
+		if err := write(d, "pids.max", l.Pids, "max"); err != nil {
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // Attach moves process pid (with all its threads) into the cgroup, in

@@ -84,6 +84,7 @@ func childLiveV1(t *testing.T, l *Layout) {
 	if _, ok := c.V1["cpuset"]; ok {
 		t.Fatal("a child made in the cpuset hierarchy: its tasks could not run without cpus and mems")
 	}
+	setLimitsV1(t, c, ChildLimits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 0.5})
 	pid := startIn(t, "")
 	if err := c.Attach(pid); err != nil {
 		t.Fatal(err)
@@ -160,6 +161,50 @@ func childLiveV2(t *testing.T, l *Layout) {
 		t.Fatalf("Kill of the child reached its parent's own process: leaf %v", leaf)
 	}
 	if err := c.Remove(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setLimitsV1 changes a v1 child's limits (made as old) up, lifted and
+// down, and reads each back, memory and swap together with memory alone.
+func setLimitsV1(t *testing.T, c Paths, old ChildLimits) {
+	t.Helper()
+	mem := c.V1["memory"]
+	_, err := os.Stat(filepath.Join(mem, "memory.memsw.limit_in_bytes"))
+	memsw := err == nil
+	unlimited := readFile(t, filepath.Join(filepath.Dir(mem), "memory.limit_in_bytes"))
+	for _, l := range []ChildLimits{
+		{MemoryBytes: 128 << 20, Pids: 32, CPUs: 1},
+		{},
+		{MemoryBytes: 32 << 20, Pids: 8, CPUs: 0.25},
+		{MemoryBytes: 16 << 20, Pids: 8, CPUs: 0.25},
+	} {
+		if err := c.SetLimits(old, l); err != nil {
+			t.Fatalf("%+v to %+v: %v", old, l, err)
+		}
+		wantMem, wantPids, wantQuota := unlimited, "max", "-1"
+		if l.MemoryBytes > 0 {
+			wantMem = strconv.FormatInt(l.MemoryBytes, 10)
+		}
+		if l.Pids > 0 {
+			wantPids = strconv.FormatInt(l.Pids, 10)
+		}
+		if l.CPUs > 0 {
+			wantQuota = strconv.FormatInt(QuotaUs(l.CPUs, DefaultPeriodUs), 10)
+		}
+		got := []string{readFile(t, filepath.Join(mem, "memory.limit_in_bytes")), readFile(t, filepath.Join(c.V1["pids"], "pids.max")),
+			readFile(t, filepath.Join(c.V1["cpu"], "cpu.cfs_quota_us"))}
+		if want := []string{wantMem, wantPids, wantQuota}; !slices.Equal(got, want) {
+			t.Fatalf("%+v to %+v: memory, pids, quota %v, want %v", old, l, got, want)
+		}
+		if memsw {
+			if got := readFile(t, filepath.Join(mem, "memory.memsw.limit_in_bytes")); got != wantMem {
+				t.Fatalf("%+v to %+v: memory and swap %s, want %s", old, l, got, wantMem)
+			}
+		}
+		old = l
+	}
+	if err := c.SetLimits(old, ChildLimits{MemoryBytes: 64 << 20, Pids: 16, CPUs: 0.5}); err != nil {
 		t.Fatal(err)
 	}
 }
