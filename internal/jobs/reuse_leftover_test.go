@@ -194,3 +194,19 @@ func TestReusedSandboxNetwork(t *testing.T) {
 		}
 	})
 }
+
+// TestReusedSandboxXattrs: extended attributes, access and default ACLs
+// and inode flags (no atime, no dump) a job sets on the directories that
+// are emptied between jobs are gone for the next job in the sandbox: it
+// sees none, and files it makes get no ACL of the last job's.
+func TestReusedSandboxXattrs(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		const dirs = "/work /tmp /dev/shm /dev/mqueue /dev"
+		const check = "./probe list " + dirs + "\n./probe flags " + dirs + "\ntouch /work/f /tmp/f; stat -c '%n %a' /work/f /tmp/f; ./probe list /work/f /tmp/f"
+		fresh := untilReused(t, sb, probed(t, check))
+		wantStatus(t, fresh, StepOK)
+		sameBox(t, sb, probed(t, "./probe xattr "+dirs+"\n./probe chattr "+dirs), "chattr /work: ok",
+			probed(t, check), fresh.Stdout)
+	})
+}

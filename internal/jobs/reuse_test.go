@@ -131,7 +131,6 @@ dd if=/dev/zero of=/dev/shm/big bs=1M count=24 2>/dev/null
 echo q > /dev/mqueue/q
 echo d > /dev/left; rm -f /dev/fd /dev/stdin; ln -s /work /dev/stdout.x
 chmod 0 /tmp /work /dev/shm 2>/dev/null
-setfattr -n user.x -v 1 /work 2>/dev/null
 (setsid sleep 1000 &); nohup sleep 999 >/dev/null 2>&1 &
 for s in TERM INT HUP QUIT ABRT SEGV USR1 PIPE STOP KILL; do kill -$s 1; done
 true`, nil)}})

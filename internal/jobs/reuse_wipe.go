@@ -19,8 +19,8 @@ import (
 // between two jobs, all reached through descriptors opened when the
 // sandbox started (so never through a path a job could redirect, nor a
 // pid that could be another process's by then):
-//   - /work, /tmp, /dev/shm and /dev/mqueue are emptied and their own mode,
-//     owner and extended attributes restored;
+//   - /work, /tmp, /dev/shm and /dev/mqueue are emptied and their own inode
+//     flags, mode, owner and extended attributes restored;
 //   - /dev gets back the entries it was made with and loses any other;
 //   - /dev/pts and its ptmx get back their mode and owner (a job in a
 //     user namespace owns them);
@@ -47,6 +47,7 @@ type keptDir struct {
 type dirAttr struct {
 	mode     uint32
 	uid, gid int
+	flags    int // inode flags (FS_IOC_GETFLAGS) of a directory; -1: none
 }
 
 type devEntry struct {
@@ -234,9 +235,15 @@ func (k *kept) restorePts() error {
 	return k.pts.restore(fd)
 }
 
-// restore puts back the mode and owner of the directory, open as fd, and
-// removes its extended attributes.
+// restore puts back the inode flags, mode and owner of the directory, open
+// as fd, and removes its extended attributes (ACLs too).
 func (d keptDir) restore(fd int) error {
+	if d.attr.flags >= 0 {
+		// A job may set those its owner may (no atime, no dump).
+		if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, d.attr.flags); err != nil {
+			return fmt.Errorf("sandbox %s: inode flags: %w", d.name, err)
+		}
+	}
 	if err := unix.Fchown(fd, d.attr.uid, d.attr.gid); err != nil {
 		return fmt.Errorf("sandbox %s: %w", d.name, err)
 	}
@@ -281,7 +288,23 @@ func readNames(r *os.Root) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-func statDir(r *os.Root) (dirAttr, error) { return statAttr(r, ".") }
+func statDir(r *os.Root) (dirAttr, error) {
+	a, err := statAttr(r, ".")
+	if err != nil {
+		return a, err
+	}
+	f, err := r.Open(".")
+	if err != nil {
+		return a, err
+	}
+	defer f.Close()
+	flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EOPNOTSUPP) {
+		return a, nil // a file system without inode flags (mqueue)
+	}
+	a.flags = flags
+	return a, err
+}
 
 func statAttr(r *os.Root, name string) (dirAttr, error) {
 	fi, err := r.Lstat(name)
@@ -292,7 +315,7 @@ func statAttr(r *os.Root, name string) (dirAttr, error) {
 	if !ok {
 		return dirAttr{}, errors.New("no stat")
 	}
-	return dirAttr{mode: st.Mode & 0o7777, uid: int(st.Uid), gid: int(st.Gid)}, nil
+	return dirAttr{mode: st.Mode & 0o7777, uid: int(st.Uid), gid: int(st.Gid), flags: -1}, nil
 }
 
 // clearIPC removes every System V message queue, semaphore set and shared

@@ -14,7 +14,7 @@ import (
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: probe deep DIR N | xattr PATH... | timewait PORT | bind PORT")
+		fmt.Fprintln(os.Stderr, "usage: probe deep DIR N | xattr PATH... | list PATH... | flags PATH... | chattr PATH... | timewait PORT | bind PORT")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -25,6 +25,29 @@ func main() {
 	case "xattr":
 		for _, p := range args {
 			report("xattr "+p, xattrs(p))
+		}
+	case "list":
+		for _, p := range args {
+			names, err := listXattrs(p)
+			if err != nil {
+				fmt.Printf("list %s: %v\n", p, err)
+			} else {
+				fmt.Printf("list %s: %q\n", p, names)
+			}
+		}
+	case "flags":
+		for _, p := range args {
+			flags, err := inodeFlags(p, 0)
+			if err != nil {
+				fmt.Printf("flags %s: %v\n", p, err)
+			} else {
+				fmt.Printf("flags %s: %#x\n", p, flags)
+			}
+		}
+	case "chattr":
+		for _, p := range args {
+			_, err := inodeFlags(p, 0x80|0x40) // FS_NOATIME_FL, FS_NODUMP_FL
+			report("chattr "+p, err)
 		}
 	case "timewait":
 		report("timewait", timeWait(port(args[0])))
@@ -90,6 +113,33 @@ func xattrs(path string) error {
 		}
 	}
 	return nil
+}
+
+func listXattrs(path string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Listxattr(path, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// inodeFlags returns the inode flags of path (lsattr) after adding set to
+// them (chattr).
+func inodeFlags(path string, set int) (int, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetInt(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		return 0, err
+	}
+	if set == 0 {
+		return flags, nil
+	}
+	return flags | set, unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, flags|set)
 }
 
 func port(s string) int {
