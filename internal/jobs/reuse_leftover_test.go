@@ -210,3 +210,43 @@ func TestReusedSandboxXattrs(t *testing.T) {
 			probed(t, check), fresh.Stdout)
 	})
 }
+
+// TestReusedSandboxSignalFlood: a job that floods the sandbox's process
+// with signals makes it spend no CPU time of note outside the job's own
+// cgroup (and so its quota): under a tenth of the job's.
+func TestReusedSandboxSignalFlood(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		sb.pool.mu.Lock()
+		pid := sb.pool.ready[0].z.pid
+		sb.pool.mu.Unlock()
+		before := cpuTicks(t, pid)
+		s := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(`i=0; while [ $i -lt 20000 ]; do
+kill -USR1 1; kill -CHLD 1; kill -SEGV 1; kill -TERM 1; i=$((i+1)); done`, nil)}}).Steps[0]
+		wantStatus(t, s, StepOK)
+		serve := float64(cpuTicks(t, pid)-before) * 1000 / float64(clockTicks)
+		if serve*10 > s.CPUMs {
+			t.Fatalf("the sandbox's process spent %.0f ms of CPU time on a job's signals, the job %.0f ms", serve, s.CPUMs)
+		}
+	})
+}
+
+// clockTicks is the unit of the CPU times in /proc/PID/stat (USER_HZ).
+const clockTicks = 100
+
+// cpuTicks is the user and system CPU time process pid has used.
+func cpuTicks(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	u, err1 := strconv.Atoi(f[11])
+	s, err2 := strconv.Atoi(f[12])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	return u + s
+}

@@ -3,7 +3,6 @@ package stub
 import (
 	"encoding/binary"
 	"os"
-	"os/signal"
 	"syscall"
 	"unsafe"
 )
@@ -39,9 +38,11 @@ const (
 // its own, and answers with how it ended. It returns when the daemon
 // closes the socket.
 //
-// It is the sandbox's pid 1, so the kernel drops SIGKILL and SIGSTOP sent
-// from inside the sandbox; every other signal is caught and dropped, so a
-// step cannot end it. It is not dumpable, so a step running as the same
+// It is the sandbox's pid 1 and leaves every signal to its default action,
+// so the kernel drops any signal sent to it from inside the sandbox as it
+// is sent: a step can neither end it nor, by a flood of signals it would
+// catch, make it spend CPU time outside the step's cgroup. It is not
+// dumpable, so a step running as the same
 // user can neither trace it nor open its memory or descriptors through
 // /proc. The orphans a step leaves (killed by the daemon with the step's
 // cgroup) are reaped before the next step starts.
@@ -49,12 +50,7 @@ func Serve() int {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0); e != 0 {
 		return 1
 	}
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs)
-	go func() {
-		for range sigs {
-		}
-	}()
+	defaultSignals()
 	go exitOnHangup()
 	buf := make([]byte, 16)
 	oob := make([]byte, syscall.CmsgSpace(4*4))
@@ -161,5 +157,18 @@ func exitOnHangup() {
 			continue
 		}
 		os.Exit(2)
+	}
+}
+
+// defaultSignals sets the action of every signal but SIGKILL and SIGSTOP
+// to the default, over the handlers the Go runtime installed (its
+// goroutine preemption, which uses SIGURG, then does not happen: Serve
+// needs none).
+func defaultSignals() {
+	var act [4]uint64 // struct sigaction all zero: SIG_DFL, no flags, no mask
+	for sig := 1; sig <= 64; sig++ {
+		if sig != int(syscall.SIGKILL) && sig != int(syscall.SIGSTOP) {
+			syscall.RawSyscall6(syscall.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+		}
 	}
 }
