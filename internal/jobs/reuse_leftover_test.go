@@ -250,3 +250,32 @@ func cpuTicks(t *testing.T, pid int) int {
 	}
 	return u + s
 }
+
+// TestReusedSandboxTenant: a reusable sandbox serves one tenant's jobs,
+// also when sandboxes run without user namespaces (every tenant's as the
+// same host uid): another tenant's job of the same shape runs elsewhere.
+func TestReusedSandboxTenant(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		if sb.UserNS != nil {
+			// Tenant b's host ids must reach the sandboxes' files too.
+			dir := filepath.Dir(sb.Dir)
+			subs, _ := filepath.Glob(filepath.Join(dir, "*"))
+			for _, d := range append(subs, dir) {
+				if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+					os.Chmod(d, fi.Mode().Perm()|0o001)
+				}
+			}
+		}
+		a := types.JobRequest{Tenant: "a", Steps: []types.JobStep{shStep(servedBy, nil)}}
+		untilReused(t, sb, a)
+		boxA := runIn(t, sb, a).Steps[0].Stdout
+		for i := 0; i < 3; i++ {
+			b := runIn(t, sb, types.JobRequest{Tenant: "b", Steps: []types.JobStep{shStep(servedBy, nil)}}).Steps[0]
+			wantStatus(t, b, StepOK)
+			if b.Stdout == boxA {
+				t.Fatalf("tenant b's job %d ran in the sandbox tenant a's jobs ran in (%q)", i, boxA)
+			}
+		}
+	})
+}

@@ -29,6 +29,9 @@ type warmKey struct {
 	limits        Limits
 	work          int64
 	hostID        uint32 // root's host uid in the tenant's user namespace; 0: none
+	// tenant, in a reusable sandbox, whose jobs alone it serves: without
+	// user namespaces every tenant's sandboxes have the same host uid.
+	tenant string
 }
 
 // warmBox is a sandbox created ahead of its job: namespace from the pool,
@@ -271,11 +274,12 @@ func (s *Sandbox) Close() {
 
 // keyOf is the shape of job j whose first step runs on img, in user
 // namespace ns (nil: none); a reusable sandbox (reuse) takes any limits of
-// the first step but the size of /tmp.
+// the first step but the size of /tmp, and one tenant's jobs only.
 func keyOf(p *Plan, img image.Image, ns *runtime.UserNS, reuse bool) warmKey {
 	k := warmKey{image: p.Req.Image, digest: img.Digest, limits: p.Steps[0].Limits, work: p.Work}
 	if reuse {
 		k.limits = Limits{TmpBytes: k.limits.TmpBytes}
+		k.tenant = p.Tenant
 	}
 	if ns != nil {
 		k.hostID = ns.HostID
