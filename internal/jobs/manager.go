@@ -105,6 +105,10 @@ type entry struct {
 	// In a cluster: revoked is set when the job is no longer this node's
 	// (its end is not seenJob), ending once its end is being stored.
 	revoked, ending bool
+	// stored, if set, is closed once the job's submission is stored (see
+	// submitOne); unstored says that failed, so nothing of it is stored.
+	stored   chan struct{}
+	unstored bool
 }
 
 // record is what is seenJob of a job under store.JobKey: the job, and the
@@ -236,6 +240,9 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 		}}
 	}
 	m.mu.Unlock()
+	if m.o.Cluster == nil && len(entries) == 1 {
+		return m.submitOne(ctx, entries[0], &plans[0].Req)
+	}
 	// Stored before it is queued: a job the caller was told about survives
 	// a crash.
 	for i, e := range entries {
@@ -303,6 +310,9 @@ func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	} else {
 		go func(j Job) {
 			defer close(started)
+			if !m.submissionStored(e) {
+				return
+			}
 			if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {
 				m.log.Error("job start not stored", "job", j.ID, "err", err)
 			}
@@ -338,6 +348,12 @@ func (m *Manager) publish(ctx context.Context, e *entry, j Job, err error, ran t
 	now := m.clock.Now()
 	m.mu.Lock()
 	cancelled, closing := e.cancelled, m.closing && !e.cancelled
+	if e.unstored {
+		delete(m.live, j.ID)
+		close(e.done)
+		m.mu.Unlock()
+		return
+	}
 	m.mu.Unlock()
 	req := (*types.JobRequest)(nil)
 	switch {
