@@ -14,7 +14,7 @@ import (
 
 // A job runs as the same user as its sandbox's process (Serve), so it may
 // change, through prlimit, setpriority, sched_setaffinity,
-// sched_setscheduler, ioprio_set, /proc/1/oom_score_adj or (in a user
+// sched_setscheduler, sched_setattr, ioprio_set, /proc/1/oom_score_adj or (in a user
 // namespace, whose root owns the /proc files of a process that is not
 // dumpable) /proc/1/coredump_filter, what Serve's next children inherit,
 // and /proc/1/autogroup, which the next job sees. The daemon reads all of that when the sandbox
@@ -23,9 +23,10 @@ import (
 
 // procState is what a job could change of Serve: its resource limits, OOM
 // score adjustment, core dump filter and autogroup (the process's), and
-// each thread's scheduling (priority, nice, real-time priority, policy),
-// CPU and memory node affinity and I/O priority, which must be the same
-// for every thread.
+// each thread's scheduling (priority, nice, real-time priority, policy,
+// the time slice it asks, utilization clamps, reset-on-fork), CPU and
+// memory node affinity and I/O priority, which must be the same for every
+// thread.
 type procState struct {
 	limits, oomAdj, core, autogroup string
 	thread                          string
@@ -99,7 +100,18 @@ func threadState(dir string, tid int) (string, error) {
 	if e != 0 && e != unix.ESRCH {
 		return "", fmt.Errorf("ioprio of thread %d: %w", tid, e)
 	}
-	return fmt.Sprintf("%s; %s; ioprio %d", sched, strings.Join(aff, "; "), io), nil
+	// What /proc does not show: the time slice asked of the scheduler
+	// (sched_setattr's runtime), utilization clamps, reset-on-fork.
+	attr, err := unix.SchedGetAttr(tid, 0)
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return "", fmt.Errorf("scheduling attributes of thread %d: %w", tid, err)
+	}
+	var a unix.SchedAttr
+	if attr != nil {
+		a = *attr
+	}
+	return fmt.Sprintf("%s; %s; ioprio %d; slice %d flags %#x util %d-%d", sched, strings.Join(aff, "; "), io,
+		a.Runtime, a.Flags, a.Util_min, a.Util_max), nil
 }
 
 // changed says what differs between st, as Serve started, and now.

@@ -279,3 +279,25 @@ func TestReusedSandboxTenant(t *testing.T) {
 		}
 	})
 }
+
+// TestReusedSandboxSchedSlice: a job that sets the time slice the
+// sandbox's process's threads ask of the scheduler (sched_setattr's
+// runtime, which needs no privilege and is inherited by the next job's
+// processes) gets the sandbox dropped: the next job runs in another one,
+// with the slice of a fresh one.
+func TestReusedSandboxSchedSlice(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		fresh := untilReused(t, sb, probed(t, "./probe getslice"))
+		wantStatus(t, fresh, StepOK)
+		dirty := runIn(t, sb, probed(t, servedBy+"\n./probe slice 90000000")).Steps[0]
+		if !strings.HasSuffix(dirty.Stdout, "\nslice: ok\n") {
+			t.Fatalf("the job setting the slice: %+v", dirty)
+		}
+		after := runIn(t, sb, probed(t, servedBy+"\n./probe getslice")).Steps[0]
+		box, got, _ := strings.Cut(after.Stdout, "\n")
+		if got != fresh.Stdout || strings.HasPrefix(dirty.Stdout, box+"\n") {
+			t.Fatalf("after a job set the slice the next job got %q in sandbox %q (the job's was %q), want %q in another one", got, box, dirty.Stdout, fresh.Stdout)
+		}
+	})
+}

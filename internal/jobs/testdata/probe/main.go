@@ -13,8 +13,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: probe deep DIR N | xattr PATH... | list PATH... | flags PATH... | chattr PATH... | timewait PORT | bind PORT")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: probe deep DIR N | xattr PATH... | list PATH... | flags PATH... | chattr PATH... | slice NS | getslice | timewait PORT | bind PORT")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -48,6 +48,24 @@ func main() {
 		for _, p := range args {
 			_, err := inodeFlags(p, 0x80|0x40) // FS_NOATIME_FL, FS_NODUMP_FL
 			report("chattr "+p, err)
+		}
+	case "slice":
+		// The time slice every thread of pid 1 asks of the scheduler.
+		ns, _ := strconv.ParseUint(args[0], 10, 64)
+		tids, err := os.ReadDir("/proc/1/task")
+		for _, t := range tids {
+			tid, _ := strconv.Atoi(t.Name())
+			if err = unix.SchedSetAttr(tid, &unix.SchedAttr{Runtime: ns}, 0); err != nil {
+				break
+			}
+		}
+		report("slice", err)
+	case "getslice":
+		a, err := unix.SchedGetAttr(0, 0)
+		if err != nil {
+			report("getslice", err)
+		} else {
+			fmt.Printf("getslice: %d\n", a.Runtime)
 		}
 	case "timewait":
 		report("timewait", timeWait(port(args[0])))
