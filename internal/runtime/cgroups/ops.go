@@ -219,6 +219,10 @@ func (p Paths) Exists() bool {
 }
 
 func removeTree(dir string) error {
+	// Most have no child: one rmdir, without listing the control files.
+	if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
