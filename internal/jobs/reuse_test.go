@@ -198,7 +198,7 @@ func TestReusedSandboxLimits(t *testing.T) {
 		}{
 			{"head -c 500m /dev/zero | tail", StepOOM, &types.JobLimits{Memory: "32Mi"},
 				func(s StepResult) bool { return s.MemoryPeak >= 16<<20 }},
-			{"f(){ f | f & }; f; while :; do :; done", StepTimeout, &types.JobLimits{Pids: 32, Timeout: "2s"},
+			{"(f(){ f | f & }; f) & while :; do :; done", StepTimeout, &types.JobLimits{Pids: 32, Timeout: "2s"},
 				func(s StepResult) bool { return strings.Contains(s.Stderr, "fork") }},
 			{"while :; do :; done", StepTimeout, &types.JobLimits{Timeout: "500ms", CPUTime: "10s"},
 				func(s StepResult) bool { return s.WallMs >= 500 && s.Signal == "killed" }},

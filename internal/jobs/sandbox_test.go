@@ -189,7 +189,7 @@ func TestHelloWorld(t *testing.T) {
 // limit ends the step, and the host can still start sandboxes.
 func TestForkBombContained(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
-		s := oneStep(t, sb, "f(){ f | f & }; f; while :; do :; done", &types.JobLimits{Pids: 32, Timeout: "2s"})
+		s := oneStep(t, sb, "(f(){ f | f & }; f) & while :; do :; done", &types.JobLimits{Pids: 32, Timeout: "2s"})
 		wantStatus(t, s, StepTimeout)
 		if !strings.Contains(s.Stderr, "fork") {
 			t.Fatalf("stderr %q: want the shell's fork failures", s.Stderr)
