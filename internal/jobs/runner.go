@@ -1,20 +1,15 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
@@ -235,92 +230,6 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 	return nil
 }
 
-// makeWork mounts a size-capped tmpfs at work and writes the input files.
-func (s *Sandbox) makeWork(work string, p *Plan, ns *runtime.UserNS) error {
-	if err := s.mountWork(work, p.Work, ns); err != nil {
-		return err
-	}
-	return s.writeFiles(work, p, ns)
-}
-
-// mountWork mounts a tmpfs of size bytes at work, a new directory, owned
-// by the sandbox's user in ns.
-func (s *Sandbox) mountWork(work string, size int64, ns *runtime.UserNS) error {
-	uid, gid := s.hostOwner(ns)
-	if err := os.Mkdir(work, 0o700); err != nil {
-		return err
-	}
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755,uid=%d,gid=%d", size, inodes(size), uid, gid)
-	if err := unix.Mount("tmpfs", work, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount tmpfs at %s: %w", work, err)
-	}
-	return nil
-}
-
-// writeFiles writes the job's input files into the work tmpfs, through an
-// os.Root (no link followed), before any step of the job has run in it.
-func (s *Sandbox) writeFiles(work string, p *Plan, ns *runtime.UserNS) error {
-	uid, gid := s.hostOwner(ns)
-	if len(p.Req.Files) == 0 {
-		return nil
-	}
-	root, err := os.OpenRoot(work)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	for name, content := range p.Req.Files {
-		if dir := filepath.Dir(name); dir != "." {
-			if err := root.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("files[%q]: %w", name, err)
-			}
-			if err := chownPath(root, dir, uid, gid); err != nil {
-				return fmt.Errorf("files[%q]: %w", name, err)
-			}
-		}
-		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return fmt.Errorf("files[%q]: %w", name, err)
-		}
-		_, err = f.Write(content)
-		if err == nil {
-			err = f.Chown(uid, gid)
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("files[%q]: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// inodes bounds the files of a tmpfs of size bytes: one per 4 KiB, at
-// least 1024. Without a bound a flood of empty files grows the kernel's
-// inode memory, not the file system's size, until the step's memory limit
-// kills it.
-func inodes(size int64) int64 { return max(size/4096, 1024) }
-
-// chownPath gives every directory of dir (relative to root) to uid:gid.
-func chownPath(root *os.Root, dir string, uid, gid int) error {
-	for d := dir; d != "." && d != "/"; d = filepath.Dir(d) {
-		if err := root.Lchown(d, uid, gid); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *Sandbox) removeWork(work string) {
-	if err := unix.Unmount(work, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		s.log().Warn("unmount job work directory", "dir", work, "err", err)
-	}
-	if err := os.RemoveAll(work); err != nil {
-		s.log().Warn("remove job work directory", "dir", work, "err", err)
-	}
-}
-
 // spec is the container spec of one step, in user namespace ns (nil: none).
 func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work string, ns *runtime.UserNS) runtime.Spec {
 	l := st.Limits
@@ -360,160 +269,4 @@ func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work strin
 			LabelKind: "job", LabelJob: p.Req.Image, LabelDigest: img.Digest, LabelImage: p.Req.Image,
 		},
 	}
-}
-
-// stepCtx carries what ended a step early.
-type stepEnd struct {
-	timeout, cpu, output, cancelled bool
-}
-
-// step runs step i and returns its result and the function that removes
-// its container and namespace (and says how long that took).
-func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string, ns *runtime.UserNS) (StepResult, func() time.Duration) {
-	res := StepResult{Name: st.Name}
-	t0 := time.Now()
-	id := fmt.Sprintf("%s-%d", jobID, i)
-	spec := s.spec(id, img, p, st, work, ns)
-	spec.Labels[LabelJob] = jobID
-	var att *network.Attachment
-	started := false
-	teardown := s.teardown(ctx, id, &started, &att)
-	if s.Net != nil {
-		var err error
-		if att, err = s.Net.Acquire(ctx, id, network.None); err != nil {
-			return internalError(res, fmt.Errorf("network namespace: %w", err)), teardown
-		}
-		spec.NetNSPath = att.NSPath
-	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return internalError(res, err), teardown
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return internalError(res, err), teardown
-	}
-	spec.Stdout, spec.Stderr = outW, errW
-	if len(st.Stdin) > 0 {
-		spec.Stdin = bytes.NewReader(st.Stdin)
-	}
-	tCreate := time.Now()
-	_, err = s.RT.Run(ctx, spec)
-	outW.Close()
-	errW.Close()
-	tStarted := time.Now()
-	res.CreateMs, res.StartMs = ms(tCreate.Sub(t0)), ms(tStarted.Sub(tCreate))
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		s.RT.Delete(context.WithoutCancel(ctx), id)
-		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
-			return res, teardown
-		}
-		if notExecutable(err) {
-			// The submission's fault, not the platform's: reported as a
-			// shell would (127).
-			res.Status, res.ExitCode, res.Error = StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
-			return res, teardown
-		}
-		return internalError(res, fmt.Errorf("start: %w", err)), teardown
-	}
-	started = true
-	return s.finish(ctx, ctrProc{s.RT, id}, st, outR, errR, res, tStarted), teardown
-}
-
-// finish supervises a started step to its end and fills in its result.
-func (s *Sandbox) finish(ctx context.Context, pr proc, st *Step, outR, errR *os.File, res StepResult, tStarted time.Time) StepResult {
-	end, exit, werr := s.supervise(ctx, pr, st.Limits, outR, errR, &res)
-	tExited := time.Now()
-	res.ExecMs = ms(tExited.Sub(tStarted))
-	res.WallMs = res.ExecMs
-	if stats, err := pr.stats(); err == nil {
-		res.CPUMs = float64(stats.CPUUsageNs) / 1e6
-		res.MemoryPeak = stats.MemoryPeakBytes
-		if !end.timeout && st.Limits.CPUTimeLimit() > 0 && time.Duration(stats.CPUUsageNs) >= st.Limits.CPUTimeLimit() &&
-			(exit.Signal == syscall.SIGKILL || exit.Signal == syscall.SIGXCPU) {
-			end.cpu = true // the kernel's RLIMIT_CPU or the daemon's check
-		}
-	}
-	if werr != nil {
-		return internalError(res, werr)
-	}
-	res.ExitCode = exit.Code
-	if exit.Signal != 0 {
-		res.Signal = exit.Signal.String()
-	}
-	res.Status = status(end, exit, st.OKCodes)
-	return res
-}
-
-// teardown returns the function that removes a step's container (once
-// *started) and gives its namespace back (if *att is set), and says how
-// long that took.
-func (s *Sandbox) teardown(ctx context.Context, id string, started *bool, att **network.Attachment) func() time.Duration {
-	return func() time.Duration {
-		t := time.Now()
-		deleted := false
-		if *started {
-			err := s.RT.Delete(context.WithoutCancel(ctx), id)
-			if err != nil {
-				s.log().Warn("remove job container", "container", id, "err", err)
-			}
-			deleted = err == nil
-		}
-		if *att != nil {
-			// Only a namespace whose processes are known to be gone may
-			// serve another job; Recycle still checks that it is empty.
-			giveBack := s.Net.Release
-			if deleted {
-				giveBack = s.Net.Recycle
-			}
-			if err := giveBack(context.WithoutCancel(ctx), *att); err != nil {
-				s.log().Warn("release job namespace", "container", id, "err", err)
-			}
-		}
-		return time.Since(t)
-	}
-}
-
-func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {
-	switch {
-	case end.cancelled:
-		return StepKilled
-	case end.output:
-		return StepOutputLimit
-	case end.timeout || end.cpu:
-		return StepTimeout
-	case exit.OOMKilled:
-		return StepOOM
-	case exit.Signal == syscall.SIGXCPU:
-		return StepTimeout
-	case exit.Signal != 0:
-		return StepNonzeroExit
-	}
-	if len(okCodes) == 0 {
-		okCodes = []int{0}
-	}
-	for _, c := range okCodes {
-		if exit.Code == c {
-			return StepOK
-		}
-	}
-	return StepNonzeroExit
-}
-
-// notExecutable reports an OCI runtime error about the step's command:
-// missing, not executable, or not in $PATH.
-func notExecutable(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "executable file not found") ||
-		(strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "permission denied")))
-}
-
-func internalError(res StepResult, err error) StepResult {
-	res.Status, res.Error, res.ExitCode = StepInternalError, err.Error(), -1
-	return res
 }
