@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -232,8 +233,11 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 	}()
 	tStarted := time.Now()
 	res.StartMs = ms(tStarted.Sub(t0))
-	pr := &boxProc{cg: prep.cg, replies: prep.replies, z: z}
+	pr := &boxProc{cg: prep.cg, replies: prep.replies}
 	res = s.finish(ctx, pr, st, io.outR, io.errR, res, tStarted)
+	if pr.failed() {
+		z.bad = true
+	}
 	if res.ExitCode == 127 && strings.HasPrefix(res.Stderr, stub.Failed) {
 		line, rest, _ := strings.Cut(res.Stderr, "\n")
 		res.Error, res.Stderr = strings.TrimPrefix(line, "shoal-init: "), rest
@@ -264,15 +268,21 @@ func readReply(c *net.UnixConn) reply {
 }
 
 // boxProc is a step's stub in a reusable sandbox, as supervise sees it.
+// Its methods run on supervise's goroutines, so it says through bad, not
+// its box's, that its cgroup could not be killed or Serve failed.
 type boxProc struct {
 	cg      cgroups.Paths
 	replies chan reply
-	z       *box
+	bad     atomic.Bool
 }
+
+// failed says whether the step's cgroup could not be killed or Serve did
+// not answer: its sandbox is not reused.
+func (p *boxProc) failed() bool { return p.bad.Load() }
 
 func (p *boxProc) kill() {
 	if err := p.cg.Kill(); err != nil {
-		p.z.bad = true
+		p.bad.Store(true)
 	}
 }
 
@@ -284,7 +294,7 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 	r := <-p.replies
 	p.kill()
 	if r.err != nil {
-		p.z.bad = true
+		p.bad.Store(true)
 		return runtime.ExitStatus{}, r.err
 	}
 	st := runtime.ExitStatus{Known: true}
