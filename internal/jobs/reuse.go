@@ -315,7 +315,7 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 // every step, and it is the only process left in the sandbox's cgroup.
 func (z *box) check() error {
 	if z.bad {
-		return errors.New("its process failed or a step's cgroup could not be removed")
+		return errors.New("its process failed, or a step could not be readied or its cgroup not be limited, killed or removed")
 	}
 	cg := z.cg
 	if cg.V2 {

@@ -128,8 +128,8 @@ loop:
 	}
 	// The step is gone (a container's init, and so the kernel has killed
 	// the rest of its pid namespace; or a stub, whose cgroup wait killed),
-	// so the pipes close; a step whose streams are still open
-	// after a grace period is killed again to be sure.
+	// so the pipes close; streams still open after a grace period (held by
+	// a process that outlived the kill) are read no further.
 	streamsDone := make(chan struct{})
 	go func() { streams.Wait(); close(streamsDone) }()
 	select {
