@@ -194,8 +194,8 @@ const emptyPolls = 400
 
 // Kill kills every process of the cgroup: on v2 with cgroup.kill; on v1 by
 // freezing the cgroup (so that none forks while the list is read), sending
-// SIGKILL to each and thawing it. It returns once the cgroup lists no
-// process.
+// SIGKILL to each and thawing it, also if the freeze failed. It returns
+// once the cgroup lists no process.
 func (p Paths) Kill() error {
 	procs := filepath.Join(p.Unified, "cgroup.procs")
 	if p.V2 {
@@ -211,16 +211,18 @@ func (p Paths) Kill() error {
 		if empty(procs) {
 			return nil
 		}
+		// A freeze that does not complete (a process that does not stop)
+		// still leaves the rest to kill and the cgroup to thaw: the kills
+		// below are repeated for any forked meanwhile.
 		_, hasFreezer := p.V1["freezer"]
+		var frozeErr error
 		if hasFreezer {
-			if err := p.Freeze(); err != nil {
-				return err
-			}
+			frozeErr = p.Freeze()
 		}
 		killProcs(d)
 		if hasFreezer {
 			if err := p.Thaw(); err != nil {
-				return err
+				return errors.Join(frozeErr, err)
 			}
 		}
 	}

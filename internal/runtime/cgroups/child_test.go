@@ -208,3 +208,44 @@ func setLimitsV1(t *testing.T, c Paths, old ChildLimits) {
 		t.Fatal(err)
 	}
 }
+
+// TestKillFreezeFails: on v1, a cgroup that cannot be frozen still has its
+// processes killed (the freeze only keeps them from forking meanwhile),
+// and Kill says it failed.
+func TestKillFreezeFails(t *testing.T) {
+	root := t.TempDir()
+	p := Paths{V1: map[string]string{"pids": filepath.Join(root, "pids"), "freezer": filepath.Join(root, "freezer")}}
+	// A freezer.state that cannot be written: the freeze fails.
+	if err := os.MkdirAll(filepath.Join(root, "freezer", "freezer.state"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "pids"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command("sleep", "1000")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := false
+	defer func() {
+		if !reaped {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(root, "pids", "cgroup.procs"), []byte(strconv.Itoa(c.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err == nil {
+		t.Fatal("Kill: no error though the cgroup could not be frozen or thawed")
+	}
+	var ws syscall.WaitStatus
+	until(t, "the cgroup's process killed", func() bool {
+		pid, _ := syscall.Wait4(c.Process.Pid, &ws, syscall.WNOHANG, nil)
+		reaped = pid == c.Process.Pid
+		return reaped
+	})
+	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the cgroup's process ended with %v, want killed", ws)
+	}
+}
