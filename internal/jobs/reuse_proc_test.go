@@ -4,9 +4,11 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/runtime/cgroups"
 )
 
@@ -35,5 +37,15 @@ func TestBoxProcKillFails(t *testing.T) {
 	}
 	if !pr.failed() {
 		t.Fatal("a step whose cgroup could not be killed does not say so")
+	}
+}
+
+// TestMakeWarmNamesSandbox: a warm sandbox that cannot be made says which
+// (its id names its work directory, container and cgroups).
+func TestMakeWarmNamesSandbox(t *testing.T) {
+	s := &Sandbox{Dir: filepath.Join(t.TempDir(), "gone")}
+	b, err := s.makeWarm(warmKey{work: 1 << 20}, image.Image{})
+	if err == nil || b == nil || !strings.Contains(err.Error(), "sandbox "+b.id+": ") {
+		t.Fatalf("makeWarm in a missing directory: %v", err)
 	}
 }

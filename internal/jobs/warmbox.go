@@ -27,6 +27,7 @@ func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error)
 	defer func() {
 		if err != nil {
 			s.cleanWarm(b, created)
+			err = fmt.Errorf("sandbox %s: %w", b.id, err)
 		}
 	}()
 	var ns *runtime.UserNS
