@@ -40,7 +40,7 @@ type box struct {
 	proc procState     // Serve's own state as it started (see procState)
 	runs int           // jobs served
 	seq  int           // steps started, naming their cgroups
-	bad  bool          // Serve failed or went: not reused
+	bad  bool          // a step or Serve failed (see check): not reused
 	next *stepPrep     // the step made ready for the next job
 }
 

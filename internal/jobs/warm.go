@@ -44,8 +44,10 @@ type warmBox struct {
 // job; a job of another shape takes the ordinary path, and two such jobs
 // in a row make theirs the shape kept (so jobs of two shapes interleaved
 // do not make and drop sandboxes at every job). Each warm sandbox serves
-// one job: its cgroups, and so the step's CPU time, peak memory and OOM
-// count, are its own.
+// one job at a time, a reusable one (Sandbox.Reuse) up to boxRuns in
+// turn: the first step's cgroups (the sandbox's, or in a reusable one the
+// step's own below it), and so its CPU time, peak memory and OOM count,
+// are its own.
 type warmPool struct {
 	once, closing sync.Once
 	mu            sync.Mutex
@@ -283,9 +285,11 @@ func keyOf(p *Plan, img image.Image, ns *runtime.UserNS, reuse bool) warmKey {
 
 // release takes back reusable sandbox b from the job that had it: emptied
 // (see kept) and its next step made ready (see stepPrep), it waits for the
-// next job of its shape, unless Serve failed, its network namespace is not
-// empty (network.CheckEmpty), it served boxRuns jobs, its shape is no
-// longer kept or enough are ready; then it is removed.
+// next job of its shape, unless a step or Serve failed, a job left a
+// process or changed Serve (see check), it cannot be emptied, its network
+// namespace is not empty (network.CheckEmpty), its next step cannot be
+// made ready, it served boxRuns jobs, its shape is no longer kept or
+// enough are ready; then it is removed.
 func (s *Sandbox) release(b *warmBox) {
 	z := b.z
 	z.runs++
