@@ -367,8 +367,13 @@ func TestJobKilledDaemonLeavesNoStep(t *testing.T) {
 	marker := fmt.Sprintf("marker-%d", os.Getpid())
 	id := strings.TrimSpace(d.must("job", "submit", "busybox:1", "sh", "-c", "sleep 1000; echo "+marker))
 	d.waitRunning(id)
-	if !running(marker) {
-		t.Fatalf("no process of the job (%s) on the host", marker)
+	// Running from when it took its slot: its command runs a little later
+	// (once its sandbox is taken and its step's limits written).
+	for i := 0; !running(marker); i++ {
+		if i == 2000 {
+			t.Fatalf("no process of the job (%s) on the host 20s after it was running", marker)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	d.stop(syscall.SIGKILL)
 	for i := 0; running(marker); i++ {
