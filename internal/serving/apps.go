@@ -149,10 +149,13 @@ func nextRecord(rec appRecord, cfg manifest.Config, text, digest string, now tim
 	newRev := prev == 0 || rec.Hash != hash || rec.Digest != digest
 	if newRev {
 		rec.Revision++
-		// Traffic stays where it is until the new revision is ready.
+		// Traffic stays where it is until the new revision is ready. A
+		// rollout cut short whose revision never took traffic leaves it
+		// where that rollout started; a new app's first revision takes
+		// the traffic from its deploy, ready or not, so it is the one.
 		from := prev
-		if ro := rec.Rollout; progressing(ro) && ro.Revision == prev {
-			from = ro.From // that one never took traffic
+		if ro := rec.Rollout; progressing(ro) && ro.Revision == prev && !takesTraffic(rec.Traffic, prev) {
+			from = ro.From
 		}
 		if len(rec.Traffic) == 0 {
 			serving := prev
@@ -169,6 +172,20 @@ func nextRecord(rec appRecord, cfg manifest.Config, text, digest string, now tim
 	rec.Sticky = cfg.Traffic.Sticky
 	rv := revisionRecord{N: rec.Revision, Config: cfg, Manifest: text, Digest: digest, Hash: hash, Created: now}
 	return rec, rv, newRev
+}
+
+// takesTraffic reports whether revision rev, the current one, has a share
+// of ts (with no shares at all, everything goes to the current one).
+func takesTraffic(ts []trafficShare, rev int) bool {
+	if len(ts) == 0 {
+		return true
+	}
+	for _, t := range ts {
+		if t.Revision == rev && t.Percent > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Scale changes an app's bounds.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +157,8 @@ type harness struct {
 	reg   *prometheus.Registry
 	clock *clock.Fake
 	port  int
+	// held makes the health check "/held" fail while it is set.
+	held *atomic.Bool
 }
 
 func newHarness(t *testing.T) *harness { return newHarnessFrozen(t, 1<<40) }
@@ -182,8 +185,9 @@ func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *
 // newHarnessOpts is newHarness with its Manager's options changed by opt.
 func newHarnessOpts(t *testing.T, opt func(o *Options)) *harness {
 	t.Helper()
+	held := new(atomic.Bool)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/fail" { // a health check that never passes
+		if r.URL.Path == "/fail" || (r.URL.Path == "/held" && held.Load()) { // a health check that does not pass
 			w.WriteHeader(http.StatusInternalServerError)
 		}
 	}))
@@ -197,7 +201,7 @@ func newHarnessOpts(t *testing.T, opt func(o *Options)) *harness {
 	t.Cleanup(func() { st.Close() })
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]route.Route{}}, ev: &fakeEvents{},
-		reg: prometheus.NewRegistry(), clock: fc, port: port}
+		reg: prometheus.NewRegistry(), clock: fc, port: port, held: held}
 	o := Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg}
 	opt(&o)

@@ -72,18 +72,31 @@ func sorted(ids []string) []string {
 func TestRolloutSurge(t *testing.T) {
 	h := newHarness(t)
 	h.deploy("min = 3", env("1"))
-	h.wait("three ready", func() bool { return len(h.byRevision(1, StateReady)) == 3 })
+	// Routes are published once the controller's lock is released: the
+	// one with all three is out before the count of routes is taken.
+	h.wait("three ready and routed", func() bool {
+		ready := h.byRevision(1, StateReady)
+		return len(ready) == 3 && slices.Equal(sorted(h.r.endpoints("hello")), ready)
+	})
 	old := h.byRevision(1, StateReady)
 	_, mark := h.r.since(0)
-	h.deploy("min = 3", env("2"))
+	// Revision 2's replicas pass no health check until the test lets
+	// them, so the rollout is seen in progress however slow the host is.
+	h.held.Store(true)
+	h.deploy("min = 3", env("2"), "[health]\nhttp = \"/held\"")
 	a := h.app()
 	if a.Revision != 2 || a.Rollout == nil || a.Rollout.State != types.RolloutProgressing || a.Rollout.From != 1 {
 		t.Fatalf("after the deploy: revision %d, rollout %+v", a.Revision, a.Rollout)
 	}
+	h.wait("three replicas of revision 2 start", func() bool { return len(h.byRevision(2, StateStarting)) == 3 })
 	if eps := sorted(h.r.endpoints("hello")); !slices.Equal(eps, old) {
-		t.Fatalf("route right after the deploy: %v, want the old replicas %v", eps, old)
+		t.Fatalf("route while revision 2 starts: %v, want the old replicas %v", eps, old)
 	}
-	h.wait("the rollout is done", func() bool { ro := h.app().Rollout; return ro != nil && ro.State == types.RolloutDone })
+	h.held.Store(false)
+	h.advanceUntil("the rollout is done", 10*time.Millisecond, func() bool {
+		ro := h.app().Rollout
+		return ro != nil && ro.State == types.RolloutDone
+	})
 	fresh := h.byRevision(2, StateReady)
 	if len(fresh) != 3 {
 		t.Fatalf("revision 2 ready replicas: %v", fresh)
@@ -112,8 +125,13 @@ func TestRolloutSurge(t *testing.T) {
 	if a.Rollout.Ready != 3 || a.Rollout.Want != 3 || !slices.Equal(a.Traffic, []types.TrafficTarget{{Revision: 2, Percent: 100}}) {
 		t.Fatalf("app after the rollout: rollout %+v traffic %v", a.Rollout, a.Traffic)
 	}
-	h.wait("the rollout event", func() bool { return len(h.ev.of("rollout")) > 1 })
-	if evs := h.ev.of("rollout"); len(evs) == 0 || !strings.Contains(evs[len(evs)-1].Reason, "revision 2 rolled out: 3/3 ready") {
+	// Events are recorded in the background, in order: the last rollout
+	// event is revision 2's, once it is there.
+	h.wait("the rollout event", func() bool {
+		evs := h.ev.of("rollout")
+		return slices.ContainsFunc(evs, func(e types.Event) bool { return strings.Contains(e.Reason, "revision 2 rolled out") })
+	})
+	if evs := h.ev.of("rollout"); !strings.Contains(evs[len(evs)-1].Reason, "revision 2 rolled out: 3/3 ready") {
 		t.Fatalf("rollout events: %+v", evs)
 	}
 	// The old revision's frozen replicas are not thawed for the new one.
