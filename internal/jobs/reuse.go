@@ -245,6 +245,22 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 	return res, teardown
 }
 
+// ready says whether the sandbox can take a job: its next step is ready,
+// and neither that step's stub nor Serve has ended since (either would
+// have answered). One that cannot is marked bad, so release drops it.
+func (z *box) ready() bool {
+	if z.next != nil && !z.bad {
+		select {
+		case r := <-z.next.replies:
+			z.next.replies <- r // for the step's teardown, which reads it
+		default:
+			return true
+		}
+	}
+	z.bad = true
+	return false
+}
+
 // reply is Serve's answer to a step: its wait status, or why it failed.
 type reply struct {
 	status syscall.WaitStatus

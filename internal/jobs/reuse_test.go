@@ -307,3 +307,33 @@ func TestReusedSandboxEndsWithDaemon(t *testing.T) {
 		}
 	})
 }
+
+// TestReusedSandboxDiedWhileWaiting: a reusable sandbox whose process
+// ended while it waited for a job is dropped when a job takes it, and the
+// job runs on the ordinary path rather than fail with it.
+func TestReusedSandboxDiedWhileWaiting(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		sb.pool.mu.Lock()
+		if len(sb.pool.ready) != 1 {
+			sb.pool.mu.Unlock()
+			t.Fatalf("%d sandboxes ready, want 1", len(sb.pool.ready))
+		}
+		z := sb.pool.ready[0].z
+		sb.pool.mu.Unlock()
+		if err := syscall.Kill(z.pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; syscall.Kill(z.pid, 0) == nil; i++ {
+			if i == 1000 {
+				t.Fatal("the sandbox's process did not end")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		j := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("echo ok", nil)}})
+		if s := j.Steps[0]; s.Status != StepOK || s.Stdout != "ok\n" {
+			t.Fatalf("a job after its sandbox's process ended: %+v", s)
+		}
+	})
+}

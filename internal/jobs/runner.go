@@ -138,6 +138,12 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 	if s.Warm > 0 && s.Stub != "" && ctx.Err() == nil {
 		warm = s.take(ctx, keyOf(p, img, ns, s.Reuse), img)
 	}
+	if warm != nil && warm.z != nil && !warm.z.ready() {
+		// Its process ended while it waited: dropped, and this job takes
+		// the ordinary path rather than fail with it.
+		s.release(warm)
+		warm = nil
+	}
 	work := filepath.Join(s.Dir, j.ID)
 	reusable := warm != nil && warm.z != nil
 	if reusable {
