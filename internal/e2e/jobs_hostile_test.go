@@ -136,11 +136,15 @@ hostile listen 127.0.0.1:7000 & a=$!; hostile listen @victim & b=$!; sleep 20; c
 		strings.Contains(v.Steps[0].Stdout, "ACCEPTED") {
 		t.Fatalf("the victim's job beside the attacks: %+v", v.Steps)
 	}
-	// The attacks share a shape, so most of them ran in a sandbox that an
-	// earlier attack had used and that was emptied since.
-	if n := counter(t, d.getText("/metrics"), "shoal_job_warm_reused_total"); n < 3 {
-		t.Fatalf("%v attacks ran in a reused sandbox, want most", n)
+	// Most attacks share a shape, so some ran in a sandbox that an earlier
+	// attack had used and that was emptied since (4 or 5 of them in the
+	// runs seen; many attacks leave what gets their sandbox dropped, and
+	// the next attack then waits for no new one).
+	n := counter(t, d.getText("/metrics"), "shoal_job_warm_reused_total")
+	if n < 2 {
+		t.Fatalf("%v attacks ran in a reused sandbox, want at least 2", n)
 	}
+	t.Logf("%v attacks ran in a reused sandbox", n)
 	d.killedMidRace(canaryDir, intact)
 	d.noSandboxLeft()
 }
