@@ -89,20 +89,13 @@ func Start(ctx context.Context, o Options, nodes int) (_ *Cluster, retErr error)
 			c.Close()
 		}
 	}()
-	if c.N == 0 {
-		c.N = 1
-		for c.N < 250 && linkExists(fmt.Sprintf("sh%s%d", o.Tag, c.N)) {
-			c.N++
-		}
-	}
-	c.Bridge = fmt.Sprintf("sh%s%d", o.Tag, c.N)
-	c.HostIP = fmt.Sprintf("%s.%d.1", o.Net, c.N)
-	if linkExists(c.Bridge) {
-		return nil, fmt.Errorf("clustertest: bridge %s is on the host already (another cluster's?)", c.Bridge)
-	}
-	if err := ip("link", "add", c.Bridge, "type", "bridge"); err != nil {
+	n, err := addBridge(o.Tag, o.N)
+	if err != nil {
 		return nil, err
 	}
+	c.N = n
+	c.Bridge = bridgeName(o.Tag, n)
+	c.HostIP = fmt.Sprintf("%s.%d.1", o.Net, c.N)
 	c.onClose(func() error { return ip("link", "del", c.Bridge) })
 	if err := ip("addr", "add", c.HostIP+"/24", "dev", c.Bridge); err != nil {
 		return nil, err
@@ -178,6 +171,36 @@ func ip(args ...string) error {
 		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+func bridgeName(tag string, n int) string { return fmt.Sprintf("sh%s%d", tag, n) }
+
+// addBridge makes the bridge of cluster number n, or with n 0 of the
+// first number no bridge on the host has, and returns the number. A
+// cluster started at the same time by another process may take a free
+// number between the look and the add: then the next is tried.
+func addBridge(tag string, n int) (int, error) {
+	pick := n == 0
+	if pick {
+		n = 1
+		for n < 250 && linkExists(bridgeName(tag, n)) {
+			n++
+		}
+	}
+	for {
+		name := bridgeName(tag, n)
+		if !pick && linkExists(name) {
+			return 0, fmt.Errorf("clustertest: bridge %s is on the host already (another cluster's?)", name)
+		}
+		err := ip("link", "add", name, "type", "bridge")
+		if err == nil {
+			return n, nil
+		}
+		if !pick || n >= 250 || !linkExists(name) {
+			return 0, err
+		}
+		n++
+	}
 }
 
 func linkExists(name string) bool {
