@@ -3,7 +3,10 @@
 // priorities within a tenant, per-tenant quotas), slots bounding how many
 // jobs run at once, callbacks with retries and back-off, a retention period
 // for results, and the Sandbox that runs a job's steps in hard-limited
-// containers sharing one work directory.
+// containers sharing one work directory. Sandboxes are made ahead (warm)
+// and, by default, reused for the next job of the same tenant and shape:
+// each step in a reused sandbox runs in a cgroup of its own, and the
+// sandbox is emptied and checked between jobs (reuse*.go, warm.go).
 //
 // A job is written to the store when it is submitted, when it starts and
 // when it ends (jobs/<id>, see store.JobKey). A restarted daemon queues

@@ -9,10 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/keptproc"
 )
 
 // Member is one etcd member of the cluster: peers talk on loopback, clients
@@ -86,39 +87,13 @@ func (m *Member) start(bin, initial string) error {
 		"--logger", "zap", "--log-outputs", "stderr")
 	m.cmd.Stdout, m.cmd.Stderr = log, log
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	exited, err := startKept(m.cmd)
+	exited, err := keptproc.Start(m.cmd)
 	if err != nil {
 		m.cmd = nil
 		return fmt.Errorf("start etcd member %s: %w", m.Name, err)
 	}
 	m.exited = exited
 	return nil
-}
-
-// startKept starts cmd and waits for it on a thread kept for it alone, and
-// returns a channel closed once it exits. A death signal
-// (SysProcAttr.Pdeathsig) comes when the thread that started the process
-// ends, not the whole of this process, and a goroutine that ends locked
-// to its thread ends the thread (as those that enter a network namespace
-// do): started on any thread, the process could be killed by one of them.
-func startKept(cmd *exec.Cmd) (<-chan struct{}, error) {
-	exited := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return exited, nil
 }
 
 // Kill stops the member with SIGKILL and waits for it; a member that is not

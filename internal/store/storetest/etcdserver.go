@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/keptproc"
 )
 
 // EtcdBinary is where StartEtcd looks first for the etcd server; PATH is
@@ -88,7 +90,7 @@ func startEtcd(t testing.TB, bin, dir string) (string, error) {
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	exited, err := startKept(cmd)
+	exited, err := keptproc.Start(cmd)
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -114,30 +116,6 @@ func startEtcd(t testing.TB, bin, dir string) (string, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// startKept starts cmd and waits for it on a thread kept for it alone, and
-// returns a channel closed once it exits. Its death signal comes when the
-// thread that started it ends, and a goroutine that ends locked to its
-// thread (one that entered a network namespace) ends the thread.
-func startKept(cmd *exec.Cmd) (<-chan struct{}, error) {
-	exited := make(chan struct{})
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	return exited, nil
 }
 
 func healthy(endpoint string) bool {

@@ -1,4 +1,4 @@
-package clustertest
+package keptproc
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// A process started by startKept, with a death signal, outlives the end of
+// A process started by Start, with a death signal, outlives the end of
 // the thread that asked for it; one started on that thread itself is
 // killed when the thread ends (the control that the thread did end).
 func TestStartKeptOutlivesThread(t *testing.T) {
@@ -32,7 +32,7 @@ func TestStartKeptOutlivesThread(t *testing.T) {
 				runtime.UnlockOSThread()
 				return
 			}
-			if keptExited, keptErr = startKept(kept); keptErr == nil {
+			if keptExited, keptErr = Start(kept); keptErr == nil {
 				plainErr = plain.Start()
 			}
 			onMain <- false
@@ -59,10 +59,10 @@ func TestStartKeptOutlivesThread(t *testing.T) {
 	}
 	select {
 	case <-keptExited:
-		t.Fatalf("the process started by startKept died with the thread that asked for it: %v", kept.ProcessState)
+		t.Fatalf("the process started by Start died with the thread that asked for it: %v", kept.ProcessState)
 	default:
 	}
 	if err := kept.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("the process started by startKept: %v", err)
+		t.Fatalf("the process started by Start: %v", err)
 	}
 }
