@@ -12,11 +12,13 @@ all: build examples
 # A static binary (no cgo) starts faster: every CLI command pays for it.
 # bin/shoal-bench is the benchmark harness that `shoal bench` runs from
 # next to bin/shoal; shoal itself carries none of it. bin/shoal-init is the
-# process of warm job sandboxes, found next to bin/shoal too.
+# process of warm job sandboxes, found next to bin/shoal too: a small static
+# C program, so that a job's step starts with no language runtime.
+CC ?= cc
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shoal ./cmd/shoal
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/shoal-bench ./cmd/shoal-bench
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/shoal-init ./cmd/shoal-init
+	$(CC) -static -O2 -Wall -Wextra -Werror -s -o bin/shoal-init cmd/shoal-init/shoal-init.c
 
 # Example apps: one static binary per folder, ready for
 # `shoal image build bin/examples/NAME --tag NAME:1 --entrypoint /NAME --port 8080`.

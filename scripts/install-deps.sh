@@ -7,7 +7,7 @@
 set -eu
 what="${1:-test}"
 
-run_pkgs="runc crun containernetworking-plugins iptables busybox-static ca-certificates"
+run_pkgs="gcc libc6-dev runc crun containernetworking-plugins iptables busybox-static ca-certificates"
 test_pkgs="$run_pkgs etcd-server etcd-client umoci skopeo docker-registry jq podman chromium"
 bench_pkgs="$test_pkgs nginx apache2-utils wrk sqlite3 sysbench hyperfine xz-utils lighttpd"
 

@@ -132,7 +132,7 @@ func NewPlan(req types.JobRequest, prefix string) (*Plan, error) {
 		if len(s.Stdin) > MaxStdin {
 			return nil, errdefs.Invalid(sf+"stdin", "%d bytes are more than %d", len(s.Stdin), MaxStdin)
 		}
-		if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir) {
+		if s.Workdir != "" && (!path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir || strings.IndexByte(s.Workdir, 0) >= 0) {
 			return nil, errdefs.Invalid(sf+"workdir", "%q is not a clean absolute path", s.Workdir)
 		}
 		switch s.If {

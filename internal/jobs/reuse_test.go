@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -16,16 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
 )
 
 // reusing readies sb to keep one reusable sandbox.
 func reusing(t *testing.T, sb *Sandbox) {
 	t.Helper()
 	sb.Stub = filepath.Join(filepath.Dir(sb.Dir), "shoal-init")
-	cmd := exec.Command("go", "build", "-o", sb.Stub, "../../cmd/shoal-init")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build shoal-init: %v\n%s", err, out)
+	if err := stubtest.Build(sb.Stub); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.Chmod(sb.Stub, 0o755); err != nil {
 		t.Fatal(err)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
 )
 
 // TestWarmSandbox: with sandboxes kept warm, a job of the last job's shape
@@ -20,10 +20,8 @@ import (
 func TestWarmSandbox(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		sb.Stub = filepath.Join(filepath.Dir(sb.Dir), "shoal-init")
-		cmd := exec.Command("go", "build", "-o", sb.Stub, "../../cmd/shoal-init")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build shoal-init: %v\n%s", err, out)
+		if err := stubtest.Build(sb.Stub); err != nil {
+			t.Fatal(err)
 		}
 		sb.Warm = 1
 		run := func(req types.JobRequest) Job {

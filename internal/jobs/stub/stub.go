@@ -1,123 +1,82 @@
-// Package stub is the process of a warm job sandbox (cmd/shoal-init): it
-// reads the step's command from stdin, then execs it; and, in a sandbox
-// reused from job to job, the process that starts such a stub for each
-// step (Serve). It uses only the standard library, so the binary starts in
-// about a millisecond.
+// Package stub is the daemon's side of shoal-init (cmd/shoal-init), the
+// process of a warm job sandbox: the path it is mounted at, its arguments,
+// the messages of a reusable sandbox's control socket and the encoding of
+// a step's command. shoal-init itself is a small static C program, so that
+// a step in a reusable sandbox starts with a fork and an exec and no
+// language runtime: its start-up is on every job's path.
 package stub
 
-import (
-	"encoding/binary"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"os/exec"
-	"strings"
-	"syscall"
-)
+import "encoding/binary"
 
 // Path is where a warm sandbox sees the shoal-init binary (read-only): its
 // process, started before the job is known, is shoal-init, which reads the
-// step's command from stdin and execs it (see Main).
+// step's command from stdin and execs it.
 const Path = "/dev/shoal-init"
 
-// Cmd is what a warm sandbox's stub reads first on stdin, after its
-// length (4 bytes, big-endian); the step's stdin follows.
+// ServeArg makes shoal-init the process of a reusable sandbox (Serve): the
+// sandbox's pid 1, it takes requests on its stdin, a unix seqpacket socket
+// (see MsgRun), one step at a time. It leaves every signal at its default
+// action, so the kernel drops any signal sent to it from inside the
+// sandbox, and is not dumpable. It exits, and with it every process of
+// the sandbox, when the daemon's end of the socket closes. It reaps the
+// orphans a step leaves (killed by the daemon with the step's cgroup).
+const ServeArg = "serve"
+
+// Messages on a reusable sandbox's control socket, each one datagram whose
+// first byte says what it is.
+const (
+	// MsgRun (daemon to sandbox) starts a step: it carries four
+	// descriptors, the step's stdin, stdout, stderr and a sync socket.
+	// Serve forks a child with them as its fds 0 to 3 in a session of its
+	// own; before it reads its command (Encode) on stdin, the child writes
+	// a byte to fd 3 and closes it, so that the daemon, reading it with
+	// SO_PASSCRED, learns its host pid and moves it into the step's cgroup
+	// before the command runs. Serve then waits for the child.
+	MsgRun = 'r'
+	// MsgExit (sandbox to daemon) says the step's process ended; a 4-byte
+	// big-endian wait status follows.
+	MsgExit = 'x'
+	// MsgFail (sandbox to daemon) says the step could not be started; the
+	// reason follows as text.
+	MsgFail = 'f'
+)
+
+// Cmd is what a warm sandbox's stub reads first on stdin (see Encode); the
+// step's stdin follows.
 type Cmd struct {
-	Args []string `json:"args"`
-	Env  []string `json:"env"` // set over the sandbox's own
-	Cwd  string   `json:"cwd"`
+	Args []string
+	Env  []string // set over the sandbox's own; entries without "=" are skipped
+	Cwd  string   // made, with its parents, if missing
 	// CPUSecs, if set, is the soft RLIMIT_CPU the command gets (the hard
 	// limit one second more); a reusable sandbox's process has none.
-	CPUSecs uint64 `json:"cpu_secs,omitempty"`
+	CPUSecs uint64
 }
 
-// maxCmd bounds the command a stub reads.
-const maxCmd = 4 << 20
+// MaxCmd bounds an encoded command (past its length).
+const MaxCmd = 4 << 20
 
 // Failed starts the line a stub writes to stderr before it exits 127
-// when it cannot run the step's command.
+// when it cannot run the step's command: `shoal-init: cannot run "NAME":
+// WHY`.
 const Failed = "shoal-init: cannot run "
 
-// Encode is c as a stub reads it.
+// Encode is c as a stub reads it: its length past these 4 bytes
+// (big-endian), then CPUSecs (8 bytes), the counts of Args and Env (4
+// bytes each), then Cwd, each of Args and each of Env, each ended by a NUL
+// byte. The strings must hold no NUL byte (the job's plan refuses them);
+// one that does makes the stub refuse the command.
 func Encode(c Cmd) []byte {
-	b, _ := json.Marshal(c)
-	out := binary.BigEndian.AppendUint32(nil, uint32(len(b)))
-	return append(out, b...)
-}
-
-// Main runs inside a warm sandbox as its process: it reads the step's
-// command from stdin, without reading past it, changes to its directory
-// (made if missing, as the OCI runtime does) and execs it with its
-// environment. It returns only on failure, with the exit status (127, as
-// a shell reports a command it cannot run).
-func Main() int {
-	var n [4]byte
-	var c Cmd
-	err := announce()
-	if err == nil {
-		c, err = readCmd(os.Stdin, n[:])
+	n := 16 + len(c.Cwd) + 1
+	for _, s := range append(c.Args, c.Env...) {
+		n += len(s) + 1
 	}
-	if err == nil {
-		err = execStep(c)
+	b := make([]byte, 0, 4+n)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	b = binary.BigEndian.AppendUint64(b, c.CPUSecs)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.Args)))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(c.Env)))
+	for _, s := range append(append([]string{c.Cwd}, c.Args...), c.Env...) {
+		b = append(append(b, s...), 0)
 	}
-	name := ""
-	if len(c.Args) > 0 {
-		name = c.Args[0]
-	}
-	fmt.Fprintf(os.Stderr, "%s%q: %v\n", Failed, name, err)
-	return 127
-}
-
-func readCmd(r io.Reader, n []byte) (Cmd, error) {
-	var c Cmd
-	if _, err := io.ReadFull(r, n); err != nil {
-		return c, fmt.Errorf("reading the command: %w", err)
-	}
-	size := binary.BigEndian.Uint32(n)
-	if size > maxCmd {
-		return c, fmt.Errorf("a command of %d bytes", size)
-	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return c, fmt.Errorf("reading the command: %w", err)
-	}
-	if err := json.Unmarshal(b, &c); err != nil || len(c.Args) == 0 {
-		return c, fmt.Errorf("malformed command: %v", err)
-	}
-	return c, nil
-}
-
-func execStep(c Cmd) error {
-	if c.CPUSecs > 0 {
-		lim := syscall.Rlimit{Cur: c.CPUSecs, Max: c.CPUSecs + 1}
-		if err := syscall.Setrlimit(syscall.RLIMIT_CPU, &lim); err != nil {
-			return fmt.Errorf("RLIMIT_CPU: %w", err)
-		}
-	}
-	if err := os.Chdir(c.Cwd); errors.Is(err, fs.ErrNotExist) {
-		if err := os.MkdirAll(c.Cwd, 0o755); err != nil {
-			return fmt.Errorf("workdir %s: %w", c.Cwd, err)
-		}
-		err = os.Chdir(c.Cwd)
-		if err != nil {
-			return fmt.Errorf("workdir %s: %w", c.Cwd, err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("workdir %s: %w", c.Cwd, err)
-	}
-	// The sandbox's environment (the image's, PATH and HOME) with the
-	// job's and the step's on top.
-	for _, e := range c.Env {
-		if k, v, ok := strings.Cut(e, "="); ok {
-			os.Setenv(k, v)
-		}
-	}
-	path, err := exec.LookPath(c.Args[0])
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("exec: %w", syscall.Exec(path, c.Args, os.Environ()))
+	return b
 }
