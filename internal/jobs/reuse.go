@@ -28,6 +28,10 @@ import (
 // time and output limits the daemon's, the shape of a reusable sandbox is
 // only the image, the tenant and the sizes of /work and /tmp.
 
+// pipeAtomic is what a write to an empty pipe always takes at once
+// (PIPE_BUF on Linux).
+const pipeAtomic = 4096
+
 // boxRuns is how many jobs a reusable sandbox serves before it is replaced.
 const boxRuns = 1000
 
@@ -42,6 +46,9 @@ type box struct {
 	seq  int           // steps started, naming their cgroups
 	bad  bool          // a step or Serve failed (see check): not reused
 	next *stepPrep     // the step made ready for the next job
+	// last is the limits of the last job's step, which the next step's
+	// cgroup is given ahead: a job with the same then writes none.
+	last cgroups.ChildLimits
 }
 
 // boxRuntime is what reusable sandboxes need of the runtime beyond Runtime.
@@ -129,10 +136,13 @@ func unixConn(fd int, name string) (*net.UnixConn, error) {
 // a stub started by Serve and moved into that cgroup, which waits for its
 // command. A job so starts its first step by writing its limits into the
 // cgroup, then its command: the stub's start-up and the cgroup were made
-// ahead. The cgroup has no limit while the stub waits: a last job's small
-// pids or memory limit could starve the stub the next job gets.
+// ahead. The cgroup gets the last job's limits once the stub is in it
+// (the stub, a fork of Serve waiting in a read, uses far less memory than
+// the least a job may have, and a single pid), so that a job with the same
+// limits, the common case, writes none.
 type stepPrep struct {
 	cg      cgroups.Paths
+	limits  cgroups.ChildLimits // as written in cg
 	io      *stepIO
 	replies chan reply
 }
@@ -172,6 +182,10 @@ func (z *box) prepare() (err error) {
 	if err := p.cg.Attach(pid); err != nil {
 		return err
 	}
+	if err := p.cg.SetLimits(cgroups.ChildLimits{}, z.last); err != nil {
+		return fmt.Errorf("step cgroup: %w", err)
+	}
+	p.limits = z.last
 	z.next = p
 	return nil
 }
@@ -212,7 +226,8 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 		return internalError(res, errors.New("the sandbox has no step ready")), teardown
 	}
 	limits := cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids, CPUs: st.Limits.CPUs}
-	if err := prep.cg.SetLimits(cgroups.ChildLimits{}, limits); err != nil {
+	z.last = limits
+	if err := prep.cg.SetLimits(prep.limits, limits); err != nil {
 		z.bad = true
 		prep.drop()
 		return internalError(res, fmt.Errorf("step cgroup: %w", err)), teardown
@@ -224,13 +239,19 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 	cmd := stub.Encode(stub.Cmd{Args: st.Args, Env: append(append([]string{}, p.Req.Env...), st.Env...), Cwd: cwd,
 		CPUSecs: uint64((st.Limits.CPUTimeLimit() + time.Second - 1) / time.Second)})
 	io := prep.io
-	go func() {
+	if len(cmd)+len(st.Stdin) <= pipeAtomic {
+		// Fits in the empty pipe: written at once, no goroutine needed.
 		// Fails only if the stub is gone; its result says why.
-		if _, err := io.stdin.Write(cmd); err == nil && len(st.Stdin) > 0 {
-			io.stdin.Write(st.Stdin)
-		}
+		io.stdin.Write(append(cmd, st.Stdin...))
 		io.stdin.Close()
-	}()
+	} else {
+		go func() {
+			if _, err := io.stdin.Write(cmd); err == nil && len(st.Stdin) > 0 {
+				io.stdin.Write(st.Stdin)
+			}
+			io.stdin.Close()
+		}()
+	}
 	tStarted := time.Now()
 	res.StartMs = ms(tStarted.Sub(t0))
 	pr := &boxProc{cg: prep.cg, replies: prep.replies}

@@ -45,6 +45,7 @@ func runIn(t *testing.T, sb *Sandbox, req types.JobRequest) Job {
 	if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 		t.Fatal(err)
 	}
+	sb.pool.releases.Wait() // its sandbox back in the pool: the next job finds it
 	return j
 }
 

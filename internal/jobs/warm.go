@@ -57,6 +57,7 @@ type warmPool struct {
 	ready         []*warmBox
 	busy          int           // reusable sandboxes out with jobs, counted against Warm
 	releasing     int           // reusable sandboxes being emptied (see release)
+	releases      sync.WaitGroup // the goroutines emptying them
 	released      chan struct{} // closed when one has been (then made anew)
 	wake          chan struct{} // a job took or missed one
 	stop          chan struct{}
@@ -93,11 +94,11 @@ const releaseWait = 50 * time.Millisecond
 // take returns a warm sandbox of key's shape, or nil; the second job in a
 // row of a shape the pool does not keep makes it the one kept. It takes
 // the last one in of the ready sandboxes that served a job before (its
-// pages are the likeliest still cached). If none did but one is being
-// emptied (a few ms), it waits for that one, at most releaseWait: jobs in
-// a row of a new shape so reuse one sandbox from the second job on rather
-// than each take a fresh one while the last is emptied. Otherwise it
-// takes the last one in.
+// pages are the likeliest still cached), else the last one in. If none is
+// ready but one is being emptied (about a millisecond), it waits for that
+// one, at most releaseWait: jobs in a row of a new shape so reuse one
+// sandbox rather than each take the ordinary path while the last is
+// emptied.
 func (s *Sandbox) take(ctx context.Context, key warmKey, img image.Image) *warmBox {
 	p := &s.pool
 	p.once.Do(func() {
@@ -111,7 +112,9 @@ func (s *Sandbox) take(ctx context.Context, key warmKey, img image.Image) *warmB
 	case p.key == key:
 		var wait clock.Timer
 		for b == nil {
-			b = p.takeReady(true)
+			if b = p.takeReady(true); b == nil {
+				b = p.takeReady(false)
+			}
 			if b != nil || p.releasing == 0 || p.key != key {
 				break
 			}
@@ -130,9 +133,6 @@ func (s *Sandbox) take(ctx context.Context, key warmKey, img image.Image) *warmB
 			}
 			p.mu.Lock()
 			break
-		}
-		if b == nil && p.key == key {
-			b = p.takeReady(false)
 		}
 		p.next = warmKey{}
 	case p.next == key:
@@ -259,6 +259,7 @@ func (s *Sandbox) Close() {
 		}
 	})
 	<-p.done
+	p.releases.Wait()
 	p.mu.Lock()
 	ready := p.ready
 	p.ready = nil
@@ -283,20 +284,33 @@ func keyOf(p *Plan, img image.Image, ns *runtime.UserNS, reuse bool) warmKey {
 	return k
 }
 
-// release takes back reusable sandbox b from the job that had it: emptied
-// (see kept) and its next step made ready (see stepPrep), it waits for the
-// next job of its shape, unless a step or Serve failed, a job left a
-// process or changed Serve (see check), it cannot be emptied, its network
-// namespace is not empty (network.CheckEmpty), its next step cannot be
-// made ready, it served boxRuns jobs, its shape is no longer kept or
-// enough are ready; then it is removed.
+// release takes back reusable sandbox b from the job that had it, off
+// the job's slot: the job (and the next one in the queue) need not wait
+// while it is emptied and its next step made ready (giveBack), the pool
+// counting it as busy meanwhile. Close waits for those in hand.
 func (s *Sandbox) release(b *warmBox) {
-	z := b.z
-	z.runs++
 	p := &s.pool
 	p.mu.Lock()
 	p.releasing++
 	p.mu.Unlock()
+	p.releases.Add(1)
+	go func() {
+		defer p.releases.Done()
+		s.giveBack(b)
+	}()
+}
+
+// giveBack empties reusable sandbox b (see kept) and readies its next step
+// (see stepPrep): it then waits for the next job of its shape, unless a
+// step or Serve failed, a job left a process or changed Serve (see check),
+// it cannot be emptied, its network namespace is not empty
+// (network.CheckEmpty), its next step cannot be made ready, it served
+// boxRuns jobs, its shape is no longer kept or enough are ready; then it
+// is removed.
+func (s *Sandbox) giveBack(b *warmBox) {
+	z := b.z
+	z.runs++
+	p := &s.pool
 	err := z.check()
 	if err == nil && b.att != nil {
 		// What a job's sockets leave, such as a connection in TIME_WAIT

@@ -35,6 +35,7 @@ func TestWarmSandbox(t *testing.T) {
 			if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 				t.Fatal(err)
 			}
+			sb.pool.releases.Wait() // its sandbox back in the pool: the next job finds it
 			return j
 		}
 		warm := "if test -e /dev/shoal-init; then echo warm; else echo cold; fi; "
