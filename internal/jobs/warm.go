@@ -55,11 +55,11 @@ type warmPool struct {
 	next          warmKey // the shape of the last job that missed, if the one before did not
 	img           image.Image
 	ready         []*warmBox
-	busy          int           // reusable sandboxes out with jobs, counted against Warm
-	releasing     int           // reusable sandboxes being emptied (see release)
+	busy          int            // reusable sandboxes out with jobs, counted against Warm
+	releasing     int            // reusable sandboxes being emptied (see release)
 	releases      sync.WaitGroup // the goroutines emptying them
-	released      chan struct{} // closed when one has been (then made anew)
-	wake          chan struct{} // a job took or missed one
+	released      chan struct{}  // closed when one has been (then made anew)
+	wake          chan struct{}  // a job took or missed one
 	stop          chan struct{}
 	done          chan struct{}
 	// hits and misses count the jobs that found a warm sandbox of their
