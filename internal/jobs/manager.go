@@ -103,15 +103,16 @@ type entry struct {
 	// cancelled is set by Cancel, so the end is reported as cancelled.
 	cancelled bool
 	// In a cluster: revoked is set when the job is no longer this node's
-	// (its end is not seenJob), ending once its end is being stored.
+	// (its end is not stored), ending once its end is being stored.
 	revoked, ending bool
 	// stored, if set, is closed once the job's submission is stored (see
-	// submitOne); unstored says that failed, so nothing of it is stored.
-	stored   chan struct{}
-	unstored bool
+	// submitOne); unstored says that failed, so nothing of it is stored;
+	// startStored, that the submission stored was the job's start.
+	stored                chan struct{}
+	unstored, startStored bool
 }
 
-// record is what is seenJob of a job under store.JobKey: the job, and the
+// record is what is stored of a job under store.JobKey: the job, and the
 // request as submitted, to run it again (dropped once it has finished).
 type record struct {
 	Job Job               `json:"job"`
@@ -301,16 +302,16 @@ func (m *Manager) dispatch() {
 func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	defer m.wg.Done()
 	defer e.cancel()
-	// The start is seenJob while the sandbox starts; the result is seenJob
-	// after it. A crash before the start is seenJob finds the job queued and
-	// runs it again.
+	// The start is stored while the sandbox starts (or was, with the
+	// submission: see submitOne); the result is stored after it. A crash
+	// before the start is stored finds the job queued and runs it again.
 	started := make(chan struct{})
 	if m.o.Cluster != nil {
 		close(started) // stored before it started
 	} else {
 		go func(j Job) {
 			defer close(started)
-			if !m.submissionStored(e) {
+			if !m.startToStore(e) {
 				return
 			}
 			if err := m.put(context.WithoutCancel(ctx), &j, &e.plan.Req, e.seq); err != nil {

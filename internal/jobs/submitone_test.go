@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -44,7 +45,8 @@ func (s *slowStore) Put(ctx context.Context, key string, value []byte, opts ...s
 
 // TestSubmitOneStartsWhileStored: a job submitted alone to a free slot
 // starts while its submission is being written, is answered only once it
-// is stored, and its start and end are stored after it.
+// is stored, and its submission is stored as its start (one write), its
+// end after it.
 func TestSubmitOneStartsWhileStored(t *testing.T) {
 	st := &slowStore{Store: openStore(t), seen: map[string]bool{}, hold: make(chan struct{})}
 	r := newFakeRunner(true)
@@ -75,8 +77,81 @@ func TestSubmitOneStartsWhileStored(t *testing.T) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if want := []string{Queued, Running, Done}; len(st.states) != 3 || st.states[0] != want[0] || st.states[1] != want[1] || st.states[2] != want[2] {
+	if want := []string{Running, Done}; !slices.Equal(st.states, want) {
 		t.Fatalf("stored states %v, want %v", st.states, want)
+	}
+}
+
+// TestSubmitOneQueuedStoresStartLater: a job submitted alone while the
+// only slot is taken is stored queued, and its start and end once it runs.
+func TestSubmitOneQueuedStoresStartLater(t *testing.T) {
+	st := &slowStore{Store: openStore(t), seen: map[string]bool{}, hold: make(chan struct{})}
+	close(st.hold)
+	r := newFakeRunner(true)
+	m := openManager(t, Options{Store: st, Runner: r, Slots: 1})
+	defer m.Close()
+	first, err := m.Submit(context.Background(), []types.JobRequest{hello("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitStart(t)
+	second, err := m.Submit(context.Background(), []types.JobRequest{hello("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := stored(t, st, second[0].ID); rec.Job.State != Queued || rec.Job.Attempts != 0 || rec.Req == nil {
+		t.Fatalf("waiting job stored as %s, attempt %d, request %v; want queued with its request", rec.Job.State, rec.Job.Attempts, rec.Req != nil)
+	}
+	r.finish(first[0].ID)
+	if got := r.waitStart(t); got != second[0].ID {
+		t.Fatalf("started %s, want %s", got, second[0].ID)
+	}
+	r.finish(second[0].ID)
+	if j, err := m.Wait(context.Background(), second[0].ID); err != nil || j.State != Done {
+		t.Fatalf("job %s: %+v %v", second[0].ID, j, err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// The first job's start and end, then the second's submission, start
+	// and end (the first's end and the second's start in either order).
+	var states []string
+	for _, s := range st.states {
+		if s != Done {
+			states = append(states, s)
+		}
+	}
+	if want := []string{Running, Queued, Running}; !slices.Equal(states, want) || len(st.states) != 5 {
+		t.Fatalf("stored states %v, want %v and two ends", st.states, want)
+	}
+}
+
+// TestSubmitOneStartStoredSurvivesCrash: a job whose submission was
+// stored as its start, lost in a crash before its end, runs again as its
+// second attempt with its request.
+func TestSubmitOneStartStoredSurvivesCrash(t *testing.T) {
+	st := openStore(t)
+	r1 := newFakeRunner(true)
+	m1 := openManager(t, Options{Store: st, Runner: r1, Slots: 1, MaxAttempts: 3})
+	js, err := m1.Submit(context.Background(), []types.JobRequest{hello("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r1.waitStart(t)
+	// Stored when Submit returned: no wait for a later write.
+	if rec := stored(t, st, id); rec.Job.State != Running || rec.Job.Attempts != 1 || rec.Job.Started == nil || rec.Req == nil {
+		t.Fatalf("stored at submission: state %s attempt %d started %v request %v; want running, attempt 1, with its request",
+			rec.Job.State, rec.Job.Attempts, rec.Job.Started, rec.Req != nil)
+	}
+	// m1 is abandoned as if its process died; its runner never returns.
+	r2 := newFakeRunner(false)
+	m2 := openManager(t, Options{Store: st, Runner: r2, Slots: 1, MaxAttempts: 3})
+	defer m2.Close()
+	got, err := m2.Wait(context.Background(), js[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != Done || got.Attempts != 2 || got.Steps[0].Stdout != "ran "+id {
+		t.Fatalf("after the crash: %+v, want done in its second attempt", got)
 	}
 }
 
