@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -384,6 +385,10 @@ func (m *Manager) publish(ctx context.Context, e *entry, j Job, err error, ran t
 	delete(m.live, j.ID)
 	close(e.done)
 	m.mu.Unlock()
+	// A waiter just woken runs next on this thread, but only once this
+	// goroutine blocks, and the runner's cleanup that follows blocks only
+	// in syscalls, which keep the thread: let it run now.
+	runtime.Gosched()
 	if j.CallbackState == "pending" {
 		m.deliverLater(j)
 	}
