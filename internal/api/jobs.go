@@ -14,9 +14,11 @@ import (
 
 // Jobs is what the API needs of the job service. Submit validates and
 // queues every request or none; Wait blocks until the job has finished or
-// ctx ends.
+// ctx ends; Run is Submit of one job and Wait for it, whose caller hears
+// of the job only from its end (the service may store less before then).
 type Jobs interface {
 	Submit(ctx context.Context, reqs []types.JobRequest) ([]types.Job, error)
+	Run(ctx context.Context, req types.JobRequest) (types.Job, error)
 	Get(ctx context.Context, id string) (types.Job, error)
 	Wait(ctx context.Context, id string) (types.Job, error)
 	List(ctx context.Context, f types.JobFilter) ([]types.Job, error)
@@ -64,6 +66,15 @@ func (s *Server) submitJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	if derr != nil {
 		s.jobFail(w, r, derr)
+		return
+	}
+	if wait && !batch {
+		j, err := s.Jobs.Run(r.Context(), reqs[0])
+		if err != nil {
+			s.jobFail(w, r, err)
+			return
+		}
+		httperr.WriteJSON(w, http.StatusOK, j)
 		return
 	}
 	jobs, err := s.Jobs.Submit(r.Context(), reqs)

@@ -33,6 +33,10 @@ func (f *fakeJobs) Submit(_ context.Context, reqs []types.JobRequest) ([]types.J
 	}
 	return js, nil
 }
+func (f *fakeJobs) Run(ctx context.Context, req types.JobRequest) (types.Job, error) {
+	js, _ := f.Submit(ctx, []types.JobRequest{req})
+	return f.Wait(ctx, js[0].ID)
+}
 func (f *fakeJobs) Get(_ context.Context, id string) (types.Job, error) { return f.Wait(nil, id) }
 func (f *fakeJobs) Wait(_ context.Context, id string) (types.Job, error) {
 	j := f.result

@@ -19,6 +19,11 @@ func (a jobsAPI) Submit(ctx context.Context, reqs []types.JobRequest) ([]types.J
 	return jobs.WireJobs(js), err
 }
 
+func (a jobsAPI) Run(ctx context.Context, req types.JobRequest) (types.Job, error) {
+	j, err := a.m.Run(ctx, req)
+	return j.Wire(), err
+}
+
 func (a jobsAPI) Get(ctx context.Context, id string) (types.Job, error) {
 	j, err := a.m.Get(ctx, id)
 	return j.Wire(), err

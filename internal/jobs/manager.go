@@ -108,9 +108,11 @@ type entry struct {
 	revoked, ending bool
 	// stored, if set, is closed once the job's submission is stored (see
 	// submitOne); unstored says that failed, so nothing of it is stored;
-	// startStored, that the submission stored was the job's start.
-	stored                chan struct{}
-	unstored, startStored bool
+	// noStart, that its start is not to be stored on its own: it was
+	// stored with its submission, or nothing of it is stored before its
+	// end (see Run).
+	stored            chan struct{}
+	unstored, noStart bool
 }
 
 // record is what is stored of a job under store.JobKey: the job, and the
@@ -190,6 +192,46 @@ func (m *Manager) Close() {
 // Submit validates every request, then stores and queues them all; on any
 // error none is queued.
 func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, error) {
+	entries, err := m.admit(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	if m.o.Cluster == nil && len(entries) == 1 {
+		return m.submitOne(ctx, entries[0], false)
+	}
+	// Stored before it is queued: a job the caller was told about survives
+	// a crash.
+	for i, e := range entries {
+		if err := m.putNew(ctx, e, &e.plan.Req); err != nil {
+			for _, done := range entries[:i] {
+				m.o.Store.Delete(context.WithoutCancel(ctx), store.JobKey(done.job.ID))
+			}
+			return nil, err
+		}
+	}
+	out := make([]Job, len(entries))
+	if m.o.Cluster != nil {
+		// The leader takes them from the store.
+		for i, e := range entries {
+			out[i] = e.job
+		}
+		m.kickPass()
+		return out, nil
+	}
+	m.mu.Lock()
+	for i, e := range entries {
+		m.live[e.job.ID] = e
+		m.sched.Push(Entry{ID: e.job.ID, Tenant: e.job.Tenant, Priority: e.job.Priority, Seq: e.seq})
+		out[i] = e.job
+	}
+	m.dispatch()
+	m.mu.Unlock()
+	return out, nil
+}
+
+// admit validates every request against its plan, its image and its
+// tenant's queue, and makes the jobs' entries, neither stored nor queued.
+func (m *Manager) admit(ctx context.Context, reqs []types.JobRequest) ([]*entry, error) {
 	if len(reqs) == 0 {
 		return nil, errdefs.Invalid("jobs", "no job given")
 	}
@@ -242,37 +284,7 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 		}}
 	}
 	m.mu.Unlock()
-	if m.o.Cluster == nil && len(entries) == 1 {
-		return m.submitOne(ctx, entries[0], &plans[0].Req)
-	}
-	// Stored before it is queued: a job the caller was told about survives
-	// a crash.
-	for i, e := range entries {
-		if err := m.putNew(ctx, e, &plans[i].Req); err != nil {
-			for _, done := range entries[:i] {
-				m.o.Store.Delete(context.WithoutCancel(ctx), store.JobKey(done.job.ID))
-			}
-			return nil, err
-		}
-	}
-	out := make([]Job, len(entries))
-	if m.o.Cluster != nil {
-		// The leader takes them from the store.
-		for i, e := range entries {
-			out[i] = e.job
-		}
-		m.kickPass()
-		return out, nil
-	}
-	m.mu.Lock()
-	for i, e := range entries {
-		m.live[e.job.ID] = e
-		m.sched.Push(Entry{ID: e.job.ID, Tenant: e.job.Tenant, Priority: e.job.Priority, Seq: e.seq})
-		out[i] = e.job
-	}
-	m.dispatch()
-	m.mu.Unlock()
-	return out, nil
+	return entries, nil
 }
 
 // dispatch starts queued jobs while slots are free. m.mu is held.

@@ -36,20 +36,25 @@ func (m *Manager) Wait(ctx context.Context, id string) (Job, error) {
 	e := m.live[id]
 	m.mu.Unlock()
 	if e != nil {
-		select {
-		case <-e.done:
-			m.mu.Lock()
-			j := e.job
-			m.mu.Unlock()
-			if j.State != Queued {
-				return j, nil
-			}
-			return j, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
-		case <-ctx.Done():
-			return Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
-		}
+		return m.waitEntry(ctx, id, e)
 	}
 	return m.Get(ctx, id)
+}
+
+// waitEntry blocks until job id, entry e, has finished or ctx ends.
+func (m *Manager) waitEntry(ctx context.Context, id string, e *entry) (Job, error) {
+	select {
+	case <-e.done:
+		m.mu.Lock()
+		j := e.job
+		m.mu.Unlock()
+		if j.State != Queued {
+			return j, nil
+		}
+		return j, fmt.Errorf("job %s: the daemon is stopping: %w", id, errdefs.ErrUnavailable)
+	case <-ctx.Done():
+		return Job{}, fmt.Errorf("job %s: wait: %w", id, ctx.Err())
+	}
 }
 
 // Cancel cancels a queued or running job and returns it once it has ended.
@@ -99,7 +104,11 @@ func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
 		return nil, fmt.Errorf("jobs: list: %w", err)
 	}
 	out := []Job{}
+	match := func(j Job) bool {
+		return (f.Tenant == "" || j.Tenant == f.Tenant) && (f.State == "" || j.State == f.State)
+	}
 	m.mu.Lock()
+	listed := make(map[string]bool, len(m.live))
 	for _, kv := range kvs {
 		var r record
 		if json.Unmarshal(kv.Value, &r) != nil {
@@ -108,9 +117,17 @@ func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
 		j := r.Job
 		if e := m.live[j.ID]; e != nil {
 			j = e.job
+			listed[j.ID] = true
 		}
-		if (f.Tenant == "" || j.Tenant == f.Tenant) && (f.State == "" || j.State == f.State) {
+		if match(j) {
 			out = append(out, j)
+		}
+	}
+	// Live jobs not stored yet: being submitted, or not stored until they
+	// end (see Run).
+	for id, e := range m.live {
+		if m.o.Cluster == nil && !listed[id] && match(e.job) {
+			out = append(out, e.job)
 		}
 	}
 	m.mu.Unlock()
