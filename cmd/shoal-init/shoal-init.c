@@ -14,8 +14,10 @@
  * and an exec only: a step's start-up is the job's latency.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -295,6 +298,126 @@ static void step(const int *fds)
 	exec_cmd();
 }
 
+/*
+ * What a step could change of Serve that the next step inherits or sees. A
+ * step runs as the same user as Serve, so it may change, through prlimit,
+ * setpriority, sched_setaffinity, sched_setscheduler, sched_setattr,
+ * ioprio_set or /proc/1, Serve's resource limits, OOM score adjustment,
+ * core dump filter and autogroup (the process's) and any thread's
+ * scheduling (nice, policy, priority, the time slice it asks, utilization
+ * clamps, reset-on-fork), CPU affinity and I/O priority. Serve reads all of
+ * it as it starts and again before each step, on every thread, and answers
+ * a request with MsgFail, starting no step, if any of it changed: the
+ * daemon then drops the sandbox.
+ */
+#define MAX_THREADS 8
+
+struct sched_attr_ {
+	uint32_t size, policy;
+	uint64_t flags;
+	int32_t nice;
+	uint32_t priority;
+	uint64_t runtime, deadline, period;
+	uint32_t util_min, util_max;
+};
+
+struct thread_state {
+	struct sched_attr_ sched;
+	cpu_set_t cpus;
+	long ioprio;
+};
+
+struct proc_state {
+	struct rlimit rl[RLIM_NLIMITS];
+	char oom[32], core[32], autogroup[64];
+	int nthreads;
+	struct thread_state th[MAX_THREADS]; /* by thread id, ascending */
+};
+
+static void read_small(const char *path, char *buf, size_t n)
+{
+	memset(buf, 0, n);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return; /* a kernel built without it: "" before and after */
+	ssize_t r = read(fd, buf, n - 1);
+	(void)r;
+	close(fd);
+}
+
+static int cmp_tid(const void *a, const void *b)
+{
+	pid_t x = *(const pid_t *)a, y = *(const pid_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* read_state reads Serve's state; it returns why it could not, or NULL. */
+static const char *read_state(struct proc_state *st)
+{
+	memset(st, 0, sizeof *st);
+	for (int r = 0; r < RLIM_NLIMITS; r++) {
+		if (getrlimit(r, &st->rl[r]) < 0)
+			return "cannot read its resource limits";
+	}
+	read_small("/proc/self/oom_score_adj", st->oom, sizeof st->oom);
+	read_small("/proc/self/coredump_filter", st->core, sizeof st->core);
+	read_small("/proc/self/autogroup", st->autogroup, sizeof st->autogroup);
+	pid_t tids[MAX_THREADS];
+	DIR *d = opendir("/proc/self/task");
+	if (d == NULL)
+		return "cannot list its threads";
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (st->nthreads == MAX_THREADS) {
+			closedir(d);
+			return "too many threads";
+		}
+		tids[st->nthreads++] = (pid_t)atoi(e->d_name);
+	}
+	closedir(d);
+	qsort(tids, (size_t)st->nthreads, sizeof tids[0], cmp_tid);
+	for (int i = 0; i < st->nthreads; i++) {
+		struct thread_state *t = &st->th[i];
+		if (syscall(SYS_sched_getattr, tids[i], &t->sched, sizeof t->sched, 0) < 0 ||
+		    sched_getaffinity(tids[i], sizeof t->cpus, &t->cpus) < 0)
+			return "cannot read a thread's scheduling";
+		t->ioprio = syscall(SYS_ioprio_get, 1 /* IOPRIO_WHO_PROCESS */, tids[i]);
+	}
+	return NULL;
+}
+
+/* changed says what differs between st, as Serve started, and now, or
+ * NULL. */
+static const char *changed(const struct proc_state *st)
+{
+	struct proc_state now;
+	const char *err = read_state(&now);
+	if (err != NULL)
+		return err;
+	if (memcmp(st->rl, now.rl, sizeof st->rl) != 0)
+		return "a job changed its resource limits";
+	if (strcmp(st->oom, now.oom) != 0)
+		return "a job changed its OOM score adjustment";
+	if (strcmp(st->core, now.core) != 0)
+		return "a job changed its core dump filter";
+	if (strcmp(st->autogroup, now.autogroup) != 0)
+		return "a job changed its autogroup";
+	if (st->nthreads != now.nthreads)
+		return "its threads changed";
+	for (int i = 0; i < st->nthreads; i++) {
+		const struct thread_state *a = &st->th[i], *b = &now.th[i];
+		if (memcmp(&a->sched, &b->sched, sizeof a->sched) != 0)
+			return "a job changed a thread's scheduling";
+		if (!CPU_EQUAL(&a->cpus, &b->cpus))
+			return "a job changed a thread's CPU affinity";
+		if (a->ioprio != b->ioprio)
+			return "a job changed a thread's I/O priority";
+	}
+	return NULL;
+}
+
 /* serve is the loop of a reusable sandbox's pid 1 (see the top). */
 static int serve(void)
 {
@@ -314,6 +437,9 @@ static int serve(void)
 	}
 	pthread_t t;
 	if (pthread_create(&t, NULL, on_hangup, NULL) != 0)
+		return 1;
+	static struct proc_state started;
+	if (read_state(&started) != NULL)
 		return 1;
 	for (;;) {
 		reap();
@@ -347,6 +473,13 @@ static int serve(void)
 			for (int i = 0; i < nfds; i++)
 				close(fds[i]);
 			reply_fail("malformed request");
+			continue;
+		}
+		const char *what = changed(&started);
+		if (what != NULL) {
+			reply_fail(what); /* before the step's sync socket closes */
+			for (int i = 0; i < STEP_FDS; i++)
+				close(fds[i]);
 			continue;
 		}
 		pid_t pid = fork();

@@ -41,11 +41,13 @@ type box struct {
 	pid  int           // host pid of Serve
 	cg   cgroups.Paths // the sandbox's cgroup; each step's is a child
 	keep *kept         // what is emptied or restored between jobs
-	proc procState     // Serve's own state as it started (see procState)
 	runs int           // jobs served
 	seq  int           // steps started, naming their cgroups
 	bad  bool          // a step or Serve failed (see check): not reused
 	next *stepPrep     // the step made ready for the next job
+	// spent is the cgroup of the last job's step, removed once the job is
+	// over (removeSpent).
+	spent cgroups.Paths
 	// last is the limits of the last job's step, which the next step's
 	// cgroup is given ahead: a job with the same then writes none.
 	last cgroups.ChildLimits
@@ -99,18 +101,19 @@ func (s *Sandbox) startBox(ctx context.Context, b *warmBox, spec runtime.Spec, w
 	if z.keep, err = keep(z.pid, work); err != nil {
 		return err
 	}
-	if z.proc, err = readProcState(z.pid); err != nil {
-		return fmt.Errorf("sandbox process: %w", err)
-	}
 	return z.prepare()
 }
 
-// close releases what the daemon holds of a reusable sandbox, and its
-// step made ready, if any.
+// close releases what the daemon holds of a reusable sandbox, and the
+// cgroups of its step made ready and of its last step, if any.
 func (z *box) close() {
 	if z.next != nil {
 		z.next.drop()
 		z.next = nil
+	}
+	if z.spent.Dirs() != nil {
+		z.spent.Kill()
+		z.removeSpent()
 	}
 	if z.ctl != nil {
 		z.ctl.Close()
@@ -139,7 +142,11 @@ func unixConn(fd int, name string) (*net.UnixConn, error) {
 // ahead. The cgroup gets the last job's limits once the stub is in it
 // (the stub, a fork of Serve waiting in a read, uses far less memory than
 // the least a job may have, and a single pid), so that a job with the same
-// limits, the common case, writes none.
+// limits, the common case, writes none. Serve starts no stub, answering
+// why, if a job changed what Serve hands down to its next child (its
+// resource limits, OOM score adjustment, core dump filter, or any thread's
+// scheduling, CPU affinity or I/O priority) or shows the next job (its
+// autogroup): the sandbox is then dropped.
 type stepPrep struct {
 	cg      cgroups.Paths
 	limits  cgroups.ChildLimits // as written in cg
@@ -177,6 +184,16 @@ func (z *box) prepare() (err error) {
 	go func() { p.replies <- readReply(z.ctl) }()
 	pid, err := p.io.announced(context.Background())
 	if err != nil {
+		// Serve may have said why it started no step (a job changed
+		// what it hands down: see shoal-init's changed) before it
+		// closed the step's sync socket.
+		select {
+		case r := <-p.replies:
+			if r.err != nil {
+				return r.err
+			}
+		default:
+		}
 		return err
 	}
 	if err := p.cg.Attach(pid); err != nil {
@@ -202,24 +219,18 @@ func (p *stepPrep) drop() {
 // boxStep runs the first step of a job in reusable sandbox b: its
 // prepared step (see stepPrep) gets the step's limits, then its command
 // (none of the job's code runs before its limits),
-// and is supervised as in step. The teardown removes the step's cgroup;
-// the sandbox itself is emptied once the job is over (release) and its
-// next step made ready.
+// and is supervised as in step. The step's cgroup is removed, the sandbox
+// emptied and its next step made ready once the job is over, off its slot
+// (release); its teardown has nothing left to do.
 func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (StepResult, func() time.Duration) {
 	res := StepResult{Name: st.Name}
 	t0 := time.Now()
 	z := b.z
 	prep := z.next
 	z.next = nil
-	teardown := func() time.Duration {
-		t := time.Now()
-		if prep != nil {
-			if err := prep.cg.Remove(); err != nil {
-				z.bad = true
-				s.log().Warn("remove job step cgroup", "sandbox", b.id, "err", err)
-			}
-		}
-		return time.Since(t)
+	teardown := func() time.Duration { return 0 }
+	if prep != nil {
+		z.spent = prep.cg
 	}
 	if prep == nil {
 		z.bad = true
@@ -348,8 +359,24 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 	return st, nil
 }
 
+// removeSpent removes the cgroup of the last job's step, if any: that
+// fails if a process is left in it.
+func (z *box) removeSpent() error {
+	if z.spent.Dirs() == nil {
+		return nil
+	}
+	err := z.spent.Remove()
+	z.spent = cgroups.Paths{}
+	if err != nil {
+		return fmt.Errorf("its last step's cgroup: %w", err)
+	}
+	return nil
+}
+
 // check says whether the sandbox can serve another job: Serve answered
 // every step, and it is the only process left in the sandbox's cgroup.
+// (What a job could change of Serve itself, Serve checks before it starts
+// the next step: see stepPrep.)
 func (z *box) check() error {
 	if z.bad {
 		return errors.New("its process failed, or a step could not be readied or its cgroup not be limited, killed or removed")
@@ -364,13 +391,6 @@ func (z *box) check() error {
 	}
 	if len(procs) != 1 || procs[0] != z.pid {
 		return fmt.Errorf("processes %v in its cgroup, want only its own (%d)", procs, z.pid)
-	}
-	now, err := readProcState(z.pid)
-	if err != nil {
-		return fmt.Errorf("its process: %w", err)
-	}
-	if what := z.proc.changed(now); what != "" {
-		return fmt.Errorf("a job changed %s", what)
 	}
 	return nil
 }

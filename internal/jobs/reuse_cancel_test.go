@@ -48,6 +48,7 @@ func TestReusedSandboxCancelled(t *testing.T) {
 		if s := j.Steps[0]; s.Status != StepKilled {
 			t.Fatalf("a cancelled step: %+v", s)
 		}
+		sb.pool.releases.Wait() // the sandbox emptied, off the job's slot
 		if step.Exists() {
 			t.Fatalf("the cancelled step's cgroup %v is left", step.Dirs())
 		}

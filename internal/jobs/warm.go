@@ -311,7 +311,10 @@ func (s *Sandbox) giveBack(b *warmBox) {
 	z := b.z
 	z.runs++
 	p := &s.pool
-	err := z.check()
+	err := z.removeSpent()
+	if err == nil {
+		err = z.check()
+	}
 	if err == nil && b.att != nil {
 		// What a job's sockets leave, such as a connection in TIME_WAIT
 		// on a port the next job would listen on, cannot be emptied.

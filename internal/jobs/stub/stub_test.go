@@ -281,3 +281,33 @@ func BenchmarkExec(b *testing.B) {
 		}
 	}
 }
+
+// TestServeRefusesWhenChanged: once what Serve hands down to its steps
+// changed (here its nice value, and on another Serve its OOM score
+// adjustment), it starts no step and says what changed.
+func TestServeRefusesWhenChanged(t *testing.T) {
+	for name, change := range map[string]func(pid int) error{
+		"scheduling": func(pid int) error { return syscall.Setpriority(syscall.PRIO_PROCESS, pid, 7) },
+		"OOM score":  func(pid int) error { return os.WriteFile("/proc/"+itoa(pid)+"/oom_score_adj", []byte("500"), 0) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := startServe(t)
+			st, _ := s.start(t) // Serve is up, its state read
+			st.stdin.Write(stub.Encode(stub.Cmd{Args: []string{"true"}, Cwd: "/"}))
+			st.stdin.Close()
+			s.reply(t)
+			if err := change(s.cmd.Process.Pid); err != nil {
+				t.Fatal(err)
+			}
+			inR, inW, _ := os.Pipe()
+			defer inR.Close()
+			defer inW.Close()
+			if _, _, err := s.ctl.WriteMsgUnix([]byte{stub.MsgRun}, unix.UnixRights(int(inR.Fd()), int(inW.Fd()), int(inW.Fd()), int(inR.Fd())), nil); err != nil {
+				t.Fatal(err)
+			}
+			if r := s.reply(t); len(r) == 0 || r[0] != stub.MsgFail || !strings.Contains(string(r), "a job changed") {
+				t.Fatalf("after the change: reply %q, want MsgFail saying what changed", r)
+			}
+		})
+	}
+}
