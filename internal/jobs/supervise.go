@@ -22,8 +22,14 @@ type capture struct {
 	over      func()
 }
 
+// chunks are capture's read buffers, reused: a fresh one for each of a
+// job's streams was most of what a job allocated.
+var chunks = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
 func (c *capture) readFrom(r io.Reader) {
-	chunk := make([]byte, 32<<10)
+	buf := chunks.Get().(*[32 << 10]byte)
+	defer chunks.Put(buf)
+	chunk := buf[:]
 	for {
 		n, err := r.Read(chunk)
 		if n > 0 {
