@@ -216,7 +216,8 @@ func (p *stepPrep) drop() {
 	p.cg.Remove()
 }
 
-// boxStep runs the first step of a job in reusable sandbox b: its
+// boxStep runs a step of a job in reusable sandbox b (the first, or a
+// later one readied by nextStep): its
 // prepared step (see stepPrep) gets the step's limits, then its command
 // (none of the job's code runs before its limits),
 // and is supervised as in step. The step's cgroup is removed, the sandbox
@@ -357,6 +358,38 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 	// non-zero exit (a shell reporting its killed child).
 	st.OOMKilled = (st.Signal == syscall.SIGKILL || st.Code != 0) && p.cg.OOMKills() > 0
 	return st, nil
+}
+
+// nextStep readies reusable sandbox b for a later step st of the job it
+// runs, and says whether it is: the last step's cgroup removed (so none of
+// its processes is left), Serve the only process of the sandbox, all but
+// /work emptied (each step has its own /tmp, /dev/shm and IPC objects, as
+// on the ordinary path), and a stub made ready (which also checks that no
+// step changed Serve). A step whose /tmp is of another size than the
+// sandbox's, or a sandbox that cannot be readied, takes the ordinary path
+// (a container of its own on the same /work); a sandbox that failed is
+// not reused.
+func (s *Sandbox) nextStep(b *warmBox, st *Step) bool {
+	z := b.z
+	if z.bad || st.Limits.TmpBytes != b.shape.limits.TmpBytes {
+		return false
+	}
+	err := z.removeSpent()
+	if err == nil {
+		err = z.check()
+	}
+	if err == nil {
+		err = z.keep.wipeBut("/work")
+	}
+	if err == nil {
+		err = z.prepare()
+	}
+	if err != nil {
+		z.bad = true
+		s.log().Warn("reusable job sandbox: a later step takes the ordinary path", "sandbox", b.id, "err", err)
+		return false
+	}
+	return true
 }
 
 // removeSpent removes the cgroup of the last job's step, if any: that

@@ -65,8 +65,8 @@ func untilReused(t *testing.T, sb *Sandbox, req types.JobRequest) StepResult {
 }
 
 // TestReusedSandbox: a job in a reused sandbox runs its command with its
-// stdin, environment, directory and files, and its later steps on the
-// ordinary path, as in a fresh one.
+// stdin, environment, directory and files, and its later steps (in the
+// same sandbox: TestReusedSandboxLaterSteps), as in a fresh one.
 func TestReusedSandbox(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)

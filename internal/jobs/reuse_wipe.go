@@ -130,11 +130,20 @@ func (k *kept) close() {
 }
 
 // wipe puts the sandbox back as it was made (see kept).
-func (k *kept) wipe() error {
+func (k *kept) wipe() error { return k.wipeBut("") }
+
+// wipeBut is wipe but for the directory named keep (as the job sees it):
+// between two steps of a job run in the sandbox, /work is kept and the
+// rest emptied, as each step of the ordinary path gets its own /tmp,
+// /dev and IPC namespace.
+func (k *kept) wipeBut(keep string) error {
 	if err := clearIPC(k.ipc); err != nil {
 		return fmt.Errorf("sandbox IPC objects: %w", err)
 	}
 	for _, d := range k.dirs {
+		if d.name == keep {
+			continue
+		}
 		if err := d.empty(nil); err != nil {
 			return err
 		}

@@ -195,8 +195,15 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 		}
 		var res StepResult
 		var teardown func() time.Duration
-		if i == 0 && reusable {
-			res, teardown = s.boxStep(ctx, warm, p, &p.Steps[0])
+		inBox, readied := reusable && i == 0, time.Duration(0)
+		if reusable && i > 0 {
+			t := time.Now()
+			inBox = s.nextStep(warm, &p.Steps[i])
+			readied = time.Since(t)
+		}
+		if inBox {
+			res, teardown = s.boxStep(ctx, warm, p, &p.Steps[i])
+			res.CreateMs += ms(readied)
 		} else if i == 0 && warm != nil {
 			warmUsed = true
 			res, teardown = s.warmStep(ctx, warm, p, &p.Steps[0])
