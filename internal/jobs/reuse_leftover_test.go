@@ -166,10 +166,11 @@ func TestReusedSandboxDevPts(t *testing.T) {
 	})
 }
 
-// TestReusedSandboxNetwork: a job that leaves a TCP connection in
-// TIME_WAIT in its sandbox's network namespace (which would keep the next
-// job from listening on that port) gets the sandbox dropped, as a
-// namespace that is not empty is not recycled: the next job finds none.
+// TestReusedSandboxNetwork: a job that closes a TCP connection first
+// leaves none in TIME_WAIT in its sandbox's network namespace (which would
+// keep the next job from listening on that port, and the sandbox from
+// being reused): the next job runs in the same sandbox and finds the
+// namespace as a fresh one.
 func TestReusedSandboxNetwork(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)
@@ -182,15 +183,16 @@ func TestReusedSandboxNetwork(t *testing.T) {
 		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
 		d := runIn(t, sb, probed(t, servedBy+"\n./probe timewait 5555; grep -o 'tw [0-9]*' /proc/net/sockstat"))
 		wantStatus(t, d.Steps[0], StepOK)
-		if !strings.Contains(d.Steps[0].Stdout, "timewait: ok\ntw 1\n") {
-			t.Fatalf("the job leaving a connection in TIME_WAIT: %s", d.Steps[0].Stdout)
+		box, closed, _ := strings.Cut(d.Steps[0].Stdout, "\n")
+		if closed != "timewait: ok\ntw 0\n" {
+			t.Fatalf("the job closing a connection first: %s", d.Steps[0].Stdout)
 		}
 		next := probed(t, servedBy+"\n"+check)
 		after := runIn(t, sb, next)
 		wantStatus(t, after.Steps[0], StepOK)
-		_, got, _ := strings.Cut(after.Steps[0].Stdout, "\n")
-		if got != fresh.Stdout {
-			t.Fatalf("after a job that left a connection in TIME_WAIT, the next job sees\n%s\nwant, as in a fresh sandbox,\n%s", got, fresh.Stdout)
+		in, got, _ := strings.Cut(after.Steps[0].Stdout, "\n")
+		if got != fresh.Stdout || in != box {
+			t.Fatalf("after a job that closed a connection first, the next job sees\n%s\nin %s, want, as in a fresh sandbox,\n%s\nin the same sandbox (%s)", got, in, fresh.Stdout, box)
 		}
 	})
 }

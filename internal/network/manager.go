@@ -330,7 +330,7 @@ func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 	m.owned[name] = e
 	m.mu.Unlock()
 
-	err := createNetNS(e.path)
+	err := createNetNS(e.path, mode == None)
 	if err == nil && mode == Bridge {
 		e.ip, e.gw, err = m.cni.add(ctx, name, e.path)
 		if err != nil {

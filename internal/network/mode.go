@@ -34,7 +34,10 @@ type Mode string
 
 // The network modes.
 const (
-	// None is a namespace with only loopback.
+	// None is a namespace with only loopback. It keeps no TCP connection
+	// in TIME_WAIT (tcp_max_tw_buckets 0): on a loopback of its own no
+	// late segment of an old connection can reach a new one, and a
+	// connection left waiting would keep the namespace from being reused.
 	None Mode = "none"
 	// Bridge is a namespace attached to the host bridge with its own address.
 	Bridge Mode = "bridge"

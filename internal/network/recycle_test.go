@@ -147,7 +147,13 @@ func TestRecycleDestroysDirtyNamespaces(t *testing.T) {
 			return nil
 		}},
 		{"tcp time-wait", func(t *testing.T, path string) error {
-			return withNetNS(path, timeWait)
+			return withNetNS(path, func() error {
+				// As in a namespace of another mode: None keeps none.
+				if err := os.WriteFile("/proc/sys/net/ipv4/tcp_max_tw_buckets", []byte("4096"), 0); err != nil {
+					return err
+				}
+				return timeWait()
+			})
 		}},
 		{"udp6 socket", func(t *testing.T, path string) error {
 			return withNetNS(path, func() error {
@@ -222,6 +228,56 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // timeWait leaves a TCP connection in TIME_WAIT in the calling thread's
 // namespace, and no open socket.
 func timeWait() error {
+	if err := closeFirst(); err != nil {
+		return err
+	}
+	b, err := os.ReadFile("/proc/thread-self/net/tcp")
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || strings.Fields(lines[1])[3] != "06" {
+		return fmt.Errorf("want one connection in TIME_WAIT (06), got:\n%s", b)
+	}
+	return nil
+}
+
+// TestNoneKeepsNoTimeWait: in a None namespace the side of a TCP
+// connection that closes first keeps nothing in TIME_WAIT, so the
+// namespace is reused.
+func TestNoneKeepsNoTimeWait(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, testOptions(t, 2))
+	waitSettled(t, m, 2)
+	before := m.Stats()
+	a, err := m.Acquire(ctx, "tw", None)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table []byte
+	if err := withNetNS(a.NSPath, func() error {
+		if err := closeFirst(); err != nil {
+			return err
+		}
+		table, err = os.ReadFile("/proc/thread-self/net/tcp")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(table)), "\n"); len(lines) != 1 {
+		t.Fatalf("connections left:\n%s", table)
+	}
+	if err := m.Recycle(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if s := m.Stats(); s.Reused != before.Reused+1 {
+		t.Fatalf("stats %+v after %+v: want the namespace reused", s, before)
+	}
+}
+
+// closeFirst opens a loopback TCP connection and closes it from the
+// client's side first: the side that waits, if any.
+func closeFirst() error {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -240,16 +296,7 @@ func timeWait() error {
 	buf := make([]byte, 1)
 	s.Read(buf) // EOF: the FIN arrived
 	s.Close()
-	ln.Close()
-	b, err := os.ReadFile("/proc/thread-self/net/tcp")
-	if err != nil {
-		return err
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 || strings.Fields(lines[1])[3] != "06" {
-		return fmt.Errorf("want one connection in TIME_WAIT (06), got:\n%s", b)
-	}
-	return nil
+	return ln.Close()
 }
 
 func TestRecycleNeverReusesBridge(t *testing.T) {
