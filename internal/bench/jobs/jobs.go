@@ -4,7 +4,7 @@
 // and against an earlier shoal binary (SHOAL_BENCH_BEFORE names it) on a
 // daemon of its own, at 1, 2 and 8 concurrent clients, interleaved in one
 // run, with the time of each phase of a step and each subject's overhead
-// over the bare process.
+// over the bare process; and two-step jobs at one client.
 package jobs
 
 import (
@@ -170,8 +170,10 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 		run: func(ctx context.Context, _ int) (map[string]time.Duration, error) { return bareProcess(ctx, busybox) }}
 	subjects := []jobsSubject{shoal, process, runc}
 	names := []string{"shoal job", "bare process", "bare runc run", "podman run --rm"}
-	if before := os.Getenv("SHOAL_BENCH_BEFORE"); before != "" {
-		prev, err := startBefore(ctx, o, before, filepath.Join(dir, "before"), rootfs)
+	var prev *kit.Daemon
+	before := os.Getenv("SHOAL_BENCH_BEFORE")
+	if before != "" {
+		prev, err = startBefore(ctx, o, before, filepath.Join(dir, "before"), rootfs)
 		if err != nil {
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
@@ -315,9 +317,20 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 			bench.FormatValue(rateT.Median("shoal job, 8 clients")), bench.FormatValue(rateT.Median("shoal job (before), 8 clients")))
 	}
 	s1, r1 := latT.Median("shoal job, 1 client"), latT.Median("bare runc run, 1 client")
-	rep.Para("One client: a shoal job's result arrives in %s ms (median) against %s ms for bare `runc run` (%s); at 8 clients shoal completes %s jobs/s against %s for bare runc. The shoal figure includes the API round trip, three store writes, the sandbox's work tmpfs, limits, seccomp and output capture; bare runc runs the default `runc spec` bundle without them.",
+	rep.Para("One client: a shoal job's result arrives in %s ms (median) against %s ms for bare `runc run` (%s); at 8 clients shoal completes %s jobs/s against %s for bare runc. The shoal figure includes the API round trip, the stored result, the sandbox's work tmpfs, limits, seccomp and output capture; bare runc runs the default `runc spec` bundle without them.",
 		bench.FormatValue(s1), bench.FormatValue(r1), bench.FormatRatio(s1/r1),
 		bench.FormatValue(rateT.Median("shoal job, 8 clients")), bench.FormatValue(rateT.Median("bare runc run, 8 clients")))
+	stepsT, err := twoStepTable(ctx, o, rounds, perRound, busybox, cli, prev, before)
+	if err != nil {
+		return rep, err
+	}
+	rep.Table(stepsT)
+	if prev != nil {
+		rep.Para("A two-step job at one client: %s ms (median) against %s ms for the earlier shoal (%s) and %s ms for its two commands run bare.",
+			bench.FormatValue(stepsT.Median("shoal two-step job")), bench.FormatValue(stepsT.Median("shoal two-step job (before)")),
+			bench.FormatRatio(stepsT.Median("shoal two-step job")/stepsT.Median("shoal two-step job (before)")),
+			bench.FormatValue(stepsT.Median("bare processes, one after the other")))
+	}
 	rep.Para("%s", sharedHost)
 	jobsTargets(rep, rateT, latT, ovT, sandbox-latT.Median("bare process, 1 client"))
 	return rep, nil

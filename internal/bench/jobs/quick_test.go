@@ -19,7 +19,16 @@ func TestQuick(t *testing.T) {
 // checkQuickJobs checks that every shoal and bare runc row of the jobs report
 // has numbers and that the targets have verdicts.
 func checkQuickJobs(t *testing.T, rep *bench.Report, docs string) {
-	benchtest.MeasuredRows("shoal job", "bare process", "bare runc run", "queue", "create", "start", "exec", "teardown")(t, rep, docs)
+	benchtest.MeasuredRows("shoal job", "shoal two-step job", "bare process", "bare processes, one after the other", "bare runc run", "queue", "create", "start", "exec", "teardown")(t, rep, docs)
+	two := false
+	for _, tab := range rep.Tables() {
+		if tab.Title == "Two-step jobs, 1 client" {
+			two = tab.Row("shoal two-step job").OK() && tab.Row("bare processes, one after the other").OK()
+		}
+	}
+	if !two {
+		t.Error("jobs report has no measured two-step jobs")
+	}
 	raw, err := os.ReadFile(filepath.Join(docs, "bench", "jobs.md"))
 	if err != nil {
 		t.Fatal(err)
