@@ -192,14 +192,20 @@ func (p Paths) Attach(pid int) error {
 // emptyPolls bounds how long Kill waits for the killed processes to go.
 const emptyPolls = 400
 
-// Kill kills every process of the cgroup: on v2 with cgroup.kill; on v1 by
-// freezing the cgroup (so that none forks while the list is read), sending
-// SIGKILL to each and thawing it, also if the freeze failed. It returns
-// once the cgroup lists no process.
+// Kill kills every process of the cgroup: on v2 with cgroup.kill, or, on
+// a kernel without it (before 5.14), as on v1; on v1 by freezing the
+// cgroup (so that none forks while the list is read), sending SIGKILL to
+// each and thawing it, also if the freeze failed. It returns once the
+// cgroup lists no process.
 func (p Paths) Kill() error {
-	procs := filepath.Join(p.Unified, "cgroup.procs")
+	dir := p.Unified
 	if p.V2 {
-		if err := os.WriteFile(filepath.Join(p.Unified, "cgroup.kill"), []byte("1"), 0); err != nil {
+		err := writeExisting(filepath.Join(p.Unified, killFile), "1")
+		if errors.Is(err, fs.ErrNotExist) && isDir(p.Unified) {
+			_, statErr := os.Stat(filepath.Join(p.Unified, "cgroup.freeze"))
+			err = p.freezeKill(p.Unified, statErr == nil)
+		}
+		if err != nil {
 			return fmt.Errorf("cgroup %s: kill: %w", p.Unified, err)
 		}
 	} else {
@@ -207,35 +213,65 @@ func (p Paths) Kill() error {
 		if err != nil {
 			return err
 		}
-		procs = filepath.Join(d, "cgroup.procs")
-		if empty(procs) {
+		dir = d
+		if empty(filepath.Join(d, "cgroup.procs")) {
 			return nil
 		}
-		// A freeze that does not complete (a process that does not stop)
-		// still leaves the rest to kill and the cgroup to thaw: the kills
-		// below are repeated for any forked meanwhile.
 		_, hasFreezer := p.V1["freezer"]
-		var frozeErr error
-		if hasFreezer {
-			frozeErr = p.Freeze()
-		}
-		killProcs(d)
-		if hasFreezer {
-			if err := p.Thaw(); err != nil {
-				return errors.Join(frozeErr, err)
-			}
+		if err := p.freezeKill(d, hasFreezer); err != nil {
+			return err
 		}
 	}
+	procs := filepath.Join(dir, "cgroup.procs")
 	for i := 0; i < emptyPolls; i++ {
 		if empty(procs) {
 			return nil
 		}
-		if !p.V2 && i%20 == 19 {
-			killProcs(filepath.Dir(procs)) // one forked between the list and the freeze
+		if i%20 == 19 {
+			killProcs(dir) // one forked between the list and the freeze
 		}
 		time.Sleep(100 * time.Microsecond * time.Duration(1+i/50))
 	}
-	return fmt.Errorf("cgroup %s: processes left after SIGKILL", filepath.Dir(procs))
+	return fmt.Errorf("cgroup %s: processes left after SIGKILL", dir)
+}
+
+// killFile is the v2 file whose write kills a cgroup's processes (a
+// variable so that a test can play a kernel without it).
+var killFile = "cgroup.kill"
+
+// freezeKill sends SIGKILL to every process listed in dir's cgroup.procs,
+// the cgroup frozen meanwhile if freeze. A freeze that does not complete
+// (a process that does not stop) still leaves the rest to kill and the
+// cgroup to thaw: the caller repeats the kills for any forked meanwhile.
+func (p Paths) freezeKill(dir string, freeze bool) error {
+	var frozeErr error
+	if freeze {
+		frozeErr = p.Freeze()
+	}
+	killProcs(dir)
+	if freeze {
+		if err := p.Thaw(); err != nil {
+			return errors.Join(frozeErr, err)
+		}
+	}
+	return nil
+}
+
+// writeExisting writes v to the file name, which must exist: a cgroup
+// directory refuses to make a file (EACCES), so a missing one would not be
+// told from one the caller may not write.
+func writeExisting(name, v string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	return errors.Join(err, f.Close())
+}
+
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // empty reports whether a cgroup.procs file lists no process (or is gone).

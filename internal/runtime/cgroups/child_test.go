@@ -55,6 +55,12 @@ func TestChildLive(t *testing.T) {
 		t.Run("v1", func(t *testing.T) { childLiveV1(t, l) })
 	}
 	t.Run("v2", func(t *testing.T) { childLiveV2(t, l) })
+	t.Run("v2 without cgroup.kill", func(t *testing.T) {
+		// A kernel before 5.14: Kill freezes and kills each process.
+		killFile = "cgroup.kill-absent"
+		t.Cleanup(func() { killFile = "cgroup.kill" })
+		childLiveV2(t, l)
+	})
 }
 
 // childLiveV1 makes a child cgroup with limits in the v1 hierarchies,
