@@ -18,6 +18,7 @@ CC ?= cc
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shoal ./cmd/shoal
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/shoal-bench ./cmd/shoal-bench
+	@command -v $(CC) >/dev/null || { echo "make build: no C compiler ($(CC)) for bin/shoal-init: run make deps (installs gcc and libc6-dev)"; exit 1; }
 	$(CC) -static -O2 -Wall -Wextra -Werror -s -o bin/shoal-init cmd/shoal-init/shoal-init.c
 
 # Example apps: one static binary per folder, ready for
