@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -334,17 +335,36 @@ func clearIPC(ns *os.File) error {
 	errc := make(chan error, 1)
 	fd := int(ns.Fd())
 	go func() {
-		goruntime.LockOSThread() // never unlocked: the thread is dropped when this goroutine ends
+		goruntime.LockOSThread()
 		if err := unix.Setns(fd, unix.CLONE_NEWIPC); err != nil {
 			errc <- fmt.Errorf("enter: %w", err)
-			return
+			return // the thread, maybe half changed, ends with the goroutine
 		}
-		errc <- removeIPC()
+		err := removeIPC()
+		// Back to the daemon's own namespace, the thread serves other
+		// goroutines again; if that fails it ends with this one.
+		if back := unix.Setns(daemonIPC.fd, unix.CLONE_NEWIPC); daemonIPC.err == nil && back == nil {
+			goruntime.UnlockOSThread()
+		}
+		errc <- err
 	}()
 	return <-errc
 }
 
+// daemonIPC is the daemon's own IPC namespace, which a thread that
+// entered a sandbox's goes back to (an fd open for the daemon's life).
+var daemonIPC = func() (d struct {
+	fd  int
+	err error
+}) {
+	d.fd, d.err = unix.Open("/proc/self/ns/ipc", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	return d
+}()
+
 func removeIPC() error {
+	if ipcEmpty() {
+		return nil
+	}
 	kinds := []struct {
 		file string
 		rm   func(id uintptr) syscall.Errno
@@ -374,6 +394,37 @@ func removeIPC() error {
 		}
 	}
 	return nil
+}
+
+// The Linux commands of msgctl, semctl and shmctl that give a namespace's
+// counts.
+const (
+	ipcMsgInfo = 12
+	ipcSemInfo = 19
+	ipcShmInfo = 14
+)
+
+// ipcEmpty says whether the calling thread's IPC namespace holds no
+// System V message queue, semaphore set or shared memory segment, from
+// the kernel's counts (no /proc file read): the common case after a job.
+func ipcEmpty() bool {
+	var msg [8]int32 // struct msginfo: with MSG_INFO, msgpool ([0]) counts the queues
+	if _, _, e := unix.Syscall(unix.SYS_MSGCTL, 0, ipcMsgInfo, uintptr(unsafe.Pointer(&msg[0]))); e != 0 || msg[0] != 0 {
+		return false
+	}
+	var sem [10]int32 // struct seminfo: with SEM_INFO, semusz ([7]) counts the sets
+	if _, _, e := unix.Syscall6(unix.SYS_SEMCTL, 0, 0, ipcSemInfo, uintptr(unsafe.Pointer(&sem[0])), 0, 0); e != 0 || sem[7] != 0 {
+		return false
+	}
+	var shm struct { // struct shm_info
+		usedIDs int32 // the segments
+		_       int32
+		_       [5]uint64
+	}
+	if _, _, e := unix.Syscall(unix.SYS_SHMCTL, 0, ipcShmInfo, uintptr(unsafe.Pointer(&shm))); e != 0 || shm.usedIDs != 0 {
+		return false
+	}
+	return true
 }
 
 // ipcIDs reads the ids (second column) of a /proc/sysvipc file.
