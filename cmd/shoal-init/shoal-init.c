@@ -273,7 +273,7 @@ static void *on_hangup(void *arg)
 
 /* step is the child Serve forks for a request: with the request's
  * descriptors as its stdin, stdout, stderr and fd 3, in a session of its
- * own, it writes a byte on fd 3 (the daemon, reading it with SO_PASSCRED,
+ * own and as the reaper of its orphans, it writes a byte on fd 3 (the daemon, reading it with SO_PASSCRED,
  * learns its host pid and moves it into the step's cgroup), closes fd 3,
  * and only then reads its command. */
 static void step(const int *fds)
@@ -292,6 +292,13 @@ static void step(const int *fds)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setsid();
+	/* The step's process is its processes' reaper, as a container's
+	 * process, its pid 1, is on the ordinary path: an orphan of the step
+	 * becomes its child, not Serve's, which would keep it a zombie, still
+	 * counted against the step's pids limit, until the step ends. The
+	 * setting holds across execve. */
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+		_exit(126);
 	if (write(3, "s", 1) != 1)
 		_exit(126);
 	close(3);

@@ -19,7 +19,10 @@ const Path = "/dev/shoal-init"
 // action, so the kernel drops any signal sent to it from inside the
 // sandbox, and is not dumpable. It exits, and with it every process of
 // the sandbox, when the daemon's end of the socket closes. It reaps the
-// orphans a step leaves (killed by the daemon with the step's cgroup).
+// orphans a step leaves (killed by the daemon with the step's cgroup);
+// while the step runs, its process is its orphans' reaper (a child
+// subreaper), as a container's process, its pid 1, is on the ordinary
+// path.
 const ServeArg = "serve"
 
 // Messages on a reusable sandbox's control socket, each one datagram whose
@@ -28,7 +31,7 @@ const (
 	// MsgRun (daemon to sandbox) starts a step: it carries four
 	// descriptors, the step's stdin, stdout, stderr and a sync socket.
 	// Serve forks a child with them as its fds 0 to 3 in a session of its
-	// own; before it reads its command (Encode) on stdin, the child writes
+	// own, the reaper of its orphans; before it reads its command (Encode) on stdin, the child writes
 	// a byte to fd 3 and closes it, so that the daemon, reading it with
 	// SO_PASSCRED, learns its host pid and moves it into the step's cgroup
 	// before the command runs. Serve then waits for the child.

@@ -1,0 +1,72 @@
+package jobs
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+)
+
+// procEnv is what a step's process sees of itself that its runtime sets:
+// signal mask and ignored signals, capabilities, no_new_privs, seccomp,
+// umask, resource limits, OOM score, nice, directory, session and its
+// open descriptors.
+const procEnv = `grep -E '^(Sig(Blk|Ign)|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|Umask|Cpus_allowed_list):' /proc/$$/status
+cat /proc/$$/limits /proc/$$/oom_score_adj; echo "nice $(cut -d' ' -f19 /proc/$$/stat) $(pwd) $(id)"
+set -- $(cut -d' ' -f5,6 /proc/$$/stat); [ "$1 $2" = "$$ $$" ] && echo "leads its session"
+ls /proc/$$/fd; env | grep -v -e '^PWD=' -e '^SHLVL=' | sort`
+
+// TestReusedSandboxProcessEnv: a step's process in a reused sandbox, the
+// first step of a job as its later ones, sees of itself what a step's
+// process sees on the ordinary path (a container of its own).
+func TestReusedSandboxProcessEnv(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		req := func() types.JobRequest {
+			return types.JobRequest{Env: []string{"A=job"}, Steps: []types.JobStep{
+				{Args: []string{"sh", "-c", procEnv}, Env: []string{"B=step"}},
+				{Args: []string{"sh", "-c", procEnv}, Env: []string{"B=step"}},
+			}}
+		}
+		plain := runIn(t, sb, req())
+		wantStatus(t, plain.Steps[0], StepOK)
+		if !strings.Contains(plain.Steps[0].Stdout, "Max cpu time") {
+			t.Fatalf("the ordinary path: %s", plain.Steps[0].Stdout)
+		}
+		reusing(t, sb)
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		reused := runIn(t, sb, req())
+		for i, s := range reused.Steps {
+			wantStatus(t, s, StepOK)
+			if s.Stdout != plain.Steps[i].Stdout {
+				t.Fatalf("step %d in a reused sandbox sees\n%s\nwant, as on the ordinary path,\n%s", i, s.Stdout, plain.Steps[i].Stdout)
+			}
+		}
+	})
+}
+
+// TestReusedSandboxReapsOrphans: the processes a step leaves to end on
+// their own become children of the step's process, as of its pid 1 on
+// the ordinary path, which reaps them as they end (a shell does): they do
+// not count against the step's pids limit while it runs. (A step whose
+// process does not reap its children keeps their zombies, as on the
+// ordinary path: TestReusedSandboxLimits' fork bomb.)
+func TestReusedSandboxReapsOrphans(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		// Each (sleep 0 &) leaves an orphan that ends at once: 64 of them
+		// under a limit of 16 pids, then the zombies still there.
+		req := func() types.JobRequest {
+			return types.JobRequest{Steps: []types.JobStep{shStep(`i=0; while [ $i -lt 64 ]; do (sleep 0 &) || exit 1; i=$((i+1)); done
+sleep 0.2; ps -o stat | grep -c Z`, &types.JobLimits{Pids: 16})}}
+		}
+		for _, reuse := range []bool{false, true} {
+			if reuse {
+				reusing(t, sb)
+				untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+			}
+			s := runIn(t, sb, req()).Steps[0]
+			if s.Status != StepNonzeroExit || s.Stdout != "0\n" {
+				t.Fatalf("a step leaving orphans that end (reused sandbox %v; want no zombie, grep's exit 1): %+v", reuse, s)
+			}
+		}
+	})
+}
