@@ -37,6 +37,7 @@ type kept struct {
 	pts  keptDir
 	ptmx dirAttr  // of /dev/pts/ptmx
 	ipc  *os.File // the sandbox's IPC namespace
+	proc *os.Root // /proc/<pid> of the sandbox's process
 }
 
 type keptDir struct {
@@ -116,6 +117,9 @@ func keep(pid int, work string) (k *kept, err error) {
 	if k.ipc, err = os.Open(proc + "/ns/ipc"); err != nil {
 		return k, fmt.Errorf("sandbox IPC namespace: %w", err)
 	}
+	if k.proc, err = os.OpenRoot(proc); err != nil {
+		return k, fmt.Errorf("sandbox process: %w", err)
+	}
 	return k, nil
 }
 
@@ -127,6 +131,9 @@ func (k *kept) close() {
 	}
 	if k.ipc != nil {
 		k.ipc.Close()
+	}
+	if k.proc != nil {
+		k.proc.Close()
 	}
 }
 

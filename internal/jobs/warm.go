@@ -304,7 +304,7 @@ func (s *Sandbox) release(b *warmBox) {
 // (see stepPrep): it then waits for the next job of its shape, unless a
 // step or Serve failed, a job left a process or changed Serve (see check),
 // it cannot be emptied, its network namespace is not empty
-// (network.CheckEmpty), its next step cannot be made ready, it served
+// (network.CheckEmptyOf), its next step cannot be made ready, it served
 // boxRuns jobs, its shape is no longer kept or enough are ready; then it
 // is removed.
 func (s *Sandbox) giveBack(b *warmBox) {
@@ -318,7 +318,7 @@ func (s *Sandbox) giveBack(b *warmBox) {
 	if err == nil && b.att != nil {
 		// What a job's sockets leave, such as a connection in TIME_WAIT
 		// on a port the next job would listen on, cannot be emptied.
-		if err = network.CheckEmpty(b.att.NSPath); err != nil {
+		if err = network.CheckEmptyOf(z.keep.proc); err != nil {
 			err = fmt.Errorf("its network namespace: %w", err)
 		}
 	}

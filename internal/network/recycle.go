@@ -94,11 +94,6 @@ func (m *Manager) putBack(e *entry, clean bool) (kept bool, evicted *entry) {
 // table, some milliseconds each, which costs more than a new namespace.
 var socketCounts = []string{"sockstat", "sockstat6"}
 
-// CheckEmpty says why the None namespace at path is not as the pool makes
-// it (see Recycle), or nil: for a namespace kept by its holder from one use
-// to the next, as a reusable job sandbox's is, with no process left of the
-// last use.
-func CheckEmpty(path string) error { return checkEmpty(path) }
 
 // checkEmpty returns why the namespace at path is not as createNetNS
 // leaves it, or nil when it holds no socket and no interface but lo, up.
@@ -129,14 +124,8 @@ func onlyLoopbackUp() error {
 	if err != nil {
 		return err
 	}
-	var names []string
-	for line := range strings.Lines(string(b)) {
-		if name, _, ok := strings.Cut(line, ":"); ok && !strings.Contains(name, "|") {
-			names = append(names, strings.TrimSpace(name))
-		}
-	}
-	if len(names) != 1 || names[0] != "lo" {
-		return fmt.Errorf("interfaces %v, want lo only", names)
+	if err := onlyLoopback(b); err != nil {
+		return err
 	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -163,6 +152,49 @@ func onlyLoopbackUp() error {
 // "inuse" per protocol (sockets bound or connected; for FRAG, datagrams
 // being reassembled) and TCP's "tw" (connections in TIME_WAIT, IPv6 ones
 // too). The others (orphan, alloc, mem) are the host's.
+// onlyLoopback checks that a net/dev file lists no interface but lo.
+func onlyLoopback(dev []byte) error {
+	var names []string
+	for line := range strings.Lines(string(dev)) {
+		if name, _, ok := strings.Cut(line, ":"); ok && !strings.Contains(name, "|") {
+			names = append(names, strings.TrimSpace(name))
+		}
+	}
+	if len(names) != 1 || names[0] != "lo" {
+		return fmt.Errorf("interfaces %v, want lo only", names)
+	}
+	return nil
+}
+
+// CheckEmptyOf says why the None namespace of a process is not as the
+// pool makes it (see Recycle), or nil: for a namespace kept by its holder
+// from one use to the next, as a reusable job sandbox's is, with no
+// process of the last use left but this one. proc is the process's /proc
+// directory, opened while it ran: never another process's, and once the
+// process is gone its files cannot be read. The namespace's counters and
+// interfaces are read through it, no thread joining the namespace; lo's
+// flags are not looked at, since without CAP_NET_ADMIN over a namespace
+// the daemon made no process in it can change its interfaces.
+func CheckEmptyOf(proc *os.Root) error {
+	for _, f := range socketCounts {
+		b, err := proc.ReadFile("net/" + f)
+		if errors.Is(err, fs.ErrNotExist) && f != socketCounts[0] {
+			continue // IPv6 off
+		}
+		if err != nil {
+			return err
+		}
+		if err := noSockets(f, b); err != nil {
+			return err
+		}
+	}
+	b, err := proc.ReadFile("net/dev")
+	if err != nil {
+		return err
+	}
+	return onlyLoopback(b)
+}
+
 func noSockets(name string, b []byte) error {
 	for line := range strings.Lines(string(b)) {
 		proto, rest, ok := strings.Cut(line, ":")
