@@ -94,7 +94,6 @@ func (m *Manager) putBack(e *entry, clean bool) (kept bool, evicted *entry) {
 // table, some milliseconds each, which costs more than a new namespace.
 var socketCounts = []string{"sockstat", "sockstat6"}
 
-
 // checkEmpty returns why the namespace at path is not as createNetNS
 // leaves it, or nil when it holds no socket and no interface but lo, up.
 func checkEmpty(path string) error {
