@@ -212,11 +212,15 @@ static void exec_path(const char *name, char **argv)
 		const char *end = strchrnul(dir, ':');
 		size_t n = (size_t)(end - dir);
 		char file[4096];
+		int len;
 		if (n == 0) /* an empty entry is the current directory */
-			snprintf(file, sizeof file, "./%s", name);
+			len = snprintf(file, sizeof file, "./%s", name);
 		else
-			snprintf(file, sizeof file, "%.*s/%s", (int)n, dir, name);
-		execve(file, argv, environ);
+			len = snprintf(file, sizeof file, "%.*s/%s", (int)n, dir, name);
+		if (len < 0 || (size_t)len >= sizeof file)
+			errno = ENAMETOOLONG; /* not cut short: another file */
+		else
+			execve(file, argv, environ);
 		if (errno == EACCES)
 			denied = 1;
 		else if (errno != ENOENT && errno != ENOTDIR && errno != ENAMETOOLONG)

@@ -80,6 +80,25 @@ func TestStubRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	ok := stub.Encode(stub.Cmd{Args: []string{"true"}, Cwd: "/"})
+	// A directory of $PATH whose name with the command's is longer than a
+	// path may be, but cut at that length names a program: it is not run.
+	long := t.TempDir()
+	for len(long) < 4092 {
+		k := 4092 - len(long) - 1 // the last name, 1 to 200 bytes
+		if k > 200 {
+			k = min(200, k-2) // leaving at least 2 bytes: a "/" and a name
+		}
+		long = filepath.Join(long, strings.Repeat("d", k))
+	}
+	if len(long) != 4092 {
+		t.Fatalf("a directory of %d bytes, want 4092", len(long))
+	}
+	if err := os.MkdirAll(long, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/bin/true", filepath.Join(long, "tr")); err != nil {
+		t.Fatal(err)
+	}
 	withSize := func(b []byte, n uint32) []byte {
 		b = append([]byte{}, b...)
 		binary.BigEndian.PutUint32(b, n)
@@ -89,6 +108,7 @@ func TestStubRefuses(t *testing.T) {
 		in   []byte
 		want string
 	}{
+		"path too long":   {stub.Encode(stub.Cmd{Args: []string{"true"}, Env: []string{"PATH=" + long}, Cwd: "/"}), `"true": executable file not found in $PATH`},
 		"missing command": {stub.Encode(stub.Cmd{Args: []string{"no-such-command"}, Cwd: "/"}), `"no-such-command": executable file not found in $PATH`},
 		"not executable":  {stub.Encode(stub.Cmd{Args: []string{noX}, Cwd: "/"}), `exec: Permission denied`},
 		"not a program":   {stub.Encode(stub.Cmd{Args: []string{plain}, Cwd: "/"}), `exec: Exec format error`},
