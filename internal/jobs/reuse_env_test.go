@@ -22,8 +22,8 @@ ls /proc/$$/fd; env | grep -v -e '^PWD=' -e '^SHLVL=' | sort`
 func TestReusedSandboxProcessEnv(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		req := func() types.JobRequest {
-			return types.JobRequest{Env: []string{"A=job"}, Steps: []types.JobStep{
-				{Args: []string{"sh", "-c", procEnv}, Env: []string{"B=step"}},
+			return types.JobRequest{Env: []string{"A=job", "HOME=/work", "PATH=/nowhere:/bin"}, Steps: []types.JobStep{
+				{Args: []string{"sh", "-c", procEnv}, Env: []string{"B=step", "A=step"}},
 				{Args: []string{"sh", "-c", procEnv}, Env: []string{"B=step"}},
 			}}
 		}
@@ -67,6 +67,36 @@ sleep 0.2; ps -o stat | grep -c Z`, &types.JobLimits{Pids: 16})}}
 			if s.Status != StepNonzeroExit || s.Stdout != "0\n" {
 				t.Fatalf("a step leaving orphans that end (reused sandbox %v; want no zombie, grep's exit 1): %+v", reuse, s)
 			}
+		}
+	})
+}
+
+// TestReusedSandboxLaterStepTampered: a step that changes what the
+// sandbox's process hands down (its nice value) and fills /tmp leaves the
+// job's next step neither: that step takes the ordinary path (a sandbox
+// of its own) with a fresh /tmp and the files of /work, and the sandbox is
+// not reused.
+func TestReusedSandboxLaterStepTampered(t *testing.T) {
+	modes(t, func(t *testing.T, sb *Sandbox) {
+		reusing(t, sb)
+		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		const see = `; echo "nice $(cut -d' ' -f19 /proc/self/stat) $(ls /tmp | wc -l) $(cat /work/out)"; head -c 1m /dev/zero > /tmp/f && echo wrote`
+		j := runIn(t, sb, types.JobRequest{Limits: types.JobLimits{TmpSize: "4Mi"}, Steps: []types.JobStep{
+			shStep(servedBy+"; echo built > /work/out; head -c 8m /dev/zero > /tmp/fill; renice -n 10 -p 1 >/dev/null && echo reniced", nil),
+			shStep(servedBy+see, nil),
+		}})
+		box, first, _ := strings.Cut(j.Steps[0].Stdout, "\n")
+		if first != "reniced\n" {
+			t.Fatalf("the step changing its sandbox's process: %+v", j.Steps[0])
+		}
+		wantStatus(t, j.Steps[1], StepOK)
+		in, got, _ := strings.Cut(j.Steps[1].Stdout, "\n")
+		if in == box || got != "nice 0 0 built\nwrote\n" {
+			t.Fatalf("the next step, in %s after a step in %s: %q, want nice 0, an empty /tmp and /work's file in another sandbox", in, box, got)
+		}
+		next := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy, nil)}}).Steps[0]
+		if next.Stdout == box+"\n" {
+			t.Fatalf("the next job ran in the sandbox a step changed (%s)", box)
 		}
 	})
 }
