@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -183,17 +184,14 @@ func (z *box) prepare() (err error) {
 	p.replies = make(chan reply, 1)
 	go func() { p.replies <- readReply(z.ctl) }()
 	pid, err := p.io.announced(context.Background())
+	if errors.Is(err, io.EOF) {
+		// The sync socket closed with no announcement: Serve started
+		// no stub and says why (a job changed what it hands down: see
+		// shoal-init's changed), or the stub ended and Serve says how.
+		// Either answer is on its way, if not read yet.
+		return p.noStub(err)
+	}
 	if err != nil {
-		// Serve may have said why it started no step (a job changed
-		// what it hands down: see shoal-init's changed) before it
-		// closed the step's sync socket.
-		select {
-		case r := <-p.replies:
-			if r.err != nil {
-				return r.err
-			}
-		default:
-		}
 		return err
 	}
 	if err := p.cg.Attach(pid); err != nil {
@@ -205,6 +203,24 @@ func (z *box) prepare() (err error) {
 	p.limits = z.last
 	z.next = p
 	return nil
+}
+
+// noStub is why the step's stub did not announce itself (err, the sync
+// socket's end): Serve's answer to the request, waited for at most
+// announceTimeout.
+func (p *stepPrep) noStub(err error) error {
+	t := time.NewTimer(announceTimeout)
+	defer t.Stop()
+	select {
+	case r := <-p.replies:
+		p.replies <- r
+		if r.err != nil {
+			return r.err
+		}
+		return fmt.Errorf("step stub ended before it started (wait status %#x)", uint32(r.status))
+	case <-t.C:
+		return err
+	}
 }
 
 // drop kills a prepared step's stub and removes its cgroup.

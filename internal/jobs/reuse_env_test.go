@@ -79,15 +79,16 @@ sleep 0.2; ps -o stat | grep -c Z`, &types.JobLimits{Pids: 16})}}
 func TestReusedSandboxLaterStepTampered(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)
-		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
+		reused := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy, nil)}}).Stdout
 		const see = `; echo "nice $(cut -d' ' -f19 /proc/self/stat) $(ls /tmp | wc -l) $(cat /work/out)"; head -c 1m /dev/zero > /tmp/f && echo wrote`
-		j := runIn(t, sb, types.JobRequest{Limits: types.JobLimits{TmpSize: "4Mi"}, Steps: []types.JobStep{
-			shStep(servedBy+"; echo built > /work/out; head -c 8m /dev/zero > /tmp/fill; renice -n 10 -p 1 >/dev/null && echo reniced", nil),
+		j := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{
+			shStep(servedBy+"; echo built > /work/out; head -c 64m /dev/zero > /tmp/fill; renice -n 10 -p 1 >/dev/null && echo reniced", nil),
 			shStep(servedBy+see, nil),
 		}})
+		// head's error: /tmp is full.
 		box, first, _ := strings.Cut(j.Steps[0].Stdout, "\n")
-		if first != "reniced\n" {
-			t.Fatalf("the step changing its sandbox's process: %+v", j.Steps[0])
+		if box+"\n" != reused || first != "reniced\n" || !strings.HasPrefix(j.Steps[0].Stderr, "head: ") {
+			t.Fatalf("the step filling /tmp and changing its sandbox's process, want it in the reused sandbox %q: %+v", reused, j.Steps[0])
 		}
 		wantStatus(t, j.Steps[1], StepOK)
 		in, got, _ := strings.Cut(j.Steps[1].Stdout, "\n")

@@ -56,7 +56,8 @@ func TestMakeWarmNamesSandbox(t *testing.T) {
 }
 
 // TestPrepareFailsLeavesNothing: a step that cannot be made ready (the
-// sandbox's process takes its descriptors but starts no stub) leaves no
+// sandbox's process takes its descriptors but starts no stub) fails with
+// the reason the sandbox's process gives, and leaves no
 // step cgroup and none of the step's pipes open in the daemon, and its
 // sandbox is not reused.
 func TestPrepareFailsLeavesNothing(t *testing.T) {
@@ -103,11 +104,14 @@ func TestPrepareFailsLeavesNothing(t *testing.T) {
 			files[3].Close()
 			files = files[:3]
 		}
-		peer.Write([]byte{stub.MsgFail, 'x'})
+		// Its answer comes after the sync socket's end (the daemon's
+		// goroutine reading it may be that late).
+		time.Sleep(20 * time.Millisecond)
+		peer.Write(append([]byte{stub.MsgFail}, "a job changed its resource limits"...))
 	}()
 	z := &box{ctl: ours, cg: cg}
-	if err := z.prepare(); err == nil {
-		t.Fatal("prepare: no error though no stub started")
+	if err := z.prepare(); err == nil || !strings.Contains(err.Error(), "a job changed its resource limits") {
+		t.Fatalf("prepare: %v, want the sandbox's process's answer, why it started no stub", err)
 	}
 	files := <-stdio
 	if len(files) != 3 {
