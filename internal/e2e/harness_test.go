@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/image/imagetest"
+	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
 	"time"
 )
 
@@ -39,6 +40,12 @@ func TestMain(m *testing.M) {
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "build shoal:", err)
+			os.Exit(1)
+		}
+		// Beside shoal, as make build puts it: the daemon's reusable job
+		// sandboxes run it.
+		if err := stubtest.Build(filepath.Join(tmp, "shoal-init")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 	}
