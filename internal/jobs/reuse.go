@@ -351,7 +351,8 @@ func (p *boxProc) kill() {
 	}
 }
 
-func (p *boxProc) stats() (runtime.Stats, error) { return p.cg.Stats() }
+// stats is what the step's result and its CPU time limit need.
+func (p *boxProc) stats() (runtime.Stats, error) { return p.cg.Usage() }
 
 // wait waits for the stub to end, then kills what it left in its cgroup,
 // as the end of a container's init ends its pid namespace.

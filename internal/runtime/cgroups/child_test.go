@@ -99,6 +99,31 @@ func childLiveV1(t *testing.T, l *Layout) {
 	if err != nil || !slices.Contains(procs, pid) {
 		t.Fatalf("procs %v (%v), want %d", procs, err, pid)
 	}
+	// Usage reads what Stats does of CPU time and peak memory, once a
+	// process has used some in the cgroup.
+	busy := exec.Command("sh", "-c", "read x; dd if=/dev/zero of=/dev/null bs=1M count=64 2>/dev/null")
+	in, err := busy.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Attach(busy.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte("go\n"))
+	if err := busy.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := c.Usage()
+	if err != nil || u.CPUUsageNs < st.CPUUsageNs || u.MemoryPeakBytes != st.MemoryPeakBytes || u.MemoryPeakBytes == 0 || u.CPUUsageNs == 0 {
+		t.Fatalf("usage %+v (%v) after stats %+v", u, err, st)
+	}
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
