@@ -15,7 +15,7 @@ import (
 const announceTimeout = 10 * time.Second
 
 // stepIO is a step's stdio in a reusable sandbox, and the socket its stub
-// announces itself on (stub.StepArg): the daemon's ends and the ends passed
+// announces itself on (see stub.MsgRun): the daemon's ends and the ends passed
 // to the sandbox's process.
 type stepIO struct {
 	stdin, outR, errR *os.File

@@ -248,8 +248,10 @@ func stopped(c chan struct{}) bool {
 	}
 }
 
-// Close removes the warm sandboxes and stops making them; those out with
-// a job are removed when it gives them back. Closing again does nothing.
+// Close removes the warm sandboxes and stops making them, once those
+// being emptied are back; those out with a job are removed when it gives
+// them back. The caller has no Run starting meanwhile (the Manager closes
+// first, waiting for its jobs). Closing again does nothing.
 func (s *Sandbox) Close() {
 	p := &s.pool
 	p.once.Do(func() { p.done = make(chan struct{}); close(p.done) })

@@ -1,16 +1,11 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"sync/atomic"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
 )
@@ -20,23 +15,9 @@ var twoSteps = `{"image":"` + kit.BenchImage + `","steps":[{"args":["echo","comp
 
 // twoStepJob submits a two-step job and waits for its result.
 func twoStepJob(ctx context.Context, e *kit.Daemon) (map[string]time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://shoal/v1/jobs?wait=true", bytes.NewReader([]byte(twoSteps)))
+	j, err := postJob(ctx, e, twoSteps)
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.HTTP.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("POST /v1/jobs: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("POST /v1/jobs: %s: %s", resp.Status, bench.OneLine(string(raw)))
-	}
-	var j types.Job
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, fmt.Errorf("POST /v1/jobs: %w", err)
 	}
 	if !j.OK || len(j.Steps) != 2 || j.Steps[0].Stdout != "compile\n" || j.Steps[1].Stdout != "run\n" {
 		return nil, fmt.Errorf("job %s: %s %+v", j.ID, j.State, j.Steps)

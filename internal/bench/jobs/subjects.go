@@ -68,26 +68,34 @@ func startBefore(ctx context.Context, o bench.Options, bin, dir, rootfs string) 
 // beforeNet keeps the earlier daemon apart from this suite's.
 var beforeNet = kit.DaemonNet{Bridge: "shoalbj1", Subnet: "10.189.0.0/16", CgroupParent: "/shoal-bench-jobs-before"}
 
-// helloJob submits a hello-world job and waits for its result.
-func helloJob(ctx context.Context, e *kit.Daemon, i int) (map[string]time.Duration, error) {
-	body := []byte(`{"image":"` + kit.BenchImage + `","steps":[{"args":["echo","hello"]}]}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://shoal/v1/jobs?wait=true", bytes.NewReader(body))
+// postJob submits the job body with ?wait=true and returns its result.
+func postJob(ctx context.Context, e *kit.Daemon, body string) (types.Job, error) {
+	var j types.Job
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://shoal/v1/jobs?wait=true", strings.NewReader(body))
 	if err != nil {
-		return nil, err
+		return j, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := e.HTTP.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("POST /v1/jobs: %w", err)
+		return j, fmt.Errorf("POST /v1/jobs: %w", err)
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("POST /v1/jobs: %s: %s", resp.Status, bench.OneLine(string(raw)))
+		return j, fmt.Errorf("POST /v1/jobs: %s: %s", resp.Status, bench.OneLine(string(raw)))
 	}
-	var j types.Job
 	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, fmt.Errorf("POST /v1/jobs: %w", err)
+		return j, fmt.Errorf("POST /v1/jobs: %w", err)
+	}
+	return j, nil
+}
+
+// helloJob submits a hello-world job and waits for its result.
+func helloJob(ctx context.Context, e *kit.Daemon, i int) (map[string]time.Duration, error) {
+	j, err := postJob(ctx, e, `{"image":"`+kit.BenchImage+`","steps":[{"args":["echo","hello"]}]}`)
+	if err != nil {
+		return nil, err
 	}
 	if !j.OK || len(j.Steps) != 1 || j.Steps[0].Stdout != "hello\n" {
 		return nil, fmt.Errorf("job %s: %s %+v", j.ID, j.State, j.Steps)

@@ -55,7 +55,8 @@ type Cmd struct {
 	CPUSecs uint64
 }
 
-// MaxCmd bounds an encoded command (past its length).
+// MaxCmd bounds an encoded command (past its length), as shoal-init's
+// MAX_CMD does.
 const MaxCmd = 4 << 20
 
 // Failed starts the line a stub writes to stderr before it exits 127
