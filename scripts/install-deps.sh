@@ -2,14 +2,18 @@
 # Installs the Debian packages and Go modules shoal needs, skipping what is
 # already there. Usage: scripts/install-deps.sh [run|test|bench]
 #   run   - what the daemon needs to run containers
-#   test  - plus what the tests need (default)
-#   bench - plus the baselines and tools of `make bench`
+#   test  - plus every program a test runs (default), the benchmark
+#           suites' baselines and tools among them: `go test ./...` runs
+#           their quick tests
+#   bench - plus what only `make bench` needs
+# internal/project's TestTestToolsAreInstalled checks that test_pkgs holds
+# the package of every program the Go sources run.
 set -eu
 what="${1:-test}"
 
 run_pkgs="gcc libc6-dev runc crun containernetworking-plugins iptables busybox-static ca-certificates"
-test_pkgs="$run_pkgs etcd-server etcd-client umoci skopeo docker-registry jq podman chromium"
-bench_pkgs="$test_pkgs nginx apache2-utils wrk sqlite3 sysbench hyperfine xz-utils lighttpd"
+test_pkgs="$run_pkgs etcd-server etcd-client umoci skopeo docker-registry jq podman chromium iproute2 systemd nginx apache2-utils wrk sqlite3 sysbench xz-utils"
+bench_pkgs="$test_pkgs"
 
 case "$what" in
 run) pkgs="$run_pkgs" ;;
@@ -32,7 +36,7 @@ done
 if [ -n "$missing" ]; then
 	echo "install-deps: installing Debian packages:$missing"
 	export DEBIAN_FRONTEND=noninteractive
-	# Services in these packages (nginx, lighttpd, docker-registry) must not
+	# Services in these packages (nginx, docker-registry) must not
 	# start on install: the tests and benchmarks start their own copies.
 	if [ ! -e /usr/sbin/policy-rc.d ]; then
 		printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
