@@ -16,7 +16,7 @@ const unitFile = "../../contrib/systemd/shoal.service"
 // TestSystemdUnit checks that the shipped unit leaves the proxy process
 // alone when the daemon stops or restarts (KillMode=process), restarts the
 // daemon, and starts it with the daemon command; systemd-analyze verifies
-// it where it is installed.
+// it.
 func TestSystemdUnit(t *testing.T) {
 	b, err := os.ReadFile(unitFile)
 	if err != nil {
@@ -37,8 +37,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
-		t.Logf("systemd-analyze is not installed: the unit was checked by its keys only")
-		return
+		t.Fatalf("systemd-analyze (Debian package systemd, which scripts/install-deps.sh test installs) is needed to verify the unit: %v", err)
 	}
 	// verify wants ExecStart to be executable: point it at this test's
 	// own binary.
