@@ -33,6 +33,9 @@ type Config struct {
 	// host has one place and ignores it. Left out of the hash's JSON
 	// when unset, so that apps without it keep their revisions' hashes.
 	Placement Placement `toml:"placement" json:",omitzero"`
+	// Network is what the replicas may reach (see network.go). Left out
+	// of the hash's JSON when it says the defaults.
+	Network Network `toml:"network" json:",omitzero"`
 }
 
 // Placement is the [placement] table: the cluster nodes an app's replicas

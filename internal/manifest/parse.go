@@ -244,6 +244,7 @@ func (c Config) Hash() string {
 	if len(n.Placement.Nodes)+len(n.Placement.Prefer)+len(n.Placement.Apart)+len(n.Placement.With) == 0 {
 		n.Placement = Placement{}
 	}
+	n.Network = n.Network.canonical()
 	// Sizes are compared by value: "256Mi" and "268435456" are one limit.
 	n.Resources.Memory = fmt.Sprint(n.Resources.MemoryBytes())
 	n.Resources.MaxBody = fmt.Sprint(n.Resources.MaxBodyBytes())

@@ -75,6 +75,9 @@ func (c *Config) Validate() error {
 	if err := c.Placement.validate(c.Name); err != nil {
 		return err
 	}
+	if err := c.Network.validate(); err != nil {
+		return err
+	}
 	return validateEnv(c.Env)
 }
 
