@@ -6,10 +6,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/httperr"
 )
 
 // Sizes of a client connection's buffers. A request head must fit in the
@@ -55,8 +58,10 @@ type cconn struct {
 
 	client string // the client's address, for X-Forwarded-For
 	proto  string // X-Forwarded-Proto
+	fwd    string // the X-Real-IP and Forwarded lines (forwardedLines)
 
 	rdl, wdl time.Time // deadlines set on c; the zero time when unknown
+	long     []byte    // a head too long for br, read on for net/http
 
 	num [20]byte // for formatting numbers without allocating
 	w   watcher
@@ -72,6 +77,7 @@ func newCconn(f *server, c net.Conn) *cconn {
 	if _, ok := c.(*tls.Conn); ok {
 		cc.proto = "https"
 	}
+	cc.fwd = forwardedLines(cc.client, cc.proto)
 	cc.w.c = cc
 	cc.x.c = cc
 	return cc
@@ -121,6 +127,10 @@ func (c *cconn) serve() {
 			handed = c.handOff()
 			return
 		}
+		if he, ok := err.(*headError); ok {
+			c.refuseHead(he)
+			return
+		}
 		if err != nil {
 			return
 		}
@@ -139,15 +149,32 @@ func (c *cconn) serve() {
 }
 
 // readHead waits for a whole request head in the read buffer and returns
-// its length.
+// its length. A head that outgrows the buffer is read on into c.long, up
+// to the head limit, and left to net/http (errHandOff); one over a limit
+// is a *headError.
 func (c *cconn) readHead() (int, error) {
+	lim := &c.f.limits
 	for slow := false; ; slow = true {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		switch n := headEnd(buf); {
 		case n > 0:
+			if lim.MaxLineBytes < clientReadBuffer {
+				var s headScan
+				if _, code := s.scan(buf[:n], lim.MaxLineBytes); code != 0 {
+					return 0, overLimit(code)
+				}
+			}
 			return n, nil
-		case n < 0 || len(buf) == c.br.Size():
+		case n < 0:
+			// Bare LFs: net/http reads the head. It is checked here as
+			// far as it arrived.
+			var s headScan
+			if end, _ := s.scan(buf, len(buf)); end > 0 && clAndTE(buf[:end]) {
+				return 0, errCLTE
+			}
 			return 0, errHandOff
+		case len(buf) == c.br.Size():
+			return 0, c.readLongHead()
 		}
 		if !slow {
 			c.readTimeout(c.f.timeouts.header)
@@ -158,11 +185,88 @@ func (c *cconn) readHead() (int, error) {
 	}
 }
 
+// headError is a request head refused before it is parsed: answered with
+// its code, then the connection closes.
+type headError struct {
+	code       int
+	msg, field string
+}
+
+func (e *headError) Error() string { return e.msg }
+
+// overLimit is the refusal of a head over a limit, code 414 or 431.
+func overLimit(code int) *headError {
+	if code == http.StatusRequestURITooLong {
+		return &headError{code: code, msg: "request line is over the limit", field: "uri"}
+	}
+	return &headError{code: code, msg: "request head is over the limit", field: "head"}
+}
+
+// errCLTE refuses a request with both Content-Length and Transfer-Encoding
+// (RFC 9112 section 6.1: a server may refuse it, and must close after it).
+var errCLTE = &headError{code: http.StatusBadRequest, msg: "request has both Content-Length and Transfer-Encoding", field: "Transfer-Encoding"}
+
+// readLongHead reads on a head that filled the read buffer into c.long,
+// which grows up to the head limit, checking its lines as they come; the
+// whole head then goes to net/http (errHandOff).
+func (c *cconn) readLongHead() error {
+	lim := &c.f.limits
+	c.readTimeout(c.f.timeouts.header)
+	n := c.br.Buffered()
+	b := make([]byte, 0, min(2*clientReadBuffer, lim.MaxHeadBytes+1))
+	buf, _ := c.br.Peek(n)
+	b = append(b, buf...)
+	c.br.Discard(n)
+	var s headScan
+	for {
+		end, code := s.scan(b, lim.MaxLineBytes)
+		switch {
+		case code != 0:
+			return overLimit(code)
+		case end > lim.MaxHeadBytes || (end == 0 && len(b) > lim.MaxHeadBytes):
+			return overLimit(http.StatusRequestHeaderFieldsTooLarge)
+		case end > 0 && clAndTE(b[:end]):
+			return errCLTE
+		case end > 0:
+			c.long = b
+			return errHandOff
+		}
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(2*cap(b), lim.MaxHeadBytes+1))
+			copy(nb, b)
+			b = nb
+		}
+		m, err := c.c.Read(b[len(b):cap(b)])
+		b = b[:len(b)+m]
+		if err != nil && m == 0 {
+			return err
+		}
+	}
+}
+
+// refuseHead answers a refused head and closes the connection.
+func (c *cconn) refuseHead(e *headError) {
+	c.f.p.clientMistake("proxy: request refused", "remote", c.client, "status", e.code, "err", e.msg)
+	ew := &errResponse{}
+	httperr.Write(ew, e.code, errors.New(e.msg), e.field)
+	c.writeStatus(e.code, http.StatusText(e.code))
+	for k, vs := range ew.Header() {
+		for _, v := range vs {
+			c.bw.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	c.bw.WriteString("Content-Length: " + strconv.Itoa(len(ew.body)) + "\r\nConnection: close\r\n\r\n")
+	c.bw.Write(ew.body)
+	if c.bw.Flush() == nil {
+		c.lingerClose()
+	}
+}
+
 // handOff gives the connection, with what was read of it, to net/http.
 func (c *cconn) handOff() bool {
 	c.c.SetDeadline(time.Time{})
 	c.bw.Flush()
-	if !c.f.handed.give(&handedConn{Conn: c.c, br: c.br}) {
+	if !c.f.handed.give(&handedConn{Conn: c.c, pre: c.long, br: c.br, io: c.f.timeouts.io}) {
 		return false
 	}
 	return true

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -97,7 +96,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 	if st.ep.node != "" {
 		hop = x.p.hopValue(st.ep, r.Host)
 	}
-	if err := writeRequest(bc.bw, r, hop); err != nil {
+	if err := writeRequest(bc.bw, r, hop, st.hop); err != nil {
 		var be *bodyError
 		switch {
 		case mayRetry && !errors.As(err, &be):
@@ -205,9 +204,10 @@ func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
 // writeRequest writes r in HTTP/1.1 with the hop-by-hop headers removed,
-// X-Forwarded-For, -Host and -Proto set, and the hop header hop unless
-// it is "".
-func writeRequest(bw *bufio.Writer, r *http.Request, hop string) error {
+// X-Forwarded-For, -Host and -Proto, X-Real-IP and Forwarded set, and the
+// hop header hop unless it is "". trusted keeps the request's own X-Real-IP
+// and Forwarded: it came from another node's proxy.
+func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) error {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' {
 		uri = r.URL.RequestURI()
@@ -235,17 +235,26 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string) error {
 		bw.WriteString(v)
 		bw.WriteString(", ")
 	}
-	client, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		client = r.RemoteAddr
-	}
+	client := clientIP(r)
 	bw.WriteString(client)
 	bw.WriteString("\r\nX-Forwarded-Host: ")
 	bw.WriteString(r.Host)
+	proto := "http"
 	if r.TLS != nil {
-		bw.WriteString("\r\nX-Forwarded-Proto: https\r\n")
+		proto = "https"
+	}
+	bw.WriteString("\r\nX-Forwarded-Proto: ")
+	bw.WriteString(proto)
+	bw.WriteString("\r\n")
+	if fwd := r.Header["X-Real-Ip"]; trusted && fwd != nil {
+		// A request another node's proxy sent (its hop header was
+		// removed once it authenticated) keeps its client's lines.
+		bw.WriteString("X-Real-Ip: " + fwd[0] + "\r\n")
+		for _, v := range r.Header["Forwarded"] {
+			bw.WriteString("Forwarded: " + v + "\r\n")
+		}
 	} else {
-		bw.WriteString("\r\nX-Forwarded-Proto: http\r\n")
+		bw.WriteString(forwardedLines(client, proto))
 	}
 	if r.ContentLength > 0 || r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
 		bw.WriteString("Content-Length: ")
@@ -284,7 +293,7 @@ func hopByHop(k string) bool {
 // skipRequestHeader tells whether a request header is replaced on the way.
 func skipRequestHeader(k string) bool {
 	switch k {
-	case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Content-Length", "Expect", HopHeader:
+	case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Forwarded", "Content-Length", "Expect", HopHeader:
 		return true
 	}
 	return false

@@ -33,6 +33,10 @@ func (x *fastReq) serve(n int) outcome {
 	r := &x.req
 	head, _ := c.br.Peek(n)
 	if !r.parse(head) {
+		if clAndTE(head) {
+			c.refuseHead(errCLTE)
+			return closeConn
+		}
 		return handOff
 	}
 	p := c.f.p
@@ -172,6 +176,16 @@ func (x *fastReq) buildRequest() {
 	b = append(b, "\r\nX-Forwarded-Proto: "...)
 	b = append(b, x.c.proto...)
 	b = append(b, "\r\n"...)
+	if r.hop != nil && len(r.fwd) > 0 {
+		// From another node's proxy (admitHop refuses the request
+		// unless its hop header authenticates): its client's.
+		for _, l := range r.fwd {
+			b = append(b, l...)
+			b = append(b, "\r\n"...)
+		}
+	} else {
+		b = append(b, x.c.fwd...)
+	}
 	m := string(r.method)
 	if r.cl > 0 || m == "POST" || m == "PUT" || m == "PATCH" {
 		b = append(b, "Content-Length: "...)

@@ -139,7 +139,7 @@ func (p *Proxy) admitHop(st *reqState, host, hop, remote string) *refusal {
 	name := p.appName(host)
 	id, ok := p.hop.Load().verify(hop, host, p.clock.Now().Unix())
 	if !ok {
-		p.log.Warn("proxy: a request whose hop header fails authentication refused", "remote", remote, "app", name)
+		p.clientMistake("proxy: a request whose hop header fails authentication refused", "remote", remote, "app", name)
 		return &refusal{code: http.StatusForbidden, err: errors.New("hop header refused"), field: HopHeader, close: true}
 	}
 	a, e := p.hopTarget(st.Context, name, id)

@@ -30,13 +30,14 @@ type request struct {
 	xff               [][]byte
 	cookies           [][]byte // Cookie values, also passed on in lines
 	hop               []byte   // the hop header (HopHeader), not passed on
+	fwd               [][]byte // X-Real-IP and Forwarded lines
 	lines             []hline
 }
 
 // parse reads a request head ending in an empty line. It returns false for
 // anything the fast path leaves to net/http.
 func (r *request) parse(head []byte) bool {
-	*r = request{conn: r.conn[:0], xff: r.xff[:0], cookies: r.cookies[:0], lines: r.lines[:0]}
+	*r = request{conn: r.conn[:0], xff: r.xff[:0], cookies: r.cookies[:0], lines: r.lines[:0], fwd: r.fwd[:0]}
 	line, rest, ok := nextLine(head)
 	if !ok {
 		return false
@@ -98,6 +99,8 @@ func (r *request) parse(head []byte) bool {
 				return false // net/http refuses two
 			}
 			r.hop = val
+		case eqFold(name, "x-real-ip"), eqFold(name, "forwarded"):
+			r.fwd = append(r.fwd, line) // kept from another node's proxy only
 		case eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"), hopByHopName(name):
 		default:
 			if eqFold(name, "cookie") {

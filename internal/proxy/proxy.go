@@ -47,6 +47,8 @@ type Options struct {
 	Clock      clock.Clock // for LastRequest and queue timing; default clock.Real
 	// Transport overrides the shared transport to replicas (tests).
 	Transport http.RoundTripper
+	// Limits bound what one client can hold; zero fields take defaults.
+	Limits Limits
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -58,6 +60,7 @@ type Proxy struct {
 	activator Activator
 	domain    string // ".<domain>", lower case, or ""
 	log       *slog.Logger
+	mistakes  mistakeLog
 	rp        *httputil.ReverseProxy
 
 	front server // the listener side of Serve
@@ -87,9 +90,9 @@ func New(o Options) *Proxy {
 		BufferPool:     bufferPool{},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.errorHandler,
-		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		ErrorLog:       mistakeLogger(p),
 	}
-	p.front.init(p)
+	p.front.init(p, o.Limits.withDefaults())
 	return p
 }
 
@@ -113,6 +116,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f != nil {
 		f.write(w)
 		return
+	}
+	if len(r.TransferEncoding) > 0 {
+		// net/http drops a Content-Length sent with Transfer-Encoding;
+		// such a request ends its connection (the fast path refuses
+		// it when it sees the head).
+		w.Header().Set("Connection", "close")
 	}
 	if direct(r) {
 		safe, idempotent := methodKind(r.Method)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -48,6 +47,7 @@ type server struct {
 	handed  *handoffListener
 
 	timeouts timeouts // set before Serve; shorter in tests
+	limits   Limits
 }
 
 // timeouts of the client connections.
@@ -55,8 +55,9 @@ type timeouts struct {
 	header, idle, io time.Duration
 }
 
-func (f *server) init(p *Proxy) {
+func (f *server) init(p *Proxy, l Limits) {
 	f.p = p
+	f.limits = l
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	f.listeners = map[*net.Listener]struct{}{}
 	f.conns = map[*cconn]struct{}{}
@@ -67,7 +68,8 @@ func (f *server) init(p *Proxy) {
 		Handler:           p,
 		ReadHeaderTimeout: HeaderTimeout,
 		IdleTimeout:       IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		MaxHeaderBytes:    l.MaxHeadBytes,
+		ErrorLog:          mistakeLogger(p),
 	}
 }
 
@@ -235,15 +237,34 @@ func (handoffAddr) Network() string { return "handoff" }
 func (handoffAddr) String() string  { return "handoff" }
 
 // handedConn is a client connection given to net/http together with the
-// bytes the fast path had already read from it.
+// bytes the fast path had already read from it: a long head (pre), then
+// what its read buffer holds.
 type handedConn struct {
 	net.Conn
-	mu sync.Mutex
-	br *bufio.Reader
+	mu  sync.Mutex
+	pre []byte
+	br  *bufio.Reader
+	io  time.Duration // bounds each write
+}
+
+// Write bounds every write to the client, so that a client that does not
+// read does not hold its request (and its replica) for ever.
+func (h *handedConn) Write(b []byte) (int, error) {
+	h.Conn.SetWriteDeadline(time.Now().Add(h.io))
+	return h.Conn.Write(b)
 }
 
 func (h *handedConn) Read(b []byte) (int, error) {
 	h.mu.Lock()
+	if len(h.pre) > 0 {
+		n := copy(b, h.pre)
+		h.pre = h.pre[n:]
+		if len(h.pre) == 0 {
+			h.pre = nil
+		}
+		h.mu.Unlock()
+		return n, nil
+	}
 	if br := h.br; br != nil {
 		if br.Buffered() > 0 {
 			n, err := br.Read(b)

@@ -42,18 +42,23 @@ func NewTransport() *http.Transport {
 }
 
 // director points the outbound request at the endpoint the request holds
-// and sets X-Forwarded-Host and -Proto (the reverse proxy appends the
-// client to X-Forwarded-For).
+// and sets X-Forwarded-Host and -Proto, X-Real-IP and Forwarded (the
+// reverse proxy appends the client to X-Forwarded-For).
 func director(out *http.Request) {
 	st := stateOf(out)
 	out.URL.Scheme = "http"
 	out.URL.Host = st.ep.addr
 	h := out.Header
 	h["X-Forwarded-Host"] = []string{out.Host}
+	proto := protoHTTP
 	if out.TLS != nil {
-		h["X-Forwarded-Proto"] = protoHTTPS
-	} else {
-		h["X-Forwarded-Proto"] = protoHTTP
+		proto = protoHTTPS
+	}
+	h["X-Forwarded-Proto"] = proto
+	if !st.hop || h["X-Real-Ip"] == nil {
+		client := clientIP(out)
+		h["X-Real-Ip"] = []string{client}
+		h["Forwarded"] = []string{forwardedValue(client, proto[0])}
 	}
 	if out.Body != nil {
 		st.body = &retryBody{rc: out.Body}
