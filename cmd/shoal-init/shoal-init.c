@@ -9,6 +9,10 @@
  *                     request on its stdin (a unix seqpacket socket) it
  *                     forks a step that announces itself, reads its command
  *                     and execs it, and answers with how the step ended.
+ *   shoal-init init CMD [ARG]...
+ *                     an app replica's pid 1: runs CMD as its child, passes
+ *                     every signal it gets on to it, reaps orphans, and
+ *                     exits as CMD does.
  *
  * It is C, static and single-purpose so that a step starts with a fork
  * and an exec only: a step's start-up is the job's latency.
@@ -517,10 +521,64 @@ static int serve(void)
 	}
 }
 
+/* init is an app replica's pid 1 (shoal-init init CMD [ARG]...). The
+ * kernel gives a pid namespace's init only the signals it has a handler
+ * for, so an app run as pid 1 without one never sees the SIGTERM of a
+ * graceful stop, and orphans of the app are reparented to pid 1, whose
+ * zombies count against the replica's pids limit until it reaps them.
+ * init blocks every signal and takes them with sigwaitinfo: SIGCHLD reaps
+ * every child that ended, any other signal is sent on to CMD. When CMD
+ * ends, init exits with its code (128+signal if a signal killed it), and
+ * the kernel kills whatever CMD left in the namespace. */
+static int init(char **argv)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	if (sigprocmask(SIG_SETMASK, &all, &old) < 0)
+		return 126;
+	pid_t child = fork();
+	if (child < 0) {
+		fail_errno(argv[0], "fork");
+	}
+	if (child == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		if (strchr(argv[0], '/') != NULL) {
+			execve(argv[0], argv, environ);
+			fail_errno(argv[0], "exec");
+		}
+		exec_path(argv[0], argv);
+	}
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&all, &si);
+		if (sig < 0)
+			continue; /* EINTR */
+		if (sig != SIGCHLD) {
+			kill(child, sig);
+			continue;
+		}
+		for (;;) {
+			int ws;
+			pid_t p = waitpid(-1, &ws, WNOHANG);
+			if (p < 0 && errno == EINTR)
+				continue;
+			if (p <= 0)
+				break;
+			if (p != child)
+				continue;
+			if (WIFSIGNALED(ws))
+				return 128 + WTERMSIG(ws);
+			return WEXITSTATUS(ws);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && strcmp(argv[1], "serve") == 0)
 		return serve();
+	if (argc > 2 && strcmp(argv[1], "init") == 0)
+		return init(argv + 2);
 	exec_cmd();
 	return 127;
 }

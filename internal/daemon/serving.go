@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -74,9 +75,16 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	if selfL != nil {
 		selfURL = "http://" + selfL.Addr().String()
 	}
+	initBin, err := d.appInit()
+	if err != nil {
+		if selfL != nil {
+			selfL.Close()
+		}
+		return err
+	}
 	o := serving.Options{
-		Placer: placer,
-		Store:  d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: servingEvents{d.events},
+		Placer: placer, Init: initBin,
+		Store: d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	}
@@ -127,6 +135,38 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	d.notes = append(d.notes, criuNote(ctx))
 	return nil
+}
+
+// appInit installs the shoal-init found beside this binary as the apps'
+// init (<data-dir>/apps/.shoal-init, a copy: the binary beside shoal may
+// be rebuilt while replicas run) and returns its path; "" with a note
+// when there is none, so that apps run as their own pid 1.
+func (d *Daemon) appInit() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("apps' init: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(self), "shoal-init"))
+	if err != nil {
+		d.log.Warn("apps run without an init: shoal-init is not beside shoal", "err", err)
+		d.notes = append(d.notes, "apps: no init (shoal-init is not beside shoal): each app is its replica's pid 1")
+		return "", nil
+	}
+	dir := filepath.Join(d.cfg.DataDir, "apps")
+	dst := filepath.Join(dir, ".shoal-init")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("apps' init: %w", err)
+	}
+	if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, b) {
+		return dst, nil
+	}
+	if err := os.WriteFile(dst+".tmp", b, 0o755); err != nil {
+		return "", fmt.Errorf("apps' init: %w", err)
+	}
+	if err := os.Rename(dst+".tmp", dst); err != nil {
+		return "", fmt.Errorf("apps' init: %w", err)
+	}
+	return dst, nil
 }
 
 // cpuPlacer pins small replicas to CPUs where the host's cgroups allow it,

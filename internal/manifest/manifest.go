@@ -16,7 +16,10 @@ type Config struct {
 	// the app as $PORT.
 	Port int `toml:"port"`
 	// Command replaces the image's command (entrypoint kept) when set.
-	Command   []string          `toml:"command"`
+	Command []string `toml:"command"`
+	// Init runs shoal-init as the replica's pid 1, the app its child: it
+	// passes signals on and reaps orphans (default true).
+	Init      bool              `toml:"init"`
 	Scale     Scale             `toml:"scale"`
 	Resources Resources         `toml:"resources"`
 	Health    Health            `toml:"health"`
@@ -115,6 +118,9 @@ type Resources struct {
 	MaxCPU float64 `toml:"max_cpu"` // vertical scaling's ceiling
 	Memory string  `toml:"memory"`  // "256Mi"
 	Pids   int64   `toml:"pids"`
+	// Disk bounds the replica's writable layer, a file system of its
+	// own ("1Gi").
+	Disk string `toml:"disk"`
 	// MaxBody limits a request body ("10Mi").
 	MaxBody string `toml:"max_body"`
 }

@@ -32,6 +32,7 @@ const (
 	DefaultCPU               = 0.5
 	DefaultMemory            = "256Mi"
 	DefaultPids              = 256
+	DefaultDisk              = "1Gi"
 	DefaultMaxBody           = "10Mi"
 	DefaultHealthInterval    = time.Second
 	DefaultHealthTimeout     = time.Second
@@ -45,6 +46,8 @@ const (
 	MaxReplicas = 1000
 	MaxCPU      = 1024
 	MinCPU      = 0.01
+	MinDisk     = 16 << 20
+	MaxDisk     = 1 << 40
 )
 
 // Parse decodes a shoal.toml strictly (a key the file format does not
@@ -123,6 +126,9 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	if def("port") {
 		c.Port = DefaultPort
 	}
+	if def("init") {
+		c.Init = true
+	}
 	s := &c.Scale
 	if def("scale", "max") {
 		s.Max = max(DefaultMax, s.Min)
@@ -163,6 +169,9 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	}
 	if def("resources", "pids") {
 		r.Pids = DefaultPids
+	}
+	if def("resources", "disk") {
+		r.Disk = DefaultDisk
 	}
 	if def("resources", "max_body") {
 		r.MaxBody = DefaultMaxBody
@@ -207,6 +216,10 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 // that Memory parses.
 func (r Resources) MemoryBytes() int64 { return bytesOf(r.Memory) }
 
+// DiskBytes is the size of the replica's writable layer in bytes (0: an
+// older revision's config, without a disk of its own).
+func (r Resources) DiskBytes() int64 { return bytesOf(r.Disk) }
+
 // MaxBodyBytes is the request body limit in bytes (0: none).
 func (r Resources) MaxBodyBytes() int64 { return bytesOf(r.MaxBody) }
 
@@ -248,6 +261,7 @@ func (c Config) Hash() string {
 	// Sizes are compared by value: "256Mi" and "268435456" are one limit.
 	n.Resources.Memory = fmt.Sprint(n.Resources.MemoryBytes())
 	n.Resources.MaxBody = fmt.Sprint(n.Resources.MaxBodyBytes())
+	n.Resources.Disk = fmt.Sprint(n.Resources.DiskBytes())
 	b, err := json.Marshal(n) // map keys are sorted
 	if err != nil {
 		panic(fmt.Sprintf("manifest: config hash: %v", err))

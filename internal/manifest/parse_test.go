@@ -45,12 +45,12 @@ func TestParseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{
-		Name: "web", Image: "web:1", Port: 8080,
+		Name: "web", Image: "web:1", Port: 8080, Init: true,
 		Scale: Scale{Min: 0, Max: 10, TargetConcurrency: 10,
 			IdleTimeout: Duration{30 * time.Second}, FreezeTimeout: Duration{10 * time.Minute},
 			Queue: 100, QueueTimeout: Duration{30 * time.Second}, DrainTimeout: Duration{30 * time.Second},
 			RollbackGrace: Duration{10 * time.Minute}},
-		Resources: Resources{CPU: 0.5, MaxCPU: 0.5, Memory: "256Mi", Pids: 256, MaxBody: "10Mi"},
+		Resources: Resources{CPU: 0.5, MaxCPU: 0.5, Memory: "256Mi", Pids: 256, Disk: "1Gi", MaxBody: "10Mi"},
 		Health: Health{TCP: true, Interval: Duration{time.Second}, Timeout: Duration{time.Second},
 			Failures: 3, StartTimeout: Duration{time.Minute}},
 	}
@@ -142,6 +142,12 @@ func TestParseErrors(t *testing.T) {
 		{"memory bad", base + "[resources]\nmemory = \"lots\"\n", "resources.memory", "lots"},
 		{"memory negative", base + "[resources]\nmemory = \"-1Mi\"\n", "resources.memory", "negative"},
 		{"memory tiny", base + "[resources]\nmemory = \"1k\"\n", "resources.memory", "4Mi"},
+		{"disk bad", base + "[resources]\ndisk = \"lots\"\n", "resources.disk", "lots"},
+		{"disk none", base + "[resources]\ndisk = \"0\"\n", "resources.disk", "16Mi"},
+		{"disk tiny", base + "[resources]\ndisk = \"1Mi\"\n", "resources.disk", "16Mi"},
+		{"disk huge", base + "[resources]\ndisk = \"2Ti\"\n", "resources.disk", "1Ti"},
+		{"disk a number", base + "[resources]\ndisk = 64\n", "resources.disk", ""},
+		{"init a string", base + "init = \"yes\"\n", "init", ""},
 		{"pids negative", base + "[resources]\npids = -1\n", "resources.pids", "0 (no limit)"},
 		{"max_body bad", base + "[resources]\nmax_body = \"10 parsecs\"\n", "resources.max_body", "parsecs"},
 		{"http and tcp", base + "[health]\nhttp = \"/h\"\ntcp = true\n", "health.tcp", "exclude"},
@@ -226,6 +232,9 @@ func TestParseValid(t *testing.T) {
 		"max 1000":        "[scale]\nmax = 1000\n",
 		"never freeze":    "[scale]\nfreeze_timeout = \"0s\"\nmax_lifetime = \"0s\"\n",
 		"cpu bounds":      "[resources]\ncpu = 0.01\nmax_cpu = 1024\n",
+		"disk bounds":     "[resources]\ndisk = \"16Mi\"\n",
+		"disk most":       "[resources]\ndisk = \"1Ti\"\n",
+		"no init":         "init = false\n",
 		"tcp check":       "[health]\ntcp = true\n",
 		"http with query": "[health]\nhttp = \"/healthz?deep=1\"\n",
 		"command check":   "[health]\ncommand = [\"/bin/sh\", \"-c\", \"test -f /tmp/ok\"]\ninterval = \"500ms\"\n",

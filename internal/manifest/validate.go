@@ -180,6 +180,11 @@ func (r *Resources) validate() error {
 	case r.Pids < 0:
 		return errdefs.Invalid("resources.pids", "%d must be 0 (no limit) or more", r.Pids)
 	}
+	if n, err := units.ParseBytes(r.Disk); err != nil {
+		return errdefs.Invalid("resources.disk", "%v", err)
+	} else if n < MinDisk || n > MaxDisk {
+		return errdefs.Invalid("resources.disk", "%q must be between 16Mi and 1Ti (the replica's writable layer)", r.Disk)
+	}
 	for _, s := range []struct{ key, v string }{{"resources.memory", r.Memory}, {"resources.max_body", r.MaxBody}} {
 		if s.v == "" {
 			continue

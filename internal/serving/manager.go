@@ -100,6 +100,10 @@ type Options struct {
 	// given to them as $SHOAL_API_URL with a token of their own as
 	// $SHOAL_TOKEN; "" gives them neither.
 	SelfURL string
+	// Init is the host path of shoal-init, mounted read-only in each
+	// replica of an app with init = true and run as its pid 1; "" runs
+	// every app as its own pid 1.
+	Init string
 	// FrozenMemory is the per-host budget for the memory of frozen replicas;
 	// above it the least recently used are stopped. 0: a quarter of RAM.
 	FrozenMemory int64

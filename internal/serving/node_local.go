@@ -31,6 +31,7 @@ type localNode struct {
 	clock  clock.Clock
 	log    *slog.Logger
 	dir    string // the apps' folder: a spec's relative paths are under it
+	init   string // shoal-init on the host ("": none)
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
@@ -44,8 +45,12 @@ var _ Node = (*localNode)(nil)
 
 func newLocalNode(o Options) *localNode {
 	return &localNode{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, dir: o.Dir, att: map[string]*network.Attachment{}, logs: map[string]string{}}
+		log: o.Logger, dir: o.Dir, init: o.Init, att: map[string]*network.Attachment{}, logs: map[string]string{}}
 }
+
+// InitPath is where a replica of an app with init = true sees shoal-init,
+// its pid 1 (read-only, on the container's own /dev tmpfs).
+const InitPath = "/dev/shoal-init"
 
 // bridge is how replicas are networked: the proxy reaches them on the host
 // bridge.
@@ -117,9 +122,15 @@ func (n *localNode) spec(ctx context.Context, s ReplicaSpec) (runtime.Spec, erro
 	if cwd == "" {
 		cwd = "/"
 	}
+	mounts := s.Mounts
+	if cfg.Init && n.init != "" {
+		args = append([]string{InitPath, "init"}, args...)
+		mounts = append(append([]runtime.Mount{}, mounts...),
+			runtime.Mount{Source: n.init, Destination: InitPath, ReadOnly: true, Options: []string{"nosuid", "nodev"}})
+	}
 	return runtime.Spec{
 		ID: s.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
-		Hostname: s.ID, Mounts: s.Mounts,
+		Hostname: s.ID, Mounts: mounts,
 		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
 		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(s.Revision),
 			labelDigest: s.Digest, labelImage: cfg.Image},
