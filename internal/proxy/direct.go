@@ -62,7 +62,7 @@ func (x *stdReq) fail(st *reqState, err error) { x.p.failure(st, err).write(x.w)
 
 // send sends the request on a pooled connection to st.ep.
 func (x *stdReq) send(st *reqState, fresh, stale bool) (sendResult, error) {
-	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh, !stale)
+	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh)
 	if err != nil {
 		return sendRefused, err
 	}
@@ -120,13 +120,13 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 			return sendDied, err
 		}
 	}
-	resp, err := http.ReadResponse(bc.br, r)
+	resp, plain, err := readResponse(bc.br, r)
 	for err == nil && resp.StatusCode < 200 {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			err = errors.New("replica switched protocols unasked")
 			break
 		}
-		resp, err = http.ReadResponse(bc.br, r)
+		resp, plain, err = readResponse(bc.br, r)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -163,7 +163,9 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 	for k, vs := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vs
 	}
-	keep = !resp.Close
+	// Kept only when the answer ended where its unambiguous framing said,
+	// with nothing after it (see fastReq.relay).
+	keep = !resp.Close && plain && bc.clean()
 	return sendDone, nil
 }
 

@@ -30,10 +30,11 @@ const (
 
 // leg is one front end's way to send a request to st.ep.
 type leg interface {
-	// send tries once: on a new connection when fresh is set; stale says
-	// that a reused connection the replica closed may be used (the
-	// request is then sent again, see sendStale), otherwise such a
-	// connection is skipped.
+	// send tries once: on a new connection when fresh is set, else on a
+	// pooled one checked clean just before (see pool.get); stale says
+	// that the request may be sent again when a reused connection turns
+	// out closed before any answer (the replica closed it after the
+	// check; see sendStale).
 	send(st *reqState, fresh, stale bool) (sendResult, error)
 	// fail answers the request that could not be forwarded, with err.
 	fail(st *reqState, err error)

@@ -53,7 +53,14 @@ func TestActivationReleasesOnSetRoute(t *testing.T) {
 	if st.Queued != 0 || st.InFlight != 0 || st.Requests != 1 {
 		t.Fatalf("stats after release: %+v", st)
 	}
-	if fake.Timers() != 0 {
+	// The one timer left is the sweep of the replica's idle connection.
+	ep := (*f.p.apps.Load())["a"].eps["a-a"]
+	eventually(t, "the replica connection back in the pool", func() bool {
+		ep.pool.mu.Lock()
+		defer ep.pool.mu.Unlock()
+		return len(ep.pool.idle) == 1
+	})
+	if fake.Timers() != 1 {
 		t.Fatal("queue timer left armed")
 	}
 	if n := counterValue(f.p.metrics.cold.WithLabelValues("a")); n != 1 {

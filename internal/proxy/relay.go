@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -86,7 +87,11 @@ func (x *fastReq) relay(bc *bconn, keepBackend *bool) outcome {
 			c.bw.WriteString("0\r\n\r\n")
 		}
 	}
-	return x.finishAnswer(res, !a.close, closing, keepBackend)
+	// A connection is kept only when the answer ended exactly where its
+	// unambiguous framing said: not with both a length and chunked
+	// coding, and with nothing after it (a body on a HEAD, 204 or 304
+	// answer, bytes past the length).
+	return x.finishAnswer(res, !a.close && !(a.chunked && a.cl >= 0) && bc.clean(), closing, keepBackend)
 }
 
 // writeSetCookie adds the sticky cookie to an answer head when it is due.
@@ -258,12 +263,12 @@ func (x *fastReq) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	if x.req.isHead {
 		req = reqHEAD
 	}
-	resp, err := http.ReadResponse(bc.br, req)
+	resp, plain, err := readResponse(bc.br, req)
 	for err == nil && resp.StatusCode < 200 {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return x.failed(errors.New("replica switched protocols unasked"))
 		}
-		resp, err = http.ReadResponse(bc.br, req)
+		resp, plain, err = readResponse(bc.br, req)
 	}
 	if err != nil {
 		return x.failed(err)
@@ -322,5 +327,67 @@ func (x *fastReq) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	default:
 		res = c.copyLen(resp.Body, resp.ContentLength, false)
 	}
-	return x.finishAnswer(res, !resp.Close, closing, keepBackend)
+	return x.finishAnswer(res, !resp.Close && plain && bc.clean(), closing, keepBackend)
+}
+
+// readResponse reads an answer with http.ReadResponse and tells whether
+// its framing is plain (see plainFraming), so that the connection may
+// carry another request once the answer was read to its end.
+func readResponse(br *bufio.Reader, req *http.Request) (resp *http.Response, plain bool, err error) {
+	plain = plainFraming(br)
+	resp, err = http.ReadResponse(br, req)
+	return resp, plain, err
+}
+
+// plainFraming waits until br holds a whole answer head and tells whether
+// its framing is unambiguous: not both Content-Length and
+// Transfer-Encoding, and no Transfer-Encoding in an answer other than
+// HTTP/1.1, which RFC 9112 (6.1, 6.3) says to close the connection after.
+// A head larger than br's buffer, or one that ends before its empty line,
+// is not plain.
+func plainFraming(br *bufio.Reader) bool {
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if done, plain := scanFraming(buf); done {
+			return plain
+		}
+		if len(buf) == br.Size() {
+			return false
+		}
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			return false
+		}
+	}
+}
+
+// scanFraming looks at the answer head at the start of b, whose lines end
+// in LF or CRLF as net/http reads them: done when b holds it whole, plain
+// as plainFraming says.
+func scanFraming(b []byte) (done, plain bool) {
+	first := true
+	v11, cl, te := false, false, false
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false, false
+		}
+		line := trimEOL(b[:i+1])
+		b = b[i+1:]
+		if first {
+			v11 = bytes.HasPrefix(line, []byte("HTTP/1.1 "))
+			first = false
+			continue
+		}
+		if len(line) == 0 {
+			return true, !(te && (cl || !v11))
+		}
+		name, _, _ := bytes.Cut(line, []byte(":"))
+		name = bytes.Trim(name, " \t")
+		switch {
+		case eqFold(name, "content-length"):
+			cl = true
+		case eqFold(name, "transfer-encoding"):
+			te = true
+		}
+	}
 }

@@ -10,7 +10,7 @@ import (
 
 // send sends the request in x.out on a pooled connection to st.ep.
 func (x *fastReq) send(st *reqState, fresh, stale bool) (sendResult, error) {
-	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh, !stale)
+	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh)
 	if err != nil {
 		return sendRefused, err
 	}

@@ -220,6 +220,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		}
 		if e == nil {
 			e = newEndpoint(re.ID, re.Addr, node)
+			e.pool.clock = t.clock
 			t.endpoints[re.ID] = e
 		}
 		e.open()

@@ -14,10 +14,14 @@ import (
 // in this time is tried as failed and the request goes to another one.
 const DialTimeout = time.Second
 
-// NewTransport returns the transport the proxy shares for all replicas:
-// HTTP/1.1 only, keep-alive with a large idle pool per replica, no
-// compression, no environment proxy, and a short connect timeout whose
-// failures are marked so that they are retried on another replica.
+// NewTransport returns the transport the proxy shares for all replicas
+// for what the reverse proxy forwards (upgrades, chunked uploads): HTTP/1.1
+// only, no compression, no environment proxy, and a short connect timeout
+// whose failures are marked so that they are retried on another replica.
+// It keeps no idle connections: its pool cannot be checked clean before a
+// reuse (its own reader consumes what a replica sends while a connection
+// is idle), and a connection reused unclean would hand one client the
+// answer meant for another. An upgraded connection is never reused anyway.
 func NewTransport() *http.Transport {
 	d := &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
@@ -29,9 +33,7 @@ func NewTransport() *http.Transport {
 			}
 			return c, nil
 		},
-		MaxIdleConns:          0, // no total limit
-		MaxIdleConnsPerHost:   1024,
-		IdleConnTimeout:       90 * time.Second,
+		DisableKeepAlives:     true,
 		DisableCompression:    true,
 		ForceAttemptHTTP2:     false,
 		TLSNextProto:          map[string]func(string, *tls.Conn) http.RoundTripper{},
