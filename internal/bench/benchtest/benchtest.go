@@ -150,7 +150,7 @@ func lockSuites(t *testing.T) {
 
 // Quick runs suite s for real in quick mode (BENCH_QUICK=1), writes the
 // docs (to $BENCH_TEST_DOCS when set), and checks that every table row has
-// numbers or says why not, that every chart is well-formed and linked, that
+// numbers or says why not (a missing program is no reason), that every chart is well-formed and linked, that
 // check (if not nil) passes, and that nothing is left behind. It keeps the
 // harness from rotting; it asserts no speed.
 func Quick(t *testing.T, s bench.Suite, check func(t *testing.T, rep *bench.Report, docs string)) {
@@ -183,6 +183,12 @@ func Quick(t *testing.T, s bench.Suite, check func(t *testing.T, rep *bench.Repo
 		for _, w := range tab.Rows {
 			if !w.OK() && strings.TrimSpace(w.Err) == "" {
 				t.Errorf("table %q row %q has neither numbers nor a reason", tab.Title, w.Name)
+			}
+			// A program the suite runs that is missing is the machine's
+			// fault, not a finding: scripts/install-deps.sh test installs
+			// every one (internal/project's TestTestToolsAreInstalled).
+			if strings.Contains(w.Err, exec.ErrNotFound.Error()) {
+				t.Errorf("table %q row %q: a program is missing (add its package to test_pkgs in scripts/install-deps.sh): %s", tab.Title, w.Name, w.Err)
 			}
 		}
 	}
