@@ -68,12 +68,8 @@ type cconn struct {
 	x   fastReq // the request being served
 }
 
-func newCconn(f *server, c net.Conn) *cconn {
-	cc := &cconn{f: f, c: c, proto: "http"}
-	cc.client, _, _ = net.SplitHostPort(c.RemoteAddr().String())
-	if cc.client == "" {
-		cc.client = c.RemoteAddr().String()
-	}
+func newCconn(f *server, c net.Conn, client string) *cconn {
+	cc := &cconn{f: f, c: c, proto: "http", client: client}
 	if _, ok := c.(*tls.Conn); ok {
 		cc.proto = "https"
 	}
@@ -108,6 +104,7 @@ func (c *cconn) serve() {
 		if !handed {
 			c.c.Close()
 			putReader(c.br)
+			c.f.connGone(c.client)
 		}
 	}()
 	for {
@@ -266,7 +263,9 @@ func (c *cconn) refuseHead(e *headError) {
 func (c *cconn) handOff() bool {
 	c.c.SetDeadline(time.Time{})
 	c.bw.Flush()
-	if !c.f.handed.give(&handedConn{Conn: c.c, pre: c.long, br: c.br, io: c.f.timeouts.io}) {
+	client := c.client
+	gone := &countedConn{gone: func() { c.f.connGone(client) }}
+	if !c.f.handed.give(&handedConn{Conn: c.c, pre: c.long, br: c.br, io: c.f.timeouts.io, gone: gone}) {
 		return false
 	}
 	return true

@@ -40,7 +40,8 @@ type server struct {
 	mu        sync.Mutex
 	listeners map[*net.Listener]struct{}
 	conns     map[*cconn]struct{}
-	gone      chan struct{} // closed and replaced when a connection ends during shutdown
+	perClient map[string]int // open connections by client address
+	gone      chan struct{}  // closed and replaced when a connection ends during shutdown
 
 	stdOnce sync.Once
 	std     *http.Server
@@ -104,9 +105,14 @@ func (p *Proxy) Serve(l net.Listener) error {
 			if errors.Is(err, net.ErrClosed) {
 				return err
 			}
-			// Out of descriptors and the like: wait and go on.
+			// Out of descriptors and the like: wait and go on; out of
+			// descriptors, idle connections of the heaviest client go.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			p.log.Warn("proxy: accept failed", "err", err, "retry_in", delay)
+			shed := 0
+			if outOfFiles(err) {
+				shed = f.shed()
+			}
+			p.clientMistake("proxy: accept failed", "err", err, "retry_in", delay, "idle_closed", shed)
 			time.Sleep(delay)
 			continue
 		}
@@ -175,14 +181,16 @@ func (f *server) closeListenersLocked() {
 	f.handed.Close()
 }
 
-// add tracks a new client connection; nil once shutting down.
+// add tracks a new client connection; nil once shutting down or when its
+// client is at its connection cap.
 func (f *server) add(c net.Conn) *cconn {
+	client := clientAddr(c)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.shutting.Load() {
+	if f.shutting.Load() || !f.admitConnLocked(client) {
 		return nil
 	}
-	cc := newCconn(f, c)
+	cc := newCconn(f, c, client)
 	f.conns[cc] = struct{}{}
 	return cc
 }
@@ -241,10 +249,17 @@ func (handoffAddr) String() string  { return "handoff" }
 // what its read buffer holds.
 type handedConn struct {
 	net.Conn
-	mu  sync.Mutex
-	pre []byte
-	br  *bufio.Reader
-	io  time.Duration // bounds each write
+	mu   sync.Mutex
+	pre  []byte
+	br   *bufio.Reader
+	io   time.Duration // bounds each write
+	gone *countedConn
+}
+
+func (h *handedConn) Close() error {
+	err := h.Conn.Close()
+	h.gone.closed()
+	return err
 }
 
 // Write bounds every write to the client, so that a client that does not
