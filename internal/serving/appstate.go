@@ -30,11 +30,40 @@ type appState struct {
 	routeDirty bool       // the route must be published
 	thaws      []*replica // replicas to thaw
 	acts       []func()   // calls to make, goroutines to start
+
+	// Routes wait for the store after a decision that took replicas out
+	// of service (see hold): holds counts those decisions, stored how many
+	// of them the store holds, and held keeps the routes made meanwhile,
+	// with their actions, in order, for the writer to publish and do once
+	// it has written.
+	holds  uint64
+	stored uint64
+	held   []heldRoute
+}
+
+// heldRoute is a route, numbered, and the actions that follow it, made
+// while the store did not yet hold decision upto (see hold).
+type heldRoute struct {
+	upto uint64
+	seq  uint64 // 0 (unlock only): no route
+	rt   route.Route
+	acts []func()
 }
 
 // publish has the app's route published once mu is released.
 // mu is held.
 func (st *appState) publish() { st.routeDirty = true }
+
+// hold comes with a decision that takes replicas out of service (a
+// traffic switch, a replica's draining mark): the routes made from now on,
+// and the actions that follow them, wait until the store holds the
+// records changed so far. A daemon killed after such a route went out
+// then finds why in the store, and never routes those replicas again.
+// mu is held.
+func (st *appState) hold() {
+	st.holds++
+	poke(st.dirty)
+}
 
 // route is the app's route: its ready replicas. mu is held.
 func (st *appState) route() route.Route {

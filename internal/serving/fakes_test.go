@@ -51,6 +51,7 @@ type fakeRouter struct {
 	routes  map[string]route.Route
 	history []route.Route // every route set, in order
 	load    route.Load
+	waited  map[string]int // WaitIdle calls by endpoint
 }
 
 func (r *fakeRouter) SetRoute(rt route.Route) {
@@ -89,6 +90,12 @@ func (r *fakeRouter) Load(string) route.Load {
 // WaitIdle returns when the test's load shows no request in flight to
 // replica id, or when ctx ends.
 func (r *fakeRouter) WaitIdle(ctx context.Context, id string) error {
+	r.mu.Lock()
+	if r.waited == nil {
+		r.waited = map[string]int{}
+	}
+	r.waited[id]++
+	r.mu.Unlock()
 	for {
 		r.mu.Lock()
 		busy := r.load.Endpoints[id].InFlight > 0
@@ -102,6 +109,13 @@ func (r *fakeRouter) WaitIdle(ctx context.Context, id string) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+}
+
+// waits counts the WaitIdle calls for endpoint id so far.
+func (r *fakeRouter) waits(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waited[id]
 }
 
 // setLoad sets the load the router reports.

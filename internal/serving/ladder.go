@@ -42,14 +42,24 @@ func (d *driver) freeze(r *replica, why string) {
 }
 
 // drain takes a ready replica out of the route table, lets its in-flight
-// requests finish (up to drain_timeout), then stops it. ctl.mu is held.
+// requests finish (up to drain_timeout), then stops it. Its draining mark
+// is stored before the route without it goes out, so a daemon killed in
+// between never routes it again (adopt drains it again). ctl.mu is held.
 func (d *driver) drain(r *replica, why string) {
 	r.busy, r.closed, r.stopping = true, true, true
 	r.rec.State = StateDraining
 	d.markDirty(r.rec.ID)
+	d.hold()
 	d.publish()
-	grace := d.rec.Config.Scale.DrainTimeout.Duration
 	d.m.emit("drain", d.name, r.rec.ID, why, nil)
+	d.drainThenHalt(r)
+}
+
+// drainThenHalt lets a draining replica's in-flight requests finish, up
+// to drain_timeout, then stops it; it starts once ctl.mu is released and
+// the route without the replica is out. ctl.mu is held.
+func (d *driver) drainThenHalt(r *replica) {
+	grace := d.rec.Config.Scale.DrainTimeout.Duration
 	d.spawn(func() {
 		if err := d.node.Drain(d.ctx(), r.rec.ID, grace); err != nil {
 			d.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)

@@ -27,11 +27,12 @@ func (ctl *appCtl) writer() {
 }
 
 // flush writes the app record if it changed, and every dirty replica
-// record (or deletes it).
+// record (or deletes it); then the routes held until the store holds
+// what was decided before it began go out (see hold).
 func (ctl *appCtl) flush() {
 	ctl.recMu.Lock()
-	defer ctl.recMu.Unlock()
 	ctl.mu.Lock()
+	upto := ctl.holds
 	var appVal []byte
 	if ctl.appDirty && !ctl.deleting {
 		appVal, _ = json.Marshal(ctl.rec)
@@ -69,11 +70,15 @@ func (ctl *appCtl) flush() {
 			ctl.m.log.Error("serving: write replica record", "key", key, "err", err)
 		}
 	}
+	ctl.recMu.Unlock()
+	// Out even when a write failed: the app is not left without routes.
+	ctl.release(upto)
 }
 
 // adopt takes over the replicas a previous daemon on this node left: a
 // running container is ready again once it answers its health check, a
-// frozen one stays frozen, and anything else is cleaned up.
+// frozen one stays frozen, a draining one drains again and stops, and
+// anything else is cleaned up.
 func (d *driver) adopt(ctx context.Context) error {
 	m := d.m
 	kvs, err := m.o.Store.List(ctx, store.ReplicasPrefix(d.name))
@@ -154,6 +159,17 @@ func (d *driver) adopt(ctx context.Context) error {
 		}
 		d.unlock()
 		m.self.add(rec.TokenHash, d.name, rec.ID)
+		if ad.Running && rec.State == StateDraining {
+			// It was leaving service: never routed again, nor killed with
+			// requests in flight (the proxy, which kept running, still
+			// counts them). It drains again, then stops.
+			d.mu.Lock()
+			r.busy, r.stopping = true, true
+			d.drainThenHalt(r)
+			d.unlock()
+			m.emit("drain", d.name, rec.ID, "draining when the daemon stopped; drains again after a restart", nil)
+			continue
+		}
 		if !alive {
 			r.stopping, r.busy = true, true
 			go d.remove(r, true)

@@ -172,6 +172,12 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 	ctl.rec.Traffic = []trafficShare{{Revision: rev, Percent: 100}}
 	ctl.roFailures = 0
 	ctl.saveApp()
+	if len(weights) > 1 || weights[rev] == 0 {
+		// The route without the revisions that leave goes out once the
+		// store holds the switch: a daemon killed in between would route
+		// them again.
+		ctl.hold()
+	}
 	ctl.publish()
 	ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d rolled out: %s", rev, ro.Reason),
 		map[string]float64{"ready": float64(ready), "want": float64(want), "seconds": took.Seconds()})

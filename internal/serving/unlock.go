@@ -21,6 +21,12 @@ import (
 //  3. the actions: goroutines started and calls made only now, so that a
 //     replica being drained or frozen is out of the published route
 //     before anything waits for its last request.
+//
+// A decision that takes replicas out of service (hold) is stored before
+// its route goes out: while the store does not hold it yet, every route
+// made is held with its actions, in order, and the writer publishes them
+// and does their actions once it has written (release). Actions that come
+// with no route are done at once.
 
 // unlock releases ctl.mu and does what its holder left to do. Every
 // holder of ctl.mu releases it through unlock.
@@ -49,12 +55,41 @@ func (ctl *appCtl) unlock() {
 	}
 	acts := ctl.acts
 	ctl.acts = nil
-	ctl.mu.Unlock()
-	if seq > 0 {
-		ctl.pub.publish(ctl.m.o.Router, seq, rt)
+	if seq > 0 && ctl.holds > ctl.stored {
+		// The store does not hold yet why replicas left the route.
+		ctl.held = append(ctl.held, heldRoute{upto: ctl.holds, seq: seq, rt: rt, acts: acts})
+		ctl.mu.Unlock()
+		return
 	}
-	for _, f := range acts {
+	ctl.mu.Unlock()
+	ctl.out(heldRoute{seq: seq, rt: rt, acts: acts})
+}
+
+// out publishes h's route and does its actions. ctl.mu is not held.
+func (ctl *appCtl) out(h heldRoute) {
+	if h.seq > 0 {
+		ctl.pub.publish(ctl.m.o.Router, h.seq, h.rt)
+	}
+	for _, f := range h.acts {
 		f()
+	}
+}
+
+// release publishes the held routes whose decisions the store now holds,
+// those up to upto, and does their actions, in order. Neither ctl.mu nor
+// ctl.recMu is held.
+func (ctl *appCtl) release(upto uint64) {
+	ctl.mu.Lock()
+	ctl.stored = max(ctl.stored, upto)
+	n := 0
+	for n < len(ctl.held) && ctl.held[n].upto <= ctl.stored {
+		n++
+	}
+	out := ctl.held[:n:n]
+	ctl.held = append([]heldRoute(nil), ctl.held[n:]...)
+	ctl.unlock()
+	for _, h := range out {
+		ctl.out(h)
 	}
 }
 
