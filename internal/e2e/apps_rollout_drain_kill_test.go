@@ -37,42 +37,48 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	}
 	d.waitApp("hello", "two ready", func(a types.App) bool { return len(pids(a, 1, "ready")) == 2 })
 	paddr := d.proxyAddr()
+	// The slow request goes first, alone: the replica it is in flight on
+	// is the only one with a request in flight.
+	slow := slowRequest(paddr, "hello", 6000)
+	var slowOn string
+	waitFor(t, "the slow request reaches a replica", func() bool {
+		for _, r := range d.appFast("hello").Replicas {
+			if r.Revision == 1 && r.InFlight > 0 {
+				slowOn = r.ID
+				return true
+			}
+		}
+		select {
+		case st := <-slow:
+			t.Fatalf("the slow request ended (%s) before it was seen in flight", st)
+		default:
+		}
+		return false
+	})
 	s := startSteady(paddr, "hello", "/", 4, 40000, 2*time.Millisecond)
 	defer s.end()
 	sent := func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.n }
 	waitFor(t, "the load loop gets answers", func() bool { return sent() > 50 })
 
-	slow := slowRequest(paddr, "hello", 6000)
-	// Setup only: let the slow request reach its replica before the deploy.
-	time.Sleep(300 * time.Millisecond)
-
 	if r, _ := d.deployFile(drainManifest(2, "v2"), "--detach"); r.code != 0 {
 		t.Fatalf("deploy --detach revision 2: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	// Kill once revision 2 takes all the traffic while a replica of
-	// revision 1, out of the route, still drains the slow request.
+	// Kill once revision 2 takes all the traffic while the replica of
+	// revision 1 that has the slow request, out of the route, still
+	// drains it.
 	var seen types.App
-	held := 0
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		a := d.appFast("hello")
 		draining := slices.ContainsFunc(a.Replicas, func(r types.Replica) bool {
-			return r.Revision == 1 && r.State == "ready" && r.InFlight > 0
+			return r.ID == slowOn && r.State == "ready" && r.InFlight > 0
 		})
 		if a.Revision == 2 && a.Rollout != nil && a.Rollout.State == types.RolloutDone && draining {
 			eps := d.routes()["hello"].Endpoints
 			if len(eps) > 0 && !slices.ContainsFunc(eps, func(e route.Endpoint) bool { return e.Revision != 2 }) {
-				// Seen on several polls: the slow request, not a short
-				// one of the load loop finishing.
-				if held++; held >= 3 {
-					seen = a
-					break
-				}
-			} else {
-				held = 0
+				seen = a
+				break
 			}
-		} else {
-			held = 0
 		}
 		select {
 		case st := <-slow:
@@ -145,8 +151,13 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 		}
 	}
 	slices.Sort(want)
-	if got := d.runcIDs(); !slices.Equal(got, want) {
-		t.Fatalf("containers %v, replicas %v: %s", got, want, brief(a))
+	// A replica's container goes a moment after its record says so.
+	deadline = time.Now().Add(time.Minute)
+	for got := d.runcIDs(); !slices.Equal(got, want); got = d.runcIDs() {
+		if time.Now().After(deadline) {
+			t.Fatalf("containers %v, replicas %v: %s", got, want, brief(a))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 
 	r := d.shoal("app", "rollback", "hello")
