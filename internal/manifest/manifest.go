@@ -1,7 +1,9 @@
 // Package manifest parses and validates an app's shoal.toml: a strict
 // decode (an unknown key is an error naming it), the defaults of the keys a
-// file leaves out, and checks that name the key at fault. It is pure: it
-// reads only the bytes it is given.
+// file leaves out, and checks that name the key at fault. A file is
+// measured against its limits (size, nesting, keys, strings) by a linear
+// pre-scan before the TOML parser sees it. It is pure: it reads only the
+// bytes it is given.
 package manifest
 
 import (

@@ -53,10 +53,15 @@ const (
 // Parse decodes a shoal.toml strictly (a key the file format does not
 // know is an error naming it), fills in the defaults of the keys it leaves
 // out and validates the result. file names the manifest in error messages.
+// A file beyond the limits (MaxFileSize, MaxDepth...) is refused before it
+// is decoded.
 // Errors are errdefs.FieldError values naming the key ("scale.max").
 func Parse(data []byte, file string) (Config, error) {
 	if file == "" {
 		file = "shoal.toml"
+	}
+	if err := checkLimits(data); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, err)
 	}
 	var c Config
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(&c)
