@@ -56,6 +56,7 @@ var hostTools = map[string]tool{
 	"iptables":      {pkg: "iptables"},
 	"iptables-save": {pkg: "iptables"},
 	"ip":            {pkg: "iproute2"},
+	"mkfs.ext4":     {pkg: "e2fsprogs"},
 
 	// What only tests run (and `make bench`, whose set holds the test set).
 	"systemd-analyze":    {pkg: "systemd"},

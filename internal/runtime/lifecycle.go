@@ -72,7 +72,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	if _, err := os.Stat(r.stateDir(s.ID)); err == nil {
 		return nil, fmt.Errorf("container %q: %s state exists: %w", s.ID, r.name, errdefs.ErrConflict)
 	}
-	if err := mountRootfs(bundle, s.Layers); err != nil {
+	rw, err := r.mountDisk(ctx, bundle, s.DiskBytes)
+	if err != nil {
+		return nil, fmt.Errorf("container %q: %w", s.ID, err)
+	}
+	if err := mountRootfs(bundle, rw, s.Layers); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
 	u, err := resolveUser(filepath.Join(bundle, "rootfs"), s.User)

@@ -89,6 +89,13 @@ func (r *Runtime) Recover(ctx context.Context) (adopted []*Container, removed []
 	for _, id := range r.cgroupOrphans(known) {
 		orphans[id] = true
 	}
+	// Disk images made ahead by the last daemon: the complete ones are
+	// adopted, the rest removed.
+	if _, err := os.Stat(r.diskDir()); err == nil {
+		if _, err := r.diskPool(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	ids := make([]string, 0, len(orphans))
 	for id := range orphans {
 		ids = append(ids, id)

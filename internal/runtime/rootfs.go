@@ -13,10 +13,11 @@ import (
 	"github.com/shoal-run/shoal/internal/mountinfo"
 )
 
-// mountRootfs mounts an overlay of layers (bottom first) with the bundle's
-// upper and work directories at <bundle>/rootfs.
-func mountRootfs(bundle string, layers []string) error {
-	upper, work, rootfs := filepath.Join(bundle, "upper"), filepath.Join(bundle, "work"), filepath.Join(bundle, "rootfs")
+// mountRootfs mounts an overlay of layers (bottom first) with the upper
+// and work directories made in rw (the bundle, or its disk) at
+// <bundle>/rootfs.
+func mountRootfs(bundle, rw string, layers []string) error {
+	upper, work, rootfs := filepath.Join(rw, "upper"), filepath.Join(rw, "work"), filepath.Join(bundle, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err

@@ -22,7 +22,10 @@
 //
 //	<Root>/<id>/config.json   OCI runtime spec
 //	<Root>/<id>/rootfs        overlay mount point
-//	<Root>/<id>/upper, work   the container's writable layer
+//	<Root>/<id>/upper, work   the container's writable layer, or with a
+//	                          disk: <Root>/<id>/disk.img mounted at disk/,
+//	                          holding upper and work (see disks.go)
+//	<Root>/.disks/            disk images made ahead
 //	<Root>/<id>/pid, runtime.log
 //	<RuntimeRoot>/<id>/       the OCI runtime's own state
 //	<cgroup mount>/shoal/<id> in every hierarchy
@@ -44,6 +47,7 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/runtime/cgroups"
+	"github.com/shoal-run/shoal/internal/runtime/disk"
 )
 
 // Options configure a Runtime.
@@ -86,6 +90,10 @@ type Runtime struct {
 	log         *slog.Logger
 	layout      *cgroups.Layout
 	host        hostInfo
+
+	disksOnce sync.Once
+	disks     *disk.Pool // see disks.go
+	disksErr  error
 
 	mu   sync.Mutex
 	ctrs map[string]*ctr

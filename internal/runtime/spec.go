@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/runtime/disk"
 )
 
 // Spec describes one container to create.
@@ -59,6 +60,11 @@ type Spec struct {
 	// UserNS, if not nil, runs the container in a new user namespace (see
 	// UserNS).
 	UserNS *UserNS
+	// DiskBytes, when not 0, gives the writable layer (the overlay's upper
+	// and work directories) an ext4 file system of its own of this size
+	// (package disk), so that writes past it fail with ENOSPC; 0 keeps them
+	// in the bundle, on the file system of the Runtime's Root.
+	DiskBytes int64
 }
 
 // Limits are the container's cgroup limits; zero means unlimited.
@@ -127,6 +133,9 @@ func (s *Spec) validate() error {
 	}
 	if len(s.Args) == 0 {
 		return errdefs.Invalid("args", "a command is needed")
+	}
+	if s.DiskBytes != 0 && s.DiskBytes < disk.MinSize {
+		return errdefs.Invalid("disk", "%d bytes is below the minimum of %d", s.DiskBytes, disk.MinSize)
 	}
 	if s.Cwd != "" && !path.IsAbs(s.Cwd) {
 		return errdefs.Invalid("cwd", "%q is not an absolute path", s.Cwd)

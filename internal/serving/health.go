@@ -147,8 +147,7 @@ func (d *driver) waitReady(r *replica, cfg manifest.Config, exited <-chan struct
 
 // healthLoop checks a replica's health every interval while it is ready.
 // It leaves the route table at the first failure; after
-// cfg.Health.Failures in a row it is replaced, drained and stopped. It also
-// keeps the replica's log under logMax.
+// cfg.Health.Failures in a row it is replaced, drained and stopped.
 func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
 	m := d.m
 	fails := 0
@@ -169,7 +168,6 @@ func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
 			t.Stop()
 			return
 		}
-		d.logs.trim(r.rec.ID)
 		// checking keeps a freeze from stopping a command check half-way.
 		r.checking.Lock()
 		d.mu.Lock()

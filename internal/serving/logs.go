@@ -77,6 +77,30 @@ func rotateLog(path string, limit int64) error {
 	return nil
 }
 
+// logCheck is how often a replica's log is checked against logMax while
+// the replica runs, whatever its health check's interval.
+const logCheck = time.Second
+
+// logLoop keeps replica id's log under logMax from its start to its exit,
+// and checks it once more then: a replica that writes as fast as it can
+// leaves about a second's worth above the limit at most.
+func (d *driver) logLoop(id string, exited <-chan struct{}) {
+	for {
+		t := d.m.clock.NewTimer(logCheck)
+		select {
+		case <-t.C():
+		case <-exited:
+			t.Stop()
+			d.logs.trim(id)
+			return
+		case <-d.stop:
+			t.Stop()
+			return
+		}
+		d.logs.trim(id)
+	}
+}
+
 // trimLog rotates replica id's log if it is over logMax.
 func (l replicaLogs) trim(id string) {
 	if err := rotateLog(l.path(id), logMax); err != nil && !errors.Is(err, os.ErrNotExist) {

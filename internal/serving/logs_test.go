@@ -55,6 +55,24 @@ func TestRotateLog(t *testing.T) {
 	}
 }
 
+// A replica's log is checked every second, whatever its health check's
+// interval (an hour here): it never holds much more than logMax.
+func TestReplicaLogTrimmedEverySecond(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1", "[health]", "interval = \"1h\"")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	log := h.m.app("hello").logs.path(id)
+	line := strings.Repeat("z", 99) + "\n"
+	if err := h.rt.write(id, []byte(strings.Repeat(line, 2*logMax/100))); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceUntil("the log is cut to logMax", time.Second, func() bool {
+		fi, err := os.Stat(log)
+		return err == nil && fi.Size() < logMax
+	})
+}
+
 // A replica's log is kept under logMax while it runs, and once replicas are
 // gone only the keepLogs most recent of their logs stay: here eight crashes
 // in a row leave the logs of the last five crashed replicas, the failed one

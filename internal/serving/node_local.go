@@ -130,7 +130,7 @@ func (n *localNode) spec(ctx context.Context, s ReplicaSpec) (runtime.Spec, erro
 	}
 	return runtime.Spec{
 		ID: s.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
-		Hostname: s.ID, Mounts: mounts,
+		Hostname: s.ID, Mounts: mounts, DiskBytes: cfg.Resources.DiskBytes(),
 		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
 		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(s.Revision),
 			labelDigest: s.Digest, labelImage: cfg.Image},

@@ -207,6 +207,7 @@ func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]runti
 
 // watch waits for the replica's container to exit.
 func (d *driver) watch(r *replica, exited chan struct{}) {
+	go d.logLoop(r.rec.ID, exited)
 	st, err := d.node.Wait(d.ctx(), r.rec.ID)
 	close(exited)
 	d.mu.Lock()
