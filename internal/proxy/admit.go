@@ -50,6 +50,12 @@ func (f *refusal) write(w http.ResponseWriter) {
 	httperr.Write(w, f.code, f.err, f.field)
 }
 
+// refuseWith records f's code as the request's status and returns f.
+func (st *reqState) refuseWith(f *refusal) *refusal {
+	st.code = f.code
+	return f
+}
+
 // refuse records code as the request's status and returns its refusal.
 func (st *reqState) refuse(code int, err error, field string) *refusal {
 	st.code = code
@@ -131,7 +137,12 @@ func waitFailed(st *reqState, err error, in inbound) *refusal {
 // failure is the answer to a request that could not be forwarded.
 func (p *Proxy) failure(st *reqState, err error) *refusal {
 	var mbe *http.MaxBytesError
+	gb := st.upload
 	switch {
+	case gb != nil && gb.err != nil && !errors.As(gb.err, &mbe):
+		// The client's body failed (a malformed chunk, too slow): its
+		// mistake, not the replica's.
+		return st.refuseWith(p.badBody("", gb.err))
 	case errors.As(err, &mbe):
 		return st.refuse(http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the limit of %d bytes", mbe.Limit), "body")
 	case st.Context.Err() != nil:

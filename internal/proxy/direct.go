@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -104,7 +103,8 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		case ctx.Err() != nil:
 			st.code = statusClientGone
 		case errors.As(err, &be):
-			st.refuse(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", be.err), "body").write(w)
+			w.Header().Set("Connection", "close")
+			st.refuseWith(x.p.badBody(r.RemoteAddr, be.err)).write(w)
 		case st.ep.died(err):
 			return sendDied, err
 		default:

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"sort"
@@ -24,6 +23,7 @@ type fastReq struct {
 	sticky []byte // the sticky cookie's value, copied out of the head
 	st     reqState
 	oc     outcome // what becomes of the connection once the request is sent
+	guard  *uploadGuard
 }
 
 // serve answers the request whose head is the first n buffered bytes: it
@@ -56,11 +56,13 @@ func (x *fastReq) serve(n int) outcome {
 		c.w.stop()
 		x.finish()
 		clear(st.tried)
+		x.guard.stop()
+		x.guard = nil
 	}()
 	var f *refusal
 	if r.hop != nil {
 		f = p.admitHop(st, string(r.host), string(r.hop), string(x.c.client))
-	} else {
+	} else if f = x.readPrefix(a); f == nil {
 		f = p.admit(st, a, r.cl, x)
 	}
 	if f != nil {
@@ -104,15 +106,28 @@ func (x *fastReq) hostBytes() []byte {
 	return rest
 }
 
-// admitted reads a small request body, so that the request goes to the
-// replica in one write and can be sent again after a failed connect.
-func (x *fastReq) admitted(rt *routeSnap) *refusal {
-	if cl := x.req.cl; cl > 0 && cl <= inlineBody {
-		if err := x.readBody(cl); err != nil {
-			f := x.st.refuse(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err), "body")
-			f.close = true
-			return f
-		}
+// admitted has nothing to do: the body's first bytes were read before.
+func (x *fastReq) admitted(rt *routeSnap) *refusal { return nil }
+
+// readPrefix reads the first inlineBody bytes of the request body before
+// the request is admitted, under an upload guard (see upload.go): a small
+// body then goes to the replica with the head in one write and can be
+// sent again after a failed connect.
+func (x *fastReq) readPrefix(a *app) *refusal {
+	cl := x.req.cl
+	if cl <= 0 || a == nil {
+		return nil // no body, or a 404
+	}
+	if rt := a.route.Load(); rt == nil || (rt.maxBody >= 0 && cl > rt.maxBody) {
+		return nil // refused at once
+	}
+	c := x.c
+	x.guard = c.f.p.guardUpload(func() { c.c.Close() })
+	if err := x.readBody(min(cl, inlineBody)); err != nil {
+		return c.f.p.badBody(c.client, x.guard.bodyErr(err))
+	}
+	if x.unread == 0 {
+		x.guard.stop()
 	}
 	return nil
 }
@@ -133,7 +148,7 @@ func (x *fastReq) hold() context.Context {
 	return ctx
 }
 
-// readBody appends the n-byte request body to x.out.
+// readBody appends n bytes of the request body to x.out.
 func (x *fastReq) readBody(n int64) error {
 	c := x.c
 	if int64(c.br.Buffered()) < n {
@@ -141,11 +156,19 @@ func (x *fastReq) readBody(n int64) error {
 	}
 	l := len(x.out)
 	x.out = append(x.out, make([]byte, n)...)
-	_, err := io.ReadFull(c.br, x.out[l:])
-	if err == nil {
-		x.unread = 0
+	for b := x.out[l:]; len(b) > 0; {
+		m, err := c.br.Read(b)
+		x.guard.add(m)
+		x.unread -= int64(m)
+		b = b[m:]
+		if err != nil && len(b) > 0 {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
 	}
-	return err
+	return nil
 }
 
 // buildRequest writes the request head for the replica into x.out: the

@@ -111,9 +111,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		f = p.admitHop(st, r.Host, hop, r.RemoteAddr)
 	} else {
-		f = p.admit(st, (*p.apps.Load())[p.appName(r.Host)], r.ContentLength, x)
+		a := (*p.apps.Load())[p.appName(r.Host)]
+		var g *uploadGuard
+		if g, f = p.guardStdBody(r, a); f == nil {
+			st.upload, _ = r.Body.(*guardedBody)
+			defer g.stop()
+			f = p.admit(st, a, r.ContentLength, x)
+		}
 	}
 	if f != nil {
+		if f.close {
+			w.Header().Set("Connection", "close")
+		}
 		f.write(w)
 		return
 	}
@@ -177,8 +186,10 @@ type reqState struct {
 	ep    *endpoint
 	tried []*endpoint
 	body  *retryBody
-	code  int
-	start time.Time
+	// upload is the request body net/http reads, under its upload guard.
+	upload *guardedBody
+	code   int
+	start  time.Time
 	// tier is how the request found its app (warm: a ready replica); held
 	// is the time it waited for one; sent is when it was first sent to a
 	// replica and head when the replica's answer head came.

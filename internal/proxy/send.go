@@ -3,11 +3,6 @@ package proxy
 // The fast path's request side: one try at sending a request to a
 // replica, as the forwarder's leg.
 
-import (
-	"fmt"
-	"net/http"
-)
-
 // send sends the request in x.out on a pooled connection to st.ep.
 func (x *fastReq) send(st *reqState, fresh, stale bool) (sendResult, error) {
 	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh)
@@ -100,9 +95,7 @@ func (x *fastReq) sendBody(bc *bconn) (outcome, bool) {
 		if c.br.Buffered() == 0 {
 			c.readTimeout(c.f.timeouts.io)
 			if _, err := c.br.Peek(1); err != nil {
-				f := x.st.refuse(http.StatusBadRequest, fmt.Errorf("reading the request body: %w", err), "body")
-				f.close = true
-				x.refuse(f)
+				x.refuse(x.st.refuseWith(c.f.p.badBody(c.client, x.guard.bodyErr(err))))
 				return closeConn, false
 			}
 		}
@@ -112,7 +105,9 @@ func (x *fastReq) sendBody(bc *bconn) (outcome, bool) {
 			return x.failed(err), false
 		}
 		c.br.Discard(k)
+		x.guard.add(k)
 		x.unread -= int64(k)
 	}
+	x.guard.stop()
 	return keepConn, true
 }

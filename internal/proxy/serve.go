@@ -49,6 +49,8 @@ type server struct {
 
 	timeouts timeouts // set before Serve; shorter in tests
 	limits   Limits
+	// guardChecks counts the upload guards' checks, for tests.
+	guardChecks atomic.Int64
 }
 
 // timeouts of the client connections.
@@ -70,6 +72,7 @@ func (f *server) init(p *Proxy, l Limits) {
 		ReadHeaderTimeout: HeaderTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeadBytes,
+		ConnContext:       withConn,
 		ErrorLog:          mistakeLogger(p),
 	}
 }
