@@ -31,7 +31,9 @@ type fakeNet struct{}
 func (fakeNet) Acquire(_ context.Context, id string, _ network.Mode) (*network.Attachment, error) {
 	return &network.Attachment{ID: id, IP: net.IPv4(127, 0, 0, 1)}, nil
 }
-func (fakeNet) Lookup(id string) (*network.Attachment, bool)       { return nil, false }
+func (fakeNet) Lookup(id string) (*network.Attachment, bool) {
+	return &network.Attachment{ID: id, IP: net.IPv4(127, 0, 0, 1)}, true
+}
 func (fakeNet) Release(context.Context, *network.Attachment) error { return nil }
 
 type fakeImages struct{}

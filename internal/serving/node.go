@@ -87,6 +87,9 @@ type Known struct {
 	Node   string  `json:",omitempty"`
 	CPU    float64 `json:",omitempty"`
 	Memory int64   `json:",omitempty"`
+	// Port is the port its revision serves on: the node tells its address
+	// by it when the record has none.
+	Port int `json:",omitempty"`
 }
 
 // ReplicaSpec is what a node needs to start a replica.
@@ -121,4 +124,5 @@ type Adopted struct {
 	Running bool // its container runs (or is frozen)
 	Frozen  bool
 	Pid     int
+	Addr    string `json:",omitempty"` // its address, where the node can tell it
 }

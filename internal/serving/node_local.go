@@ -258,10 +258,14 @@ func (n *localNode) Usage(id string) (uint64, uint64, error) {
 func (n *localNode) SetCPU(id string, cpus float64) error { return n.rt.UpdateCPU(id, cpus) }
 
 func (n *localNode) Adopt(rec Known) Adopted {
+	addr := ""
 	if att, ok := n.net.Lookup(rec.ID); ok {
 		n.mu.Lock()
 		n.att[rec.ID] = att
 		n.mu.Unlock()
+		if att.IP != nil && rec.Port != 0 {
+			addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(rec.Port))
+		}
 	}
 	c, err := n.rt.Get(rec.ID)
 	if err != nil || c.Status == runtime.StatusStopped {
@@ -270,7 +274,7 @@ func (n *localNode) Adopt(rec Known) Adopted {
 	if rec.CPUSet != "" {
 		n.placer.Adopt(rec.ID, rec.App, rec.CPUSet)
 	}
-	return Adopted{Running: true, Frozen: c.Status == runtime.StatusPaused, Pid: c.Pid}
+	return Adopted{Running: true, Frozen: c.Status == runtime.StatusPaused, Pid: c.Pid, Addr: addr}
 }
 
 func (n *localNode) Release(id string) { n.placer.Release(id) }

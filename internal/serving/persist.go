@@ -116,11 +116,11 @@ func (d *driver) adopt(ctx context.Context) error {
 			m.emit("lost", d.name, rec.ID, fmt.Sprintf("node %s is lost; the replica is replaced on a live node", rec.Node), nil)
 			continue
 		}
-		k := Known{ID: rec.ID, App: rec.App, CPUSet: rec.CPUSet}
+		d.mu.Lock()
+		cfg, _, _ := d.configOf(rec.Revision)
+		d.unlock()
+		k := Known{ID: rec.ID, App: rec.App, CPUSet: rec.CPUSet, Port: cfg.Port}
 		if m.disp != nil {
-			d.mu.Lock()
-			cfg, _, _ := d.configOf(rec.Revision)
-			d.unlock()
 			k.Node, k.CPU, k.Memory = rec.Node, cfg.Resources.CPU, cfg.Resources.MemoryBytes()
 		}
 		fs = append(fs, found{rec: rec, k: k})
@@ -146,8 +146,14 @@ func (d *driver) adopt(ctx context.Context) error {
 	for _, f := range fs {
 		rec, ad := f.rec, f.ad
 		r := &replica{rec: rec, lastActive: now, closed: true}
+		if rec.Addr == "" && ad.Running && ad.Addr != "" && (rec.State == StatePending || rec.State == StateStarting) {
+			// Saved before its container started: the daemon was killed
+			// before its writer stored what followed (the replica may
+			// have been ready by then). The node knows the address.
+			r.rec.Addr = ad.Addr
+		}
 		alive := ad.Running && rec.State != StateFailed && rec.State != StateStopped && rec.State != StateDraining &&
-			rec.Addr != ""
+			r.rec.Addr != ""
 		// The replicas adopted so far are at work already.
 		d.mu.Lock()
 		d.reps[rec.ID] = r
@@ -155,6 +161,9 @@ func (d *driver) adopt(ctx context.Context) error {
 			// Saved before its container started (the daemon was killed
 			// while the replica started): the node knows the PID.
 			r.rec.Pid = ad.Pid
+			d.markDirty(rec.ID)
+		}
+		if alive && rec.Addr == "" {
 			d.markDirty(rec.ID)
 		}
 		d.unlock()
