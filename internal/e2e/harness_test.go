@@ -64,6 +64,7 @@ type daemon struct {
 	sock    string
 	cmd     *exec.Cmd
 	log     *bytes.Buffer
+	earlier []*bytes.Buffer // the logs of the daemons started before this one
 	extra   []string
 	bridge  string
 	subnet  string
@@ -109,7 +110,12 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 		}
 		d.cleanHost()
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.log.String())
+			// Every start's log: the one that failed is seldom the last
+			// (the clean-up above starts a daemon too).
+			for i, l := range d.earlier {
+				t.Logf("daemon log, start %d:\n%s", i+1, l.String())
+			}
+			t.Logf("daemon log, start %d (clean-up):\n%s", len(d.earlier)+1, d.log.String())
 			if b, err := os.ReadFile(filepath.Join(d.runDir, "proxy.log")); err == nil {
 				t.Logf("proxy log:\n%s", b)
 			}
@@ -124,6 +130,9 @@ func (d *daemon) start() {
 	args := append([]string{"daemon", "--data-dir", d.dataDir, "--run-dir", d.runDir, "--log-level", "debug",
 		"--bridge", d.bridge, "--subnet", d.subnet, "--cgroup-parent", d.cgroup, "--proxy", "127.0.0.1:0"}, d.extra...)
 	d.cmd = exec.Command(shoalBin, args...)
+	if d.log != nil {
+		d.earlier = append(d.earlier, d.log)
+	}
 	d.log = &bytes.Buffer{}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
