@@ -59,6 +59,9 @@ func (r *request) parse(head []byte) bool {
 			return false
 		}
 	}
+	if !validEscapes(r.uri) {
+		return false // net/http's server answers 400
+	}
 	for {
 		if line, rest, ok = nextLine(rest); !ok {
 			return false
@@ -132,6 +135,8 @@ func (a *answer) parse(head []byte) bool {
 	if !ok || len(line) < 12 || string(line[:7]) != "HTTP/1." || line[8] != ' ' {
 		return false
 	}
+	v10 := line[7] == '0'
+	var clVal []byte // the first Content-Length's value
 	switch line[7] {
 	case '1':
 	case '0':
@@ -163,13 +168,13 @@ func (a *answer) parse(head []byte) bool {
 		switch {
 		case eqFold(name, "content-length"):
 			n, ok := parseLength(val)
-			if !ok || (a.cl >= 0 && a.cl != n) {
-				return false
+			if !ok || (a.cl >= 0 && !bytes.Equal(clVal, val)) {
+				return false // net/http refuses two spelled apart
 			}
-			a.cl = n
+			a.cl, clVal = n, val
 		case eqFold(name, "transfer-encoding"):
-			if a.chunked || !eqFold(val, "chunked") {
-				return false
+			if a.chunked || !eqFold(val, "chunked") || v10 {
+				return false // HTTP/1.0: net/http ignores it, and closes
 			}
 			a.chunked = true
 		case eqFold(name, "connection"):
@@ -343,10 +348,43 @@ func validValue(b []byte) bool {
 	return true
 }
 
+// validEscapes tells whether every % in the path of a request target
+// (before any ?) starts an escape of two hex digits, as net/url requires.
+func validEscapes(uri []byte) bool {
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	for i := bytes.IndexByte(uri, '%'); i >= 0; i = bytes.IndexByte(uri, '%') {
+		if i+2 >= len(uri) || !isHex(uri[i+1]) || !isHex(uri[i+2]) {
+			return false
+		}
+		uri = uri[i+3:]
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// hostChars marks the bytes of a host name, an IPv6 literal and a port
+// that the fast path accepts: token bytes net/http's server accepts in a
+// Host too (not #^`|), and ":[]".
+var hostChars = func() (t [256]bool) {
+	t = tokenChars
+	for _, c := range "#^`|" {
+		t[c] = false
+	}
+	for _, c := range ":[]" {
+		t[c] = true
+	}
+	return t
+}()
+
 // validHost accepts the bytes of a host name, an IPv6 literal, and a port.
 func validHost(b []byte) bool {
 	for _, c := range b {
-		if !tokenChars[c] && c != ':' && c != '[' && c != ']' {
+		if !hostChars[c] {
 			return false
 		}
 	}
