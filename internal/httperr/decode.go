@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/jsonlimit"
 	"github.com/shoal-run/shoal/internal/units"
 )
 
@@ -51,7 +52,14 @@ func ReadJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 // DecodeJSON decodes one JSON value from b into v strictly: an unknown
 // field, a value of the wrong type, or anything after the value is an
 // invalid input naming the field at fault ("body" when no field is).
+//
+// The document is measured first (jsonlimit.Default: its depth and number
+// of values), so that decoding costs in proportion to the body's size
+// whatever its shape.
 func DecodeJSON(b []byte, v any) error {
+	if err := jsonlimit.Check(b, jsonlimit.Default); err != nil {
+		return errdefs.Invalid("body", "%v", err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

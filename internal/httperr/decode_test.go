@@ -45,3 +45,22 @@ func TestReadJSONTooLarge(t *testing.T) {
 		t.Fatalf("body over the limit: %v (status %d, field %q)", err, Status(err), errdefs.Field(err))
 	}
 }
+
+// A body nested deeper than jsonlimit.Default or of more values is refused
+// before it is decoded, naming the body.
+func TestDecodeJSONLimits(t *testing.T) {
+	for name, body := range map[string]string{
+		"deep":   strings.Repeat("[", 33) + strings.Repeat("]", 33),
+		"values": "[" + strings.Repeat("0,", 100_000) + "0]",
+	} {
+		var v any
+		err := DecodeJSON([]byte(body), &v)
+		if errdefs.Field(err) != "body" || Status(err) != 400 || !strings.Contains(err.Error(), "(the limit)") {
+			t.Errorf("%s: %v, want a 400 naming the body and the limit", name, err)
+		}
+	}
+	var v any
+	if err := DecodeJSON([]byte(strings.Repeat("[", 32)+strings.Repeat("]", 32)), &v); err != nil {
+		t.Errorf("32 levels: %v", err)
+	}
+}
