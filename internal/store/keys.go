@@ -24,6 +24,7 @@ import (
 //	    ├── leader/<lease>              candidates of the leader election
 //	    ├── routes/<app>                the leader's route of an app, for every node's proxy
 //	    ├── cluster/secret              the secret nodes send each other
+//	    ├── idranges/<i>                the app holding host id range i (see IDRangeKey)
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in

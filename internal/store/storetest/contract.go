@@ -77,6 +77,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store, opts ...Option) {
 		{"LeaseRevoke", s.testLeaseRevoke},
 		{"LeaseDetach", s.testLeaseDetach},
 		{"LeaseErrors", s.testLeaseErrors},
+		{"IDRangeClaims", s.testIDRangeClaims},
+		{"IDRangeConcurrentClaims", s.testIDRangeConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
