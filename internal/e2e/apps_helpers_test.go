@@ -308,15 +308,20 @@ func (s *steady) end() {
 	s.done.Wait()
 }
 
-// waitFor polls cond until it holds (at most a minute).
 // slowRequest sends GET /?ms=ms to app through the proxy in the
 // background; the channel gets the answer's status, or the error.
 func slowRequest(proxy, app string, ms int) <-chan string {
+	return slowRequestWithin(proxy, app, ms, client)
+}
+
+// slowRequestWithin is slowRequest through client c (whose timeout bounds
+// the request).
+func slowRequestWithin(proxy, app string, ms int, c *http.Client) <-chan string {
 	slow := make(chan string, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/?ms=%d", proxy, ms), nil)
 		req.Host = app + ".localhost"
-		resp, err := client.Do(req)
+		resp, err := c.Do(req)
 		if err != nil {
 			slow <- err.Error()
 			return
@@ -327,6 +332,7 @@ func slowRequest(proxy, app string, ms int) <-chan string {
 	return slow
 }
 
+// waitFor polls cond until it holds (at most a minute).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)

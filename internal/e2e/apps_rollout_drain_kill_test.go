@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"syscall"
@@ -13,14 +14,19 @@ import (
 
 // drainManifest is revManifest of cpuburn (whose ?ms=N request holds a
 // replica for N ms of CPU time; 0 by default, so the load loop stays cheap)
-// with a generous drain_timeout, so a replica left behind by a rollout
-// drains its slow request before it freezes.
+// with a drain_timeout longer than the slow request can take however
+// busy the host (its CPU time takes ten times as long on a host that
+// gives the replica a tenth of a core), so a replica left behind by a
+// rollout drains its slow request before it freezes.
 func drainManifest(replicas int, greeting string) string {
 	m := revManifest(replicas, greeting, "[resources]\ncpu = 1")
 	m = strings.Replace(m, `image = "hello:1"`, `image = "cpuburn:1"`, 1)
-	m = strings.Replace(m, `idle_timeout = "10m"`, "idle_timeout = \"10m\"\ndrain_timeout = \"60s\"", 1)
+	m = strings.Replace(m, `idle_timeout = "10m"`, "idle_timeout = \"10m\"\ndrain_timeout = \"10m\"", 1)
 	return m + "BURN_MS = \"0\"\n"
 }
+
+// slowWithin bounds the slow request: 6 s of CPU time, on a busy host.
+const slowWithin = 5 * time.Minute
 
 // Under a steady load, with a slow request in flight to a replica of
 // revision 1, revision 2 rolls out and takes the traffic; while revision
@@ -39,7 +45,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	paddr := d.proxyAddr()
 	// The slow request goes first, alone: the replica it is in flight on
 	// is the only one with a request in flight.
-	slow := slowRequest(paddr, "hello", 6000)
+	slow := slowRequestWithin(paddr, "hello", 6000, &http.Client{Timeout: slowWithin, Transport: client.Transport})
 	var slowOn string
 	waitFor(t, "the slow request reaches a replica", func() bool {
 		for _, r := range d.appFast("hello").Replicas {
@@ -67,7 +73,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	// revision 1 that has the slow request, out of the route, still
 	// drains it.
 	var seen types.App
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(slowWithin)
 	for {
 		a := d.appFast("hello")
 		draining := slices.ContainsFunc(a.Replicas, func(r types.Replica) bool {
@@ -104,7 +110,7 @@ func TestAppRolloutDrainSurvivesDaemonKill(t *testing.T) {
 	// route never holds anything but revision 2.
 	var slowStatus string
 	var a types.App
-	deadline = time.Now().Add(time.Minute)
+	deadline = time.Now().Add(slowWithin)
 	for {
 		for _, e := range d.routes()["hello"].Endpoints {
 			if e.Revision != 2 {
