@@ -4,6 +4,9 @@
 // Three endpoints hold a connection open: /ws echoes WebSocket messages,
 // /sse sends an event on every tick until the client leaves, and /upload
 // reads a request body of any size and answers with its length.
+// /sleep?ms=N answers after N milliseconds of wall time (up to 60000),
+// using no CPU meanwhile: a request in flight for as long as a test needs,
+// however busy the host is.
 package main
 
 import (
@@ -12,6 +15,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +70,20 @@ func main() {
 		}
 		w.Header().Set("X-Replica", host)
 		fmt.Fprintf(w, "%d\n", n)
+	})
+	mux.HandleFunc("/sleep", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := strconv.Atoi(r.URL.Query().Get("ms"))
+		if err != nil || ms < 0 || ms > 60000 {
+			http.Error(w, "ms must be an integer from 0 to 60000", http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("X-Replica", host)
+		fmt.Fprintf(w, "%s from %s after %dms\n", greeting, host, ms)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		n := served.Add(1)

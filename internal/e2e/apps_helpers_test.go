@@ -332,6 +332,25 @@ func slowRequestWithin(proxy, app string, ms int, c *http.Client) <-chan string 
 	return slow
 }
 
+// sleepRequest sends hello's /sleep?ms=ms through the proxy in the
+// background and delivers its status: a request in flight for ms of wall
+// time that uses no CPU.
+func sleepRequest(proxy, app string, ms int) <-chan string {
+	slow := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/sleep?ms=%d", proxy, ms), nil)
+		req.Host = app + ".localhost"
+		resp, err := client.Do(req)
+		if err != nil {
+			slow <- err.Error()
+			return
+		}
+		resp.Body.Close()
+		slow <- resp.Status
+	}()
+	return slow
+}
+
 // waitFor polls cond until it holds (at most a minute).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()

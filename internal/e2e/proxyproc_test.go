@@ -274,15 +274,17 @@ func TestSecondProxyRefused(t *testing.T) {
 }
 
 // A daemon stopped gracefully drains its proxy process: a request in flight
-// is answered, then the process exits and its control socket goes.
+// is answered, then the process exits and its control socket goes. The
+// request waits (hello's /sleep), burning no CPU: its length does not grow
+// with the host's load past the drain's grace.
 func TestGracefulStopDrainsProxy(t *testing.T) {
 	d := startDaemon(t)
-	d.exampleImage("cpuburn")
-	d.deploy("name = \"burn\"\nimage = \"cpuburn:1\"\n[scale]\nmin = 1\n[resources]\ncpu = 1\n")
-	d.waitApp("burn", "ready", func(a types.App) bool { return a.Ready == 1 })
+	d.exampleImage("hello")
+	d.deploy("name = \"sleepy\"\nimage = \"hello:1\"\n[scale]\nmin = 1\n")
+	d.waitApp("sleepy", "ready", func(a types.App) bool { return a.Ready == 1 })
 	proxyAddr := d.proxyAddr()
-	slow := slowRequest(proxyAddr, "burn", 1500)
-	d.waitApp("burn", "the slow request is in flight", func(a types.App) bool {
+	slow := sleepRequest(proxyAddr, "sleepy", 1500)
+	d.waitApp("sleepy", "the slow request is in flight", func(a types.App) bool {
 		return len(a.Replicas) == 1 && a.Replicas[0].InFlight == 1
 	})
 	d.stop(syscall.SIGTERM)
