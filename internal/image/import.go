@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path"
@@ -154,8 +153,8 @@ func (in *ingest) importLayout(ctx context.Context, root *os.Root, name, tag str
 		return err
 	}
 	var idx ocispec.Index
-	if err := json.Unmarshal(b, &idx); err != nil {
-		return errdefs.Invalid("index.json", "%v", err)
+	if err := decodeMeta(b, &idx, "index.json"); err != nil {
+		return err
 	}
 	for _, d := range idx.Manifests {
 		var refs []string
@@ -189,8 +188,11 @@ func (in *ingest) importLayout(ctx context.Context, root *os.Root, name, tag str
 			return err
 		}
 		var m ocispec.Manifest
-		if err := json.Unmarshal(mb, &m); err != nil {
-			return fmt.Errorf("manifest %s: %w", d.Digest, errdefs.Invalid("manifest", "%v", err))
+		if err := decodeMeta(mb, &m, "manifest"); err != nil {
+			return fmt.Errorf("manifest %s: %w", d.Digest, err)
+		}
+		if err := checkLayerCount(len(m.Layers), "manifest"); err != nil {
+			return fmt.Errorf("manifest %s: %w", d.Digest, err)
 		}
 		for _, bd := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
 			if err := in.copyLayoutBlob(root, bd); err != nil {
@@ -214,8 +216,8 @@ func (in *ingest) pickPlatform(root *os.Root, d ocispec.Descriptor) (ocispec.Des
 		return d, err
 	}
 	var idx ocispec.Index
-	if err := json.Unmarshal(b, &idx); err != nil {
-		return d, fmt.Errorf("index %s: %w", d.Digest, errdefs.Invalid("index", "%v", err))
+	if err := decodeMeta(b, &idx, "index"); err != nil {
+		return d, fmt.Errorf("index %s: %w", d.Digest, err)
 	}
 	for _, m := range idx.Manifests {
 		if m.Platform != nil && m.Platform.OS == "linux" && m.Platform.Architecture == runtime.GOARCH {
@@ -240,8 +242,8 @@ func (in *ingest) importDockerArchive(ctx context.Context, root *os.Root, tag st
 		return err
 	}
 	var entries []dockerManifest
-	if err := json.Unmarshal(b, &entries); err != nil {
-		return errdefs.Invalid("manifest.json", "%v", err)
+	if err := decodeMeta(b, &entries, "manifest.json"); err != nil {
+		return err
 	}
 	for i, e := range entries {
 		if err := in.importDockerEntry(ctx, root, e, tag); err != nil {
@@ -263,6 +265,9 @@ func (in *ingest) importDockerEntry(ctx context.Context, root *os.Root, e docker
 			}
 			refs = append(refs, ref)
 		}
+	}
+	if err := checkLayerCount(len(e.Layers), "Layers"); err != nil {
+		return err
 	}
 	cb, err := readRootMeta(root, e.Config)
 	if err != nil {

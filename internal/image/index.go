@@ -154,15 +154,18 @@ func writeFileAtomic(name string, b []byte) error {
 func newRecord(desc ocispec.Descriptor, mb, cb []byte) (*record, error) {
 	md := string(desc.Digest)
 	var m ocispec.Manifest
-	if err := json.Unmarshal(mb, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", md, errdefs.Invalid("manifest", "%v", err))
+	if err := decodeMeta(mb, &m, "manifest"); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", md, err)
+	}
+	if err := checkLayerCount(len(m.Layers), "manifest"); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", md, err)
 	}
 	if m.SchemaVersion != 2 {
 		return nil, fmt.Errorf("manifest %s: %w", md, errdefs.Invalid("manifest", "schemaVersion %d, want 2", m.SchemaVersion))
 	}
 	var c ocispec.Image
-	if err := json.Unmarshal(cb, &c); err != nil {
-		return nil, fmt.Errorf("manifest %s: config %s: %w", md, m.Config.Digest, errdefs.Invalid("config", "%v", err))
+	if err := decodeMeta(cb, &c, "config"); err != nil {
+		return nil, fmt.Errorf("manifest %s: config %s: %w", md, m.Config.Digest, err)
 	}
 	if len(c.RootFS.DiffIDs) != len(m.Layers) {
 		return nil, fmt.Errorf("manifest %s: %w", md, errdefs.Invalid("config",

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -162,8 +161,11 @@ func (in *ingest) addImage(ctx context.Context, mb []byte, mediaType string, ref
 		}
 	}
 	var m ocispec.Manifest
-	if err := json.Unmarshal(mb, &m); err != nil {
-		return fmt.Errorf("manifest %s: %w", md, errdefs.Invalid("manifest", "%v", err))
+	if err := decodeMeta(mb, &m, "manifest"); err != nil {
+		return fmt.Errorf("manifest %s: %w", md, err)
+	}
+	if err := checkLayerCount(len(m.Layers), "manifest"); err != nil {
+		return fmt.Errorf("manifest %s: %w", md, err)
 	}
 	if mediaType == "" {
 		mediaType = m.MediaType

@@ -14,6 +14,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
@@ -90,6 +91,14 @@ func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, err
 	mb, err := img.RawManifest()
 	if err != nil {
 		return Image{}, registryErr(err)
+	}
+	// The layers are counted before any blob is fetched.
+	var m ocispec.Manifest
+	if err := decodeMeta(mb, &m, "manifest"); err != nil {
+		return Image{}, err
+	}
+	if err := checkLayerCount(len(m.Layers), "manifest"); err != nil {
+		return Image{}, err
 	}
 	md, err := img.Digest()
 	if err != nil {

@@ -44,7 +44,7 @@ func (e *EntryError) Error() string { return fmt.Sprintf("entry %q: %s", e.Entry
 func (e *EntryError) Is(target error) bool { return target == errdefs.ErrInvalid }
 
 func entryErr(name, format string, args ...any) error {
-	return &EntryError{Entry: name, Reason: fmt.Sprintf(format, args...)}
+	return &EntryError{Entry: shortName(name), Reason: fmt.Sprintf(format, args...)}
 }
 
 // unpackResult describes one unpacked layer.
@@ -184,6 +184,9 @@ func cleanName(name string) (string, error) {
 	}
 	if strings.IndexByte(name, 0) >= 0 {
 		return "", errors.New("name holds a NUL byte")
+	}
+	if err := checkNameShape(strings.TrimRight(name, "/")); err != nil {
+		return "", err
 	}
 	for _, c := range strings.Split(name, "/") {
 		if c == ".." {
