@@ -37,7 +37,9 @@ func TestClusterLeaderOnly(t *testing.T) {
 	}
 	h.lead()
 	h.deploy("min = 3\nmax = 3")
-	h.wait("3 ready replicas", func() bool { return len(h.replicas()["ready"]) == 3 })
+	// A replica is listed ready under the app's lock, and routed once it
+	// is released.
+	h.wait("3 ready replicas, routed", func() bool { return len(h.replicas()["ready"]) == 3 && len(h.endpointNodes()) == 3 })
 	h.placed(3)
 	if on := h.on(); on["n1"] != 1 || on["n2"] != 1 || on["n3"] != 1 {
 		t.Fatalf("containers by node %v; want one on each", on)
