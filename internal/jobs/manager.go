@@ -235,6 +235,9 @@ func (m *Manager) admit(ctx context.Context, reqs []types.JobRequest) ([]*entry,
 	if len(reqs) == 0 {
 		return nil, errdefs.Invalid("jobs", "no job given")
 	}
+	if err := CheckBatch(len(reqs)); err != nil {
+		return nil, err
+	}
 	plans := make([]*Plan, len(reqs))
 	perTenant := map[string]int{}
 	checked := map[string]error{}

@@ -23,7 +23,51 @@ const (
 	MaxArgs       = 1024
 	MaxPriority   = 100
 	MaxTenantLen  = 64
+	// A step's command: its arguments, the job's and its own environment
+	// and its working directory, as its sandbox receives them (below
+	// execve's 2 MiB and shoal-init's MAX_CMD); one argument or variable
+	// at most what execve takes (MAX_ARG_STRLEN).
+	MaxEnv      = 1024
+	MaxArgBytes = 128 << 10
+	MaxCmdBytes = 1 << 20
+	MaxNameLen  = 256  // a step's name
+	MaxBatch    = 1000 // jobs submitted together
 )
+
+// CheckBatch refuses a batch of more than MaxBatch jobs.
+func CheckBatch(n int) error {
+	if n > MaxBatch {
+		return errdefs.Invalid("jobs", "%d jobs are more than %d in one batch", n, MaxBatch)
+	}
+	return nil
+}
+
+// checkCmd bounds a step's command as its sandbox receives it.
+func checkCmd(req types.JobRequest, s types.JobStep, sf, jobEnv string) error {
+	if len(req.Env)+len(s.Env) > MaxEnv {
+		return errdefs.Invalid(sf+"env", "%d variables with the job's are more than %d", len(req.Env)+len(s.Env), MaxEnv)
+	}
+	if len(s.Name) > MaxNameLen {
+		return errdefs.Invalid(sf+"name", "%d bytes are more than %d", len(s.Name), MaxNameLen)
+	}
+	n := len(s.Workdir) + 1
+	for _, l := range []struct {
+		field string
+		list  []string
+	}{{sf + "args", s.Args}, {sf + "env", s.Env}, {jobEnv, req.Env}} {
+		field := l.field
+		for i, a := range l.list {
+			if len(a) > MaxArgBytes {
+				return errdefs.Invalid(fmt.Sprintf("%s[%d]", field, i), "%d bytes are more than %d", len(a), MaxArgBytes)
+			}
+			n += len(a) + 1
+		}
+	}
+	if n > MaxCmdBytes {
+		return errdefs.Invalid(sf+"args", "the command with its environment is %d bytes, more than %d", n, MaxCmdBytes)
+	}
+	return nil
+}
 
 // Limits are one step's parsed limits.
 type Limits struct {
@@ -127,6 +171,9 @@ func NewPlan(req types.JobRequest, prefix string) (*Plan, error) {
 			}
 		}
 		if err := validEnv(s.Env, sf+"env"); err != nil {
+			return nil, err
+		}
+		if err := checkCmd(req, s, sf, f("env")); err != nil {
 			return nil, err
 		}
 		if len(s.Stdin) > MaxStdin {
