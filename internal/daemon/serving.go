@@ -74,6 +74,17 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	selfURL := ""
 	if selfL != nil {
 		selfURL = "http://" + selfL.Addr().String()
+		if err := d.allowHostPorts(selfL.Addr().String()); err != nil {
+			selfL.Close()
+			return err
+		}
+	}
+	// An app may call another through the proxy, as its clients do.
+	if err := d.allowHostPorts(d.proxyAddr); err != nil {
+		if selfL != nil {
+			selfL.Close()
+		}
+		return err
 	}
 	initBin, err := d.appInit()
 	if err != nil {

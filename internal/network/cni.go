@@ -139,21 +139,43 @@ func (c *cniNet) rt(id, nsPath string) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: ifName}
 }
 
-// add attaches the namespace at nsPath and returns its address and gateway.
-// A failed add is undone.
-func (c *cniNet) add(ctx context.Context, id, nsPath string) (ip, gw net.IP, err error) {
+// add attaches the namespace at nsPath and returns its address, gateway
+// and the host side of its veth pair (a port of the bridge). A failed add
+// is undone.
+func (c *cniNet) add(ctx context.Context, id, nsPath string) (ip, gw net.IP, port string, err error) {
 	res, err := c.conf.AddNetworkList(ctx, c.list, c.rt(id, nsPath))
 	if err != nil {
 		if derr := c.del(context.WithoutCancel(ctx), id, nsPath); derr != nil {
 			err = errors.Join(err, derr)
 		}
-		return nil, nil, fmt.Errorf("cni add %s: %w", id, err)
+		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
 	}
 	ip, gw, err = addresses(res)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cni add %s: %w", id, err)
+	if err == nil {
+		port, err = hostPort(res, c.bridge)
 	}
-	return ip, gw, nil
+	if err != nil {
+		if derr := c.del(context.WithoutCancel(ctx), id, nsPath); derr != nil {
+			err = errors.Join(err, derr)
+		}
+		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
+	}
+	return ip, gw, port, nil
+}
+
+// hostPort names the host side of the veth pair in a bridge plugin's
+// result: the interface outside any sandbox that is not the bridge.
+func hostPort(r types.Result, bridge string) (string, error) {
+	cur, err := types100.NewResultFromResult(r)
+	if err != nil {
+		return "", err
+	}
+	for _, i := range cur.Interfaces {
+		if i.Sandbox == "" && i.Name != bridge {
+			return i.Name, nil
+		}
+	}
+	return "", errors.New("no host veth in cni result")
 }
 
 // del detaches the attachment id. nsPath may be "" when the namespace is

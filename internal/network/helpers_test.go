@@ -88,6 +88,15 @@ func removeNetwork(t testing.TB, bridge string) {
 	if err := deleteLink(bridge); err != nil {
 		t.Errorf("cleanup: %v", err)
 	}
+	// The policy table of a Manager that was not closed idle.
+	if tb, err := newNFTTable(bridge, netip.Prefix{}); err != nil {
+		t.Errorf("cleanup: %v", err)
+	} else {
+		if err := tb.remove(); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		tb.close()
+	}
 }
 
 // newManager starts a Manager on o and closes it at the end of the test,

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
@@ -39,6 +40,12 @@ type Options struct {
 	PoolSize int
 	// Logger receives pool and cleanup events (default slog.Default()).
 	Logger *slog.Logger
+	// Clock times the policy guard (default clock.Real).
+	Clock clock.Clock
+	// PolicyCheck is how often the guard checks the bridge's nftables
+	// table and rebuilds it when it was changed from outside (default
+	// 2s).
+	PolicyCheck time.Duration
 }
 
 // Attachment is a namespace handed to a container. The runtime puts NSPath
@@ -65,6 +72,9 @@ type PoolStats struct {
 	FillErrors uint64 // failed background creations
 	Reused     uint64 // namespaces Recycle put back in the pool
 	Dirty      uint64 // namespaces Recycle destroyed for what was left in them
+	// PolicyRebuilds counts rebuilds of the policy table found changed
+	// from outside.
+	PolicyRebuilds uint64
 }
 
 // opTimeout bounds one background creation or teardown.
@@ -94,6 +104,7 @@ type Manager struct {
 	o        Options
 	log      *slog.Logger
 	cni      *cniNet
+	pol      *policy
 	boundDir bool // New bound StateDir onto itself
 
 	mu          sync.Mutex
@@ -104,9 +115,10 @@ type Manager struct {
 	checking    int               // None namespaces Recycle is checking
 	stats       PoolStats
 
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	guardDone chan struct{}
 }
 
 // New validates o, prepares StateDir, writes the bundled CNI configuration,
@@ -133,16 +145,22 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	pol, err := openPolicy(o.Bridge, subnet, o.StateDir, o.Logger)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manager{
-		o: o, log: o.Logger, cni: c, boundDir: bound,
+		o: o, log: o.Logger, cni: c, pol: pol, boundDir: bound,
 		pool:        map[Mode][]*entry{},
 		owned:       map[string]*entry{},
 		byContainer: map[string]*entry{},
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
+		guardDone:   make(chan struct{}),
 	}
 	go m.fill()
+	go m.guard()
 	m.refill()
 	return m, nil
 }
@@ -170,6 +188,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.PolicyCheck <= 0 {
+		o.PolicyCheck = 2 * time.Second
 	}
 	return nil
 }
@@ -332,7 +356,16 @@ func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 
 	err := createNetNS(e.path, mode == None)
 	if err == nil && mode == Bridge {
-		e.ip, e.gw, err = m.cni.add(ctx, name, e.path)
+		var port string
+		e.ip, e.gw, port, err = m.cni.add(ctx, name, e.path)
+		if err == nil {
+			// Isolated before anyone gets the namespace; the bridge,
+			// made by the first add, gets its settings too.
+			err = errors.Join(isolatePort(port), prepareBridge(m.o.Bridge))
+			if err != nil {
+				err = errors.Join(err, m.cni.del(context.WithoutCancel(ctx), name, e.path))
+			}
+		}
 		if err != nil {
 			err = errors.Join(err, destroyNetNS(e.path))
 		}
@@ -354,6 +387,9 @@ func (m *Manager) destroy(ctx context.Context, name string, mode Mode) error {
 	path := filepath.Join(m.o.StateDir, name)
 	var errs []error
 	if mode == Bridge {
+		// The policy goes first: the address may go to another
+		// namespace once the DEL frees it.
+		errs = append(errs, m.pol.drop(name))
 		// A file that is not a namespace (a daemon killed while it made
 		// one leaves the empty file before the bind mount) is not named
 		// to CNI: the plugins refuse it, and DEL without a namespace still
@@ -377,6 +413,9 @@ func (m *Manager) Stats() PoolStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
+	m.pol.mu.Lock()
+	s.PolicyRebuilds = m.pol.rebuilds
+	m.pol.mu.Unlock()
 	s.Ready = map[Mode]int{}
 	for _, mode := range modes {
 		s.Ready[mode] = len(m.pool[mode])

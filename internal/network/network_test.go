@@ -169,8 +169,19 @@ func TestBridgeNamespaces(t *testing.T) {
 		t.Fatalf("both namespaces got %s", atts[0].IP)
 	}
 
-	// Namespace to namespace, and host to namespace.
+	// Namespace to namespace only where a policy allows it, and host to
+	// namespace.
 	ln := listenIn(t, atts[1].NSPath, net.JoinHostPort(atts[1].IP.String(), "0"))
+	if c, err := dialIn(atts[0].NSPath, ln.Addr().String()); err == nil {
+		c.Close()
+		t.Fatal("namespace a reached b without a policy")
+	}
+	if err := m.SetPolicy(atts[0], Policy{App: "a", Allow: []string{"b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetPolicy(atts[1], Policy{App: "b"}); err != nil {
+		t.Fatal(err)
+	}
 	c, err := dialIn(atts[0].NSPath, ln.Addr().String())
 	if err != nil {
 		t.Fatalf("namespace a to b: %v", err)

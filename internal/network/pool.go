@@ -110,6 +110,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stop)
 	<-m.done
+	<-m.guardDone
 
 	m.mu.Lock()
 	var pooled []*entry
@@ -123,33 +124,55 @@ func (m *Manager) Close(ctx context.Context) error {
 		errs = append(errs, m.destroy(ctx, e.name, e.mode))
 	}
 	if err := errors.Join(errs...); err != nil {
+		m.pol.close(false)
 		return err
 	}
-	return m.removeIfIdle()
+	idle, err := m.removeIfIdle()
+	// The policy table stays while namespaces do: their containers
+	// outlive the daemon, and so do their rules.
+	return errors.Join(err, m.pol.close(idle))
+}
+
+// guard checks the policy table every PolicyCheck until Close, and
+// rebuilds it when it was changed from outside.
+func (m *Manager) guard() {
+	defer close(m.guardDone)
+	for {
+		t := m.o.Clock.NewTimer(m.o.PolicyCheck)
+		select {
+		case <-m.stop:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if err := m.pol.heal(); err != nil {
+			m.log.Warn("network policy: check", "err", err)
+		}
+	}
 }
 
 // removeIfIdle deletes the bridge and unbinds StateDir once no namespace
-// is left in StateDir and no interface is left on the bridge.
-func (m *Manager) removeIfIdle() error {
+// is left in StateDir and no interface is left on the bridge. It reports whether StateDir was idle.
+func (m *Manager) removeIfIdle() (bool, error) {
 	m.mu.Lock()
 	busy := len(m.owned) > 0
 	m.mu.Unlock()
 	if busy {
-		return nil
+		return false, nil
 	}
 	left, err := os.ReadDir(m.o.StateDir)
 	if err != nil || len(left) > 0 {
-		return nil
+		return false, nil
 	}
 	if ports, err := os.ReadDir("/sys/class/net/" + m.o.Bridge + "/brif"); err == nil && len(ports) == 0 {
 		if err := deleteLink(m.o.Bridge); err != nil {
-			return err
+			return true, err
 		}
 	}
 	if m.boundDir {
 		if err := unix.Unmount(m.o.StateDir, unix.MNT_DETACH); err != nil {
-			return err
+			return true, err
 		}
 	}
-	return nil
+	return true, nil
 }

@@ -57,10 +57,12 @@ var hostTools = map[string]tool{
 	"iptables-save": {pkg: "iptables"},
 	"ip":            {pkg: "iproute2"},
 	"mkfs.ext4":     {pkg: "e2fsprogs"},
+	"modprobe":      {pkg: "kmod"},
 
 	// What only tests run (and `make bench`, whose set holds the test set).
 	"systemd-analyze":    {pkg: "systemd"},
 	"etcd":               {pkg: "etcd-server"},
+	"nft":                {pkg: "nftables"},
 	"docker-registry":    {pkg: "docker-registry"},
 	"skopeo":             {pkg: "skopeo"},
 	"umoci":              {pkg: "umoci"},

@@ -34,7 +34,8 @@ func (fakeNet) Acquire(_ context.Context, id string, _ network.Mode) (*network.A
 func (fakeNet) Lookup(id string) (*network.Attachment, bool) {
 	return &network.Attachment{ID: id, IP: net.IPv4(127, 0, 0, 1)}, true
 }
-func (fakeNet) Release(context.Context, *network.Attachment) error { return nil }
+func (fakeNet) Release(context.Context, *network.Attachment) error  { return nil }
+func (fakeNet) SetPolicy(*network.Attachment, network.Policy) error { return nil }
 
 type fakeImages struct{}
 

@@ -40,7 +40,8 @@ func (h *healthNet) Acquire(_ context.Context, id string, _ network.Mode) (*netw
 	return &network.Attachment{ID: id, IP: ip}, nil
 }
 
-func (h *healthNet) Lookup(string) (*network.Attachment, bool) { return nil, false }
+func (h *healthNet) Lookup(string) (*network.Attachment, bool)           { return nil, false }
+func (h *healthNet) SetPolicy(*network.Attachment, network.Policy) error { return nil }
 
 func (h *healthNet) Release(_ context.Context, a *network.Attachment) error {
 	h.sick(a.ID)

@@ -52,9 +52,11 @@ type Images interface {
 	Get(ctx context.Context, ref string) (image.Image, error)
 }
 
-// Network gives replicas an address on the host bridge.
+// Network gives replicas an address on the host bridge, and what they may
+// reach from it (SetPolicy, before the replica's container runs).
 type Network interface {
 	Acquire(ctx context.Context, id string, mode network.Mode) (*network.Attachment, error)
+	SetPolicy(a *network.Attachment, p network.Policy) error
 	Lookup(id string) (*network.Attachment, bool)
 	Release(ctx context.Context, a *network.Attachment) error
 }

@@ -81,6 +81,10 @@ func (n *localNode) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
 	n.mu.Lock()
 	n.att[s.ID] = att
 	n.mu.Unlock()
+	nc := s.Config.Network
+	if err := n.net.SetPolicy(att, network.Policy{App: s.App, Egress: network.Egress(nc.EgressMode()), Allow: nc.Allow}); err != nil {
+		return st, fmt.Errorf("network policy: %w", err)
+	}
 	st.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(s.Config.Port))
 	spec.NetNSPath = att.NSPath
 	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -38,7 +38,8 @@ func (h *heldNet) Acquire(_ context.Context, id string, _ network.Mode) (*networ
 	return &network.Attachment{ID: id, IP: net.IPv4(127, 0, 0, 1)}, nil
 }
 
-func (h *heldNet) Lookup(string) (*network.Attachment, bool) { return nil, false }
+func (h *heldNet) Lookup(string) (*network.Attachment, bool)           { return nil, false }
+func (h *heldNet) SetPolicy(*network.Attachment, network.Policy) error { return nil }
 
 func (h *heldNet) Release(_ context.Context, a *network.Attachment) error {
 	h.mu.Lock()

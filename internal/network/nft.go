@@ -1,0 +1,343 @@
+package network
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The policy's nftables table: one of family inet per bridge, named after
+// the bridge, built by buildTable in one batch (so a rebuild replaces it
+// atomically) and changed afterwards only through its sets' elements.
+//
+//	table inet <bridge> {
+//	  set egress_none { type ipv4_addr }                # replicas without egress
+//	  set pairs { type ipv4_addr . ipv4_addr }          # source . destination allowed on the bridge
+//	  set ports { type inet_service }                   # host TCP ports replicas reach (self API, proxy)
+//	  chain prerouting { type filter hook prerouting priority filter   # bridge to bridge
+//	    iifname <bridge> ip daddr <subnet> ip daddr != <gateway> ct state established,related accept
+//	    iifname <bridge> ip daddr <subnet> ip daddr != <gateway> ip saddr . ip daddr @pairs accept
+//	    iifname <bridge> ip daddr <subnet> ip daddr != <gateway> reject with icmpx admin-prohibited }
+//	  chain input { type filter hook input priority filter              # bridge to host
+//	    iifname <bridge> ct state established,related accept
+//	    iifname <bridge> meta l4proto tcp th dport @ports accept
+//	    iifname <bridge> reject with icmpx admin-prohibited }
+//	  chain forward { type filter hook forward priority filter          # bridge to elsewhere
+//	    ct state established,related accept
+//	    iifname <bridge> oifname <bridge> accept         # decided in prerouting
+//	    iifname != <bridge> oifname <bridge> reject ...  # no way in but the host's own
+//	    iifname <bridge> meta nfproto != ipv4 reject ...
+//	    iifname <bridge> ip saddr @egress_none reject ...
+//	    iifname <bridge> ip daddr <each of blocked> reject ... }
+//	}
+//
+// Traffic between two attachments is decided before routing: the host
+// forwards it back out of the bridge, and a packet forwarded out of the
+// interface it came in on makes the kernel send the source an ICMP
+// redirect first, which takes the rate-limit token the reject's ICMP error
+// then needs (the refused connection would hang instead of failing).
+const (
+	setEgressNone = "egress_none"
+	setPairs      = "pairs"
+	setPorts      = "ports"
+	chainPre      = "prerouting"
+	chainInput    = "input"
+	chainForward  = "forward"
+)
+
+// blocked are the destinations public egress does not reach: this
+// network, RFC 1918, CGNAT (RFC 6598), loopback, link-local (cloud
+// metadata services among them), multicast and reserved space.
+var blocked = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// nftTable is the policy table of one bridge.
+type nftTable struct {
+	bridge string
+	subnet netip.Prefix // the bridge's
+	gw     netip.Addr
+	conn   *nftables.Conn
+	table  *nftables.Table
+	sets   map[string]*nftables.Set
+}
+
+// tableState is what the table should hold.
+type tableState struct {
+	egressNone []netip.Addr
+	pairs      [][2]netip.Addr
+	ports      []uint16
+}
+
+func newNFTTable(bridge string, subnet netip.Prefix) (*nftTable, error) {
+	t := &nftTable{bridge: bridge, subnet: subnet, gw: subnet.Addr().Next(), table: &nftables.Table{Name: bridge, Family: nftables.TableFamilyINet}}
+	t.sets = map[string]*nftables.Set{
+		setEgressNone: {Table: t.table, Name: setEgressNone, KeyType: nftables.TypeIPAddr},
+		setPairs: {Table: t.table, Name: setPairs, Concatenation: true,
+			KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)},
+		setPorts: {Table: t.table, Name: setPorts, KeyType: nftables.TypeInetService},
+	}
+	if err := t.dial(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// dial opens the netlink connection, loading nf_tables first where the
+// kernel has it as a module that is not loaded (and does not load it on
+// demand).
+func (t *nftTable) dial() error {
+	probe := func() error {
+		c, err := nftables.New(nftables.AsLasting())
+		if err != nil {
+			return err
+		}
+		if _, err := c.ListTablesOfFamily(nftables.TableFamilyINet); err != nil {
+			c.CloseLasting()
+			return err
+		}
+		t.conn = c
+		return nil
+	}
+	err := probe()
+	if err == nil {
+		return nil
+	}
+	modprobe, lerr := exec.LookPath("modprobe")
+	if lerr != nil {
+		return fmt.Errorf("nftables (the kernel's nf_tables) is not available: %w; modprobe is not installed to load it (Debian package kmod)", err)
+	}
+	if out, merr := exec.Command(modprobe, "nf_tables").CombinedOutput(); merr != nil {
+		return fmt.Errorf("nftables (the kernel's nf_tables) is not available: %w; modprobe nf_tables: %v: %s", err, merr, out)
+	}
+	if err := probe(); err != nil {
+		return fmt.Errorf("nftables (the kernel's nf_tables) is not available, even after modprobe nf_tables: %w", err)
+	}
+	return nil
+}
+
+func (t *nftTable) close() {
+	if t.conn != nil {
+		t.conn.CloseLasting()
+	}
+}
+
+// flush sends the batch; on failure the connection is made anew, so
+// nothing of a failed batch stays queued on it.
+func (t *nftTable) flush(what string) error {
+	err := t.conn.Flush()
+	if err == nil {
+		return nil
+	}
+	t.conn.CloseLasting()
+	if derr := t.dial(); derr != nil {
+		err = errors.Join(err, derr)
+	}
+	return fmt.Errorf("nftables table inet %s: %s: %w", t.bridge, what, err)
+}
+
+// build replaces the table with one that holds s, in one batch.
+func (t *nftTable) build(s tableState) error {
+	c := t.conn
+	c.AddTable(t.table) // so that the delete finds one
+	c.DelTable(t.table)
+	c.AddTable(t.table)
+	for _, name := range []string{setEgressNone, setPairs, setPorts} {
+		set := t.sets[name]
+		set.ID = 0 // a fresh one for this batch
+		if err := c.AddSet(set, t.elements(name, s)); err != nil {
+			return fmt.Errorf("nftables set %s: %w", name, err)
+		}
+	}
+	accept := func() expr.Any { return &expr.Verdict{Kind: expr.VerdictAccept} }
+	reject := func() expr.Any {
+		return &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
+	}
+	in, out := t.ifname(unix.NFT_META_IIFNAME, expr.CmpOpEq), t.ifname(unix.NFT_META_OIFNAME, expr.CmpOpEq)
+	notIn := t.ifname(unix.NFT_META_IIFNAME, expr.CmpOpNeq)
+	pre := c.AddChain(&nftables.Chain{Name: chainPre, Table: t.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
+	input := c.AddChain(&nftables.Chain{Name: chainInput, Table: t.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter})
+	forward := c.AddChain(&nftables.Chain{Name: chainForward, Table: t.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
+	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t.table, Chain: ch, Exprs: slices.Concat(parts...)})
+	}
+	gw := t.gw.As4()
+	onBridge := slices.Concat(in, ipv4(), daddrIn(t.subnet), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: gw[:]}})
+	rule(pre, onBridge, established(), []expr.Any{accept()})
+	rule(pre, onBridge, t.lookupPair(), []expr.Any{accept()})
+	rule(pre, onBridge, []expr.Any{reject()})
+
+	rule(input, in, established(), []expr.Any{accept()})
+	rule(input, in, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: setPorts, SetID: t.sets[setPorts].ID},
+		accept()})
+	rule(input, in, []expr.Any{reject()})
+
+	rule(forward, established(), []expr.Any{accept()})
+	rule(forward, in, out, []expr.Any{accept()}) // decided in prerouting
+	rule(forward, notIn, out, []expr.Any{reject()})
+	rule(forward, in, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		reject()})
+	rule(forward, in, []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: setEgressNone, SetID: t.sets[setEgressNone].ID},
+		reject()})
+	for _, p := range blocked {
+		rule(forward, in, ipv4(), daddrIn(p), []expr.Any{reject()})
+	}
+	return t.flush("build")
+}
+
+// Rules per chain, for the guard's check.
+var chainRules = map[string]int{chainPre: 3, chainInput: 3, chainForward: 5 + len(blocked)}
+
+// ipv4 matches IPv4 packets.
+func ipv4() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+	}
+}
+
+// daddrIn matches an IPv4 destination in p.
+func daddrIn(p netip.Prefix) []expr.Any {
+	a := p.Addr().As4()
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-p.Bits())), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
+	}
+}
+
+// lookupPair matches a packet whose source and destination address are an
+// element of the pairs set.
+func (t *nftTable) lookupPair() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		// The next 32-bit register after the first four bytes of
+		// register 1 (NFT_REG32_01), as nft lays out a concatenation.
+		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: 1, SetName: setPairs, SetID: t.sets[setPairs].ID},
+	}
+}
+
+// ifname matches the packet's input or output interface name against the
+// bridge's.
+func (t *nftTable) ifname(key expr.MetaKey, op expr.CmpOp) []expr.Any {
+	name := make([]byte, unix.IFNAMSIZ)
+	copy(name, t.bridge)
+	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: name}}
+}
+
+// established matches packets of connections conntrack has seen answered,
+// and the ICMP errors about them.
+func established() []expr.Any {
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED)
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// elements are the elements of set name that s holds.
+func (t *nftTable) elements(name string, s tableState) []nftables.SetElement {
+	var els []nftables.SetElement
+	switch name {
+	case setEgressNone:
+		for _, a := range s.egressNone {
+			k := a.As4()
+			els = append(els, nftables.SetElement{Key: k[:]})
+		}
+	case setPairs:
+		for _, p := range s.pairs {
+			els = append(els, pairElement(p))
+		}
+	case setPorts:
+		for _, p := range s.ports {
+			els = append(els, nftables.SetElement{Key: binary.BigEndian.AppendUint16(nil, p)})
+		}
+	}
+	return els
+}
+
+func pairElement(p [2]netip.Addr) nftables.SetElement {
+	s, d := p[0].As4(), p[1].As4()
+	return nftables.SetElement{Key: append(s[:], d[:]...)}
+}
+
+// change adds and removes elements in one batch.
+func (t *nftTable) change(add, del tableState) error {
+	c := t.conn
+	for _, name := range []string{setEgressNone, setPairs, setPorts} {
+		if els := t.elements(name, del); len(els) > 0 {
+			if err := c.SetDeleteElements(t.sets[name], els); err != nil {
+				return err
+			}
+		}
+		if els := t.elements(name, add); len(els) > 0 {
+			if err := c.SetAddElements(t.sets[name], els); err != nil {
+				return err
+			}
+		}
+	}
+	return t.flush("set elements")
+}
+
+// check reports whether the table is there with every chain's rules and
+// as many elements in each set as s has.
+func (t *nftTable) check(s tableState) (bool, error) {
+	if _, err := t.conn.ListTableOfFamily(t.bridge, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("nftables table inet %s: %w", t.bridge, err)
+	}
+	for name, n := range chainRules {
+		rules, err := t.conn.GetRules(t.table, &nftables.Chain{Name: name, Table: t.table})
+		if err != nil || len(rules) != n {
+			return false, nil
+		}
+	}
+	for name, set := range t.sets {
+		els, err := t.conn.GetSetElements(set)
+		if err != nil || len(els) != len(t.elements(name, s)) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// remove deletes the table; a table already gone is no error.
+func (t *nftTable) remove() error {
+	t.conn.AddTable(t.table)
+	t.conn.DelTable(t.table)
+	return t.flush("delete")
+}
