@@ -259,7 +259,8 @@ func netInUse(nat, bridge string) bool {
 }
 
 // cleanHost checks that the daemon, stopped with nothing left to run,
-// took its network with it: no nat rule of its CNI network and no bridge
+// took its network with it: no nat rule of its CNI network, no policy
+// table and no bridge
 // (the daemon deletes the bridge when it stops with no namespace left).
 // Whatever is left fails the test and is removed.
 func (d *daemon) cleanHost() {
@@ -287,6 +288,13 @@ func (d *daemon) cleanHost() {
 			if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput(); err != nil {
 				t.Errorf("cleanup: iptables %v: %v: %s", args, err, out)
 			}
+		}
+	}
+	// The bridge's policy table goes with the last namespace.
+	if err := exec.Command("nft", "list", "table", "inet", d.bridge).Run(); err == nil {
+		t.Errorf("cleanup: the daemon left its nftables table inet %s", d.bridge)
+		if out, err := exec.Command("nft", "delete", "table", "inet", d.bridge).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: nft delete table inet %s: %v: %s", d.bridge, err, out)
 		}
 	}
 	if _, err := os.Stat("/sys/class/net/" + d.bridge); err == nil {
