@@ -120,23 +120,23 @@ func outsideHTTP(t *testing.T) string {
 	if err := os.WriteFile(filepath.Join(dir, "index.html"), []byte("outside\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("netns", "add", ns)
 	t.Cleanup(func() {
 		exec.Command("ip", "link", "del", veth).Run()
 		exec.Command("ip", "netns", "del", ns).Run()
 	})
-	run("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-	run("addr", "add", host.String()+"/30", "dev", veth)
-	run("link", "set", veth, "up")
-	run("-n", ns, "addr", "add", inside.String()+"/30", "dev", "eth0")
-	run("-n", ns, "link", "set", "eth0", "up")
-	run("-n", ns, "route", "add", "default", "via", host.String())
+	for _, args := range [][]string{
+		{"netns", "add", ns},
+		{"link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"addr", "add", host.String() + "/30", "dev", veth},
+		{"link", "set", veth, "up"},
+		{"-n", ns, "addr", "add", inside.String() + "/30", "dev", "eth0"},
+		{"-n", ns, "link", "set", "eth0", "up"},
+		{"-n", ns, "route", "add", "default", "via", host.String()},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
 	srv := exec.Command("ip", "netns", "exec", ns, "busybox", "httpd", "-f", "-p", inside.String()+":8080", "-h", dir)
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
