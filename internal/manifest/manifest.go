@@ -106,6 +106,9 @@ type Scale struct {
 	// how long one is held before a 503.
 	Queue        int      `toml:"queue"`
 	QueueTimeout Duration `toml:"queue_timeout"`
+	// WebSocketTimeout closes a WebSocket idle this long (0: the
+	// proxy's default, 5m).
+	WebSocketTimeout Duration `toml:"websocket_timeout" json:",omitzero"`
 	// DrainTimeout bounds how long a draining replica's in-flight requests
 	// may take before it is sent SIGTERM.
 	DrainTimeout Duration `toml:"drain_timeout"`

@@ -131,6 +131,8 @@ func TestParseErrors(t *testing.T) {
 		{"freeze negative", base + "[scale]\nfreeze_timeout = \"-1s\"\n", "scale.freeze_timeout", "negative"},
 		{"lifetime negative", base + "[scale]\nmax_lifetime = \"-1h\"\n", "scale.max_lifetime", "negative"},
 		{"queue timeout negative", base + "[scale]\nqueue_timeout = \"-1s\"\n", "scale.queue_timeout", "negative"},
+		{"websocket timeout too short", base + "[scale]\nwebsocket_timeout = \"10ms\"\n", "scale.websocket_timeout", "1s-24h"},
+		{"websocket timeout too long", base + "[scale]\nwebsocket_timeout = \"48h\"\n", "scale.websocket_timeout", "1s-24h"},
 		{"rollback grace negative", base + "[scale]\nrollback_grace = \"-1s\"\n", "scale.rollback_grace", "negative"},
 		{"drain negative", base + "[scale]\ndrain_timeout = \"-1s\"\n", "scale.drain_timeout", "negative"},
 		{"cpu tiny", base + "[resources]\ncpu = 0.001\n", "resources.cpu", "0.01-1024"},

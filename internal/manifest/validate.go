@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -159,10 +160,14 @@ func (s *Scale) validate() error {
 		{"scale.idle_timeout", s.IdleTimeout}, {"scale.freeze_timeout", s.FreezeTimeout},
 		{"scale.max_lifetime", s.MaxLifetime}, {"scale.queue_timeout", s.QueueTimeout},
 		{"scale.drain_timeout", s.DrainTimeout}, {"scale.rollback_grace", s.RollbackGrace},
+		{"scale.websocket_timeout", s.WebSocketTimeout},
 	} {
 		if d.d.Duration < 0 {
 			return errdefs.Invalid(d.key, "%s must not be negative", d.d.Duration)
 		}
+	}
+	if w := s.WebSocketTimeout.Duration; w != 0 && (w < time.Second || w > 24*time.Hour) {
+		return errdefs.Invalid("scale.websocket_timeout", "%s must be 1s-24h (or unset: 5m)", w)
 	}
 	return nil
 }

@@ -73,7 +73,8 @@ type routeSnap struct {
 	queueTimeout time.Duration
 	unavailable  string
 	frozen       int
-	capacity     int64 // in flight on a near endpoint before a far one is tried; 0: no bound
+	capacity     int64         // in flight on a near endpoint before a far one is tried; 0: no bound
+	wsTimeout    time.Duration // a WebSocket idle this long is closed
 }
 
 func (a *app) waitChan() <-chan struct{} { return *a.changed.Load() }
@@ -191,6 +192,10 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		unavailable:  r.Unavailable,
 		frozen:       r.Frozen,
 		capacity:     int64(r.Capacity),
+		wsTimeout:    r.WebSocketTimeout,
+	}
+	if snap.wsTimeout <= 0 {
+		snap.wsTimeout = route.DefaultWebSocketTimeout
 	}
 	if snap.maxBody == 0 {
 		snap.maxBody = route.DefaultMaxBodyBytes

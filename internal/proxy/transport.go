@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // DialTimeout bounds a connect to a replica; a replica that does not accept
@@ -161,6 +163,11 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 			ws := newWSConn(rwc)
 			resp.Body = ws
 			st.upgrade.ws.Store(ws)
+			idle := route.DefaultWebSocketTimeout
+			if rt := st.app.route.Load(); rt != nil {
+				idle = rt.wsTimeout
+			}
+			ws.closeIdle(p.clock, idle)
 		}
 	}
 	return nil

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
 )
 
 // A WebSocket cut at the end of its replica's drain ends with a close frame
@@ -19,12 +21,17 @@ import (
 // out between two frames, never inside one.
 
 // goingAway is the close frame the proxy sends: unmasked (server to
-// client), FIN and opcode 8, status 1001 and a short reason.
-var goingAway = func() []byte {
-	reason := "the replica left service"
+// client), FIN and opcode 8, status 1001 and a short reason; idleAway the
+// one for a WebSocket closed for being idle.
+var (
+	goingAway = closeFrame("the replica left service")
+	idleAway  = closeFrame("idle timeout")
+)
+
+func closeFrame(reason string) []byte {
 	b := []byte{0x88, byte(2 + len(reason)), 0x03, 0xe9}
 	return append(b, reason...)
-}()
+}
 
 // wsCloseWait bounds how long the client's side waits, once the WebSocket
 // is cut, for the close frame to be written before it stops.
@@ -79,9 +86,18 @@ func isWebSocket(resp *http.Response) bool {
 type wsConn struct {
 	io.ReadWriteCloser // the replica's connection
 
-	gone atomic.Bool   // cut: the close frame is due
+	gone atomic.Bool // cut: the close frame is due
+	bye  []byte      // the close frame; set before gone
+	cut  sync.Once
 	done chan struct{} // closed once the replica's side is over
 	once sync.Once
+
+	// Idle timeout: last is when a byte last passed either way (unix
+	// nanoseconds on clk), idle the timer that checks it.
+	clk     clock.Clock
+	last    atomic.Int64
+	idleFor time.Duration
+	idle    clock.Timer
 
 	// Owned by the reading goroutine: where the replica's stream is.
 	head   [14]byte // a frame head read in part
@@ -97,9 +113,42 @@ func newWSConn(rwc io.ReadWriteCloser) *wsConn {
 
 // goAway cuts the WebSocket: the replica's connection closes, and the
 // reading side hands out the close frame in its place.
-func (w *wsConn) goAway() {
-	w.gone.Store(true)
-	w.ReadWriteCloser.Close()
+func (w *wsConn) goAway() { w.goAwayWith(goingAway) }
+
+func (w *wsConn) goAwayWith(frame []byte) {
+	w.cut.Do(func() {
+		w.bye = frame
+		w.gone.Store(true)
+		w.ReadWriteCloser.Close()
+	})
+}
+
+// closeIdle cuts the WebSocket, with the idle close frame, once nothing
+// passed through it for d on c.
+func (w *wsConn) closeIdle(c clock.Clock, d time.Duration) {
+	w.clk, w.idleFor = c, d
+	w.last.Store(c.Now().UnixNano())
+	w.idle = c.AfterFunc(d, w.checkIdle)
+}
+
+func (w *wsConn) checkIdle() {
+	quiet := w.clk.Since(time.Unix(0, w.last.Load()))
+	if quiet >= w.idleFor {
+		w.goAwayWith(idleAway)
+		return
+	}
+	select {
+	case <-w.done:
+	default:
+		w.idle.Reset(w.idleFor - quiet)
+	}
+}
+
+// active notes that bytes passed.
+func (w *wsConn) active() {
+	if w.clk != nil {
+		w.last.Store(w.clk.Now().UnixNano())
+	}
 }
 
 func (w *wsConn) Read(p []byte) (int, error) {
@@ -110,12 +159,13 @@ func (w *wsConn) Read(p []byte) (int, error) {
 	}
 	n, err := w.ReadWriteCloser.Read(p)
 	if n > 0 {
+		w.active()
 		w.follow(p[:n])
 		return n, nil // an error comes again on the next read
 	}
-	if err != nil && w.gone.Load() && w.nhead == 0 && w.left == 0 && !w.closed && len(p) >= len(goingAway) {
+	if err != nil && w.gone.Load() && w.nhead == 0 && w.left == 0 && !w.closed && len(p) >= len(w.bye) {
 		w.sent = true
-		return copy(p, goingAway), nil
+		return copy(p, w.bye), nil
 	}
 	if err != nil {
 		w.over()
@@ -135,10 +185,18 @@ func (w *wsConn) Write(p []byte) (int, error) {
 		}
 		return 0, net.ErrClosed
 	}
+	w.active()
 	return w.ReadWriteCloser.Write(p)
 }
 
-func (w *wsConn) over() { w.once.Do(func() { close(w.done) }) }
+func (w *wsConn) over() {
+	w.once.Do(func() {
+		close(w.done)
+		if w.idle != nil {
+			w.idle.Stop()
+		}
+	})
+}
 
 // follow moves the frame position past b, bytes the replica sent.
 func (w *wsConn) follow(b []byte) {

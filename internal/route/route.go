@@ -12,6 +12,8 @@ const (
 	DefaultMaxBodyBytes = 10 << 20
 	DefaultQueueLimit   = 100
 	DefaultQueueTimeout = 30 * time.Second
+	// DefaultWebSocketTimeout closes a WebSocket idle this long.
+	DefaultWebSocketTimeout = 5 * time.Minute
 )
 
 // StickyCookie is the name of the cookie that keeps a client on a replica
@@ -63,6 +65,10 @@ type Route struct {
 	// Frozen is how many replicas of the routed revisions are frozen: a
 	// request held while there is one waits for a thaw, not a start.
 	Frozen int
+	// WebSocketTimeout closes a WebSocket through which nothing passed
+	// for this long (with a close frame, status 1001), so that its
+	// replica can go idle; 0 means DefaultWebSocketTimeout.
+	WebSocketTimeout time.Duration `json:",omitempty"`
 }
 
 // Load is the proxy's view of one app's traffic.

@@ -69,7 +69,7 @@ func (st *appState) hold() {
 func (st *appState) route() route.Route {
 	cfg := st.rec.Config
 	rt := route.Route{App: st.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
-		QueueTimeout: cfg.Scale.QueueTimeout.Duration}
+		QueueTimeout: cfg.Scale.QueueTimeout.Duration, WebSocketTimeout: cfg.Scale.WebSocketTimeout.Duration}
 	if st.deleting {
 		rt.Unavailable = "app " + st.name + " is being deleted"
 	}
