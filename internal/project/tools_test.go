@@ -190,6 +190,8 @@ func f() {
 		exec.LookPath(p)
 	}
 	exec.Command(os.Args[0]).Run()
+	first := func(args ...string) { exec.Command("omicron", args...).Run() }
+	first("not-a-program", "x")
 }
 `
 	if err := os.WriteFile(filepath.Join(sub, "a.go"), []byte(src), 0o644); err != nil {
@@ -199,7 +201,7 @@ func f() {
 		t.Fatal(err)
 	}
 	got := findPrograms(t, dir)
-	want := []string{"alpha", "beta", "delta", "epsilon", "eta", "gamma", "iota", "kappa", "lambda", "mu", "nu", "regbin", "sh", "theta", "xi", "zeta"}
+	want := []string{"alpha", "beta", "delta", "epsilon", "eta", "gamma", "iota", "kappa", "lambda", "mu", "nu", "omicron", "regbin", "sh", "theta", "xi", "zeta"}
 	var names []string
 	for n := range got {
 		names = append(names, n)
@@ -481,6 +483,9 @@ func (fc *funcCtx) programsOf(call *ast.CallExpr) []progArg {
 		}
 		key = funcKey(fc.fi.pkg, fn.Sel.Name)
 	case *ast.Ident:
+		if fn.Obj != nil && fn.Obj.Kind == ast.Var {
+			return nil // a local func value, not the package's function of that name
+		}
 		key = funcKey(fc.fi.pkg, fn.Name)
 	default:
 		return nil
