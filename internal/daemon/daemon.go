@@ -299,6 +299,9 @@ func (d *Daemon) close() {
 	if d.images != nil {
 		d.images.Close()
 	}
+	if d.rt != nil {
+		d.rt.Close() // the disks made ahead
+	}
 	defer func() {
 		for _, f := range d.locks {
 			f.Close()

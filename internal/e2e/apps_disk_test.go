@@ -15,7 +15,8 @@ import (
 // into its root file system gets ENOSPC, and the data dir's file system
 // holds no more than the disk of it. The daemon killed with SIGKILL and
 // started again adopts the replica with its disk; once the app is removed
-// no loop device, mount or file of the replica is left.
+// no loop device, mount or file of the replica is left (and once the
+// daemon stops, none of its disks made ahead: the harness checks).
 func TestAppDiskQuota(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
@@ -58,21 +59,22 @@ disk = "64Mi"
 	if used > 70<<20 {
 		t.Fatalf("the replica's files take %d bytes of the data dir's file system, above its disk of 64 MiB", used)
 	}
-	if n := len(loopDevicesUnder(d.dataDir)); n != 1 {
-		t.Fatalf("%d loop devices back onto the data dir, want the replica's one", n)
+	bundle := filepath.Join(containers, id)
+	if n := len(loopDevicesUnder(bundle)); n != 1 {
+		t.Fatalf("%d loop devices back onto the replica's bundle, want its disk's", n)
 	}
 
 	d.stop(syscall.SIGKILL)
 	d.start()
 	d.waitApp("filler", "the replica adopted", func(a types.App) bool { return a.Ready == 1 && a.Replicas[0].ID == id })
-	if n := len(loopDevicesUnder(d.dataDir)); n != 1 {
-		t.Fatalf("after the restart, %d loop devices back onto the data dir, want the replica's one", n)
+	if n := len(loopDevicesUnder(bundle)); n != 1 {
+		t.Fatalf("after the restart, %d loop devices back onto the replica's bundle, want its disk's", n)
 	}
 	d.must("app", "rm", "filler")
 	waitFor(t, "nothing left of the replica", func() bool {
-		mps, _ := mountinfo.MountsUnder(containers)
-		_, err := os.Stat(filepath.Join(containers, id))
-		return len(loopDevicesUnder(d.dataDir)) == 0 && len(mps) == 0 && os.IsNotExist(err)
+		mps, _ := mountinfo.MountsUnder(bundle)
+		_, err := os.Stat(bundle)
+		return len(loopDevicesUnder(bundle)) == 0 && len(mps) == 0 && os.IsNotExist(err)
 	})
 }
 

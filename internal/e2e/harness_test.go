@@ -303,4 +303,13 @@ func (d *daemon) cleanHost() {
 			t.Errorf("cleanup: ip link del %s: %v: %s", d.bridge, err, out)
 		}
 	}
+	// A replica's disk goes with it: its loop device clears itself once
+	// its mount is gone.
+	for i := 0; len(loopDevicesUnder(d.dataDir)) > 0; i++ {
+		if i == 1000 {
+			t.Errorf("cleanup: loop devices of the daemon's disks are left: %v", loopDevicesUnder(d.dataDir))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

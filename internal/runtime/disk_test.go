@@ -26,13 +26,13 @@ func loopsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-// leftOf says what of a container with a disk is left under root: loop
-// devices, mounts and the bundle.
+// leftOf says what of a container with a disk is left: loop devices,
+// mounts and the bundle.
 func leftOf(t *testing.T, r *Runtime, id string) []string {
 	t.Helper()
 	var left []string
-	left = append(left, loopsUnder(t, r.root)...)
-	mps, err := mountsUnder(r.root)
+	left = append(left, loopsUnder(t, r.bundle(id))...)
+	mps, err := mountsUnder(r.bundle(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +80,8 @@ func TestDiskQuota(t *testing.T) {
 	if used > 66<<20 {
 		t.Fatalf("the container took %d bytes of the host's file system, above its disk of 64 MiB", used)
 	}
-	if len(loopsUnder(t, r.root)) != 1 {
-		t.Fatalf("loop devices of the container: %v, want one", loopsUnder(t, r.root))
+	if len(loopsUnder(t, r.bundle(s.ID))) != 1 {
+		t.Fatalf("loop devices of the container: %v, want one", loopsUnder(t, r.bundle(s.ID)))
 	}
 	if err := r.Delete(context.Background(), s.ID); err != nil {
 		t.Fatal(err)
@@ -108,8 +108,8 @@ func TestNoDisk(t *testing.T) {
 
 // A daemon killed with containers on disks: the next one adopts the
 // recorded container (its disk stays mounted) and removes the orphan with
-// its disk, loop device and mount; disks made ahead are adopted, and half
-// made ones removed.
+// its disk, loop device and mount, and the disks the killed one made
+// ahead; Close removes the ones it made.
 func TestDiskRecover(t *testing.T) {
 	needRoot(t)
 	records := &MemRecords{}
@@ -130,35 +130,30 @@ func TestDiskRecover(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = records.Delete(context.Background(), orphan.ID)
-	r1.Close() // the images made ahead are complete
-	half := filepath.Join(r1.diskDir(), "33554432.0123456789abcdef.img.tmp")
-	if err := os.WriteFile(half, nil, 0o600); err != nil {
-		t.Fatal(err)
+	r1.disks.Wait() // the killed daemon's disks made ahead, mounted
+	if n := len(loopsUnder(t, r1.diskDir())); n != disksKept {
+		t.Fatalf("%d disks made ahead, want %d", n, disksKept)
 	}
 
 	r2, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r2.Close)
 	t.Cleanup(func() {
 		for _, id := range []string{keep.ID, orphan.ID} {
 			_ = r2.Delete(context.Background(), id)
 		}
+		r2.Close()
 	})
 	if _, _, err := r2.Recover(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(half); err == nil {
-		t.Fatal("a half-made disk image is left")
-	}
-	if imgs, _ := filepath.Glob(filepath.Join(r2.diskDir(), "*.img")); len(imgs) != disksKept {
-		t.Fatalf("disks made ahead after the restart: %v, want %d", imgs, disksKept)
-	}
-	eventually(t, "the orphan removed with its disk", func() bool {
+	eventually(t, "the orphan and the disks made ahead removed", func() bool {
 		mps, _ := mountsUnder(r2.bundle(orphan.ID))
+		pool, _ := mountsUnder(r2.diskDir())
 		_, err := os.Lstat(r2.bundle(orphan.ID))
-		return len(loopsUnder(t, r2.bundle(orphan.ID))) == 0 && len(mps) == 0 && err != nil
+		return len(loopsUnder(t, r2.bundle(orphan.ID))) == 0 && len(mps) == 0 && err != nil &&
+			len(loopsUnder(t, r2.diskDir())) == 0 && len(pool) <= 1
 	})
 	if mps, _ := mountsUnder(r2.bundle(keep.ID)); len(mps) != 2 {
 		t.Fatalf("the adopted container's mounts: %v, want its disk and root", mps)
@@ -166,5 +161,6 @@ func TestDiskRecover(t *testing.T) {
 	if err := r2.Delete(context.Background(), keep.ID); err != nil {
 		t.Fatal(err)
 	}
+	r2.Close()
 	eventually(t, "nothing left", func() bool { return len(leftOf(t, r2, keep.ID)) == 0 })
 }

@@ -2,8 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/shoal-run/shoal/internal/runtime/disk"
@@ -20,7 +18,8 @@ const disksKept = 2
 //
 // Delete unmounts it with the overlay (unmountAll: deepest first), the
 // loop device clears itself, and the bundle goes with the file. The pool's
-// images wait in <Root>/.disks (a name no container id can have).
+// disks made ahead wait, mounted, in <Root>/.disks (a name no container id
+// can have).
 func (r *Runtime) diskDir() string { return filepath.Join(r.root, ".disks") }
 
 // mountDisk mounts a disk of size bytes at <bundle>/disk and returns the
@@ -34,13 +33,7 @@ func (r *Runtime) mountDisk(ctx context.Context, bundle string, size int64) (str
 		return "", err
 	}
 	img, dir := filepath.Join(bundle, "disk.img"), filepath.Join(bundle, "disk")
-	if err := pool.Take(ctx, size, img); err != nil {
-		return "", err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return "", fmt.Errorf("disk: %w", err)
-	}
-	if err := disk.Mount(img, dir); err != nil {
+	if err := pool.Take(ctx, size, img, dir); err != nil {
 		return "", err
 	}
 	return dir, nil
@@ -52,8 +45,8 @@ func (r *Runtime) diskPool() (*disk.Pool, error) {
 	return r.disks, r.disksErr
 }
 
-// Close waits for the disks being made ahead (kept for the next Runtime
-// on the same Root). Containers are left as they are.
+// Close unmounts and removes the disks made ahead. Containers are left as
+// they are.
 func (r *Runtime) Close() {
 	r.disksOnce.Do(func() {})
 	if r.disks != nil {
