@@ -11,6 +11,7 @@ import (
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/daemon"
+	"github.com/shoal-run/shoal/internal/proxy"
 )
 
 func newDaemonCmd() *cobra.Command {
@@ -81,6 +82,8 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")
 	f.StringVar(&cfg.Proxy, "proxy", "127.0.0.1:8080", "where the app proxy listens (Host: <app>.localhost), or off")
 	f.StringVar(&cfg.Domain, "domain", "", "also route Host: <app>.<domain> to app")
+	f.IntVar(&cfg.ProxyLimits.MaxHeadBytes, "proxy-max-head", proxy.DefaultMaxHeadBytes, "largest request head the proxy takes, in bytes (431 beyond it)")
+	f.IntVar(&cfg.ProxyLimits.MaxConnsPerClient, "proxy-max-conns", proxy.DefaultMaxConnsPerClient, "connections one client address may hold to the proxy")
 	f.StringVar(&cfg.FrozenMemory, "frozen-memory", "", "memory frozen replicas may hold before the least recently used are stopped, e.g. 2Gi (default: a quarter of RAM)")
 	f.IntVar(&cfg.SelfAPIPort, "self-api-port", appapi.DefaultPort, "port of the self API that replicas reach at $SHOAL_API_URL on the bridge gateway (0: any free port, -1: off)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")

@@ -20,7 +20,7 @@ func init() { extraCommands = append(extraCommands, newProxyServeCmd) }
 // hidden: people do not call it.
 func newProxyServeCmd(*globals) *cobra.Command {
 	var c dataplane.ServeConfig
-	var level string
+	var level, logFile string
 	cmd := &cobra.Command{
 		Use:    "proxy-serve",
 		Short:  "The daemon's HTTP proxy process (internal)",
@@ -33,7 +33,12 @@ func newProxyServeCmd(*globals) *cobra.Command {
 			}
 			// Its output is a file; a hang-up has no meaning for it.
 			signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
-			c.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lv})).With("proc", "proxy")
+			out := cmd.ErrOrStderr()
+			if logFile != "" {
+				// stderr is that file: rotated while the proxy runs.
+				out = dataplane.NewRotatingLog(logFile, 2, 0)
+			}
+			c.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lv})).With("proc", "proxy")
 			c.Version = Version
 			var err error
 			if c.Listener, err = inherited(3, "proxy listener"); err != nil {
@@ -49,6 +54,9 @@ func newProxyServeCmd(*globals) *cobra.Command {
 	f.StringVar(&c.DaemonAPI, "api", "", "path of the daemon's API unix socket, called to wake cold apps")
 	f.StringVar(&c.Domain, "domain", "", "also route Host: <app>.<domain> to app")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	f.StringVar(&logFile, "log-file", "", "the file stderr writes to, rotated past 4 MiB")
+	f.IntVar(&c.Limits.MaxHeadBytes, "max-head-bytes", 0, "largest request head (0: 32 KiB)")
+	f.IntVar(&c.Limits.MaxConnsPerClient, "max-conns-per-client", 0, "connections one client address may hold (0: 256)")
 	return cmd
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
@@ -61,6 +62,9 @@ type Config struct {
 	// "off": no proxy). Domain also routes <app>.<Domain>.
 	Proxy  string
 	Domain string
+	// ProxyLimits bound what one client can hold of the proxy (zero
+	// fields: its defaults).
+	ProxyLimits proxy.Limits
 	// FrozenMemory bounds the memory held by frozen replicas ("2Gi";
 	// default a quarter of RAM).
 	FrozenMemory string

@@ -44,7 +44,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		// crash of this one, which adopts it again at its next start.
 		pl, err := dataplane.Open(ctx, dataplane.Options{
 			Addr: cfg.Proxy, Domain: cfg.Domain, RunDir: cfg.RunDir, DaemonAPI: unixPath(cfg.API),
-			Version: cfg.Version, Logger: d.log,
+			Version: cfg.Version, Logger: d.log, Limits: cfg.ProxyLimits,
 		})
 		if err != nil {
 			return err

@@ -26,6 +26,7 @@ type ServeConfig struct {
 	Domain    string
 	Version   string
 	Logger    *slog.Logger
+	Limits    proxy.Limits
 }
 
 // Serve runs the proxy process until ctx ends (then it drains for up to
@@ -40,7 +41,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	act := newActivator(c.DaemonAPI, log)
 	reg := prometheus.NewRegistry()
-	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log})
+	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits})
 	act.queued = func(app string) bool { return p.Load(app).Queued > 0 }
 
 	var once sync.Once

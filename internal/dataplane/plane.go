@@ -9,12 +9,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/proxy"
 )
 
 // Options say how the daemon runs its proxy process.
@@ -29,6 +32,9 @@ type Options struct {
 	LogLevel string
 	Version  string
 	Logger   *slog.Logger
+	// Limits bound what one client can hold of the proxy (zero fields:
+	// the proxy's defaults).
+	Limits proxy.Limits
 }
 
 // Files in the run dir.
@@ -37,8 +43,8 @@ const (
 	logFile       = "proxy.log"
 )
 
-// logMax is the size of the proxy's log over which a new proxy process
-// starts a fresh one.
+// logMax is the size of the proxy's log over which it is rotated: by a
+// new proxy process at its start, and by the running one (RotatingLog).
 const logMax = 4 << 20
 
 // stopGrace bounds the drain of a proxy whose daemon stops gracefully.
@@ -194,7 +200,11 @@ func (pl *Plane) start(addr string) error {
 		return fmt.Errorf("proxy log %s: %w", logPath, err)
 	}
 	defer out.Close()
-	args := []string{"proxy-serve", "--api", pl.o.DaemonAPI}
+	args := []string{"proxy-serve", "--api", pl.o.DaemonAPI, "--log-file", logPath}
+	if l := pl.o.Limits; l.MaxHeadBytes > 0 || l.MaxConnsPerClient > 0 {
+		args = append(args, "--max-head-bytes", strconv.Itoa(l.MaxHeadBytes),
+			"--max-conns-per-client", strconv.Itoa(l.MaxConnsPerClient))
+	}
 	if pl.o.Domain != "" {
 		args = append(args, "--domain", pl.o.Domain)
 	}
