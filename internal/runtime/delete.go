@@ -98,6 +98,9 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 		}
 	}
 	bundle := r.bundle(id)
+	if err := unexposeRootfs(bundle); err != nil {
+		errs = append(errs, err)
+	}
 	if mounted, err := unmountAll(bundle); err != nil {
 		errs = append(errs, err)
 	} else if mounted {

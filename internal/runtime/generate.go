@@ -44,10 +44,16 @@ var defaultRlimits = []specs.POSIXRlimit{
 	{Type: "RLIMIT_NOFILE", Soft: 1048576, Hard: 1048576},
 }
 
+// maskedPaths are hidden in every container: what tells of the host's
+// kernel memory layout and hardware (slabinfo, vmallocinfo, iomem,
+// kallsyms, the page tables' kpage* files) or its other tenants.
 var maskedPaths = []string{
-	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
-	"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
-	"/proc/timer_stats", "/sys/devices/virtual/powercap", "/sys/firmware",
+	"/proc/acpi", "/proc/asound", "/proc/buddyinfo", "/proc/interrupts", "/proc/iomem",
+	"/proc/ioports", "/proc/kallsyms", "/proc/kcore", "/proc/keys", "/proc/kmsg",
+	"/proc/kpagecgroup", "/proc/kpagecount", "/proc/kpageflags", "/proc/latency_stats",
+	"/proc/modules", "/proc/pagetypeinfo", "/proc/sched_debug", "/proc/scsi", "/proc/slabinfo",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/vmallocinfo", "/proc/zoneinfo",
+	"/sys/devices/virtual/powercap", "/sys/firmware",
 }
 
 var readonlyPaths = []string{

@@ -1,12 +1,18 @@
 package runtime
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -99,5 +105,67 @@ func prepareUserNS(rootfs string, s *Spec) error {
 			return fmt.Errorf("mount point /%s: %w", d, err)
 		}
 	}
+	// The root directory takes its owner from the (host root's) upper
+	// directory: it is the container root's, as in the image.
+	if err := os.Lchown(rootfs, int(s.UserNS.HostID), int(s.UserNS.HostID)); err != nil {
+		return fmt.Errorf("root directory: %w", err)
+	}
 	return nil
+}
+
+// ExposeDir is where the root file systems of containers in a user
+// namespace are shown to their init: its parents must be searchable by
+// any host uid, as the bundle's (under the daemon's private data dir) need
+// not be. Each one is <ExposeDir>/<hash of its bundle>/root, the hashed
+// folder the host root's, searchable by the container root's host gid
+// alone (0710).
+var ExposeDir = "/run/shoal-userns/rootfs"
+
+// exposeRootfs bind-mounts the bundle's root file system under ExposeDir
+// and returns the path the runtime is to use.
+func exposeRootfs(bundle string, hostID uint32) (string, error) {
+	dir := exposedDir(bundle)
+	for _, d := range []string{filepath.Dir(ExposeDir), ExposeDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Mkdir(dir, 0o710); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := os.Chown(dir, 0, int(hostID)); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o710); err != nil {
+		return "", err
+	}
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := unix.Mount(filepath.Join(bundle, "rootfs"), root, "", unix.MS_BIND, ""); err != nil {
+		return "", fmt.Errorf("expose root file system at %s: %w", root, err)
+	}
+	return root, nil
+}
+
+// unexposeRootfs undoes exposeRootfs, if it was done.
+func unexposeRootfs(bundle string) error {
+	dir := exposedDir(bundle)
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, err := unmountAll(dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// exposedDir is the folder of bundle's root file system under ExposeDir.
+func exposedDir(bundle string) string {
+	h := sha256.Sum256([]byte(filepath.Clean(bundle)))
+	return filepath.Join(ExposeDir, hex.EncodeToString(h[:12]))
 }
