@@ -29,6 +29,7 @@ import (
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
+	"github.com/shoal-run/shoal/internal/userns"
 )
 
 // Config is how the daemon is started.
@@ -96,7 +97,9 @@ type Daemon struct {
 	selfAPI http.Handler
 	selfFwd atomic.Pointer[agent.Forwarder]
 	notes   []string
-	locks   []*os.File
+	// confiner runs apps in user namespaces of their own; nil: as root.
+	confiner *userns.Confiner
+	locks    []*os.File
 
 	events    *events.Log
 	plane     *dataplane.Plane // the proxy process; nil with --proxy off

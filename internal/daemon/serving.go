@@ -99,6 +99,9 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	}
+	if c := d.openConfiner(); c != nil {
+		d.confiner, o.Confiner = c, c
+	}
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.
@@ -222,6 +225,11 @@ func (d *Daemon) closeServing() {
 	}
 	if d.apps != nil {
 		d.apps.Close()
+	}
+	if d.confiner != nil {
+		if err := d.confiner.Close(); err != nil {
+			d.log.Warn("userns: unmount layers", "err", err)
+		}
 	}
 }
 

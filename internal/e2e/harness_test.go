@@ -101,6 +101,7 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 		d.stop(syscall.SIGTERM)
 		// Leave nothing behind: remove every container the test left.
 		d.removeAll()
+		d.unmountLayers()
 		// The namespace directory is a bind mount that outlives a daemon
 		// killed with SIGKILL (containers may still use it).
 		syscall.Unmount(filepath.Join(d.runDir, "netns"), syscall.MNT_DETACH)

@@ -96,7 +96,11 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 	if p.Stderr == nil {
 		cmd.Stderr = &errBuf
 	}
-	if err := cmd.Start(); err != nil {
+	netns := ""
+	if len(spec.Linux.UIDMappings) > 0 {
+		netns = c.rec.NetNSPath
+	}
+	if err := startIn(cmd, netns); err != nil {
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
 	}
 	exited := make(chan struct{})

@@ -129,7 +129,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	defer cancel()
 	cmd := r.command(runCtx, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = sio.in, sio.out, sio.err
-	if err := cmd.Run(); err != nil {
+	err = startIn(cmd, runtimeNetNS(&s))
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		if runCtx.Err() != nil {
 			return nil, fmt.Errorf("container %q: %s %s did not finish in %v: %w", s.ID, r.name, verb[0], createTimeout, runCtx.Err())
 		}

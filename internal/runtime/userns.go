@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 
@@ -43,6 +44,15 @@ func applyUserNS(spec *specs.Spec, s *Spec) {
 	spec.Linux.UIDMappings, spec.Linux.GIDMappings = m, m
 	spec.Linux.Namespaces = append(spec.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 	if s.NetNSPath != "" {
+		// The runtime is started in the network namespace instead (see
+		// runtimeNetNS), and the container stays in it.
+		ns := spec.Linux.Namespaces[:0]
+		for _, n := range spec.Linux.Namespaces {
+			if n.Type != specs.NetworkNamespace {
+				ns = append(ns, n)
+			}
+		}
+		spec.Linux.Namespaces = ns
 		kept := spec.Mounts[:0]
 		for _, mt := range spec.Mounts {
 			if mt.Type != "sysfs" && mt.Destination != "/sys/fs/cgroup" {
@@ -168,4 +178,50 @@ func unexposeRootfs(bundle string) error {
 func exposedDir(bundle string) string {
 	h := sha256.Sum256([]byte(filepath.Clean(bundle)))
 	return filepath.Join(ExposeDir, hex.EncodeToString(h[:12]))
+}
+
+// runtimeNetNS is the network namespace the runtime is started in for s:
+// its NetNSPath when s is in a user namespace, else none ("").
+func runtimeNetNS(s *Spec) string {
+	if s.UserNS == nil {
+		return ""
+	}
+	return s.NetNSPath
+}
+
+// startIn starts cmd in the network namespace at path ("": this
+// process's). The child is forked from a thread that joined the namespace
+// for the fork; the thread then goes back, or, if it cannot, dies with its
+// goroutine.
+func startIn(cmd *exec.Cmd, path string) error {
+	if path == "" {
+		return cmd.Start()
+	}
+	target, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("network namespace %s: %w", path, err)
+	}
+	defer unix.Close(target)
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		orig, err := unix.Open(fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("network namespace: %w", err)
+			return
+		}
+		defer unix.Close(orig)
+		if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+			goruntime.UnlockOSThread()
+			errc <- fmt.Errorf("network namespace %s: setns: %w", path, err)
+			return
+		}
+		err = cmd.Start()
+		if unix.Setns(orig, unix.CLONE_NEWNET) == nil {
+			goruntime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
 }

@@ -1,9 +1,12 @@
 package runtime
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -56,5 +59,34 @@ func TestMaskedKernelFiles(t *testing.T) {
 	st, out, errOut := capture(t, r, baseSpec(t, "sh", "-c", "cat "+strings.Join(files, " ")+" | wc -c"))
 	if st.Code != 0 || strings.TrimSpace(out) != "0" {
 		t.Fatalf("masked files: exit %d, %q bytes read (%s)", st.Code, out, errOut)
+	}
+}
+
+// TestUserNSExec: a process run in a container in a user namespace that
+// joined a network namespace of the host's is in both (runc 1.1 joins the
+// user namespace first, and then may not join the other).
+func TestUserNSExec(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	s := baseSpec(t, "sleep", "600")
+	s.UserNS = &UserNS{HostID: 3000000000, Size: 65536}
+	s.Capabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID"}
+	ns := "t-uns-" + s.ID[len(s.ID)-8:]
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	s.NetNSPath = "/run/netns/" + ns
+	run(t, r, s)
+	var out strings.Builder
+	st, err := r.Exec(t.Context(), s.ID, ExecSpec{Args: []string{"sh", "-c", "cat /proc/self/uid_map; readlink /proc/self/ns/net"}, Stdout: &out, Stderr: &out})
+	if err != nil || st.Code != 0 || !strings.Contains(out.String(), "3000000000") {
+		t.Fatalf("exec: %v, exit %d, %q", err, st.Code, out.String())
+	}
+	var nst syscall.Stat_t
+	if err := syscall.Stat(s.NetNSPath, &nst); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("net:[%d]", nst.Ino); !strings.Contains(out.String(), want) {
+		t.Fatalf("exec'd process not in the container's network namespace %s: %q", want, out.String())
 	}
 }

@@ -296,6 +296,10 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 	}
 	errs = append(errs, ctl.lead.del(ctx, store.AppKey(ctl.name)))
 	errs = append(errs, os.RemoveAll(m.appDir(ctl.name)))
+	if m.o.Confiner != nil {
+		// After the app's files: its ids are free for another app.
+		errs = append(errs, m.o.Confiner.Release(ctx, ctl.name))
+	}
 	ctl.pub.remove(m.o.Router, ctl.name)
 	m.mu.Lock()
 	if m.apps[ctl.name] == ctl {

@@ -87,6 +87,14 @@ func (g *merger) runHook(ctx context.Context, meta stateMeta, data, work, vol st
 		Ephemeral: true,
 		Labels:    map[string]string{labelKind: kindMerge, labelApp: cfg.Name, "shoal.replica": meta.Replica},
 	}
+	if g.confiner != nil {
+		if err := g.confiner.Confine(ctx, cfg.Name, &spec); err != nil {
+			return res, "", fmt.Errorf("hook %s: %w", strings.Join(st.Hook, " "), err)
+		}
+	}
+	if err := ownLog(logf, &spec); err != nil {
+		return res, "", err
+	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := g.clock.AfterFunc(hookTimeout, cancel)

@@ -109,9 +109,12 @@ type Options struct {
 	// FrozenMemory is the per-host budget for the memory of frozen replicas;
 	// above it the least recently used are stopped. 0: a quarter of RAM.
 	FrozenMemory int64
-	Clock        clock.Clock
-	Logger       *slog.Logger
-	Registerer   prometheus.Registerer
+	// Confiner, if set, runs each app's containers (replicas and merge
+	// hooks) in a user namespace of the app's own; nil: as the host's root.
+	Confiner   Confiner
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
 }
 
 // Manager runs every app of this node. It implements api.Apps, and the

@@ -32,6 +32,9 @@ type localNode struct {
 	log    *slog.Logger
 	dir    string // the apps' folder: a spec's relative paths are under it
 	init   string // shoal-init on the host ("": none)
+	// confiner, if set, runs each app's replicas in the app's user
+	// namespace.
+	confiner Confiner
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
@@ -45,7 +48,7 @@ var _ Node = (*localNode)(nil)
 
 func newLocalNode(o Options) *localNode {
 	return &localNode{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, dir: o.Dir, init: o.Init, att: map[string]*network.Attachment{}, logs: map[string]string{}}
+		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, att: map[string]*network.Attachment{}, logs: map[string]string{}}
 }
 
 // InitPath is where a replica of an app with init = true sees shoal-init,
@@ -72,6 +75,11 @@ func (n *localNode) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
 	if err != nil {
 		return st, err
 	}
+	if n.confiner != nil {
+		if err := n.confiner.Confine(ctx, s.App, &spec); err != nil {
+			return st, fmt.Errorf("user namespace: %w", err)
+		}
+	}
 	st.CPUSet = n.placer.Place(placement.Request{ID: s.ID, App: s.App, MaxCPU: s.Config.Resources.MaxCPU})
 	spec.Limits.CPUSet = st.CPUSet
 	att, err := n.net.Acquire(ctx, s.ID, bridge)
@@ -87,8 +95,17 @@ func (n *localNode) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
 	}
 	st.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(s.Config.Port))
 	spec.NetNSPath = att.NSPath
+	if spec.UserNS != nil {
+		if err := network.AllowLowPorts(att.NSPath); err != nil {
+			return st, fmt.Errorf("network: %w", err)
+		}
+	}
 	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
+		return st, fmt.Errorf("log: %w", err)
+	}
+	if err := ownLog(logf, &spec); err != nil {
+		logf.Close()
 		return st, fmt.Errorf("log: %w", err)
 	}
 	spec.Stdout, spec.Stderr = logf, logf
