@@ -127,27 +127,31 @@ min = 1
 max = 1
 `)
 	a := d.waitApp("nginx", "a ready replica", func(a types.App) bool { return a.Ready == 1 })
-	master := a.Replicas[0].Pid
-	host, _ := uidMap(t, master)
+	pid := a.Replicas[0].Pid
+	host, _ := uidMap(t, pid)
 	if host < 1<<31 {
 		t.Fatalf("nginx runs as host id %d", host)
 	}
-	if uid, _ := statusIDs(t, master); uid != host {
-		t.Fatalf("nginx master runs as host uid %d, want the range's root %d", uid, host)
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", master, master))
-	if err != nil {
-		t.Fatal(err)
-	}
-	workers := strings.Fields(string(b))
-	if len(workers) != 2 {
-		t.Fatalf("nginx workers: %q, want 2", workers)
-	}
-	for _, w := range workers {
-		pid, _ := strconv.Atoi(w)
-		if uid, gid := statusIDs(t, pid); uid != host+33 || gid != host+33 {
-			t.Fatalf("nginx worker %d runs as %d:%d, want www-data of the range, %d", pid, uid, gid, host+33)
+	// The replica's process (shoal-init or nginx itself) and everything
+	// below it: one nginx master as the range's root, two workers as its
+	// www-data.
+	var masters, workers int
+	for _, p := range append([]int{pid}, descendantPids(t, pid)...) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		if strings.TrimSpace(string(comm)) != "nginx" {
+			continue
 		}
+		switch uid, gid := statusIDs(t, p); {
+		case uid == host && gid == host:
+			masters++
+		case uid == host+33 && gid == host+33:
+			workers++
+		default:
+			t.Fatalf("nginx process %d runs as %d:%d, neither the range's root %d nor its www-data", p, uid, gid, host)
+		}
+	}
+	if masters != 1 || workers != 2 {
+		t.Fatalf("%d nginx masters as the range's root and %d workers as its www-data, want 1 and 2", masters, workers)
 	}
 	if code, body, _ := get(t, d.proxyAddr(), "nginx", "/"); code != 200 || body != "hello from nginx\n" {
 		t.Fatalf("GET /: %d %q", code, body)
@@ -155,4 +159,20 @@ max = 1
 	if code, body, _ := get(t, d.proxyAddr(), "nginx", "/whoami"); code != 200 || body != "served\n" {
 		t.Fatalf("GET /whoami: %d %q", code, body)
 	}
+}
+
+// descendantPids lists the processes below pid.
+func descendantPids(t *testing.T, pid int) []int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		c, _ := strconv.Atoi(f)
+		out = append(out, c)
+		out = append(out, descendantPids(t, c)...)
+	}
+	return out
 }
