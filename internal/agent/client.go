@@ -111,12 +111,17 @@ func (c *Client) Send(ctx context.Context, node string, req *http.Request) (*htt
 	req.Header.Set(NodeHeader, node)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
+		// The cause is read before release, which ends lctx itself: a
+		// call that failed on its own (the node's connection closed) would
+		// otherwise read as the release's bare "context canceled".
+		left := lctx.Err() != nil
+		cause := context.Cause(lctx)
 		release()
 		c.forget(node)
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("node %s: %w", node, ctx.Err())
 		}
-		if cause := context.Cause(lctx); lctx.Err() != nil && cause != nil {
+		if left && cause != nil {
 			return nil, cause
 		}
 		return nil, fmt.Errorf("node %s at %s: %v: %w", node, addr, err, errdefs.ErrUnavailable)

@@ -239,3 +239,32 @@ func TestCallToNodeNotSeenLiveYet(t *testing.T) {
 		t.Fatalf("cause %v; want unavailable", err)
 	}
 }
+
+// A call whose node closes the connection without an answer (its daemon
+// killed) while the node is still in the live set is unavailable, naming
+// the node: not the bare "context canceled" of the call's own release,
+// which a health check would count as a failed replica rather than a
+// lost node.
+func TestCallToClosedNodeIsUnavailable(t *testing.T) {
+	st := testStore(t)
+	hangUp := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		conn.Close()
+	})
+	addNode(t, st, "n2", serve(t, hangUp))
+	c := NewClient(st, testSecret)
+	c.Live = newFakeLive("n1", "n2")
+	for range 3 { // the first may meet a fresh connection, the others a reused one
+		err := c.call(context.Background(), "n2", http.MethodPost, "x", nil, nil)
+		if err == nil {
+			t.Fatal("call to a node that hangs up: no error")
+		}
+		if errors.Is(err, context.Canceled) || !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node n2") {
+			t.Fatalf("call to a node that hangs up: %v; want unavailable naming n2, not canceled", err)
+		}
+	}
+}

@@ -124,13 +124,21 @@ func transient(err error) bool {
 	return !errdefs.IsInvalid(err) && !errdefs.IsConflict(err)
 }
 
+// Check checks the replica on its node. A check cut off because the node
+// left the live set is the node's loss (errdefs.ErrUnavailable), which the
+// health loop takes for a lost node, not for a failed replica.
 func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Health) error {
-	n, ctx, done, err := d.to(ctx, id)
+	node := d.where(id)
+	n, nctx, done, err := d.to(ctx, id)
 	if err != nil {
 		return err
 	}
-	err = n.Check(ctx, id, addr, h)
+	err = n.Check(nctx, id, addr, h)
+	lost := err != nil && nctx.Err() != nil && ctx.Err() == nil
 	done(err)
+	if lost {
+		return fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+	}
 	return err
 }
 

@@ -3,6 +3,7 @@ package serving
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -181,5 +182,56 @@ func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("a call hanging on a node that left the live set did not end")
 		}
+	}
+}
+
+// checkNode is a remote node whose Check hangs until its context ends and
+// then fails as the agent's client does: with the context's error.
+type checkNode struct {
+	Node
+	calls atomic.Int32
+}
+
+func (n *checkNode) Check(ctx context.Context, id, _ string, _ manifest.Health) error {
+	n.calls.Add(1)
+	<-ctx.Done()
+	return fmt.Errorf("node n2: %w", ctx.Err())
+}
+
+func (n *checkNode) Adopt(Known) Adopted { return Adopted{Running: true} }
+
+// TestDispatcherCheckOnLostNode: a health check in flight when its node
+// leaves the live set is the node's loss (unavailable, naming the node), so
+// that the health loop takes the replica for lost, not for failed; a check
+// its caller gives up stays the caller's.
+func TestDispatcherCheckOnLostNode(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1e9, 0))
+	rn := &checkNode{}
+	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
+	d.setLive([]NodeInfo{info("n1"), info("n2")})
+	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Check(ctx, "r1", "", manifest.Health{}); !errors.Is(err, context.Canceled) || errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("a check its caller gave up: %v; want canceled, not unavailable", err)
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- d.Check(context.Background(), "r1", "", manifest.Health{}) }()
+	for i := 0; rn.calls.Load() < 2; i++ {
+		if i > 10000 {
+			t.Fatal("the check did not reach n2")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	d.setLive([]NodeInfo{info("n1")})
+	select {
+	case err := <-errc:
+		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node n2 is not live") {
+			t.Fatalf("a check on a node that left the live set: %v; want node n2 not live", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a check in flight to a lost node did not end")
 	}
 }
