@@ -95,11 +95,26 @@ func TestCPUQuotaFreezeStatsUpdate(t *testing.T) {
 		return n
 	}
 	eventually(t, "counter advances", func() bool { return read() > 10 })
-	// The container wants more than its half core: the kernel throttles it.
-	eventually(t, "CPU throttled under a 0.5-core quota", func() bool {
+	// Under the smallest quota (MinCPUs: the kernel's minimum of 1ms a
+	// period) the kernel throttles the container however little CPU a
+	// loaded host gives it; a busy container on such a host may never get
+	// the half core it was given, and so never be throttled under it.
+	if err := r.UpdateCPU(s.ID, MinCPUs); err != nil {
+		t.Fatal(err)
+	}
+	if quota, period, err := r.cgroupPaths(s.ID).CPUQuota(); err != nil || quota != 1000 || period != 100000 {
+		t.Fatalf("cpu quota %d/%d (%v) at %g cpus, want 1000/100000", quota, period, err, MinCPUs)
+	}
+	eventually(t, "CPU throttled under the minimum quota", func() bool {
 		st, err := r.Stats(s.ID)
 		return err == nil && st.NrThrottled > 0 && st.ThrottledNs > 0
 	})
+	if err := r.UpdateCPU(s.ID, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if quota, _, _ := r.cgroupPaths(s.ID).CPUQuota(); quota != 50000 {
+		t.Fatalf("quota back at 0.5 cpus %d, want 50000", quota)
+	}
 
 	if err := r.Freeze(s.ID); err != nil {
 		t.Fatal(err)
