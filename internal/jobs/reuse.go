@@ -9,7 +9,7 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -44,8 +44,10 @@ type box struct {
 	keep *kept         // what is emptied or restored between jobs
 	runs int           // jobs served
 	seq  int           // steps started, naming their cgroups
-	bad  bool          // a step or Serve failed (see check): not reused
-	next *stepPrep     // the step made ready for the next job
+	// bad is why the sandbox is not reused, once a step or Serve failed
+	// (see check); nil: none. The first reason is kept (fail).
+	bad  error
+	next *stepPrep // the step made ready for the next job
 	// spent is the cgroup of the last job's step, removed once the job is
 	// over (removeSpent).
 	spent cgroups.Paths
@@ -124,6 +126,14 @@ func (z *box) close() {
 	}
 }
 
+// fail marks the sandbox not to be reused, for reason why (the first
+// kept: later failures follow from it).
+func (z *box) fail(why error) {
+	if z.bad == nil {
+		z.bad = why
+	}
+}
+
 // unixConn makes fd (a unix socket) a *net.UnixConn, and closes fd.
 func unixConn(fd int, name string) (*net.UnixConn, error) {
 	f := os.NewFile(uintptr(fd), name)
@@ -163,7 +173,7 @@ func (z *box) prepare() (err error) {
 	made := false
 	defer func() {
 		if err != nil {
-			z.bad = true
+			z.fail(fmt.Errorf("its next step could not be readied: %w", err))
 			if made {
 				p.drop()
 			}
@@ -250,13 +260,13 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 		z.spent = prep.cg
 	}
 	if prep == nil {
-		z.bad = true
+		z.fail(errors.New("it had no step ready for a job"))
 		return internalError(res, errors.New("the sandbox has no step ready")), teardown
 	}
 	limits := cgroups.ChildLimits{MemoryBytes: st.Limits.MemoryBytes, Pids: st.Limits.Pids, CPUs: st.Limits.CPUs}
 	z.last = limits
 	if err := prep.cg.SetLimits(prep.limits, limits); err != nil {
-		z.bad = true
+		z.fail(fmt.Errorf("its step's cgroup could not be limited: %w", err))
 		prep.drop()
 		return internalError(res, fmt.Errorf("step cgroup: %w", err)), teardown
 	}
@@ -284,8 +294,8 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 	res.StartMs = ms(tStarted.Sub(t0))
 	pr := &boxProc{cg: prep.cg, replies: prep.replies}
 	res = s.finish(ctx, pr, st, io.outR, io.errR, res, tStarted)
-	if pr.failed() {
-		z.bad = true
+	if err := pr.failed(); err != nil {
+		z.fail(err)
 	}
 	if res.ExitCode == 127 && strings.HasPrefix(res.Stderr, stub.Failed) {
 		line, rest, _ := strings.Cut(res.Stderr, "\n")
@@ -298,16 +308,25 @@ func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (S
 // and neither that step's stub nor Serve has ended since (either would
 // have answered). One that cannot is marked bad, so release drops it.
 func (z *box) ready() bool {
-	if z.next != nil && !z.bad {
-		select {
-		case r := <-z.next.replies:
-			z.next.replies <- r // for the step's teardown, which reads it
-		default:
-			return true
-		}
+	if z.bad != nil {
+		return false
 	}
-	z.bad = true
-	return false
+	if z.next == nil {
+		z.fail(errors.New("it had no step ready for a job"))
+		return false
+	}
+	select {
+	case r := <-z.next.replies:
+		z.next.replies <- r // for the step's teardown, which reads it
+		why := r.err
+		if why == nil {
+			why = fmt.Errorf("wait status %#x", uint32(r.status))
+		}
+		z.fail(fmt.Errorf("its step made ready ended before its job: %w", why))
+		return false
+	default:
+		return true
+	}
 }
 
 // reply is Serve's answer to a step: its wait status, or why it failed.
@@ -333,21 +352,34 @@ func readReply(c *net.UnixConn) reply {
 }
 
 // boxProc is a step's stub in a reusable sandbox, as supervise sees it.
-// Its methods run on supervise's goroutines, so it says through bad, not
-// its box's, that its cgroup could not be killed or Serve failed.
+// Its methods run on supervise's goroutines, so it says through its own
+// bad, not its box's, that its cgroup could not be killed or Serve failed.
 type boxProc struct {
 	cg      cgroups.Paths
 	replies chan reply
-	bad     atomic.Bool
+	mu      sync.Mutex
+	bad     error // the first failure
 }
 
-// failed says whether the step's cgroup could not be killed or Serve did
-// not answer: its sandbox is not reused.
-func (p *boxProc) failed() bool { return p.bad.Load() }
+// failed says why the step's sandbox is not reused, if it is not: the
+// step's cgroup could not be killed or Serve did not answer.
+func (p *boxProc) failed() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bad
+}
+
+func (p *boxProc) fail(why error) {
+	p.mu.Lock()
+	if p.bad == nil {
+		p.bad = why
+	}
+	p.mu.Unlock()
+}
 
 func (p *boxProc) kill() {
 	if err := p.cg.Kill(); err != nil {
-		p.bad.Store(true)
+		p.fail(fmt.Errorf("its step's processes could not be killed: %w", err))
 	}
 }
 
@@ -360,7 +392,7 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 	r := <-p.replies
 	p.kill()
 	if r.err != nil {
-		p.bad.Store(true)
+		p.fail(fmt.Errorf("its step: %w", r.err))
 		return runtime.ExitStatus{}, r.err
 	}
 	st := runtime.ExitStatus{Known: true}
@@ -388,7 +420,7 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 // not reused.
 func (s *Sandbox) nextStep(b *warmBox, st *Step) bool {
 	z := b.z
-	if z.bad || st.Limits.TmpBytes != b.shape.limits.TmpBytes {
+	if z.bad != nil || st.Limits.TmpBytes != b.shape.limits.TmpBytes {
 		return false
 	}
 	err := z.removeSpent()
@@ -402,7 +434,7 @@ func (s *Sandbox) nextStep(b *warmBox, st *Step) bool {
 		err = z.prepare()
 	}
 	if err != nil {
-		z.bad = true
+		z.fail(fmt.Errorf("a later step could not be readied: %w", err))
 		s.log().Warn("reusable job sandbox: a later step takes the ordinary path", "sandbox", b.id, "err", err)
 		return false
 	}
@@ -428,8 +460,8 @@ func (z *box) removeSpent() error {
 // (What a job could change of Serve itself, Serve checks before it starts
 // the next step: see stepPrep.)
 func (z *box) check() error {
-	if z.bad {
-		return errors.New("its process failed, or a step could not be readied or its cgroup not be limited, killed or removed")
+	if z.bad != nil {
+		return z.bad
 	}
 	cg := z.cg
 	if cg.V2 {

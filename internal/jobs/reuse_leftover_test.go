@@ -46,8 +46,12 @@ func probed(t *testing.T, script string) types.JobRequest {
 // sameBox runs a job that leaves something behind (its output must hold
 // want), then the next job, which must run in the same sandbox and see
 // what a job sees in a fresh one (fresh: next's first step's output there).
+// The caller has made both requests before the last job (a probe built in
+// between could take longer than WarmIdle under load, and the pool drop
+// its idle sandbox).
 func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want string, next types.JobRequest, fresh string) StepResult {
 	t.Helper()
+	before := sb.WarmStats()
 	dirty.Steps[0].Args[2] = servedBy + "\n" + dirty.Steps[0].Args[2]
 	d := runIn(t, sb, dirty)
 	wantStatus(t, d.Steps[0], StepOK)
@@ -59,7 +63,8 @@ func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want string, nex
 	wantStatus(t, after.Steps[0], StepOK)
 	box, rest, _ := strings.Cut(after.Steps[0].Stdout, "\n")
 	if !strings.HasPrefix(d.Steps[0].Stdout, box+"\n") {
-		t.Fatalf("the next job ran in another sandbox (%q, then %q): the first was dropped", d.Steps[0].Stdout, box)
+		t.Fatalf("the next job ran in another sandbox (%q, then %q): the first was dropped (warm sandboxes before the jobs %+v, after %+v)",
+			d.Steps[0].Stdout, box, before, sb.WarmStats())
 	}
 	if rest != fresh {
 		t.Fatalf("the next job in the sandbox sees\n%s\nwant, as in a fresh one,\n%s", rest, fresh)
@@ -74,6 +79,12 @@ func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want string, nex
 func TestReusedSandboxDeepTree(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)
+		const depth = "1500"
+		// Made (the probe built) before the sandbox is reused, not
+		// between its jobs: see sameBox.
+		dirty := probed(t, `for d in /work /tmp /dev/shm; do ./probe deep $d `+depth+`; done
+rm -f /dev/stdin 2>/dev/null && mkdir /dev/stdin && ./probe deep /dev/stdin `+depth+`
+true`)
 		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}})
 		wantStatus(t, fresh, StepOK)
 		// The daemon's descriptors are fewer than a chain's levels.
@@ -87,10 +98,7 @@ func TestReusedSandboxDeepTree(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
-		const depth = "1500"
-		sameBox(t, sb, probed(t, `for d in /work /tmp /dev/shm; do ./probe deep $d `+depth+`; done
-rm -f /dev/stdin 2>/dev/null && mkdir /dev/stdin && ./probe deep /dev/stdin `+depth+`
-true`), "deep /dev/shm: ok", types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}}, fresh.Stdout)
+		sameBox(t, sb, dirty, "deep /dev/shm: ok", types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}}, fresh.Stdout)
 	})
 }
 

@@ -40,7 +40,7 @@ func TestBoxProcKillFails(t *testing.T) {
 	if err != nil || !end.output {
 		t.Fatalf("end %+v, %v: want killed for its output", end, err)
 	}
-	if !pr.failed() {
+	if pr.failed() == nil {
 		t.Fatal("a step whose cgroup could not be killed does not say so")
 	}
 }
@@ -135,7 +135,7 @@ func TestPrepareFailsLeavesNothing(t *testing.T) {
 			t.Fatalf("the step's stdout or stderr: write %v; want its reader closed", err)
 		}
 	}
-	if !z.bad || z.next != nil {
+	if z.bad == nil || z.next != nil {
 		t.Fatalf("a sandbox whose step could not be readied: bad %v, next %v", z.bad, z.next)
 	}
 	if step := cg.Child("step1"); step.Exists() {

@@ -203,7 +203,11 @@ func (s *Sandbox) fill() {
 				continue
 			}
 			p.next, p.key, p.img = p.key, warmKey{}, image.Image{}
+			n := len(p.ready)
 			p.mu.Unlock()
+			if n > 0 {
+				s.log().Debug("warm job sandboxes dropped: no job for a while", "sandboxes", n, "idle", WarmIdle)
+			}
 		case <-p.wake:
 			idle.Reset(WarmIdle)
 		}
