@@ -42,19 +42,23 @@ func (d *daemon) readyReplica(app string) types.Replica {
 	return types.Replica{}
 }
 
-// fetchFrom sends GET path to addr (host:port) from inside replica id
-// (the OCI runtime's exec: the replica's namespaces, user and filters)
+// fetchFrom sends GET path to addr (host:port) from inside replica r
+// (the OCI runtime's exec: the replica's namespaces, user and filters).
+// A replica in a user namespace has no network namespace in its config
+// (runc runs inside it), so the exec is started in the replica's network
+// namespace, as the runtime's own Exec does
 // and returns the whole answer, status line first, or the error with what
 // nc said. (busybox-static's wget crashes in an image without glibc's
 // name service files; nc does not.)
-func (d *daemon) fetchFrom(id, addr, path string) (string, error) {
+func (d *daemon) fetchFrom(r types.Replica, addr, path string) (string, error) {
 	d.t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		d.t.Fatal(err)
 	}
 	script := fmt.Sprintf(`printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' | nc -w 5 %s %s`, path, host, host, port)
-	cmd := exec.Command("runc", "--root", filepath.Join(d.runDir, "runc"), "exec", id, "sh", "-c", script)
+	netns := fmt.Sprintf("--net=/proc/%d/ns/net", r.Pid)
+	cmd := exec.Command("nsenter", netns, "runc", "--root", filepath.Join(d.runDir, "runc"), "exec", r.ID, "sh", "-c", script)
 	out, err := cmd.CombinedOutput()
 	switch {
 	case err != nil:
@@ -65,21 +69,21 @@ func (d *daemon) fetchFrom(id, addr, path string) (string, error) {
 	return string(out), nil
 }
 
-// mustReach fails the test unless replica id gets an answer holding want
+// mustReach fails the test unless replica r gets an answer holding want
 // from addr.
-func (d *daemon) mustReach(what, id, addr, want string) {
+func (d *daemon) mustReach(what string, r types.Replica, addr, want string) {
 	d.t.Helper()
-	body, err := d.fetchFrom(id, addr, "/")
+	body, err := d.fetchFrom(r, addr, "/")
 	if err != nil || !strings.Contains(body, want) {
-		d.t.Fatalf("%s: replica %s fetching from %s: %q, %v; want an answer with %q", what, id, addr, body, err, want)
+		d.t.Fatalf("%s: replica %s fetching from %s: %q, %v; want an answer with %q", what, r.ID, addr, body, err, want)
 	}
 }
 
-// mustNotReach fails the test if replica id gets any answer from addr.
-func (d *daemon) mustNotReach(what, id, addr string) {
+// mustNotReach fails the test if replica r gets any answer from addr.
+func (d *daemon) mustNotReach(what string, r types.Replica, addr string) {
 	d.t.Helper()
-	if body, err := d.fetchFrom(id, addr, "/"); err == nil {
-		d.t.Fatalf("%s: replica %s reached %s: %q", what, id, addr, body)
+	if body, err := d.fetchFrom(r, addr, "/"); err == nil {
+		d.t.Fatalf("%s: replica %s reached %s: %q", what, r.ID, addr, body)
 	}
 }
 
@@ -95,14 +99,14 @@ func TestReplicasApart(t *testing.T) {
 	d.deploy(httpdApp("b", ""))
 	a, b := d.readyReplica("a"), d.readyReplica("b")
 	// Each reaches itself, and the proxy reaches both.
-	d.mustReach("a to itself", a.ID, a.Addr, "a "+a.ID)
+	d.mustReach("a to itself", a, a.Addr, "a "+a.ID)
 	for _, app := range []string{"a", "b"} {
 		if code, body, _ := get(t, d.proxyAddr(), app, "/"); code != 200 || !strings.HasPrefix(body, app+" ") {
 			t.Fatalf("app %s through the proxy: %d %q", app, code, body)
 		}
 	}
-	d.mustNotReach("b to a's replica", b.ID, a.Addr)
-	d.mustNotReach("a to b's replica", a.ID, b.Addr)
+	d.mustNotReach("b to a's replica", b, a.Addr)
+	d.mustNotReach("a to b's replica", a, b.Addr)
 }
 
 // outsideHTTP starts busybox's httpd in a network namespace of the test's
@@ -176,14 +180,14 @@ func TestEgress(t *testing.T) {
 
 	hostAddr := net.JoinHostPort(d.gateway(), fmt.Sprint(hostL.Addr().(*net.TCPAddr).Port))
 	for _, r := range []types.Replica{open, closed} {
-		d.mustNotReach("a host service on 0.0.0.0, through the gateway", r.ID, hostAddr)
+		d.mustNotReach("a host service on 0.0.0.0, through the gateway", r, hostAddr)
 		// The self API answers (401 without the token).
-		if body, err := d.fetchFrom(r.ID, net.JoinHostPort(d.gateway(), "7071"), "/v1/self"); err != nil || !strings.Contains(body, " 401 ") {
+		if body, err := d.fetchFrom(r, net.JoinHostPort(d.gateway(), "7071"), "/v1/self"); err != nil || !strings.Contains(body, " 401 ") {
 			t.Fatalf("replica %s calling the self API without a token: %q, %v; want a 401", r.ID, body, err)
 		}
 	}
-	d.mustReach("public egress", open.ID, outside, "outside")
-	d.mustNotReach("egress = \"none\"", closed.ID, outside)
+	d.mustReach("public egress", open, outside, "outside")
+	d.mustNotReach("egress = \"none\"", closed, outside)
 }
 
 // [network] allow lets an app's replicas reach the named app's replicas
@@ -199,9 +203,9 @@ func TestNetworkAllow(t *testing.T) {
 	db, web, other := d.readyReplica("db"), d.readyReplica("web"), d.readyReplica("other")
 	check := func(when string, db types.Replica) {
 		t.Helper()
-		d.mustReach("web to db "+when, web.ID, db.Addr, "db "+db.ID)
-		d.mustNotReach("db to web "+when, db.ID, web.Addr)
-		d.mustNotReach("other to db "+when, other.ID, db.Addr)
+		d.mustReach("web to db "+when, web, db.Addr, "db "+db.ID)
+		d.mustNotReach("db to web "+when, db, web.Addr)
+		d.mustNotReach("other to db "+when, other, db.Addr)
 	}
 	check("", db)
 

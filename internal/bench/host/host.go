@@ -28,7 +28,7 @@ func init() {
 
 // The host suite's own bridge, subnet and cgroup parent.
 const (
-	hostBridge       = "shoalbs0"
+	hostBridge       = "shoalbh0"
 	hostSubnet       = "10.184.0.0/16"
 	hostCgroupParent = "/shoal-bench-host"
 	hostRowHost      = "host"

@@ -152,7 +152,7 @@ func Jobs(ctx context.Context, o bench.Options) (_ *bench.Report, retErr error) 
 		cleanups = append(cleanups, podman.Cleanup)
 	}
 	o.Logf("jobs: starting %s daemon", o.ShoalBin)
-	cli, err := kit.StartDaemon(ctx, o.ShoalBin, filepath.Join(dir, "daemon"))
+	cli, err := kit.StartDaemonOn(ctx, o.ShoalBin, filepath.Join(dir, "daemon"), jobsNet)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
 	}

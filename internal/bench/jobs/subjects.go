@@ -65,6 +65,11 @@ func startBefore(ctx context.Context, o bench.Options, bin, dir, rootfs string) 
 	return d, nil
 }
 
+// jobsNet is the suite's daemon's network and cgroup parent, apart from
+// the lifecycle suite's (go test ./... runs the two packages' quick tests
+// side by side; a bridge is also a policy table of the same name).
+var jobsNet = kit.DaemonNet{Bridge: "shoalbj0", Subnet: "10.190.0.0/16", CgroupParent: "/shoal-bench-jobs"}
+
 // beforeNet keeps the earlier daemon apart from this suite's.
 var beforeNet = kit.DaemonNet{Bridge: "shoalbj1", Subnet: "10.189.0.0/16", CgroupParent: "/shoal-bench-jobs-before"}
 
