@@ -264,6 +264,9 @@ func (e *Daemon) Close(ctx context.Context) error {
 		if _, _, err := rt.Recover(ctx); err != nil {
 			errs = append(errs, fmt.Sprintf("remove daemon containers: %v", err))
 		}
+		// Recover opens the disk pool a killed daemon left, to remove it;
+		// Close unmounts the pool's own mount.
+		rt.Close()
 	} else if !os.IsNotExist(err) {
 		errs = append(errs, fmt.Sprintf("open daemon runtime: %v", err))
 	}
