@@ -41,6 +41,7 @@ var hostTools = map[string]tool{
 	"sleep":   {pkg: "coreutils"},
 	"true":    {pkg: "coreutils"},
 	"echo":    {pkg: "coreutils"},
+	"cat":     {pkg: "coreutils"},
 	"sh":      {pkg: "dash"},
 	"gzip":    {pkg: "gzip"},
 	"tar":     {pkg: "tar"},
