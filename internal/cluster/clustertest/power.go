@@ -139,6 +139,14 @@ func (nd *Node) scrub(base string) error {
 		errs = append(errs, err)
 	}
 	under := mountinfo.Under(ms, base)
+	// A file system mounted elsewhere from the node's folders (a replica's
+	// root file system, exposed under /run for its user namespace) keeps
+	// them, and their disks' loop devices, in use.
+	for _, m := range ms {
+		if !strings.HasPrefix(m.Point, base+"/") && strings.Contains(m.SuperOptions, "="+base+"/") {
+			under = append(under, m)
+		}
+	}
 	for i := len(under) - 1; i >= 0; i-- {
 		if err := syscall.Unmount(under[i].Point, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("node %s: unmount %s: %w", nd.Name, under[i].Point, err))
