@@ -317,38 +317,32 @@ func slowRequest(proxy, app string, ms int) <-chan string {
 // slowRequestWithin is slowRequest through client c (whose timeout bounds
 // the request).
 func slowRequestWithin(proxy, app string, ms int, c *http.Client) <-chan string {
-	slow := make(chan string, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/?ms=%d", proxy, ms), nil)
-		req.Host = app + ".localhost"
-		resp, err := c.Do(req)
-		if err != nil {
-			slow <- err.Error()
-			return
-		}
-		resp.Body.Close()
-		slow <- resp.Status
-	}()
-	return slow
+	return requestInFlight(proxy, app, fmt.Sprintf("/?ms=%d", ms), c)
 }
 
 // sleepRequest sends hello's /sleep?ms=ms through the proxy in the
 // background and delivers its status: a request in flight for ms of wall
 // time that uses no CPU.
 func sleepRequest(proxy, app string, ms int) <-chan string {
-	slow := make(chan string, 1)
+	return requestInFlight(proxy, app, fmt.Sprintf("/sleep?ms=%d", ms), client)
+}
+
+// requestInFlight sends GET target to app through the proxy with c in the
+// background and delivers the answer's status, or the error.
+func requestInFlight(proxy, app, target string, c *http.Client) <-chan string {
+	done := make(chan string, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/sleep?ms=%d", proxy, ms), nil)
+		req, _ := http.NewRequest(http.MethodGet, "http://"+proxy+target, nil)
 		req.Host = app + ".localhost"
-		resp, err := client.Do(req)
+		resp, err := c.Do(req)
 		if err != nil {
-			slow <- err.Error()
+			done <- err.Error()
 			return
 		}
 		resp.Body.Close()
-		slow <- resp.Status
+		done <- resp.Status
 	}()
-	return slow
+	return done
 }
 
 // waitFor polls cond until it holds (at most a minute).
