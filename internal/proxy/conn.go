@@ -56,9 +56,8 @@ type cconn struct {
 	bw    *bufio.Writer
 	state atomic.Int32
 
-	client string // the client's address, for X-Forwarded-For
-	proto  string // X-Forwarded-Proto
-	fwd    string // the X-Real-IP and Forwarded lines (forwardedLines)
+	client string    // the client's address
+	fw     forwarded // what the forwarded fields say of it
 
 	rdl, wdl time.Time // deadlines set on c; the zero time when unknown
 	long     []byte    // a head too long for br, read on for net/http
@@ -69,11 +68,8 @@ type cconn struct {
 }
 
 func newCconn(f *server, c net.Conn, client string) *cconn {
-	cc := &cconn{f: f, c: c, proto: "http", client: client}
-	if _, ok := c.(*tls.Conn); ok {
-		cc.proto = "https"
-	}
-	cc.fwd = forwardedLines(cc.client, cc.proto)
+	_, isTLS := c.(*tls.Conn)
+	cc := &cconn{f: f, c: c, client: client, fw: newForwarded(client, isTLS)}
 	cc.w.c = cc
 	cc.x.c = cc
 	return cc

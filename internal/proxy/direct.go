@@ -138,8 +138,9 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 	}
 	st.code, st.head = resp.StatusCode, x.p.clock.Now()
 	h := w.Header()
+	conn := resp.Header["Connection"]
 	for k, vs := range resp.Header {
-		if !hopByHop(k) {
+		if passOn(k, conn) {
 			h[k] = vs
 		}
 	}
@@ -205,10 +206,10 @@ type bodyError struct{ err error }
 func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
-// writeRequest writes r in HTTP/1.1 with the hop-by-hop headers removed,
-// X-Forwarded-For, -Host and -Proto, X-Real-IP and Forwarded set, and the
-// hop header hop unless it is "". trusted keeps the request's own X-Real-IP
-// and Forwarded: it came from another node's proxy.
+// writeRequest writes r in HTTP/1.1 with the hop-by-hop fields removed,
+// the forwarded fields written (appendForwarded), and the hop header hop
+// unless it is "". trusted keeps the request's own X-Real-IP and Forwarded:
+// it came from another node's proxy.
 func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) error {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' {
@@ -222,7 +223,7 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) e
 	bw.WriteString("\r\n")
 	conn := r.Header["Connection"]
 	for k, vs := range r.Header {
-		if hopByHop(k) || skipRequestHeader(k) || listed(conn, k) {
+		if !passOn(k, conn) || forwardedHeader(k) || k == "Content-Length" || k == "Expect" || k == HopHeader {
 			continue
 		}
 		for _, v := range vs {
@@ -232,32 +233,17 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) e
 			bw.WriteString("\r\n")
 		}
 	}
-	bw.WriteString("X-Forwarded-For: ")
-	for _, v := range r.Header["X-Forwarded-For"] {
-		bw.WriteString(v)
-		bw.WriteString(", ")
-	}
-	client := clientIP(r)
-	bw.WriteString(client)
-	bw.WriteString("\r\nX-Forwarded-Host: ")
-	bw.WriteString(r.Host)
-	proto := "http"
-	if r.TLS != nil {
-		proto = "https"
-	}
-	bw.WriteString("\r\nX-Forwarded-Proto: ")
-	bw.WriteString(proto)
-	bw.WriteString("\r\n")
-	if fwd := r.Header["X-Real-Ip"]; trusted && fwd != nil {
+	var kept []string
+	if ip := r.Header["X-Real-Ip"]; trusted && ip != nil {
 		// A request another node's proxy sent (its hop header was
 		// removed once it authenticated) keeps its client's lines.
-		bw.WriteString("X-Real-Ip: " + fwd[0] + "\r\n")
+		kept = append(kept, "X-Real-Ip: "+ip[0])
 		for _, v := range r.Header["Forwarded"] {
-			bw.WriteString("Forwarded: " + v + "\r\n")
+			kept = append(kept, "Forwarded: "+v)
 		}
-	} else {
-		bw.WriteString(forwardedLines(client, proto))
 	}
+	fw := forwardedOf(r)
+	bw.Write(appendForwarded(bw.AvailableBuffer(), &fw, r.Host, r.Header["X-Forwarded-For"], kept))
 	if r.ContentLength > 0 || r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
 		bw.WriteString("Content-Length: ")
 		var num [20]byte
@@ -280,35 +266,4 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) e
 		}
 	}
 	return bw.Flush()
-}
-
-// hopByHop tells whether a header belongs to one connection only.
-func hopByHop(k string) bool {
-	switch k {
-	case "Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
-		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return false
-}
-
-// skipRequestHeader tells whether a request header is replaced on the way.
-func skipRequestHeader(k string) bool {
-	switch k {
-	case "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Forwarded", "Content-Length", "Expect", HopHeader:
-		return true
-	}
-	return false
-}
-
-// listed tells whether the Connection header names k.
-func listed(conn []string, k string) bool {
-	for _, v := range conn {
-		for tok := range strings.SplitSeq(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), k) {
-				return true
-			}
-		}
-	}
-	return false
 }

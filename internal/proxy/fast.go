@@ -172,7 +172,8 @@ func (x *fastReq) readBody(n int64) error {
 }
 
 // buildRequest writes the request head for the replica into x.out: the
-// hop-by-hop headers removed and X-Forwarded-For, -Host and -Proto set.
+// hop-by-hop headers removed (the parser left out hopHeaders; those the
+// Connection field lists go here) and the forwarded fields written.
 func (x *fastReq) buildRequest() {
 	r := &x.req
 	b := append(x.out[:0], r.method...)
@@ -188,27 +189,13 @@ func (x *fastReq) buildRequest() {
 		b = append(b, l.line...)
 		b = append(b, "\r\n"...)
 	}
-	b = append(b, "X-Forwarded-For: "...)
-	for _, v := range r.xff {
-		b = append(b, v...)
-		b = append(b, ", "...)
-	}
-	b = append(b, x.c.client...)
-	b = append(b, "\r\nX-Forwarded-Host: "...)
-	b = append(b, r.host...)
-	b = append(b, "\r\nX-Forwarded-Proto: "...)
-	b = append(b, x.c.proto...)
-	b = append(b, "\r\n"...)
-	if r.hop != nil && len(r.fwd) > 0 {
+	var kept [][]byte
+	if r.hop != nil {
 		// From another node's proxy (admitHop refuses the request
 		// unless its hop header authenticates): its client's.
-		for _, l := range r.fwd {
-			b = append(b, l...)
-			b = append(b, "\r\n"...)
-		}
-	} else {
-		b = append(b, x.c.fwd...)
+		kept = r.fwd
 	}
+	b = appendForwarded(b, &x.c.fw, r.host, r.xff, kept)
 	m := string(r.method)
 	if r.cl > 0 || m == "POST" || m == "PUT" || m == "PATCH" {
 		b = append(b, "Content-Length: "...)

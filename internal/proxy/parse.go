@@ -240,13 +240,6 @@ func splitHeader(line []byte) (name, val []byte, ok bool) {
 	return line[:i], val, validValue(val)
 }
 
-// hopByHopName tells whether a header belongs to one connection only
-// (Connection, Transfer-Encoding and Upgrade are handled by the callers).
-func hopByHopName(k []byte) bool {
-	return eqFold(k, "keep-alive") || eqFold(k, "proxy-connection") || eqFold(k, "proxy-authenticate") ||
-		eqFold(k, "proxy-authorization") || eqFold(k, "te") || eqFold(k, "trailer") || eqFold(k, "upgrade")
-}
-
 // eqFold compares b with a lower-case ASCII string, ignoring case.
 func eqFold(b []byte, lower string) bool {
 	if len(b) != len(lower) {

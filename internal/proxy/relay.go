@@ -284,7 +284,7 @@ func (x *fastReq) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	c.bw.WriteString("\r\n")
 	conn := resp.Header["Connection"]
 	for k, vs := range resp.Header {
-		if hopByHop(k) || listed(conn, k) || k == "Content-Length" {
+		if !passOn(k, conn) || k == "Content-Length" {
 			continue
 		}
 		for _, v := range vs {
