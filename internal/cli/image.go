@@ -98,6 +98,9 @@ of the input is refused.`,
 			for _, img := range imgs {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
 			}
+			if len(imgs) > 0 {
+				printNotes(cmd, imgs[0].Notes)
+			}
 			return nil
 		},
 	}
@@ -119,6 +122,7 @@ func newImagePullCmd(g *globals) *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
+			printNotes(cmd, img.Notes)
 			return nil
 		},
 	}
@@ -233,6 +237,13 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// printNotes writes what an import or pull left out to stderr.
+func printNotes(cmd *cobra.Command, notes []string) {
+	for _, n := range notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
+	}
 }
 
 func orDash(s string) string {

@@ -31,7 +31,8 @@ func openMaybeGzip(p string) (io.Reader, func(), error) {
 }
 
 // sniffTar reads the tar's names: "oci" for an OCI layout, "docker" for a
-// docker-archive, "" for anything else (a rootfs).
+// docker-archive, "" for anything else (a rootfs). A device node outside
+// dev/ is refused as soon as it is read.
 func sniffTar(p string) (string, error) {
 	r, closeFn, err := openMaybeGzip(p)
 	if err != nil {
@@ -50,7 +51,14 @@ func sniffTar(p string) (string, error) {
 			return "", errdefs.Invalid("path", "not a readable tar (after %d entries): %v", n, err)
 		}
 		n++
-		seen[strings.TrimPrefix(path.Clean(hdr.Name), "./")] = true
+		name := strings.TrimPrefix(path.Clean(hdr.Name), "./")
+		seen[name] = true
+		// A device node outside dev/ is refused at once, before the rest of
+		// a root file system's tar is read: an image never has one, and
+		// neither does an archive of images.
+		if (hdr.Typeflag == tar.TypeChar || hdr.Typeflag == tar.TypeBlock) && !underDev(strings.TrimPrefix(name, "/")) {
+			return "", devErr(hdr.Name)
+		}
 	}
 	if n == 0 {
 		return "", errdefs.Invalid("path", "empty tar")

@@ -102,5 +102,8 @@ func (in *ingest) commit() ([]Image, error) {
 		}
 		s.log.Info("image stored", "refs", p.refs, "digest", p.rec.digest)
 	}
+	for i := range out {
+		out[i].Notes = in.notes
+	}
 	return out, nil
 }

@@ -32,6 +32,7 @@
 // they renamed into place and index.json replaced atomically. Any error
 // leaves the store as it was. Layer unpacking refuses entries that escape
 // the snapshot (".." components, absolute names, symlinked parents leading
-// out, hardlinks out or to nothing), device nodes, and layers over the
-// configured Limits; setuid bits and FIFOs are kept.
+// out, hardlinks out or to nothing), device nodes (those under dev/ are
+// skipped with a note in Image.Notes: the runtime makes /dev), and layers
+// over the configured Limits; setuid bits and FIFOs are kept.
 package image

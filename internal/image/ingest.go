@@ -47,6 +47,8 @@ type ingest struct {
 	verified map[string]string
 	pinned   []string
 	images   []*pending
+	// notes say what was left out of the input (see Image.Notes).
+	notes []string
 }
 
 type pending struct {
@@ -64,6 +66,12 @@ func (s *Store) newIngest() (*ingest, error) {
 		return nil, err
 	}
 	return &ingest{s: s, dir: dir, staged: map[string]bool{}, snaps: map[string]string{}, verified: map[string]string{}}, nil
+}
+
+// note records something the user should know about the input, and logs it.
+func (in *ingest) note(msg string) {
+	in.notes = append(in.notes, msg)
+	in.s.log.Info("image store: " + msg)
 }
 
 func (in *ingest) close() {

@@ -62,6 +62,9 @@ func (in *ingest) addLayer(ctx context.Context, l ocispec.Descriptor, diffID str
 	in.snaps[diffID] = dst
 	in.verified[string(l.Digest)] = diffID
 	in.s.log.Debug("image store: layer unpacked", "digest", l.Digest, "diffID", diffID, "bytes", res.Size, "entries", res.Entries)
+	if res.DevSkipped > 0 {
+		in.note(fmt.Sprintf("layer %s: %d device nodes under dev/ skipped (the runtime makes /dev)", l.Digest, res.DevSkipped))
+	}
 	return nil
 }
 

@@ -65,6 +65,9 @@ type Image struct {
 	Layers  []string            // snapshot directories, bottom first
 	Size    int64               // compressed bytes of the layers
 	Created time.Time
+	// Notes say what an Import or Pull left out of its input (device
+	// nodes under dev/); set only on the images those return.
+	Notes []string
 }
 
 // record is the in-memory index entry of one manifest.

@@ -52,6 +52,10 @@ type unpackResult struct {
 	DiffID  string // sha256 of the uncompressed tar stream
 	Size    int64  // uncompressed bytes read
 	Entries int
+	// DevSkipped counts the device nodes under dev/ left out: a root file
+	// system made by mmdebstrap or debootstrap has /dev/null and the like,
+	// and the runtime makes a container's /dev itself.
+	DevSkipped int
 }
 
 // unpackLayer unpacks the layer stream r (a tar, gzip-compressed or not) into
@@ -104,9 +108,10 @@ func unpackLayer(ctx context.Context, r io.Reader, dst string, lim Limits) (unpa
 	}
 	u.finishDirs()
 	return unpackResult{
-		DiffID:  "sha256:" + hex.EncodeToString(cnt.h.Sum(nil)),
-		Size:    cnt.n,
-		Entries: u.entries,
+		DiffID:     "sha256:" + hex.EncodeToString(cnt.h.Sum(nil)),
+		Size:       cnt.n,
+		Entries:    u.entries,
+		DevSkipped: len(u.devSkipped),
 	}, nil
 }
 
@@ -167,6 +172,9 @@ type unpacker struct {
 	written int64
 	okDirs  map[string]bool // directories known to be real (no symlink) in dst
 	dirs    []dirTime
+	// devSkipped holds the device nodes under dev/ left out, so that a
+	// hardlink to one is left out too.
+	devSkipped map[string]bool
 }
 
 func (u *unpacker) tooBig(name string) error {
@@ -256,8 +264,27 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		}
 		return u.meta(hdr, name, true)
 	case tar.TypeChar, tar.TypeBlock:
-		return entryErr(hdr.Name, "device nodes are not allowed in images")
+		if underDev(name) {
+			if u.devSkipped == nil {
+				u.devSkipped = map[string]bool{}
+			}
+			u.devSkipped[name] = true
+			return nil
+		}
+		return devErr(hdr.Name)
 	default:
 		return entryErr(hdr.Name, "unsupported tar entry type %q", hdr.Typeflag)
 	}
+}
+
+// underDev reports whether the clean relative name lies under dev/, where
+// a device node is skipped rather than refused: the runtime mounts a /dev
+// of its own over it.
+func underDev(name string) bool {
+	return strings.HasPrefix(name, "dev/")
+}
+
+// devErr refuses a device node outside dev/.
+func devErr(name string) error {
+	return entryErr(name, "device nodes are not allowed in images (those under dev/ are skipped: the runtime makes /dev)")
 }

@@ -163,6 +163,13 @@ func (u *unpacker) hardlink(hdr *tar.Header, name string) error {
 	if err != nil {
 		return entryErr(hdr.Name, "hardlink target %q: %v", hdr.Linkname, err)
 	}
+	if u.devSkipped[target] {
+		if !underDev(name) {
+			return devErr(hdr.Name)
+		}
+		u.devSkipped[name] = true
+		return nil
+	}
 	if err := u.ensureDir(hdr.Name, path.Dir(target)); err != nil {
 		return err
 	}

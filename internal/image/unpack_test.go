@@ -87,8 +87,9 @@ func TestUnpackWhiteouts(t *testing.T) {
 // TestUnpackRefused checks every escape and forbidden kind; the error names
 // the entry and nothing lands outside the target.
 func TestUnpackRefused(t *testing.T) {
-	dev := entry{name: "dev/sda", typ: tar.TypeBlock, mode: 0o600}
-	chr := entry{name: "dev/null", typ: tar.TypeChar, mode: 0o666}
+	dev := entry{name: "srv/sda", typ: tar.TypeBlock, mode: 0o600}
+	chr := entry{name: "etc/null", typ: tar.TypeChar, mode: 0o666}
+	devNull := entry{name: "dev/null", typ: tar.TypeChar, mode: 0o666}
 	cases := []struct {
 		name    string
 		entries []entry
@@ -107,8 +108,10 @@ func TestUnpackRefused(t *testing.T) {
 		{"hardlink-absolute", []entry{hardlink("p", "/etc/passwd")}, "p"},
 		{"hardlink-missing", []entry{hardlink("p", "nothing")}, "p"},
 		{"hardlink-via-symlink", []entry{symlink("e", "/etc"), hardlink("p", "e/passwd")}, "p"},
-		{"block-device", []entry{dev}, "dev/sda"},
-		{"char-device", []entry{chr}, "dev/null"},
+		{"block-device", []entry{dev}, "srv/sda"},
+		{"char-device", []entry{chr}, "etc/null"},
+		{"device-top-dev", []entry{entry{name: "dev", typ: tar.TypeChar, mode: 0o666}}, "dev"},
+		{"hardlink-to-skipped-device", []entry{devNull, hardlink("etc/null", "dev/null")}, "etc/null"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

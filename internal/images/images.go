@@ -31,6 +31,7 @@ func toAPIImage(i image.Image) types.Image {
 	a := types.Image{
 		Ref: i.Ref, Digest: i.Digest, ID: i.ID, Size: i.Size, Created: i.Created, Layers: len(i.Layers),
 		Entrypoint: i.Config.Entrypoint, Cmd: i.Config.Cmd, Env: i.Config.Env, WorkingDir: i.Config.WorkingDir,
+		Notes: i.Notes,
 	}
 	for p := range i.Config.ExposedPorts {
 		a.Ports = append(a.Ports, p)

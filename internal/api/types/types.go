@@ -39,6 +39,9 @@ type Image struct {
 	Env        []string  `json:"env,omitempty"`
 	WorkingDir string    `json:"working_dir,omitempty"`
 	Ports      []string  `json:"ports,omitempty"`
+	// Notes say what an import or pull left out of its input (device
+	// nodes under dev/); only in the answer of that import or pull.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // BuildRequest is the body of POST /v1/images/build. Dir is a path on the

@@ -1,0 +1,75 @@
+package image
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+func charDev(name string) entry  { return entry{name: name, typ: tar.TypeChar, mode: 0o666} }
+func blockDev(name string) entry { return entry{name: name, typ: tar.TypeBlock, mode: 0o660} }
+
+// debootstrapTar is the start of a root file system as mmdebstrap and
+// debootstrap make it: device nodes under dev/.
+func debootstrapTar(t *testing.T, more ...entry) []byte {
+	return makeTar(t, append([]entry{
+		dir("./"), dir("./dev/"), charDev("./dev/null"), charDev("./dev/zero"), charDev("./dev/tty"),
+		dir("./dev/pts/"), charDev("./dev/pts/ptmx"), hardlink("./dev/null2", "./dev/null"),
+		dir("./etc/"), reg("./etc/hostname", "deb\n"),
+	}, more...)...)
+}
+
+// TestImportRootfsSkipsDevNodes: a plain mmdebstrap/debootstrap tarball is
+// imported, its device nodes under dev/ left out with a note.
+func TestImportRootfsSkipsDevNodes(t *testing.T) {
+	s := newStore(t)
+	p := writeFile(t, filepath.Join(t.TempDir(), "bookworm.tar"), debootstrapTar(t))
+	imgs, err := s.Import(context.Background(), p, "deb:12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := imgs[0]
+	if len(img.Notes) != 1 || !strings.Contains(img.Notes[0], "5 device nodes under dev/ skipped") {
+		t.Fatalf("notes %q", img.Notes)
+	}
+	root := img.Layers[0]
+	if fi, err := os.Lstat(filepath.Join(root, "dev", "pts")); err != nil || !fi.IsDir() {
+		t.Fatalf("dev/pts: %v %v", fi, err)
+	}
+	for _, n := range []string{"dev/null", "dev/zero", "dev/null2", "dev/pts/ptmx"} {
+		if _, err := os.Lstat(filepath.Join(root, n)); !os.IsNotExist(err) {
+			t.Errorf("%s kept: %v", n, err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "etc", "hostname")); err != nil || string(b) != "deb\n" {
+		t.Fatalf("etc/hostname %q %v", b, err)
+	}
+	// The note is for the import that skipped them, not the stored image.
+	if got, err := s.Get(context.Background(), "deb:12"); err != nil || got.Notes != nil {
+		t.Fatalf("Get: %+v %v", got, err)
+	}
+}
+
+// TestImportRootfsDeviceElsewhereEarly: a device node outside dev/ is refused
+// by name as soon as the tar's first pass reaches it: what follows it is
+// never read (here it is not even a tar).
+func TestImportRootfsDeviceElsewhereEarly(t *testing.T) {
+	s, before := seeded(t)
+	b := debootstrapTar(t, blockDev("./srv/disk0"), reg("./etc/late", "x"))
+	b = append(b[:len(b)-1024], []byte(strings.Repeat("not a tar header ", 200))...)
+	p := writeFile(t, filepath.Join(t.TempDir(), "rootfs.tar"), b)
+	imgs, err := s.Import(context.Background(), p, "deb:12")
+	if err == nil {
+		t.Fatalf("imported %+v", imgs)
+	}
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `entry "./srv/disk0": device nodes are not allowed`) {
+		t.Fatalf("error %q does not refuse srv/disk0 as a device node", err)
+	}
+	assertUnchanged(t, s, before)
+}
