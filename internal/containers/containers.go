@@ -28,17 +28,9 @@ import (
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
-)
-
-// Labels the daemon puts on one-off containers; LabelKind is "replica" on
-// the replicas serving starts.
-const (
-	LabelKind    = "shoal.kind"
-	labelImage   = "shoal.image"
-	labelCommand = "shoal.command"
-	labelDigest  = "shoal.image.digest"
 )
 
 const defaultPids = 1024
@@ -300,8 +292,8 @@ func (s *Service) List(ctx context.Context) ([]types.Container, error) {
 		if removing[c.ID] {
 			continue
 		}
-		a := types.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labelImage]}
-		json.Unmarshal([]byte(c.Labels[labelCommand]), &a.Command)
+		a := types.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labels.Image]}
+		json.Unmarshal([]byte(c.Labels[labels.Command]), &a.Command)
 		out = append(out, a)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
@@ -333,7 +325,7 @@ func (s *Service) ImageUsers(ctx context.Context) (map[string]string, error) {
 	}
 	s.mu.Unlock()
 	for _, c := range cs {
-		if d := c.Labels[labelDigest]; d != "" {
+		if d := c.Labels[labels.Digest]; d != "" {
 			m[d] = c.ID
 		}
 	}

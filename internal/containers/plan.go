@@ -9,6 +9,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/units"
@@ -93,7 +94,7 @@ func (s *Service) plan(ctx context.Context, req types.RunRequest) (_ *runPlan, r
 			MemoryBytes: p.spec.Limits.MemoryBytes,
 			Pids:        orDefaultInt(req.Pids, defaultPids),
 		},
-		Labels: map[string]string{LabelKind: "run", labelImage: orDefault(img.Ref, img.Digest), labelDigest: img.Digest, labelCommand: string(cmdJSON)},
+		Labels: map[string]string{labels.Kind: labels.KindRun, labels.Image: orDefault(img.Ref, img.Digest), labels.Digest: img.Digest, labels.Command: string(cmdJSON)},
 	}
 	return p, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -209,7 +210,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	for _, c := range adopted {
 		if c.Status != runtime.StatusStopped {
 			// Replicas are serving's to watch and release.
-			if c.Labels[containers.LabelKind] != "replica" {
+			if c.Labels[labels.Kind] != labels.KindReplica {
 				running = append(running, c)
 			}
 			if c.NetNSPath != "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/jobs"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -313,7 +314,7 @@ func (d *Daemon) imageUsers(ctx context.Context) (map[string]string, error) {
 		return nil, err
 	}
 	for _, c := range cs {
-		if dg := c.Labels[jobs.LabelDigest]; dg != "" {
+		if dg := c.Labels[labels.Digest]; dg != "" {
 			m[dg] = c.ID
 		}
 	}

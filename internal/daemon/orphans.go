@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/containers"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -15,7 +15,7 @@ import (
 // network namespace.
 func (d *Daemon) removeUnownedReplicas(ctx context.Context, adopted []*runtime.Container) {
 	for _, c := range adopted {
-		if c.Labels[containers.LabelKind] != "replica" || d.apps.Owns(c.ID) {
+		if c.Labels[labels.Kind] != labels.KindReplica || d.apps.Owns(c.ID) {
 			continue
 		}
 		d.log.Warn("removing a replica container no app has a record of", "container", c.ID, "pid", c.Pid)

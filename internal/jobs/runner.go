@@ -13,6 +13,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
@@ -89,14 +90,6 @@ type Sandbox struct {
 	pool  warmPool
 	ids   tenantIDs
 }
-
-// Labels on job containers.
-const (
-	LabelKind   = "shoal.kind"
-	LabelJob    = "shoal.job"
-	LabelDigest = "shoal.image.digest"
-	LabelImage  = "shoal.image"
-)
 
 func (s *Sandbox) clock() clock.Clock {
 	if s.Clock == nil {
@@ -279,7 +272,7 @@ func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work strin
 		UserNS:    ns,
 		Ephemeral: true,
 		Labels: map[string]string{
-			LabelKind: "job", LabelJob: p.Req.Image, LabelDigest: img.Digest, LabelImage: p.Req.Image,
+			labels.Kind: labels.KindJob, labels.Job: p.Req.Image, labels.Digest: img.Digest, labels.Image: p.Req.Image,
 		},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
@@ -26,7 +27,7 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 	t0 := time.Now()
 	id := fmt.Sprintf("%s-%d", jobID, i)
 	spec := s.spec(id, img, p, st, work, ns)
-	spec.Labels[LabelJob] = jobID
+	spec.Labels[labels.Job] = jobID
 	var att *network.Attachment
 	started := false
 	teardown := s.teardown(ctx, id, &started, &att)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -262,8 +263,8 @@ func TestClusterRemoveStrays(t *testing.T) {
 	back := h.clock.Now()
 	mk := func(id, kind string, created time.Time, node string) *runtime.Container {
 		t.Helper()
-		labels := map[string]string{labelKind: kind, labelApp: "hello"}
-		if _, err := h.rt.Run(ctx, runtime.Spec{ID: id, Labels: labels}); err != nil {
+		lbls := map[string]string{labels.Kind: kind, labels.App: "hello"}
+		if _, err := h.rt.Run(ctx, runtime.Spec{ID: id, Labels: lbls}); err != nil {
 			t.Fatal(err)
 		}
 		if node != "" {
@@ -272,14 +273,14 @@ func TestClusterRemoveStrays(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return &runtime.Container{ID: id, Labels: labels, Created: created}
+		return &runtime.Container{ID: id, Labels: lbls, Created: created}
 	}
 	old := back.Add(-time.Minute)
 	cs := []*runtime.Container{
-		mk("hello-mine", kindReplica, old, "n1"),
-		mk("hello-moved", kindReplica, old, "n2"),
-		mk("hello-gone", kindReplica, old, ""),
-		mk("hello-new", kindReplica, back, ""),
+		mk("hello-mine", labels.KindReplica, old, "n1"),
+		mk("hello-moved", labels.KindReplica, old, "n2"),
+		mk("hello-gone", labels.KindReplica, old, ""),
+		mk("hello-new", labels.KindReplica, back, ""),
 		mk("job-1", "job", old, ""),
 	}
 	removed, err := h.m.RemoveStrays(ctx, cs, back)

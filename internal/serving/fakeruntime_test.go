@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -65,7 +66,7 @@ func (f *fakeRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Contain
 			return nil, err
 		}
 	}
-	if s.Labels[labelKind] == kindMerge && f.hook != nil {
+	if s.Labels[labels.Kind] == labels.KindMerge && f.hook != nil {
 		c.exit = runtime.ExitStatus{Code: f.hook(s), Known: true}
 		close(c.done)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/statemerge"
 )
@@ -20,9 +21,6 @@ import (
 // hookTimeout bounds a merge hook's run; then it is killed and the merge
 // counts as failed (and is tried again).
 const hookTimeout = 2 * time.Minute
-
-// kindMerge labels merge hook containers.
-const kindMerge = "merge"
 
 // runHook runs the revision's merge hook in a short-lived container of the
 // revision's image that sees the replica's state at state.dir and the
@@ -85,7 +83,7 @@ func (g *merger) runHook(ctx context.Context, meta stateMeta, data, work, vol st
 		// Not recorded: a daemon that dies during the hook leaves an
 		// orphan that the next one removes, and runs the hook again.
 		Ephemeral: true,
-		Labels:    map[string]string{labelKind: kindMerge, labelApp: cfg.Name, "shoal.replica": meta.Replica},
+		Labels:    map[string]string{labels.Kind: labels.KindMerge, labels.App: cfg.Name, labels.Replica: meta.Replica},
 	}
 	if g.confiner != nil {
 		if err := g.confiner.Confine(ctx, cfg.Name, &spec); err != nil {

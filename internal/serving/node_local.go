@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/placement"
@@ -153,8 +154,8 @@ func (n *localNode) spec(ctx context.Context, s ReplicaSpec) (runtime.Spec, erro
 		ID: s.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
 		Hostname: s.ID, Mounts: mounts, DiskBytes: cfg.Resources.DiskBytes(),
 		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
-		Labels: map[string]string{labelKind: kindReplica, labelApp: cfg.Name, labelRevision: strconv.Itoa(s.Revision),
-			labelDigest: s.Digest, labelImage: cfg.Image},
+		Labels: map[string]string{labels.Kind: labels.KindReplica, labels.App: cfg.Name, labels.Revision: strconv.Itoa(s.Revision),
+			labels.Digest: s.Digest, labels.Image: cfg.Image},
 	}, nil
 }
 

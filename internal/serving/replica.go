@@ -37,16 +37,6 @@ type replica struct {
 	self        selfState
 }
 
-// Labels on replica containers.
-const (
-	labelKind     = "shoal.kind"
-	labelApp      = "shoal.app"
-	labelRevision = "shoal.revision"
-	labelDigest   = "shoal.image.digest"
-	labelImage    = "shoal.image"
-	kindReplica   = "replica"
-)
-
 func newReplicaID(app string) string {
 	b := make([]byte, 4)
 	rand.Read(b)

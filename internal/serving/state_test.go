@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
@@ -166,7 +167,7 @@ func TestStateHook(t *testing.T) {
 	}
 	h.rt.mu.Lock()
 	for cid, c := range h.rt.ctrs {
-		if c.spec.Labels[labelKind] == kindMerge {
+		if c.spec.Labels[labels.Kind] == labels.KindMerge {
 			t.Errorf("hook container %s left", cid)
 		}
 	}

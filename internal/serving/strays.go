@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -23,7 +24,7 @@ import (
 func (m *Manager) RemoveStrays(ctx context.Context, cs []*runtime.Container, before time.Time) ([]string, error) {
 	var cands []*runtime.Container
 	for _, c := range cs {
-		if c.Labels[labelKind] == kindReplica && c.Created.Before(before) {
+		if c.Labels[labels.Kind] == labels.KindReplica && c.Created.Before(before) {
 			cands = append(cands, c)
 		}
 	}
@@ -53,7 +54,7 @@ func (m *Manager) RemoveStrays(ctx context.Context, cs []*runtime.Container, bef
 		if ok {
 			why = fmt.Sprintf("its record names node %q", node)
 		}
-		m.log.Warn("serving: removing a replica that lost its place in the cluster", "replica", c.ID, "app", c.Labels[labelApp], "why", why)
+		m.log.Warn("serving: removing a replica that lost its place in the cluster", "replica", c.ID, "app", c.Labels[labels.App], "why", why)
 		if err := m.local.Stop(ctx, c.ID, 0); err != nil {
 			errs = append(errs, err)
 			continue
