@@ -211,13 +211,24 @@ func TestEventsCmd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "cold start") || !strings.Contains(out, "queued=1") || !strings.Contains(out, "other-x") {
 		t.Fatalf("events: %d %q %q", code, out, errs)
 	}
+	// --output json prints one object a line, with --follow or without.
 	code, out, _ = shoal(t, host, "events", "--app", "hello", "--output", "json")
-	var evs []types.Event
-	if code != 0 || json.Unmarshal([]byte(out), &evs) != nil || len(evs) != 1 || evs[0].Seq != 1 {
+	var ev types.Event
+	if code != 0 || strings.Count(out, "\n") != 1 || json.Unmarshal([]byte(out), &ev) != nil || ev.Seq != 1 {
 		t.Fatalf("events --app json: %d %s", code, out)
 	}
+	code, out, _ = shoal(t, host, "events", "--output", "json")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) < 2 {
+		t.Fatalf("events json: %d %q, want one line per event", code, out)
+	}
+	for _, l := range lines {
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("events json: line %q: %v", l, err)
+		}
+	}
 	code, out, errs = shoal(t, host, "events", "--follow", "--output", "json", "--after", "1")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
 	var e types.Event
 	if code != 0 || len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.Seq != 2 {
 		t.Fatalf("events --follow: %d %q %q", code, out, errs)

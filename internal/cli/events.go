@@ -26,8 +26,9 @@ func newEventsCmd(g *globals) *cobra.Command {
 		Short: "Show the event log: scaling decisions and replica changes, with reasons",
 		Long: `Print the event log: every scaling decision and every change of a replica's
 state, with the reason and the inputs behind it (in-flight requests, rates,
-CPU). --follow keeps printing new events as they happen (Ctrl-C ends it);
-with --output json it prints one JSON object per line.`,
+CPU). --follow keeps printing new events as they happen (Ctrl-C ends it).
+With --output json each event is one JSON object on a line of its own, with
+or without --follow.`,
 		Example: `  shoal events
   shoal events --app hello --follow
   shoal events --after 120 --output json`,
@@ -52,7 +53,7 @@ with --output json it prints one JSON object per line.`,
 					return err
 				}
 				if out == "json" {
-					return printJSON(cmd.OutOrStdout(), evs)
+					return printJSONLines(cmd.OutOrStdout(), evs)
 				}
 				var rows [][]string
 				for _, e := range evs {
@@ -119,9 +120,7 @@ func (g *globals) followEvents(cmd *cobra.Command, path, out string) error {
 			return fmt.Errorf("event stream: %w", err)
 		}
 		if out == "json" {
-			b, _ := json.Marshal(e)
-			_, err := fmt.Fprintf(w, "%s\n", b)
-			return err
+			return printJSONLines(w, []types.Event{e})
 		}
 		r := eventRow(e)
 		_, err := fmt.Fprintf(w, "%-6s %-12s %-10s %-14s %-14s %s (%s)\n", r[0], r[1], r[2], r[3], r[4], r[5], r[6])
@@ -131,6 +130,20 @@ func (g *globals) followEvents(cmd *cobra.Command, path, out string) error {
 		return nil // interrupted: the normal end of --follow
 	}
 	return err
+}
+
+// printJSONLines prints each event as one JSON object on a line of its own.
+func printJSONLines(w io.Writer, evs []types.Event) error {
+	for _, e := range evs {
+		b, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", e.Seq, err)
+		}
+		if _, err := fmt.Fprintf(w, "%s\n", b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readSSE calls fn with the data of each event of a server-sent event

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -80,10 +79,7 @@ max = 2
 		t.Fatalf("the load loop sent %d requests, want 5000", s.n)
 	}
 
-	var evs []types.Event
-	if err := json.Unmarshal([]byte(d.must("events", "--app", "hello", "--output", "json")), &evs); err != nil {
-		t.Fatal(err)
-	}
+	evs := parseEvents(t, d.must("events", "--app", "hello", "--output", "json"))
 	if !slices.ContainsFunc(evs, func(e types.Event) bool {
 		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, "signal 9")
 	}) {
@@ -179,10 +175,7 @@ func (d *daemon) checkUnhealthyReplaced(manifest string, load func(proxy string)
 	}
 	t.Logf("%d requests; answers by replica: %v", s.n, s.by)
 
-	var evs []types.Event
-	if err := json.Unmarshal([]byte(d.must("events", "--app", "web", "--output", "json")), &evs); err != nil {
-		t.Fatal(err)
-	}
+	evs := parseEvents(t, d.must("events", "--app", "web", "--output", "json"))
 	if !slices.ContainsFunc(evs, func(e types.Event) bool {
 		return e.Kind == "fail" && e.Replica == victim && strings.Contains(e.Reason, why)
 	}) {

@@ -356,3 +356,21 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// parseEvents reads the output of `shoal events --output json`: one event
+// a line.
+func parseEvents(t *testing.T, out string) []types.Event {
+	t.Helper()
+	var evs []types.Event
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l == "" {
+			continue
+		}
+		var e types.Event
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("events --output json: line %q: %v", l, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}

@@ -181,8 +181,7 @@ func TestClusterJobs(t *testing.T) {
 		t.Fatalf("job after its node was killed: %+v; want done on another node, requeued: %s", j, want)
 	}
 	r = via.shoal("events", "-o", "json")
-	var evs []types.Event
-	json.Unmarshal([]byte(r.stdout), &evs)
+	evs := parseEvents(t, r.stdout)
 	found := false
 	for _, e := range evs {
 		found = found || (e.Kind == "job_requeued" && strings.Contains(e.Reason, id) && strings.Contains(e.Reason, "node "+victim.name+" lost"))
@@ -241,7 +240,7 @@ func TestClusterJobs(t *testing.T) {
 		t.Fatalf("job killed twice: %+v; want lost: %s", j, want)
 	}
 	found = false
-	json.Unmarshal([]byte(via.shoal("events", "-o", "json").stdout), &evs)
+	evs = parseEvents(t, via.shoal("events", "-o", "json").stdout)
 	for _, e := range evs {
 		found = found || (e.Kind == "job_lost" && strings.Contains(e.Reason, id) && strings.Contains(e.Reason, want))
 	}

@@ -154,10 +154,7 @@ func (a selfAnswer) expect(t *testing.T, what string, code int, reason string) {
 // events returns the app's events of kind.
 func (d *daemon) events(app, kind string) []types.Event {
 	d.t.Helper()
-	var evs []types.Event
-	if err := json.Unmarshal([]byte(d.must("events", "--app", app, "--output", "json")), &evs); err != nil {
-		d.t.Fatal(err)
-	}
+	evs := parseEvents(d.t, d.must("events", "--app", app, "--output", "json"))
 	var out []types.Event
 	for _, e := range evs {
 		if e.Kind == kind {
