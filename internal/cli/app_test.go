@@ -154,6 +154,10 @@ func TestAppDeploy(t *testing.T) {
 			t.Errorf("deploy %v: exit %d %q; want 2 naming %q", c.args, code, errs, c.want)
 		}
 	}
+	// The key is named once, not again in front of the file's name.
+	if _, _, errs := shoal(t, host, "app", "deploy", "-f", bad); strings.Count(errs, "scale.mxa") != 1 {
+		t.Errorf("deploy -f bad.toml: %q names the key more than once", errs)
+	}
 }
 
 func TestAppStatusAndLs(t *testing.T) {

@@ -35,8 +35,10 @@ type APIError struct {
 	Field  string
 }
 
+// Error names the field in front of the message unless the message names
+// it already ("shoal.toml: domains: unknown field").
 func (e *APIError) Error() string {
-	if e.Field != "" && !strings.HasPrefix(e.Msg, e.Field+":") {
+	if e.Field != "" && !strings.HasPrefix(e.Msg, e.Field+":") && !strings.Contains(e.Msg, " "+e.Field+":") {
 		return e.Field + ": " + e.Msg
 	}
 	return e.Msg
