@@ -200,6 +200,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	// would freeze and thaw in turn).
 	// An app scaled on its own metric may work without requests.
 	if cfg.Scale.Metric == "" && want > active && load.InFlight == 0 && now.Sub(load.LastRequest) >= cfg.Scale.IdleTimeout.Duration {
+		reason = fmt.Sprintf("no request for idle_timeout %s, so not the %d the autoscaler's window still asks", cfg.Scale.IdleTimeout.Duration, want)
 		want, cause = active, causeIdle
 	}
 	if len(ready) > 0 {
