@@ -12,11 +12,12 @@ import (
 // A request waiting on an endpoint whose connections are cut (its node
 // left the cluster's live set: the route drops it, then Cut) does not
 // hang: a GET without a body is sent again to another endpoint of the
-// app, and a POST with a body, which may not be sent twice, is answered
-// 502 at once. So on the fast path and on the net/http path.
+// app, and a POST with a body (of known length or chunked), which may not
+// be sent twice, is answered 502 at once. So on the fast path and on the
+// net/http path.
 func TestCutRequestWaitingOnDeadEndpoint(t *testing.T) {
 	for _, path := range []string{"fast", "net/http"} {
-		for _, method := range []string{"GET", "POST"} {
+		for _, method := range []string{"GET", "POST", "POST-chunked"} {
 			t.Run(path+"/"+method, func(t *testing.T) {
 				arrived := make(chan struct{}, 1)
 				release := make(chan struct{})
@@ -40,15 +41,18 @@ func TestCutRequestWaitingOnDeadEndpoint(t *testing.T) {
 				okEp := route.Endpoint{ID: "x-ok", Addr: ok.addr}
 				f.p.SetRoute(route.Route{App: "x", Endpoints: []route.Endpoint{deadEp}})
 				var body *strings.Reader
-				if method == "POST" {
-					body = strings.NewReader("payload")
-				} else {
-					body = strings.NewReader("")
-				}
-				req, _ := http.NewRequest(method, url+"/", body)
-				req.Host = "x.localhost"
 				if method == "GET" {
+					body = strings.NewReader("")
+				} else {
+					body = strings.NewReader("payload")
+				}
+				req, _ := http.NewRequest(strings.TrimSuffix(method, "-chunked"), url+"/", body)
+				req.Host = "x.localhost"
+				switch method {
+				case "GET":
 					req.Body, req.ContentLength = nil, 0
+				case "POST-chunked":
+					req.ContentLength = -1
 				}
 				res := f.goDo(req)
 				recv(t, arrived, "the request at the dead endpoint")

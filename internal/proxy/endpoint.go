@@ -33,44 +33,6 @@ type endpoint struct {
 	idleWaiters atomic.Int32
 	mu          sync.Mutex
 	idle        chan struct{} // closed when inFlight reaches zero; guarded by mu
-	// held ends each long-lived request (an upgrade, a chunked upload) in
-	// flight on e; guarded by mu.
-	held    map[uint64]context.CancelFunc
-	heldSeq uint64
-}
-
-// hold registers end, which ends a long-lived request on e, until the
-// returned func is called.
-func (e *endpoint) hold(end context.CancelFunc) (unhold func()) {
-	e.mu.Lock()
-	if e.held == nil {
-		e.held = map[uint64]context.CancelFunc{}
-	}
-	e.heldSeq++
-	id := e.heldSeq
-	e.held[id] = end
-	e.mu.Unlock()
-	return func() {
-		e.mu.Lock()
-		delete(e.held, id)
-		e.mu.Unlock()
-	}
-}
-
-// cut ends every request still on e: the long-lived ones it holds (an
-// upgraded connection, a chunked upload) end, and every connection of its
-// pool closes, which cuts the answers being copied on the direct and fast
-// paths (an event stream, a long body) and fails those not begun. The
-// client connections of the answers cut close. It returns how many
-// held requests and pool connections it ended.
-func (e *endpoint) cut() (held, conns int) {
-	e.mu.Lock()
-	held = len(e.held)
-	for _, end := range e.held {
-		end()
-	}
-	e.mu.Unlock()
-	return held, e.pool.cutAll()
 }
 
 func newEndpoint(id, addr, node string) *endpoint {
@@ -170,12 +132,18 @@ func (t *table) Idle(ctx context.Context, endpointID string) error {
 	return e.waitIdle(ctx)
 }
 
-// Cut ends every request still on an endpoint that left its route, when
-// its drain's grace is over, rather than leave them to hang on a frozen or
-// stopped replica: answers being copied (event streams, long bodies) end
-// short and their client connections close, an upgraded WebSocket gets a
-// close frame (1001, going away) first, other upgraded connections and
-// chunked uploads close. An endpoint in a route, or unknown, is left alone.
+// Cut ends every request still on an endpoint that left its route (its
+// drain's grace is over, or its node left the cluster), rather than leave
+// them to hang on a frozen or stopped replica. It is the one way requests
+// are cut, for both engines and every kind of request: the endpoint's pool
+// closes every connection it dialed that is still open and dials no more
+// until the endpoint is routed again. So answers being copied (event
+// streams, long bodies) end short and their client connections close; an
+// upgraded WebSocket gets a close frame (1001, going away) first, other
+// upgraded connections close; a request not answered yet fails on its
+// connection, which the forwarder takes as a replica that died before
+// answering (see forward). An endpoint in a route, or unknown, is left
+// alone.
 func (t *table) Cut(endpointID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -183,8 +151,8 @@ func (t *table) Cut(endpointID string) {
 	if e == nil || !e.closed.Load() {
 		return
 	}
-	if held, conns := e.cut(); held+conns > 0 {
-		t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "upgrades_and_uploads", held, "replica_connections", conns)
+	if conns := e.pool.cutAll(); conns > 0 {
+		t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "replica_connections", conns)
 	}
 }
 

@@ -9,10 +9,10 @@ import (
 )
 
 // The forwarder sends an admitted request to its endpoint and owns the
-// retry policy, whichever front end serves the request: the fast path
-// (fastReq), net/http (stdReq) and the reverse proxy's transport for
-// upgrades and chunked uploads (rtLeg) each only send once and say how it
-// went.
+// retry contract (see forward), whichever engine serves the request: the
+// fast path (fastReq) and net/http's leg (stdReq: handed-off connections,
+// upgrades, chunked uploads) each only send once, on a connection of the
+// endpoint's pool, and say how it went.
 
 // maxDeathRetries bounds how often a request is sent again after a replica
 // failed it before answering.
@@ -43,18 +43,30 @@ type leg interface {
 }
 
 // forward sends the admitted request st to its endpoint through l, and
-// sends it again when that is safe:
-//   - to another endpoint of the app when a connect fails (nothing was
-//     sent), until one accepts or every one was tried;
-//   - once more on a new connection to the same endpoint when a reused
-//     one turns out closed before any answer, for a safe method without
-//     a body;
-//   - to another endpoint, at most maxDeathRetries times, when the replica
-//     failed before any answer to an idempotent method without a body.
+// sends it again when that is safe. This is the proxy's one retry
+// contract: it depends only on the request's method and whether it has a
+// body, never on the engine or on the kind of request (plain, streamed,
+// an upgrade, a chunked upload):
+//   - a connect that fails (refused, timed out after DialTimeout, or to an
+//     endpoint whose connections were cut): nothing was sent, so any
+//     request goes to another endpoint of the app, each tried once, until
+//     one accepts; else 502;
+//   - a reused connection closed before any byte of the answer (the
+//     replica closed it after the idle check): a safe method (GET, HEAD,
+//     OPTIONS) without a body is sent once more, on a new connection to
+//     the same endpoint;
+//   - a replica that failed before any byte of its answer (its connection
+//     closed or reset, or cut by Cut): an idempotent method (the safe ones,
+//     PUT, DELETE, TRACE) without a body goes to another endpoint, never
+//     one it went to, at most maxDeathRetries times; else 502;
+//   - anything else (a request with a body, of known length or chunked,
+//     whose replica failed after the connect; a failure once a byte of the
+//     answer came, an upgrade once switched; a timeout) is never sent again.
 //
-// safe and idempotent classify the request's method (methodKind); a
-// request with a body (cl != 0) is never sent twice. Every move to another
-// endpoint counts in shoal_proxy_retries_total.
+// A request another node's proxy sent (st.hop) goes to its endpoint or
+// nowhere. safe and idempotent classify the request's method (methodKind);
+// cl is its body's length (-1: chunked). Every move to another endpoint
+// counts in shoal_proxy_retries_total.
 func (p *Proxy) forward(st *reqState, l leg, safe, idempotent bool, cl int64) {
 	if cl != 0 {
 		safe, idempotent = false, false
@@ -125,11 +137,6 @@ type dialError struct{ err error }
 
 func (e *dialError) Error() string { return "connect: " + e.err.Error() }
 func (e *dialError) Unwrap() error { return e.err }
-
-func isDialError(err error) bool {
-	var de *dialError
-	return errors.As(err, &de)
-}
 
 // died tells whether err, on a connection to e, failed the request
 // before any answer: the replica's connection closed or reset under it

@@ -8,7 +8,8 @@ import (
 
 // Hop-by-hop fields, those of hopHeaders and those a Connection field
 // lists, reach neither the replica nor the client, whichever engine
-// forwards the request: the fast path and net/http's leg (HTTP/1.0).
+// forwards the request: the fast path and net/http's leg (HTTP/1.0, a
+// chunked upload).
 func TestHopByHopFieldsRemoved(t *testing.T) {
 	f := newFront(t, Options{})
 	seen := make(chan http.Header, 1)
@@ -28,6 +29,7 @@ func TestHopByHopFieldsRemoved(t *testing.T) {
 	for _, tc := range []struct{ name, req string }{
 		{"fast", "GET / HTTP/1.1\r\nHost: a.localhost\r\n" + hop + "\r\n"},
 		{"net/http", "GET / HTTP/1.0\r\nHost: a.localhost\r\n" + hop + "\r\n"},
+		{"chunked", "POST / HTTP/1.1\r\nHost: a.localhost\r\nTransfer-Encoding: chunked\r\n" + hop + "\r\n3\r\nabc\r\n0\r\n\r\n"},
 	} {
 		rc := f.dial(t)
 		rc.send(tc.req)

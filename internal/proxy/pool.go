@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 )
+
+// DialTimeout bounds a connect to a replica; a replica that does not accept
+// in this time is tried as failed and the request goes to another one.
+const DialTimeout = time.Second
 
 // maxIdlePerEndpoint bounds the idle keep-alive connections kept to one
 // replica.
@@ -35,6 +40,9 @@ type bconn struct {
 	rdl    time.Time // the read deadline the fast path set
 	src    bsrc
 	since  time.Time // when it was put in the pool
+	// ws is set while the connection carries an upgraded WebSocket,
+	// which a cut ends with a close frame.
+	ws atomic.Pointer[wsConn]
 	// peekFn and the fields after it are the idle check's (alive), made
 	// once per connection so that the check allocates nothing.
 	peekFn func(fd uintptr) bool
@@ -213,8 +221,9 @@ func (p *pool) close() {
 }
 
 // cutAll closes every connection of the pool, those in use too, whose
-// requests then fail or see their answers end short, and dials no new one
-// until open; it returns how many it closed.
+// requests then fail or see their answers end short (an upgraded
+// WebSocket gets its close frame), and dials no new one until open; it
+// returns how many it closed.
 func (p *pool) cutAll() int {
 	p.mu.Lock()
 	live := p.live
@@ -222,7 +231,11 @@ func (p *pool) cutAll() int {
 	p.closed, p.cut = true, true
 	p.mu.Unlock()
 	for bc := range live {
-		bc.c.Close()
+		if ws := bc.ws.Load(); ws != nil {
+			ws.goAway()
+		} else {
+			bc.c.Close()
+		}
 	}
 	return len(live)
 }

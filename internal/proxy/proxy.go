@@ -17,7 +17,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
 	"strings"
 	"time"
 
@@ -45,8 +44,6 @@ type Options struct {
 	Registerer prometheus.Registerer // may be nil
 	Logger     *slog.Logger
 	Clock      clock.Clock // for LastRequest and queue timing; default clock.Real
-	// Transport overrides the shared transport to replicas (tests).
-	Transport http.RoundTripper
 	// Limits bound what one client can hold; zero fields take defaults.
 	Limits Limits
 }
@@ -61,7 +58,6 @@ type Proxy struct {
 	domain    string // ".<domain>", lower case, or ""
 	log       *slog.Logger
 	mistakes  mistakeLog
-	rp        *httputil.ReverseProxy
 
 	front server // the listener side of Serve
 }
@@ -79,18 +75,6 @@ func New(o Options) *Proxy {
 	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log), p.log)
 	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
 		p.domain = "." + d
-	}
-	base := o.Transport
-	if base == nil {
-		base = NewTransport()
-	}
-	p.rp = &httputil.ReverseProxy{
-		Director:       director,
-		Transport:      &retryTransport{p: p, base: base},
-		BufferPool:     bufferPool{},
-		ModifyResponse: p.modifyResponse,
-		ErrorHandler:   p.errorHandler,
-		ErrorLog:       mistakeLogger(p),
 	}
 	p.front.init(p, o.Limits.withDefaults())
 	return p
@@ -132,20 +116,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// it when it sees the head).
 		w.Header().Set("Connection", "close")
 	}
-	if direct(r) {
-		safe, idempotent := methodKind(r.Method)
-		p.forward(st, x, safe, idempotent, r.ContentLength)
-		return
-	}
-	// An upgraded connection or a chunked upload may outlive its
-	// endpoint's drain: WaitIdle cuts it when the grace is over. It is
-	// held by the endpoint it is sent to (see rtLeg.send).
-	ctx, end := context.WithCancel(st.Context)
-	defer end()
-	st.Context = ctx
-	st.upgrade = &upgradeCut{end: end}
-	defer st.upgrade.release()
-	p.rp.ServeHTTP(w, r.WithContext(st))
+	safe, idempotent := methodKind(r.Method)
+	p.forward(st, x, safe, idempotent, r.ContentLength)
 }
 
 // appName returns the app a Host header names, or "".
@@ -177,15 +149,13 @@ func hasUpper(s string) bool {
 	return false
 }
 
-// reqState is the context of a forwarded request: it carries the app, the
-// endpoint it holds, and the answer's status to the transport and the
-// reverse proxy's hooks without another allocation.
+// reqState is a forwarded request as admission and the forwarder see it,
+// whichever engine serves it: its context, app, endpoint and answer.
 type reqState struct {
 	context.Context
 	app   *app // set while admit's count of the request is open
 	ep    *endpoint
 	tried []*endpoint
-	body  *retryBody
 	// upload is the request body net/http reads, under its upload guard.
 	upload *guardedBody
 	code   int
@@ -203,9 +173,6 @@ type reqState struct {
 	// hop is set for a request another node's proxy sent to st.ep: it
 	// goes there or nowhere.
 	hop bool
-	// upgrade ends a request the reverse proxy serves when its
-	// endpoint's drain is over; nil on the direct and fast paths.
-	upgrade *upgradeCut
 }
 
 // setCookie returns the Set-Cookie value the answer carries: the sticky
@@ -215,21 +182,6 @@ func (s *reqState) setCookie() string {
 		return s.ep.cookie
 	}
 	return ""
-}
-
-type stateKey struct{}
-
-// Value returns the state itself for stateKey and asks the parent otherwise.
-func (s *reqState) Value(k any) any {
-	if _, ok := k.(stateKey); ok {
-		return s
-	}
-	return s.Context.Value(k)
-}
-
-func stateOf(r *http.Request) *reqState {
-	st, _ := r.Context().Value(stateKey{}).(*reqState)
-	return st
 }
 
 var _ http.Handler = (*Proxy)(nil)

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -158,5 +160,54 @@ func TestStickyReplicaDiesBeforeAnswering(t *testing.T) {
 				t.Fatalf("%s: cookie for %s: %d from %q, Set-Cookie %q; want the live replica and a cookie naming it", name, id, code, body, sc)
 			}
 		}
+	}
+}
+
+// The retry contract does not depend on the kind of request: an upgrade
+// (a GET without a body) whose replica dies before answering is sent to
+// another replica as any GET is, and a chunked upload, which has a body,
+// is never sent twice.
+func TestRetryContractForUpgradesAndChunkedUploads(t *testing.T) {
+	f := newFront(t, Options{})
+	dying := newDyingBackend(t, false)
+	live := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			io.Copy(io.Discard, r.Body)
+			io.WriteString(w, "live")
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		io.Copy(conn, brw)
+	})
+	f.p.SetRoute(route.Route{App: "a", Weights: map[int]int{1: 100}, Endpoints: []route.Endpoint{
+		{ID: "a-dying", Addr: dying.addr, Revision: 1},
+		{ID: "a-live", Addr: live.addr, Revision: 2},
+	}})
+	rc := f.dial(t)
+	rc.send("GET /ws HTTP/1.1\r\nHost: a.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	resp, err := http.ReadResponse(rc.br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("an upgrade whose first replica died: %v %v, want 101 from the other", resp, err)
+	}
+	rc.send("hello\n")
+	if l, err := rc.br.ReadString('\n'); err != nil || l != "hello\n" {
+		t.Fatalf("echo over the upgrade: %q %v", l, err)
+	}
+	if n := dying.conns.Load(); n != 1 {
+		t.Fatalf("the dying replica read %d requests, want 1", n)
+	}
+	rc = f.dial(t)
+	rc.send("POST / HTTP/1.1\r\nHost: a.localhost\r\nTransfer-Encoding: chunked\r\n\r\n7\r\npayload\r\n0\r\n\r\n")
+	if resp, body := rc.read("POST"); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("a chunked upload whose replica died: %d %q, want 502", resp.StatusCode, body)
+	}
+	if n := dying.conns.Load(); n != 2 || live.hits.Load() != 1 {
+		t.Fatalf("the chunked upload reached the dying replica %d times and the live one %d (want once, never)", n-1, live.hits.Load()-1)
 	}
 }

@@ -1,11 +1,8 @@
 package proxy
 
 import (
-	"context"
 	"io"
 	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,50 +34,7 @@ func closeFrame(reason string) []byte {
 // is cut, for the close frame to be written before it stops.
 const wsCloseWait = time.Second
 
-// upgradeCut ends an upgraded request when its endpoint's drain is over: a
-// WebSocket with a close frame, any other upgrade (or a chunked upload) by
-// ending its context, which closes both its connections.
-type upgradeCut struct {
-	end context.CancelFunc
-	ws  atomic.Pointer[wsConn]
-	// The endpoint that holds the request: the one it was last sent to,
-	// which a failed connect may change. Owned by the request's goroutine.
-	ep     *endpoint
-	unhold func()
-}
-
-// holdOn has ep hold the request, in place of the endpoint that held it.
-func (u *upgradeCut) holdOn(ep *endpoint) {
-	if u.ep == ep {
-		return
-	}
-	u.release()
-	u.ep, u.unhold = ep, ep.hold(u.cut)
-}
-
-// release lets the endpoint that holds the request go of it.
-func (u *upgradeCut) release() {
-	if u.unhold != nil {
-		u.unhold()
-		u.ep, u.unhold = nil, nil
-	}
-}
-
-func (u *upgradeCut) cut() {
-	if ws := u.ws.Load(); ws != nil {
-		ws.goAway()
-		return
-	}
-	u.end()
-}
-
-// isWebSocket tells whether an answer switched its connection to WebSocket.
-func isWebSocket(resp *http.Response) bool {
-	return resp.StatusCode == http.StatusSwitchingProtocols &&
-		strings.EqualFold(strings.TrimSpace(resp.Header.Get("Upgrade")), "websocket")
-}
-
-// wsConn is the replica's side of an upgraded WebSocket as the reverse proxy
+// wsConn is the replica's side of an upgraded WebSocket as the upgrade leg
 // copies it: Read carries the replica's frames to the client, Write the
 // client's to the replica.
 type wsConn struct {

@@ -8,18 +8,16 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
-// The direct path forwards a plain HTTP/1.x request of known body length on
-// a pooled keep-alive connection, writing the request and reading the
-// answer in the handler's own goroutine. Upgrades and chunked request
-// bodies, which need both directions at once, go through the reverse proxy.
-
-// direct tells whether r takes the direct path.
-func direct(r *http.Request) bool {
-	return r.ProtoMajor == 1 && r.ContentLength >= 0 && r.Header["Upgrade"] == nil
-}
+// The net/http leg forwards every request net/http read (a connection the
+// fast path handed off, or any http.Server running ServeHTTP) on a
+// connection of the endpoint's pool, the fast path's: it writes the request
+// (a body of known length, or a chunked one streamed as it comes) and
+// copies the answer in the handler's own goroutine. An upgrade the replica
+// accepts is hijacked and copied both ways (upgrade.go).
 
 // aLongTimeAgo is a deadline that makes blocked I/O return at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -95,13 +93,18 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 	if st.ep.node != "" {
 		hop = x.p.hopValue(st.ep, r.Host)
 	}
-	if err := writeRequest(bc.bw, r, hop, st.hop); err != nil {
+	up := upgradeType(r.Header)
+	if err := writeRequest(bc.bw, r, hop, st.hop, up); err != nil {
 		var be *bodyError
+		var mbe *http.MaxBytesError
 		switch {
 		case mayRetry && !errors.As(err, &be):
 			return sendStale, nil
 		case ctx.Err() != nil:
 			st.code = statusClientGone
+		case errors.As(err, &be) && errors.As(be.err, &mbe):
+			w.Header().Set("Connection", "close")
+			x.fail(st, be.err) // 413
 		case errors.As(err, &be):
 			w.Header().Set("Connection", "close")
 			st.refuseWith(x.p.badBody(r.RemoteAddr, be.err)).write(w)
@@ -123,6 +126,10 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 	resp, plain, err := readResponse(bc.br, r)
 	for err == nil && resp.StatusCode < 200 {
 		if resp.StatusCode == http.StatusSwitchingProtocols {
+			if up != "" {
+				x.switched(bc, resp, up)
+				return sendDone, nil
+			}
 			err = errors.New("replica switched protocols unasked")
 			break
 		}
@@ -165,8 +172,8 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		h[http.TrailerPrefix+k] = vs
 	}
 	// Kept only when the answer ended where its unambiguous framing said,
-	// with nothing after it (see fastReq.relay).
-	keep = !resp.Close && plain && bc.clean()
+	// with nothing after it (see fastReq.relay), and no upgrade was asked.
+	keep = up == "" && !resp.Close && plain && bc.clean()
 	return sendDone, nil
 }
 
@@ -209,8 +216,10 @@ func (e *bodyError) Unwrap() error { return e.err }
 // writeRequest writes r in HTTP/1.1 with the hop-by-hop fields removed,
 // the forwarded fields written (appendForwarded), and the hop header hop
 // unless it is "". trusted keeps the request's own X-Real-IP and Forwarded:
-// it came from another node's proxy.
-func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) error {
+// it came from another node's proxy. upgrade, unless "", is the protocol
+// the request asks to switch to. A body of unknown length is streamed in
+// chunked coding, each piece as it comes, its trailers after it.
+func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool, upgrade string) error {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' {
 		uri = r.URL.RequestURI()
@@ -244,10 +253,22 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) e
 	}
 	fw := forwardedOf(r)
 	bw.Write(appendForwarded(bw.AvailableBuffer(), &fw, r.Host, r.Header["X-Forwarded-For"], kept))
-	if r.ContentLength > 0 || r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH" {
+	chunked := r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody
+	switch {
+	case chunked:
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		for k := range r.Trailer {
+			bw.WriteString("Trailer: " + k + "\r\n")
+		}
+	case r.ContentLength > 0 || r.Method == "POST" || r.Method == "PUT" || r.Method == "PATCH":
 		bw.WriteString("Content-Length: ")
 		var num [20]byte
-		bw.Write(strconv.AppendInt(num[:0], r.ContentLength, 10))
+		bw.Write(strconv.AppendInt(num[:0], max(r.ContentLength, 0), 10))
+		bw.WriteString("\r\n")
+	}
+	if upgrade != "" {
+		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
+		bw.WriteString(upgrade)
 		bw.WriteString("\r\n")
 	}
 	if hop != "" {
@@ -256,7 +277,10 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) e
 		bw.WriteString("\r\n")
 	}
 	bw.WriteString("\r\n")
-	if r.ContentLength > 0 {
+	switch {
+	case chunked:
+		return writeChunked(bw, r)
+	case r.ContentLength > 0:
 		n, err := io.Copy(bw, r.Body)
 		if err == nil && n < r.ContentLength {
 			err = io.ErrUnexpectedEOF
@@ -267,3 +291,48 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool) e
 	}
 	return bw.Flush()
 }
+
+// writeChunked streams r's body of unknown length to bw in chunked coding,
+// each piece passed on as it is read, then its trailers.
+func writeChunked(bw *bufio.Writer, r *http.Request) error {
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	bp := buffers.Get().(*[]byte)
+	defer buffers.Put(bp)
+	buf := *bp
+	var num [20]byte
+	for {
+		n, err := r.Body.Read(buf)
+		if n > 0 {
+			bw.Write(strconv.AppendInt(num[:0], int64(n), 16))
+			bw.WriteString("\r\n")
+			bw.Write(buf[:n])
+			bw.WriteString("\r\n")
+			if werr := bw.Flush(); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return &bodyError{err: err}
+		}
+	}
+	bw.WriteString("0\r\n")
+	for k, vs := range r.Trailer {
+		if !passOn(k, nil) {
+			continue
+		}
+		for _, v := range vs {
+			bw.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	bw.WriteString("\r\n")
+	return bw.Flush()
+}
+
+// buffers lends the copies of bodies and upgraded connections their
+// buffers.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
