@@ -12,7 +12,7 @@ func BenchmarkNodeCall(b *testing.B) {
 	fake.known["web-1"] = true
 	b.Run("local", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := fake.Usage("web-1"); err != nil {
+			if _, _, err := fake.Usage(b.Context(), "web-1"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -21,9 +21,9 @@ func BenchmarkNodeCall(b *testing.B) {
 		st := testStore(b)
 		srv := serve(b, (&Server{Name: "n2", Secret: testSecret, Node: fake}).Handler())
 		addNode(b, st, "n2", srv)
-		r := NewClient(st, testSecret).Remote("n2", nil)
+		r := NewClient(st, testSecret).Remote("n2")
 		for b.Loop() {
-			if _, _, err := r.Usage("web-1"); err != nil {
+			if _, _, err := r.Usage(b.Context(), "web-1"); err != nil {
 				b.Fatal(err)
 			}
 		}

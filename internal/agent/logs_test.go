@@ -86,7 +86,7 @@ func TestRemoteTailLogRefused(t *testing.T) {
 	st := testStore(t)
 	srv := serve(t, (&Server{Name: "n2", Secret: testSecret, Node: logNode{newFakeNode(), dir}, Log: testLog(t)}).Handler())
 	addNode(t, st, "n2", srv)
-	bad := NewClient(st, "another-secret-another").Remote("n2", testLog(t))
+	bad := NewClient(st, "another-secret-another").Remote("n2")
 	if lt, err := bad.TailLog(ctx, "web-1", "web/logs/web-1.log", 5); err == nil || len(lt.Lines) != 0 {
 		t.Fatalf("without the secret: %+v, %v", lt, err)
 	}

@@ -179,7 +179,7 @@ func TestStartFetchesImage(t *testing.T) {
 	n2 := serve(t, (&Server{Name: "n2", Secret: testSecret, Node: fake,
 		Fetch: &Fetcher{Images: lack, Client: c, Self: "n2"}}).Handler())
 	addNode(t, st, "n2", n2)
-	r := c.Remote("n2", nil)
+	r := c.Remote("n2")
 	missing := "sha256:" + strings.Repeat("cd", 32)
 	_, err := r.Start(ctx, serving.ReplicaSpec{ID: "web-0", App: "web", Digest: missing, ImageFrom: "n1", Config: manifest.Config{Port: 8080}})
 	if !errdefs.IsNotFound(err) || len(fake.log()) != 0 {

@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
-	"log/slog"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -14,28 +14,20 @@ import (
 	"github.com/shoal-run/shoal/internal/serving"
 )
 
-// CallTimeout bounds a call of a serving.Node method that takes no
-// context (Freeze, Thaw, Usage, SetCPU, Adopt, Release).
-const CallTimeout = 30 * time.Second
-
 // Remote is another node's replicas as a serving.Node: each call is made
-// by that node's agent on its own local Node. Errors keep their errdefs
-// kind; a node that cannot be reached is errdefs.ErrUnavailable.
+// by that node's agent on its own local Node, bounded by the caller's
+// context. Errors keep their errdefs kind; a node that cannot be reached
+// is errdefs.ErrUnavailable.
 type Remote struct {
 	c    *Client
 	node string
-	log  *slog.Logger
 }
 
 var _ serving.Node = (*Remote)(nil)
 
-// Remote returns node's replicas as a serving.Node; log takes what the
-// calls without an error result (Adopt, Release) could not do.
-func (c *Client) Remote(node string, log *slog.Logger) *Remote {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Remote{c: c, node: node, log: log}
+// Remote returns node's replicas as a serving.Node.
+func (c *Client) Remote(node string) *Remote {
+	return &Remote{c: c, node: node}
 }
 
 // Node is the name of the node it calls.
@@ -45,11 +37,6 @@ func (r *Remote) path(id, what string) string { return "replicas/" + url.PathEsc
 
 func (r *Remote) post(ctx context.Context, path string, in, out any) error {
 	return r.c.call(ctx, r.node, http.MethodPost, path, in, out)
-}
-
-// short is a call's context for the methods that take none.
-func short() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), CallTimeout)
 }
 
 // Start starts the replica on the node (which first fetches its image if
@@ -64,18 +51,14 @@ func (r *Remote) Start(ctx context.Context, s serving.ReplicaSpec) (serving.Star
 }
 
 // Freeze freezes the replica and returns the memory it holds frozen.
-func (r *Remote) Freeze(id string) (int64, error) {
-	ctx, cancel := short()
-	defer cancel()
+func (r *Remote) Freeze(ctx context.Context, id string) (int64, error) {
 	var f freezeResp
 	err := r.post(ctx, r.path(id, "freeze"), nil, &f)
 	return f.Memory, err
 }
 
 // Thaw thaws the replica.
-func (r *Remote) Thaw(id string) error {
-	ctx, cancel := short()
-	defer cancel()
+func (r *Remote) Thaw(ctx context.Context, id string) error {
 	return r.post(ctx, r.path(id, "thaw"), nil, nil)
 }
 
@@ -114,18 +97,14 @@ func (r *Remote) Check(ctx context.Context, id, addr string, h manifest.Health) 
 }
 
 // Usage is the replica's CPU throttling.
-func (r *Remote) Usage(id string) (periods, throttled uint64, err error) {
-	ctx, cancel := short()
-	defer cancel()
+func (r *Remote) Usage(ctx context.Context, id string) (periods, throttled uint64, err error) {
 	var u usageResp
 	err = r.post(ctx, r.path(id, "usage"), nil, &u)
 	return u.Periods, u.Throttled, err
 }
 
 // SetCPU changes the replica's CPU quota live.
-func (r *Remote) SetCPU(id string, cpus float64) error {
-	ctx, cancel := short()
-	defer cancel()
+func (r *Remote) SetCPU(ctx context.Context, id string, cpus float64) error {
 	return r.post(ctx, r.path(id, "cpu"), cpuReq{CPUs: cpus}, nil)
 }
 
@@ -142,35 +121,28 @@ const (
 	adoptPause = 500 * time.Millisecond
 )
 
-// Adopt asks the node what it has of replica k. A node that cannot answer
-// (after adoptTries) has nothing running for it as far as the caller can
-// know: logged, and reported not running.
-func (r *Remote) Adopt(k serving.Known) serving.Adopted {
-	ctx, cancel := short()
-	defer cancel()
-	var a serving.Adopted
+// Adopt asks the node what it has of replica k, asking again
+// (adoptTries in all) while the node cannot be reached; then the error.
+func (r *Remote) Adopt(ctx context.Context, k serving.Known) (serving.Adopted, error) {
 	var err error
 	for try := 1; try <= adoptTries; try++ {
+		var a serving.Adopted
 		if err = r.post(ctx, "replicas/adopt", k, &a); err == nil {
-			return a
+			return a, nil
 		}
 		if !errors.Is(err, errdefs.ErrUnavailable) || try == adoptTries {
 			break
 		}
 		select {
 		case <-ctx.Done():
+			return serving.Adopted{}, fmt.Errorf("replica %s: adopt: %w", k.ID, err)
 		case <-time.After(adoptPause):
 		}
 	}
-	r.log.Warn("adopt a replica on another node", "node", r.node, "replica", k.ID, "err", err)
-	return serving.Adopted{}
+	return serving.Adopted{}, fmt.Errorf("replica %s: adopt: %w", k.ID, err)
 }
 
-// Release frees the replica's place on the node; a failure is logged.
-func (r *Remote) Release(id string) {
-	ctx, cancel := short()
-	defer cancel()
-	if err := r.post(ctx, r.path(id, "release"), nil, nil); err != nil {
-		r.log.Warn("release a replica's place on another node", "node", r.node, "replica", id, "err", err)
-	}
+// Release frees the replica's place on the node.
+func (r *Remote) Release(ctx context.Context, id string) error {
+	return r.post(ctx, r.path(id, "release"), nil, nil)
 }

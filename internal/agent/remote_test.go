@@ -57,11 +57,11 @@ func (f *fakeNode) Start(ctx context.Context, s serving.ReplicaSpec) (serving.St
 	f.mu.Unlock()
 	return serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1"}, nil
 }
-func (f *fakeNode) Freeze(id string) (int64, error) {
+func (f *fakeNode) Freeze(_ context.Context, id string) (int64, error) {
 	f.call("freeze %s", id)
 	return 1 << 20, f.has(id)
 }
-func (f *fakeNode) Thaw(id string) error { f.call("thaw %s", id); return f.has(id) }
+func (f *fakeNode) Thaw(_ context.Context, id string) error { f.call("thaw %s", id); return f.has(id) }
 func (f *fakeNode) Drain(ctx context.Context, id string, grace time.Duration) error {
 	f.call("drain %s %s", id, grace)
 	return f.has(id)
@@ -91,8 +91,10 @@ func (f *fakeNode) Check(ctx context.Context, id, addr string, h manifest.Health
 	}
 	return f.has(id)
 }
-func (f *fakeNode) Usage(id string) (uint64, uint64, error) { return 100, 7, f.has(id) }
-func (f *fakeNode) SetCPU(id string, cpus float64) error {
+func (f *fakeNode) Usage(_ context.Context, id string) (uint64, uint64, error) {
+	return 100, 7, f.has(id)
+}
+func (f *fakeNode) SetCPU(_ context.Context, id string, cpus float64) error {
 	f.call("cpu %s %g", id, cpus)
 	return f.has(id)
 }
@@ -103,14 +105,14 @@ func (f *fakeNode) Remove(ctx context.Context, id string) error {
 	delete(f.known, id)
 	return nil
 }
-func (f *fakeNode) Adopt(k serving.Known) serving.Adopted {
+func (f *fakeNode) Adopt(_ context.Context, k serving.Known) (serving.Adopted, error) {
 	f.call("adopt %s %s %s", k.ID, k.App, k.CPUSet)
 	if f.has(k.ID) != nil {
-		return serving.Adopted{}
+		return serving.Adopted{}, nil
 	}
-	return serving.Adopted{Running: true, Frozen: true, Pid: 77}
+	return serving.Adopted{Running: true, Frozen: true, Pid: 77}, nil
 }
-func (f *fakeNode) Release(id string) { f.call("release %s", id) }
+func (f *fakeNode) Release(_ context.Context, id string) error { f.call("release %s", id); return nil }
 
 func (f *fakeNode) log() []string {
 	f.mu.Lock()
@@ -125,7 +127,7 @@ func remoteOf(t *testing.T, fake serving.Node, poll time.Duration) *Remote {
 	st := testStore(t)
 	srv := serve(t, (&Server{Name: "n2", Secret: testSecret, Node: fake, WaitPoll: poll, Log: testLog(t)}).Handler())
 	addNode(t, st, "n2", srv)
-	return NewClient(st, testSecret).Remote("n2", testLog(t))
+	return NewClient(st, testSecret).Remote("n2")
 }
 
 // Every serving.Node call made on a Remote is made on the other node's
@@ -142,19 +144,19 @@ func TestRemoteCallsTheNode(t *testing.T) {
 	if err != nil || st != (serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1", Node: "n2"}) {
 		t.Fatalf("start: %+v, %v", st, err)
 	}
-	if mem, err := r.Freeze("web-1"); err != nil || mem != 1<<20 {
+	if mem, err := r.Freeze(ctx, "web-1"); err != nil || mem != 1<<20 {
 		t.Fatalf("freeze: %d, %v", mem, err)
 	}
-	if err := r.Thaw("web-1"); err != nil {
+	if err := r.Thaw(ctx, "web-1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Check(ctx, "web-1", "10.77.0.5:8080", spec.Config.Health); err != nil {
 		t.Fatal(err)
 	}
-	if p, th, err := r.Usage("web-1"); err != nil || p != 100 || th != 7 {
+	if p, th, err := r.Usage(ctx, "web-1"); err != nil || p != 100 || th != 7 {
 		t.Fatalf("usage: %d %d %v", p, th, err)
 	}
-	if err := r.SetCPU("web-1", 1.5); err != nil {
+	if err := r.SetCPU(ctx, "web-1", 1.5); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Drain(ctx, "web-1", 3*time.Second); err != nil {
@@ -163,10 +165,12 @@ func TestRemoteCallsTheNode(t *testing.T) {
 	if err := r.Stop(ctx, "web-1", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if a := r.Adopt(serving.Known{ID: "web-1", App: "web", CPUSet: "1"}); a != (serving.Adopted{Running: true, Frozen: true, Pid: 77}) {
-		t.Fatalf("adopt: %+v", a)
+	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1", App: "web", CPUSet: "1"}); err != nil || a != (serving.Adopted{Running: true, Frozen: true, Pid: 77}) {
+		t.Fatalf("adopt: %+v, %v", a, err)
 	}
-	r.Release("web-1")
+	if err := r.Release(ctx, "web-1"); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.Remove(ctx, "web-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -187,19 +191,19 @@ func TestRemoteErrorKinds(t *testing.T) {
 	ctx := context.Background()
 	r := remoteOf(t, newFakeNode(), 0)
 	for name, err := range map[string]error{
-		"thaw":   r.Thaw("nope"),
+		"thaw":   r.Thaw(ctx, "nope"),
 		"stop":   r.Stop(ctx, "nope", 0),
 		"drain":  r.Drain(ctx, "nope", time.Second),
-		"setcpu": r.SetCPU("nope", 1),
+		"setcpu": r.SetCPU(ctx, "nope", 1),
 	} {
 		if !errdefs.IsNotFound(err) {
 			t.Errorf("%s of an unknown replica: %v; want not found", name, err)
 		}
 	}
-	if _, err := r.Freeze("nope"); !errdefs.IsNotFound(err) {
+	if _, err := r.Freeze(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("freeze: %v", err)
 	}
-	if _, _, err := r.Usage("nope"); !errdefs.IsNotFound(err) {
+	if _, _, err := r.Usage(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("usage: %v", err)
 	}
 	if _, err := r.Wait(ctx, "nope"); !errdefs.IsNotFound(err) {
@@ -211,8 +215,8 @@ func TestRemoteErrorKinds(t *testing.T) {
 	if err := r.Check(ctx, "nope", "a:1", manifest.Health{}); err == nil || errdefs.IsNotFound(err) {
 		t.Errorf("failed check: %v; want the check's error", err)
 	}
-	if a := r.Adopt(serving.Known{ID: "nope"}); a.Running {
-		t.Errorf("adopt of an unknown replica: %+v", a)
+	if a, err := r.Adopt(ctx, serving.Known{ID: "nope"}); err != nil || a.Running {
+		t.Errorf("adopt of an unknown replica: %+v, %v; want not running, no error", a, err)
 	}
 }
 
@@ -259,28 +263,29 @@ func TestRemoteWaitLongPoll(t *testing.T) {
 }
 
 // A node that runs no replicas yet answers unavailable; a node that is
-// gone is unavailable and Adopt reports nothing running there.
+// gone is unavailable, Adopt's answer too, with nothing running.
 func TestRemoteNodeUnavailable(t *testing.T) {
 	ctx := context.Background()
 	st := testStore(t)
 	srv := serve(t, (&Server{Name: "n2", Secret: testSecret}).Handler())
 	addNode(t, st, "n2", srv)
-	r := NewClient(st, testSecret).Remote("n2", testLog(t))
-	if err := r.Thaw("web-1"); !errors.Is(err, errdefs.ErrUnavailable) {
+	r := NewClient(st, testSecret).Remote("n2")
+	if err := r.Thaw(ctx, "web-1"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("node without replicas: %v", err)
 	}
 	srv.Close()
 	if _, err := r.Start(ctx, serving.ReplicaSpec{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("node gone: %v", err)
 	}
-	if a := r.Adopt(serving.Known{ID: "web-1"}); a.Running {
-		t.Fatalf("adopt on a node gone: %+v", a)
+	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) || a.Running {
+		t.Fatalf("adopt on a node gone: %+v, %v; want unavailable", a, err)
 	}
 }
 
 // Adopt asks again a node that answers unavailable (a daemon restarting
-// under a live lease) before it reports the replica not running.
+// under a live lease) before it reports the node unavailable.
 func TestRemoteAdoptAsksAgain(t *testing.T) {
+	ctx := context.Background()
 	st := testStore(t)
 	fake := newFakeNode()
 	fake.known["web-1"] = true
@@ -299,14 +304,14 @@ func TestRemoteAdoptAsksAgain(t *testing.T) {
 		h.ServeHTTP(w, r)
 	}))
 	addNode(t, st, "n2", srv)
-	r := NewClient(st, testSecret).Remote("n2", testLog(t))
-	if a := r.Adopt(serving.Known{ID: "web-1"}); !a.Running || a.Pid != 77 {
-		t.Fatalf("adopt after %d refusals: %+v", adoptTries-1, a)
+	r := NewClient(st, testSecret).Remote("n2")
+	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1"}); err != nil || !a.Running || a.Pid != 77 {
+		t.Fatalf("adopt after %d refusals: %+v, %v", adoptTries-1, a, err)
 	}
 	mu.Lock()
 	refuse = adoptTries
 	mu.Unlock()
-	if a := r.Adopt(serving.Known{ID: "web-1"}); a.Running {
-		t.Fatalf("adopt refused %d times: %+v; want not running", adoptTries, a)
+	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) || a.Running {
+		t.Fatalf("adopt refused %d times: %+v, %v; want unavailable, not running", adoptTries, a, err)
 	}
 }

@@ -57,7 +57,7 @@ func (s *Server) replicaRoutes(mux *http.ServeMux) {
 	mux.HandleFunc(p+"adopt", s.withNode(s.adopt))
 	mux.HandleFunc(p+"{id}/freeze", s.withNode(s.freeze))
 	mux.HandleFunc(p+"{id}/thaw", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
-		s.done(w, n.Thaw(r.PathValue("id")))
+		s.done(w, n.Thaw(r.Context(), r.PathValue("id")))
 	}))
 	mux.HandleFunc(p+"{id}/drain", s.withNode(s.drain))
 	mux.HandleFunc(p+"{id}/stop", s.withNode(s.stop))
@@ -72,8 +72,7 @@ func (s *Server) replicaRoutes(mux *http.ServeMux) {
 		s.done(w, n.Remove(r.Context(), r.PathValue("id")))
 	}))
 	mux.HandleFunc(p+"{id}/release", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
-		n.Release(r.PathValue("id"))
-		s.done(w, nil)
+		s.done(w, n.Release(r.Context(), r.PathValue("id")))
 	}))
 }
 
@@ -130,11 +129,16 @@ func (s *Server) adopt(w http.ResponseWriter, r *http.Request, n serving.Node) {
 		s.fail(w, err)
 		return
 	}
-	httperr.WriteJSON(w, http.StatusOK, n.Adopt(k))
+	a, err := n.Adopt(r.Context(), k)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	httperr.WriteJSON(w, http.StatusOK, a)
 }
 
 func (s *Server) freeze(w http.ResponseWriter, r *http.Request, n serving.Node) {
-	mem, err := n.Freeze(r.PathValue("id"))
+	mem, err := n.Freeze(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -190,7 +194,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, n serving.Node) {
 }
 
 func (s *Server) usage(w http.ResponseWriter, r *http.Request, n serving.Node) {
-	p, t, err := n.Usage(r.PathValue("id"))
+	p, t, err := n.Usage(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -204,5 +208,5 @@ func (s *Server) setCPU(w http.ResponseWriter, r *http.Request, n serving.Node) 
 		s.fail(w, err)
 		return
 	}
-	s.done(w, n.SetCPU(r.PathValue("id"), c.CPUs))
+	s.done(w, n.SetCPU(r.Context(), r.PathValue("id"), c.CPUs))
 }

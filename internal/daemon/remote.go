@@ -6,5 +6,5 @@ import "github.com/shoal-run/shoal/internal/serving"
 // it: through that node's agent. It is called only once the node has
 // joined (the leader is elected after).
 func (d *Daemon) remoteNode(name string) serving.Node {
-	return d.cluster.peers.Remote(name, d.log)
+	return d.cluster.peers.Remote(name)
 }

@@ -146,7 +146,7 @@ func TestClusterAgentRemoteReplica(t *testing.T) {
 	digest := n1.buildImage("hello")
 	cl, done := c.agentClient()
 	defer done()
-	r := cl.Remote("n2", nil)
+	r := cl.Remote("n2")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const id = "hello-e2eagent"
@@ -180,10 +180,10 @@ func TestClusterAgentRemoteReplica(t *testing.T) {
 	if checkErr != nil {
 		t.Fatalf("health check made on n2: %v", checkErr)
 	}
-	if _, err := r.Freeze(id); err != nil {
+	if _, err := r.Freeze(ctx, id); err != nil {
 		t.Fatalf("freeze: %v", err)
 	}
-	if err := r.Thaw(id); err != nil {
+	if err := r.Thaw(ctx, id); err != nil {
 		t.Fatalf("thaw: %v", err)
 	}
 	exited := make(chan error, 1)
@@ -201,7 +201,7 @@ func TestClusterAgentRemoteReplica(t *testing.T) {
 		t.Fatalf("remove: %v", err)
 	}
 	removed = true
-	if err := r.Thaw(id); !errdefs.IsNotFound(err) {
+	if err := r.Thaw(ctx, id); !errdefs.IsNotFound(err) {
 		t.Fatalf("thaw of a removed replica: %v; want not found", err)
 	}
 }

@@ -96,8 +96,14 @@ func (n *countingNode) Start(ctx context.Context, s ReplicaSpec) (Started, error
 	n.count()
 	return n.Node.Start(ctx, s)
 }
-func (n *countingNode) Freeze(id string) (int64, error) { n.count(); return n.Node.Freeze(id) }
-func (n *countingNode) Thaw(id string) error            { n.count(); return n.Node.Thaw(id) }
+func (n *countingNode) Freeze(ctx context.Context, id string) (int64, error) {
+	n.count()
+	return n.Node.Freeze(ctx, id)
+}
+func (n *countingNode) Thaw(ctx context.Context, id string) error {
+	n.count()
+	return n.Node.Thaw(ctx, id)
+}
 func (n *countingNode) Drain(ctx context.Context, id string, g time.Duration) error {
 	n.count()
 	if err := n.muted(); err != nil {
@@ -136,8 +142,14 @@ func (n *countingNode) TailLog(ctx context.Context, id, log string, lines int) (
 	}
 	return n.Node.(LogTailer).TailLog(ctx, id, log, lines)
 }
-func (n *countingNode) Adopt(k Known) Adopted { n.count(); return n.Node.Adopt(k) }
-func (n *countingNode) Release(id string)     { n.count(); n.Node.Release(id) }
+func (n *countingNode) Adopt(ctx context.Context, k Known) (Adopted, error) {
+	n.count()
+	return n.Node.Adopt(ctx, k)
+}
+func (n *countingNode) Release(ctx context.Context, id string) error {
+	n.count()
+	return n.Node.Release(ctx, id)
+}
 
 // clusterHarness is a harness whose Manager is node n1 of a cluster of
 // n1, n2 and n3; n2 and n3 are nodes on fake runtimes of their own.

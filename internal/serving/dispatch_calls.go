@@ -40,33 +40,17 @@ func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) 
 	return st, nil
 }
 
-func (d *dispatcher) Freeze(id string) (int64, error) {
-	n, ctx, done, err := d.to(context.Background(), id)
-	if err != nil {
-		return 0, err
-	}
+func (d *dispatcher) Freeze(ctx context.Context, id string) (int64, error) {
 	var mem int64
-	if n == d.local {
-		mem, err = n.Freeze(id)
-	} else {
-		mem, err = bounded(ctx, d.nodeOf(id), id, func() (int64, error) { return n.Freeze(id) })
-	}
-	done(err)
+	err := d.call(ctx, id, callLimit, func(ctx context.Context, n Node) (err error) {
+		mem, err = n.Freeze(ctx, id)
+		return err
+	})
 	return mem, err
 }
 
-func (d *dispatcher) Thaw(id string) error {
-	n, ctx, done, err := d.to(context.Background(), id)
-	if err != nil {
-		return err
-	}
-	if n == d.local {
-		err = n.Thaw(id)
-	} else {
-		_, err = bounded(ctx, d.nodeOf(id), id, func() (struct{}, error) { return struct{}{}, n.Thaw(id) })
-	}
-	done(err)
-	return err
+func (d *dispatcher) Thaw(ctx context.Context, id string) error {
+	return d.call(ctx, id, callLimit, func(ctx context.Context, n Node) error { return n.Thaw(ctx, id) })
 }
 
 func (d *dispatcher) Drain(ctx context.Context, id string, grace time.Duration) error {
@@ -142,38 +126,20 @@ func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Heal
 	return err
 }
 
-func (d *dispatcher) Usage(id string) (uint64, uint64, error) {
-	n, ctx, done, err := d.to(context.Background(), id)
-	if err != nil {
-		return 0, 0, err
-	}
-	if n == d.local {
-		return n.Usage(id)
-	}
-	// The scaler reads usage on each tick while it decides: a slow node
-	// must not hold up the app's other replicas.
-	ctx, cancel := context.WithTimeout(ctx, usageLimit)
-	defer cancel()
-	u, err := bounded(ctx, d.nodeOf(id), id, func() ([2]uint64, error) {
-		p, t, err := n.Usage(id)
-		return [2]uint64{p, t}, err
+// Usage reads the replica's throttling. The scaler reads usage on each
+// tick while it decides: a slow node must not hold up the app's other
+// replicas, so a remote read is bounded by usageLimit.
+func (d *dispatcher) Usage(ctx context.Context, id string) (uint64, uint64, error) {
+	var p, t uint64
+	err := d.call(ctx, id, usageLimit, func(ctx context.Context, n Node) (err error) {
+		p, t, err = n.Usage(ctx, id)
+		return err
 	})
-	done(err)
-	return u[0], u[1], err
+	return p, t, err
 }
 
-func (d *dispatcher) SetCPU(id string, cpus float64) error {
-	n, ctx, done, err := d.to(context.Background(), id)
-	if err != nil {
-		return err
-	}
-	if n == d.local {
-		err = n.SetCPU(id, cpus)
-	} else {
-		_, err = bounded(ctx, d.nodeOf(id), id, func() (struct{}, error) { return struct{}{}, n.SetCPU(id, cpus) })
-	}
-	done(err)
-	return err
+func (d *dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error {
+	return d.call(ctx, id, callLimit, func(ctx context.Context, n Node) error { return n.SetCPU(ctx, id, cpus) })
 }
 
 // Remove removes the replica on its node and forgets it. On a node that is
@@ -212,7 +178,7 @@ func (d *dispatcher) forget(id string) {
 
 // Adopt asks the node the record names: a replica on a node that is not
 // live does not run (it is lost, and replaced).
-func (d *dispatcher) Adopt(k Known) Adopted {
+func (d *dispatcher) Adopt(ctx context.Context, k Known) (Adopted, error) {
 	node := k.Node
 	if node == "" {
 		node = d.self
@@ -220,36 +186,29 @@ func (d *dispatcher) Adopt(k Known) Adopted {
 	d.mu.Lock()
 	d.at[k.ID] = &placed{node: node, app: k.App, ask: placement.Ask{CPU: k.CPU, Memory: k.Memory}}
 	d.mu.Unlock()
-	n, ctx, done, err := d.to(context.Background(), k.ID)
-	if err != nil {
-		return Adopted{}
+	if !d.isLive(node) {
+		return Adopted{}, nil
 	}
-	defer done(nil)
-	if n == d.local {
-		return n.Adopt(k)
-	}
-	a, _ := bounded(ctx, node, k.ID, func() (Adopted, error) { return n.Adopt(k), nil })
-	return a
+	var a Adopted
+	err := d.call(ctx, k.ID, callLimit, func(ctx context.Context, n Node) (err error) {
+		a, err = n.Adopt(ctx, k)
+		return err
+	})
+	return a, err
 }
 
 // Release frees the replica's place, in the dispatcher's count and on its
-// node.
-func (d *dispatcher) Release(id string) {
+// node (nothing is called on a node that is not live).
+func (d *dispatcher) Release(ctx context.Context, id string) error {
 	d.mu.Lock()
 	if p := d.at[id]; p != nil {
 		p.released = true
 	}
 	d.mu.Unlock()
-	n, ctx, done, err := d.to(context.Background(), id)
-	if err != nil {
-		return
+	if !d.isLive(d.nodeOf(id)) {
+		return nil
 	}
-	defer done(nil)
-	if n == d.local {
-		n.Release(id)
-		return
-	}
-	bounded(ctx, d.nodeOf(id), id, func() (struct{}, error) { n.Release(id); return struct{}{}, nil })
+	return d.call(ctx, id, callLimit, func(ctx context.Context, n Node) error { return n.Release(ctx, id) })
 }
 
 // relocate makes the paths of spec s under dir (this node's apps folder:
@@ -272,8 +231,12 @@ func relocate(s ReplicaSpec, dir string) ReplicaSpec {
 	return s
 }
 
-// usageLimit bounds a remote replica's usage read.
-const usageLimit = 2 * time.Second
+// usageLimit bounds a remote replica's usage read; callLimit the other
+// short calls on another node (freeze, thaw, CPU, adopt, release).
+const (
+	usageLimit = 2 * time.Second
+	callLimit  = 30 * time.Second
+)
 
 // nodeOf is the node replica id was placed on.
 func (d *dispatcher) nodeOf(id string) string {
@@ -285,28 +248,30 @@ func (d *dispatcher) nodeOf(id string) string {
 	return ""
 }
 
-// bounded makes call, a call on a remote node that takes no context (it
-// ends on its own, within the transport's call timeout), and returns early
-// once ctx ends: when the node leaves the live set, the controller goes on
-// at once instead of waiting on a dead node's connection.
-func bounded[T any](ctx context.Context, node, id string, call func() (T, error)) (T, error) {
-	type result struct {
-		v   T
-		err error
+// call makes f on the node replica id is on: on this host with ctx, on
+// another node with ctx bounded by limit and by the node's liveness. A
+// call cut short because the node left the live set is the node's loss
+// (not live); one that reached limit is a node that does not answer
+// (errdefs.ErrUnavailable, naming it).
+func (d *dispatcher) call(ctx context.Context, id string, limit time.Duration, f func(context.Context, Node) error) error {
+	node := d.nodeOf(id)
+	n, nctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := call()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		var zero T
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return zero, fmt.Errorf("replica %s on node %s: no answer: %w", id, node, errdefs.ErrUnavailable)
-		}
-		return zero, fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+	if n == d.local {
+		return f(ctx, n)
 	}
+	lctx, cancel := context.WithTimeout(nctx, limit)
+	defer cancel()
+	err = f(lctx, n)
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case nctx.Err() != nil:
+		err = fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+	case errors.Is(lctx.Err(), context.DeadlineExceeded):
+		err = fmt.Errorf("replica %s on node %s: no answer: %w", id, node, errdefs.ErrUnavailable)
+	}
+	done(err)
+	return err
 }

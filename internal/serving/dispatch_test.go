@@ -39,9 +39,9 @@ func (n *waitNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, err
 	}
 }
 
-func (n *waitNode) Adopt(Known) Adopted {
+func (n *waitNode) Adopt(context.Context, Known) (Adopted, error) {
 	n.calls.Add(1)
-	return Adopted{Running: true}
+	return Adopted{Running: true}, nil
 }
 
 func (n *waitNode) Remove(context.Context, string) error {
@@ -62,7 +62,7 @@ func TestDispatcherWait(t *testing.T) {
 	rn := &waitNode{release: make(chan struct{})}
 	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
 	d.setLive([]NodeInfo{info("n1"), info("n2")})
-	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
+	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
 	type res struct {
 		st  runtime.ExitStatus
 		err error
@@ -103,7 +103,7 @@ func TestDispatcherWait(t *testing.T) {
 		t.Fatal("a wait in flight to a lost node did not end")
 	}
 	calls := rn.calls.Load()
-	d.Adopt(Known{ID: "r2", App: "a", Node: "n2"})
+	d.Adopt(context.Background(), Known{ID: "r2", App: "a", Node: "n2"})
 	if _, err := d.Wait(context.Background(), "r2"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("wait on a lost node: %v; want unavailable", err)
 	}
@@ -118,40 +118,54 @@ func TestDispatcherWait(t *testing.T) {
 	}
 }
 
-// stuckNode is a remote node whose calls without a context hang until
-// released, as a call to a node whose link went down does.
+// stuckNode is a remote node whose short calls hang until released or
+// until their context ends (then failing with its error, as the agent's
+// client does), as a call to a node whose link went down does.
 type stuckNode struct {
 	Node
 	calls   atomic.Int32
 	release chan struct{}
 }
 
-func (n *stuckNode) hang() { n.calls.Add(1); <-n.release }
+func (n *stuckNode) hang(ctx context.Context) error {
+	n.calls.Add(1)
+	select {
+	case <-n.release:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("node n2: %w", ctx.Err())
+	}
+}
 
-func (n *stuckNode) Freeze(string) (int64, error)         { n.hang(); return 0, nil }
-func (n *stuckNode) Thaw(string) error                    { n.hang(); return nil }
-func (n *stuckNode) Usage(string) (uint64, uint64, error) { n.hang(); return 1, 0, nil }
-func (n *stuckNode) SetCPU(string, float64) error         { n.hang(); return nil }
-func (n *stuckNode) Release(string)                       { n.hang() }
-func (n *stuckNode) Adopt(Known) Adopted                  { return Adopted{Running: true} }
+func (n *stuckNode) Freeze(ctx context.Context, _ string) (int64, error) { return 0, n.hang(ctx) }
+func (n *stuckNode) Thaw(ctx context.Context, _ string) error            { return n.hang(ctx) }
+func (n *stuckNode) Usage(ctx context.Context, _ string) (uint64, uint64, error) {
+	return 1, 0, n.hang(ctx)
+}
+func (n *stuckNode) SetCPU(ctx context.Context, _ string, _ float64) error { return n.hang(ctx) }
+func (n *stuckNode) Release(ctx context.Context, _ string) error           { return n.hang(ctx) }
+func (n *stuckNode) Adopt(context.Context, Known) (Adopted, error) {
+	return Adopted{Running: true}, nil
+}
 
-// TestDispatcherCallsEndWithTheirNode: the calls that take no context
-// (freeze, thaw, usage, CPU, release) hanging on a node end as soon as the
-// node leaves the live set, so that the controller, which waits on them,
-// replaces the node's replicas without waiting for the transport's time-out.
+// TestDispatcherCallsEndWithTheirNode: the short calls (freeze, thaw,
+// usage, CPU, release) hanging on a node end as soon as the node leaves the
+// live set, so that the controller, which waits on them, replaces the
+// node's replicas without waiting for a time-out.
 func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	rn := &stuckNode{release: make(chan struct{})}
 	defer close(rn.release)
 	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
 	d.setLive([]NodeInfo{info("n1"), info("n2")})
-	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
+	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
+	ctx := context.Background()
 	calls := map[string]func() error{
-		"freeze":  func() error { _, err := d.Freeze("r1"); return err },
-		"thaw":    func() error { return d.Thaw("r1") },
-		"usage":   func() error { _, _, err := d.Usage("r1"); return err },
-		"cpu":     func() error { return d.SetCPU("r1", 1) },
-		"release": func() error { d.Release("r1"); return nil },
+		"freeze":  func() error { _, err := d.Freeze(ctx, "r1"); return err },
+		"thaw":    func() error { return d.Thaw(ctx, "r1") },
+		"usage":   func() error { _, _, err := d.Usage(ctx, "r1"); return err },
+		"cpu":     func() error { return d.SetCPU(ctx, "r1", 1) },
+		"release": func() error { return d.Release(ctx, "r1") },
 	}
 	type result struct {
 		name string
@@ -173,9 +187,6 @@ func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 	for range calls {
 		select {
 		case r := <-done:
-			if r.name == "release" {
-				continue // it reports nothing; that it ended is the point
-			}
 			if !errors.Is(r.err, errdefs.ErrUnavailable) || !strings.Contains(r.err.Error(), "node n2 is not live") {
 				t.Fatalf("%s hanging on a lost node: %v; want node n2 not live", r.name, r.err)
 			}
@@ -198,7 +209,9 @@ func (n *checkNode) Check(ctx context.Context, id, _ string, _ manifest.Health) 
 	return fmt.Errorf("node n2: %w", ctx.Err())
 }
 
-func (n *checkNode) Adopt(Known) Adopted { return Adopted{Running: true} }
+func (n *checkNode) Adopt(context.Context, Known) (Adopted, error) {
+	return Adopted{Running: true}, nil
+}
 
 // TestDispatcherCheckOnLostNode: a health check in flight when its node
 // leaves the live set is the node's loss (unavailable, naming the node), so
@@ -209,7 +222,7 @@ func TestDispatcherCheckOnLostNode(t *testing.T) {
 	rn := &checkNode{}
 	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
 	d.setLive([]NodeInfo{info("n1"), info("n2")})
-	d.Adopt(Known{ID: "r1", App: "a", Node: "n2"})
+	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

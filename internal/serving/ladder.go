@@ -18,7 +18,7 @@ func (d *driver) freeze(r *replica, why string) {
 		var mem int64
 		if err == nil {
 			r.checking.Lock()
-			mem, err = d.node.Freeze(id)
+			mem, err = d.node.Freeze(d.ctx(), id)
 			r.checking.Unlock()
 		}
 		d.mu.Lock()

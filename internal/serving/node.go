@@ -15,7 +15,8 @@ import (
 // host's; a node reached over the network plugs in here.
 //
 // Node is made of four small interfaces, so that a caller that needs one
-// part asks for that part only.
+// part asks for that part only. Every call takes a context, which bounds
+// it (a Node that reaches another host honours it), and returns an error.
 type Node interface {
 	Ladder
 	Observer
@@ -31,9 +32,9 @@ type Ladder interface {
 	Start(ctx context.Context, s ReplicaSpec) (Started, error)
 	// Freeze freezes a replica that takes no traffic and returns the
 	// memory it holds frozen.
-	Freeze(id string) (memory int64, err error)
+	Freeze(ctx context.Context, id string) (memory int64, err error)
 	// Thaw thaws a frozen replica.
-	Thaw(id string) error
+	Thaw(ctx context.Context, id string) error
 	// Drain returns when no request to replica id is in flight, or with an
 	// error once grace has passed.
 	Drain(ctx context.Context, id string, grace time.Duration) error
@@ -50,14 +51,14 @@ type Observer interface {
 	// or a probe of its address.
 	Check(ctx context.Context, id, addr string, h manifest.Health) error
 	// Usage is replica id's CPU throttling (CFS periods, throttled ones).
-	Usage(id string) (periods, throttled uint64, err error)
+	Usage(ctx context.Context, id string) (periods, throttled uint64, err error)
 }
 
 // Resizer changes a running replica's resources: the vertical scaler's
 // part.
 type Resizer interface {
 	// SetCPU changes replica id's CPU quota live.
-	SetCPU(id string, cpus float64) error
+	SetCPU(ctx context.Context, id string, cpus float64) error
 }
 
 // Keeper keeps account of what replicas hold on the node across their
@@ -68,11 +69,13 @@ type Keeper interface {
 	// removed may still write to its state.
 	Remove(ctx context.Context, id string) error
 	// Adopt finds replica r, left by an earlier daemon: whether it runs,
-	// whether frozen, and its PID; it takes its place back.
-	Adopt(r Known) Adopted
+	// whether frozen, and its PID; it takes its place back. A replica
+	// the node does not have is not running, with no error; an error is
+	// a node that could not tell.
+	Adopt(ctx context.Context, r Known) (Adopted, error)
 	// Release frees replica id's place before its removal, so that its
 	// replacement may take it.
-	Release(id string)
+	Release(ctx context.Context, id string) error
 }
 
 // Known is what the store knew of a replica that a node is asked to

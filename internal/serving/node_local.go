@@ -159,7 +159,7 @@ func (n *localNode) spec(ctx context.Context, s ReplicaSpec) (runtime.Spec, erro
 	}, nil
 }
 
-func (n *localNode) Freeze(id string) (int64, error) {
+func (n *localNode) Freeze(_ context.Context, id string) (int64, error) {
 	if err := n.rt.Freeze(id); err != nil {
 		return 0, err
 	}
@@ -170,7 +170,7 @@ func (n *localNode) Freeze(id string) (int64, error) {
 	return mem, nil
 }
 
-func (n *localNode) Thaw(id string) error { return n.rt.Thaw(id) }
+func (n *localNode) Thaw(_ context.Context, id string) error { return n.rt.Thaw(id) }
 
 // Drain waits on the router, whose route no longer has the replica, for
 // at most grace on the node's clock.
@@ -272,14 +272,16 @@ func (n *localNode) runCheck(parent context.Context, h manifest.Health, id strin
 	return nil
 }
 
-func (n *localNode) Usage(id string) (uint64, uint64, error) {
+func (n *localNode) Usage(_ context.Context, id string) (uint64, uint64, error) {
 	st, err := n.rt.Stats(id)
 	return st.NrPeriods, st.NrThrottled, err
 }
 
-func (n *localNode) SetCPU(id string, cpus float64) error { return n.rt.UpdateCPU(id, cpus) }
+func (n *localNode) SetCPU(_ context.Context, id string, cpus float64) error {
+	return n.rt.UpdateCPU(id, cpus)
+}
 
-func (n *localNode) Adopt(rec Known) Adopted {
+func (n *localNode) Adopt(_ context.Context, rec Known) (Adopted, error) {
 	addr := ""
 	if att, ok := n.net.Lookup(rec.ID); ok {
 		n.mu.Lock()
@@ -290,16 +292,25 @@ func (n *localNode) Adopt(rec Known) Adopted {
 		}
 	}
 	c, err := n.rt.Get(rec.ID)
-	if err != nil || c.Status == runtime.StatusStopped {
-		return Adopted{}
+	if isNotFound(err) {
+		return Adopted{}, nil
+	}
+	if err != nil {
+		return Adopted{}, fmt.Errorf("replica %s: %w", rec.ID, err)
+	}
+	if c.Status == runtime.StatusStopped {
+		return Adopted{}, nil
 	}
 	if rec.CPUSet != "" {
 		n.placer.Adopt(rec.ID, rec.App, rec.CPUSet)
 	}
-	return Adopted{Running: true, Frozen: c.Status == runtime.StatusPaused, Pid: c.Pid, Addr: addr}
+	return Adopted{Running: true, Frozen: c.Status == runtime.StatusPaused, Pid: c.Pid, Addr: addr}, nil
 }
 
-func (n *localNode) Release(id string) { n.placer.Release(id) }
+func (n *localNode) Release(_ context.Context, id string) error {
+	n.placer.Release(id)
+	return nil
+}
 
 // localize makes the relative paths of a spec from another node (its log
 // and mount sources, see relocate) paths under this node's apps folder,

@@ -138,7 +138,12 @@ func (d *driver) adopt(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			fs[i].ad = d.node.Adopt(fs[i].k)
+			ad, err := d.node.Adopt(ctx, fs[i].k)
+			if err != nil {
+				// Not known to run: replaced.
+				m.log.Warn("serving: adopt a replica", "app", d.name, "replica", fs[i].k.ID, "err", err)
+			}
+			fs[i].ad = ad
 		}()
 	}
 	wg.Wait()

@@ -31,7 +31,9 @@ func (d *driver) takeOut(r *replica, err error) bool {
 	d.unlock()
 	// The replacement need not wait for the container's removal and the
 	// release of its address, and may take its CPU.
-	d.node.Release(r.rec.ID)
+	if err := d.node.Release(d.ctx(), r.rec.ID); err != nil {
+		d.m.log.Warn("serving: release a failed replica's place", "replica", r.rec.ID, "err", err)
+	}
 	d.notify()
 	return true
 }

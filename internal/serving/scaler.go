@@ -62,7 +62,7 @@ func (ctl *appCtl) usage() map[string]cpuUsage {
 	ctl.unlock()
 	out := make(map[string]cpuUsage, len(ids))
 	for _, id := range ids {
-		if p, t, err := ctl.node.Usage(id); err == nil {
+		if p, t, err := ctl.node.Usage(ctl.ctx(), id); err == nil {
 			out[id] = cpuUsage{p, t}
 		}
 	}
@@ -98,7 +98,7 @@ func (ctl *appCtl) applyCPU(dec autoscale.Decision) {
 // setCPU changes replica r's CPU quota to q on its node.
 func (d *driver) setCPU(r *replica, q float64, why string) {
 	id := r.rec.ID
-	if err := d.node.SetCPU(id, q); err != nil {
+	if err := d.node.SetCPU(d.ctx(), id, q); err != nil {
 		d.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
 		return
 	}

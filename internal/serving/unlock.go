@@ -39,7 +39,7 @@ func (ctl *appCtl) unlock() {
 		took := make([]time.Duration, len(thaws))
 		for i, r := range thaws {
 			began := ctl.m.clock.Now()
-			errs[i] = ctl.node.Thaw(r.rec.ID)
+			errs[i] = ctl.node.Thaw(ctl.ctx(), r.rec.ID)
 			took[i] = ctl.m.clock.Since(began)
 		}
 		ctl.mu.Lock()
