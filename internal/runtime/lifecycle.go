@@ -93,6 +93,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	if err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
+	if !s.ReadOnlyRootfs {
+		if err := addHostsEntry(filepath.Join(bundle, "rootfs"), spec.Hostname, s.UserNS); err != nil {
+			return nil, fmt.Errorf("container %q: %w", s.ID, err)
+		}
+	}
 	if s.UserNS != nil {
 		if spec.Root.Path, err = exposeRootfs(bundle, s.UserNS.HostID); err != nil {
 			return nil, fmt.Errorf("container %q: %w", s.ID, err)
