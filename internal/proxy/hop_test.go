@@ -81,7 +81,7 @@ func TestHopReachesAnotherNodesReplica(t *testing.T) {
 			t.Fatalf("POST of %d bytes through n1: %d %q", n, code, body)
 		}
 	}
-	// A head the fast path leaves to net/http takes the direct path.
+	// A head the fast path leaves to net/http takes net/http's leg.
 	r := pr.n1.req(t, "POST", "a.localhost", "/", strings.NewReader("expect me"))
 	r.Header.Set("Expect", "100-continue")
 	if code, body, _ := pr.n1.do(t, r); code != 200 || body != "n2 got 9 bytes" {

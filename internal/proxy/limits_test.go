@@ -108,9 +108,8 @@ func TestServeCLAndTERefused(t *testing.T) {
 }
 
 // X-Real-IP and Forwarded reach the replica made from the client's
-// address, never as the client sent them, on every path: the fast path,
-// net/http's direct path (HTTP/1.0) and the reverse proxy (a chunked
-// upload).
+// address, never as the client sent them, on either engine: the fast path
+// and net/http's leg (HTTP/1.0, a chunked upload).
 func TestServeForwardedHeadersReplaced(t *testing.T) {
 	f := newFront(t, Options{})
 	seen := make(chan http.Header, 1)

@@ -148,8 +148,8 @@ func (r *mixReplica) serve(c net.Conn) {
 // A replica that misbehaves (bytes past its answer's framing, a body where
 // none may be, both a length and chunked coding, an answer nobody asked
 // for) never makes the proxy give one user the answer to another's
-// request, on any forwarding path: the fast path, net/http's direct path
-// and the reverse proxy's.
+// request, on either engine: the fast path, and net/http's leg with bodies
+// of known length and chunked.
 func TestAnswersNeverMix(t *testing.T) {
 	paths := []struct {
 		name    string
@@ -158,7 +158,7 @@ func TestAnswersNeverMix(t *testing.T) {
 	}{
 		{name: "fast", front: func(t *testing.T, p *Proxy) string { return serveProxy(t, p) }},
 		{name: "net/http", front: serveHTTP},
-		{name: "reverse proxy", chunked: true, front: serveHTTP},
+		{name: "net/http chunked", chunked: true, front: serveHTTP},
 	}
 	for _, path := range paths {
 		for _, c := range mixCases {
