@@ -29,7 +29,7 @@ echo
 echo '| package.type | methods |'
 echo '|---|---|'
 for pt in serving.appCtl serving.appState serving.driver serving.Manager serving.localNode serving.dispatcher \
-	jobs.Manager jobs.Sandbox jobs.Scheduler proxy.Proxy proxy.fastReq proxy.table proxy.cconn proxy.pool; do
+	jobs.Manager sandbox.Sandbox jobs.Scheduler proxy.Proxy proxy.fastReq proxy.table proxy.cconn proxy.pool; do
 	p=${pt%%.*} t=${pt#*.}
 	n=$(methods "$p" | awk -v t="$t" '$2 == t { print $1 }')
 	echo "| $pt | ${n:-0} |"

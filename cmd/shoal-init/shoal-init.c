@@ -1,7 +1,7 @@
 /*
  * shoal-init is the process of a warm job sandbox, mounted read-only at
  * /dev/shoal-init; the daemon finds it beside its own binary. The protocol
- * it speaks is internal/jobs/stub's, which documents it.
+ * it speaks is internal/sandbox/stub's, which documents it.
  *
  *   shoal-init        reads one command from stdin, then execs it with the
  *                     rest of stdin as the command's (a sandbox used once).

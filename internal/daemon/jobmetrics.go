@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
+	"github.com/shoal-run/shoal/internal/sandbox"
 )
 
 // meteredRunner counts job steps by status and times their phases.
@@ -83,7 +84,7 @@ func registerNetnsMetrics(reg *prometheus.Registry, stats func() network.PoolSta
 // registerWarmMetrics counts the jobs that found a warm sandbox of their
 // shape and those that did not, those that found one used before, and how
 // many warm sandboxes are ready.
-func registerWarmMetrics(reg *prometheus.Registry, stats func() jobs.WarmStats) {
+func registerWarmMetrics(reg *prometheus.Registry, stats func() sandbox.WarmStats) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "shoal_job_warm_hits_total", Help: "Jobs whose first step ran in a sandbox created ahead.",

@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/sandbox"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -35,7 +36,7 @@ type jobService struct {
 	// rt is the sandboxes' own runtime when they use a user namespace
 	// (nil: the daemon's runtime).
 	rt     *runtime.Runtime
-	sb     *jobs.Sandbox
+	sb     *sandbox.Sandbox
 	parent string   // rt's cgroup parent
 	dirs   []string // the directories rt's opening may have made, outermost first
 }
@@ -68,7 +69,7 @@ func removeCgroup(path string) {
 // not listed, by every tenant's host uids), because the sandbox's init
 // resolves those paths inside the user namespace and the data dir stays
 // 0700. Each tenant gets host ids of its own (jobHostID upwards, jobIDs
-// each, see jobs.Sandbox.UserNS). They run on a runtime of
+// each, see sandbox.Sandbox.UserNS). They run on a runtime of
 // their own under the cgroup parent <cgroup-parent>-jobs. Otherwise they
 // run as uid 65534 on the daemon's runtime, and `shoal info` says why.
 //
@@ -115,7 +116,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	sb := &jobs.Sandbox{RT: d.rt, Images: d.images, Net: d.net, UID: jobUID, GID: jobUID, Clock: clock.Real{}, Log: d.log}
+	sb := &sandbox.Sandbox{RT: d.rt, Images: d.images, Net: d.net, UID: jobUID, GID: jobUID, Clock: clock.Real{}, Log: d.log}
 	how := ""
 	if os.Getenv("SHOAL_JOB_USERNS") == "0" {
 		how = "without a user namespace (SHOAL_JOB_USERNS=0)"
@@ -203,10 +204,10 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 // slot; SHOAL_JOB_WARM overrides it, 0 turns it off) and installs their
 // process: a copy of the shoal-init found beside this binary (none there:
 // none kept warm), beside the work directories, where the sandboxes' host
-// uid can read it. They are reusable (jobs.Sandbox.Reuse: emptied after a
+// uid can read it. They are reusable (sandbox.Sandbox.Reuse: emptied after a
 // job, they serve the next of the tenant's jobs of that shape) unless
 // SHOAL_JOB_REUSE=0.
-func (d *Daemon) warmSandboxes(sb *jobs.Sandbox, slots int) error {
+func (d *Daemon) warmSandboxes(sb *sandbox.Sandbox, slots int) error {
 	sb.Warm = slots
 	if v := os.Getenv("SHOAL_JOB_WARM"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/image/imagetest"
-	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
+	"github.com/shoal-run/shoal/internal/sandbox/stub/stubtest"
 	"time"
 )
 

@@ -1,12 +1,10 @@
-// Package jobs runs untrusted code as jobs: a persistent queue in the store,
-// a pure scheduler (weighted fair share between tenants by job count,
-// priorities within a tenant, per-tenant quotas), slots bounding how many
-// jobs run at once, callbacks with retries and back-off, a retention period
-// for results, and the Sandbox that runs a job's steps in hard-limited
-// containers sharing one work directory. Sandboxes are made ahead (warm)
-// and, by default, reused for the next job of the same tenant and shape:
-// each step in a reused sandbox runs in a cgroup of its own, and the
-// sandbox is emptied and checked between jobs (reuse*.go, warm.go).
+// Package jobs is the job queue: a persistent queue in the store, a pure
+// scheduler (weighted fair share between tenants by job count, priorities
+// within a tenant, per-tenant quotas), slots bounding how many jobs run at
+// once, callbacks with retries and back-off, a retention period for
+// results, and the plan of a job (its steps and limits, validated). What
+// runs a job's steps is a Runner: the daemon's is package sandbox's
+// Sandbox (hard-limited containers, warm and reused).
 //
 // A job is written to the store when it is submitted, when it starts and
 // when it ends (jobs/<id>, see store.JobKey). A restarted daemon queues
@@ -27,7 +25,7 @@
 // MaxAttempts (see assign.go, nodework.go).
 //
 // The Manager holds the Scheduler under its lock and starts a goroutine
-// per running job; the Runner (a Sandbox in the daemon, a fake in the queue
-// tests) runs the steps. Time comes from a clock.Clock so that retention
+// per running job; the Runner (a sandbox.Sandbox in the daemon, a fake in
+// the queue tests) runs the steps. Time comes from a clock.Clock so that retention
 // and back-off are tested with the fake clock.
 package jobs

@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
@@ -20,7 +21,7 @@ import (
 // job takes it.
 type warmKey struct {
 	image, digest string
-	limits        Limits
+	limits        jobs.Limits
 	work          int64
 	hostID        uint32 // root's host uid in the tenant's user namespace; 0: none
 	// tenant, in a reusable sandbox, whose jobs alone it serves: without
@@ -278,10 +279,10 @@ func (s *Sandbox) Close() {
 // keyOf is the shape of job j whose first step runs on img, in user
 // namespace ns (nil: none); a reusable sandbox (reuse) takes any limits of
 // the first step but the size of /tmp, and one tenant's jobs only.
-func keyOf(p *Plan, img image.Image, ns *runtime.UserNS, reuse bool) warmKey {
+func keyOf(p *jobs.Plan, img image.Image, ns *runtime.UserNS, reuse bool) warmKey {
 	k := warmKey{image: p.Req.Image, digest: img.Digest, limits: p.Steps[0].Limits, work: p.Work}
 	if reuse {
-		k.limits = Limits{TmpBytes: k.limits.TmpBytes}
+		k.limits = jobs.Limits{TmpBytes: k.limits.TmpBytes}
 		k.tenant = p.Tenant
 	}
 	if ns != nil {
@@ -306,7 +307,7 @@ func (s *Sandbox) release(b *warmBox) {
 	}()
 }
 
-// giveBack empties reusable sandbox b (see kept) and readies its next step
+// giveBack empties reusable sandbox b (see wipe.Kept) and readies its next step
 // (see stepPrep): it then waits for the next job of its shape, unless a
 // step or Serve failed, a job left a process or changed Serve (see check),
 // it cannot be emptied, its network namespace is not empty
@@ -324,12 +325,12 @@ func (s *Sandbox) giveBack(b *warmBox) {
 	if err == nil && b.att != nil {
 		// What a job's sockets leave, such as a connection in TIME_WAIT
 		// on a port the next job would listen on, cannot be emptied.
-		if err = network.CheckEmptyOf(z.keep.proc); err != nil {
+		if err = network.CheckEmptyOf(z.keep.Proc()); err != nil {
 			err = fmt.Errorf("its network namespace: %w", err)
 		}
 	}
 	if err == nil {
-		err = z.keep.wipe()
+		err = z.keep.Wipe()
 	}
 	// Still counted as busy while its next step is made ready, so the
 	// pool does not fill its place meanwhile.

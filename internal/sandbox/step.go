@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -22,8 +23,8 @@ type stepEnd struct {
 
 // step runs step i and returns its result and the function that removes
 // its container and namespace (and says how long that took).
-func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *Plan, st *Step, work string, ns *runtime.UserNS) (StepResult, func() time.Duration) {
-	res := StepResult{Name: st.Name}
+func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image, p *jobs.Plan, st *jobs.Step, work string, ns *runtime.UserNS) (jobs.StepResult, func() time.Duration) {
+	res := jobs.StepResult{Name: st.Name}
 	t0 := time.Now()
 	id := fmt.Sprintf("%s-%d", jobID, i)
 	spec := s.spec(id, img, p, st, work, ns)
@@ -63,13 +64,13 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 		errR.Close()
 		s.RT.Delete(context.WithoutCancel(ctx), id)
 		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
+			res.Status, res.ExitCode, res.Error = jobs.StepKilled, -1, "cancelled while it started"
 			return res, teardown
 		}
 		if notExecutable(err) {
 			// The submission's fault, not the platform's: reported as a
 			// shell would (127).
-			res.Status, res.ExitCode, res.Error = StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
+			res.Status, res.ExitCode, res.Error = jobs.StepNonzeroExit, 127, fmt.Sprintf("cannot run %q: %v", st.Args[0], err)
 			return res, teardown
 		}
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown
@@ -79,7 +80,7 @@ func (s *Sandbox) step(ctx context.Context, jobID string, i int, img image.Image
 }
 
 // finish supervises a started step to its end and fills in its result.
-func (s *Sandbox) finish(ctx context.Context, pr proc, st *Step, outR, errR *os.File, res StepResult, tStarted time.Time) StepResult {
+func (s *Sandbox) finish(ctx context.Context, pr proc, st *jobs.Step, outR, errR *os.File, res jobs.StepResult, tStarted time.Time) jobs.StepResult {
 	end, exit, werr := s.supervise(ctx, pr, st.Limits, outR, errR, &res)
 	tExited := time.Now()
 	res.ExecMs = ms(tExited.Sub(tStarted))
@@ -135,27 +136,27 @@ func (s *Sandbox) teardown(ctx context.Context, id string, started *bool, att **
 func status(end stepEnd, exit runtime.ExitStatus, okCodes []int) string {
 	switch {
 	case end.cancelled:
-		return StepKilled
+		return jobs.StepKilled
 	case end.output:
-		return StepOutputLimit
+		return jobs.StepOutputLimit
 	case end.timeout || end.cpu:
-		return StepTimeout
+		return jobs.StepTimeout
 	case exit.OOMKilled:
-		return StepOOM
+		return jobs.StepOOM
 	case exit.Signal == syscall.SIGXCPU:
-		return StepTimeout
+		return jobs.StepTimeout
 	case exit.Signal != 0:
-		return StepNonzeroExit
+		return jobs.StepNonzeroExit
 	}
 	if len(okCodes) == 0 {
 		okCodes = []int{0}
 	}
 	for _, c := range okCodes {
 		if exit.Code == c {
-			return StepOK
+			return jobs.StepOK
 		}
 	}
-	return StepNonzeroExit
+	return jobs.StepNonzeroExit
 }
 
 // notExecutable reports an OCI runtime error about the step's command:
@@ -166,7 +167,7 @@ func notExecutable(err error) bool {
 		(strings.Contains(msg, "exec:") && (strings.Contains(msg, "no such file or directory") || strings.Contains(msg, "permission denied")))
 }
 
-func internalError(res StepResult, err error) StepResult {
-	res.Status, res.Error, res.ExitCode = StepInternalError, err.Error(), -1
+func internalError(res jobs.StepResult, err error) jobs.StepResult {
+	res.Status, res.Error, res.ExitCode = jobs.StepInternalError, err.Error(), -1
 	return res
 }

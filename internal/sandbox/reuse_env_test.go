@@ -1,10 +1,11 @@
-package jobs
+package sandbox
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/jobs"
 )
 
 // procEnv is what a step's process sees of itself that its runtime sets:
@@ -28,7 +29,7 @@ func TestReusedSandboxProcessEnv(t *testing.T) {
 			}}
 		}
 		plain := runIn(t, sb, req())
-		wantStatus(t, plain.Steps[0], StepOK)
+		wantStatus(t, plain.Steps[0], jobs.StepOK)
 		if !strings.Contains(plain.Steps[0].Stdout, "Max cpu time") {
 			t.Fatalf("the ordinary path: %s", plain.Steps[0].Stdout)
 		}
@@ -36,7 +37,7 @@ func TestReusedSandboxProcessEnv(t *testing.T) {
 		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
 		reused := runIn(t, sb, req())
 		for i, s := range reused.Steps {
-			wantStatus(t, s, StepOK)
+			wantStatus(t, s, jobs.StepOK)
 			if s.Stdout != plain.Steps[i].Stdout {
 				t.Fatalf("step %d in a reused sandbox sees\n%s\nwant, as on the ordinary path,\n%s", i, s.Stdout, plain.Steps[i].Stdout)
 			}
@@ -64,7 +65,7 @@ sleep 0.2; ps -o stat | grep -c Z`, &types.JobLimits{Pids: 16})}}
 				untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
 			}
 			s := runIn(t, sb, req()).Steps[0]
-			if s.Status != StepNonzeroExit || s.Stdout != "0\n" {
+			if s.Status != jobs.StepNonzeroExit || s.Stdout != "0\n" {
 				t.Fatalf("a step leaving orphans that end (reused sandbox %v; want no zombie, grep's exit 1): %+v", reuse, s)
 			}
 		}
@@ -90,7 +91,7 @@ func TestReusedSandboxLaterStepTampered(t *testing.T) {
 		if box+"\n" != reused || first != "reniced\n" || !strings.HasPrefix(j.Steps[0].Stderr, "head: ") {
 			t.Fatalf("the step filling /tmp and changing its sandbox's process, want it in the reused sandbox %q: %+v", reused, j.Steps[0])
 		}
-		wantStatus(t, j.Steps[1], StepOK)
+		wantStatus(t, j.Steps[1], jobs.StepOK)
 		in, got, _ := strings.Cut(j.Steps[1].Stdout, "\n")
 		if in == box || got != "nice 0 0 built\nwrote\n" {
 			t.Fatalf("the next step, in %s after a step in %s: %q, want nice 0, an empty /tmp and /work's file in another sandbox", in, box, got)

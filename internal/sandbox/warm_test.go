@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -9,7 +9,8 @@ import (
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/api/types"
-	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
+	"github.com/shoal-run/shoal/internal/jobs"
+	"github.com/shoal-run/shoal/internal/sandbox/stub/stubtest"
 )
 
 // TestWarmSandbox: with sandboxes kept warm, a job of the last job's shape
@@ -24,14 +25,14 @@ func TestWarmSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		sb.Warm = 1
-		run := func(req types.JobRequest) Job {
+		run := func(req types.JobRequest) jobs.Job {
 			t.Helper()
 			req.Image = "busybox:1"
-			p, err := NewPlan(req, "")
+			p, err := jobs.NewPlan(req, "")
 			if err != nil {
 				t.Fatal(err)
 			}
-			j := Job{ID: fmt.Sprintf("jw%d-%d", os.Getpid(), jobSeq.Add(1))}
+			j := jobs.Job{ID: fmt.Sprintf("jw%d-%d", os.Getpid(), jobSeq.Add(1))}
 			if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 				t.Fatal(err)
 			}
@@ -40,13 +41,13 @@ func TestWarmSandbox(t *testing.T) {
 		}
 		warm := "if test -e /dev/shoal-init; then echo warm; else echo cold; fi; "
 		first := run(types.JobRequest{Steps: []types.JobStep{shStep(warm, nil)}})
-		wantStatus(t, first.Steps[0], StepOK)
+		wantStatus(t, first.Steps[0], jobs.StepOK)
 		if first.Steps[0].Stdout != "cold\n" {
 			t.Fatalf("the first job of a shape: %q, want the ordinary path", first.Steps[0].Stdout)
 		}
 		// The pool fills in the background: a few jobs of the shape, and
 		// one of them must have found a warm sandbox.
-		var got Job
+		var got jobs.Job
 		for i := 0; i < 20; i++ {
 			got = run(types.JobRequest{Env: []string{"A=job"}, Files: map[string][]byte{"in/x": []byte("file\n")}, Steps: []types.JobStep{
 				{Args: []string{"sh", "-c", warm + `read l; echo "$l $A $B $(pwd) $(cat x)"`}, Env: []string{"B=step"}, Workdir: "/work/in", Stdin: []byte("stdin\n")},
@@ -56,8 +57,8 @@ func TestWarmSandbox(t *testing.T) {
 				break
 			}
 		}
-		wantStatus(t, got.Steps[0], StepOK)
-		wantStatus(t, got.Steps[1], StepOK)
+		wantStatus(t, got.Steps[0], jobs.StepOK)
+		wantStatus(t, got.Steps[1], jobs.StepOK)
 		if st := sb.WarmStats(); st.Hits < 1 || st.Misses < 1 {
 			t.Fatalf("warm stats %+v: want the first job's miss and at least one hit", st)
 		}
@@ -68,7 +69,7 @@ func TestWarmSandbox(t *testing.T) {
 		// the ordinary path runs it: the answer is the same.
 		missing := run(types.JobRequest{Steps: []types.JobStep{{Args: []string{"no-such-command"}}}})
 		s := missing.Steps[0]
-		if s.Status != StepNonzeroExit || s.ExitCode != 127 || !strings.Contains(s.Error, "no-such-command") || s.Stderr != "" {
+		if s.Status != jobs.StepNonzeroExit || s.ExitCode != 127 || !strings.Contains(s.Error, "no-such-command") || s.Stderr != "" {
 			t.Fatalf("a missing command in a warm sandbox: %+v", s)
 		}
 		// Jobs of two shapes interleaved: the other shape never takes over,

@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
 
@@ -76,7 +77,7 @@ func (p ctrProc) stats() (runtime.Stats, error)     { return p.rt.Stats(p.id) }
 // supervise streams a running step's output into res and enforces its wall
 // time, CPU time and output limits, and cancellation, by killing the
 // step; it returns once the step has ended and the streams are closed.
-func (s *Sandbox) supervise(ctx context.Context, pr proc, l Limits, outR, errR *os.File, res *StepResult) (stepEnd, runtime.ExitStatus, error) {
+func (s *Sandbox) supervise(ctx context.Context, pr proc, l jobs.Limits, outR, errR *os.File, res *jobs.StepResult) (stepEnd, runtime.ExitStatus, error) {
 	var mu sync.Mutex
 	var end stepEnd
 	kill := func(set func(*stepEnd)) {

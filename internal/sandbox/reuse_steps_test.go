@@ -1,10 +1,11 @@
-package jobs
+package sandbox
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/jobs"
 )
 
 // TestReusedSandboxLaterSteps: a job's later steps run in its reusable
@@ -28,19 +29,19 @@ func TestReusedSandboxLaterSteps(t *testing.T) {
 			t.Fatalf("steps: %+v", j.Steps)
 		}
 		box, first, _ := strings.Cut(j.Steps[0].Stdout, "\n")
-		wantStatus(t, j.Steps[0], StepOK)
+		wantStatus(t, j.Steps[0], jobs.StepOK)
 		if first != "/dev/shm:\ns\n\n/tmp:\nt procs 1\n" {
 			t.Fatalf("the first step: %q", j.Steps[0].Stdout)
 		}
-		wantStatus(t, j.Steps[1], StepOK)
+		wantStatus(t, j.Steps[1], jobs.StepOK)
 		if j.Steps[1].Stdout != box+"\nbuilt\n/dev/shm:\n\n/tmp: procs 0\n" {
 			t.Fatalf("the second step, in %s: %q, want the first one's /work only, in the same sandbox", box, j.Steps[1].Stdout)
 		}
 		// Its own limits: the memory of the third step's own cgroup.
-		if s := j.Steps[2]; !strings.HasPrefix(s.Stdout, box+"\n") || s.Status != StepOOM {
+		if s := j.Steps[2]; !strings.HasPrefix(s.Stdout, box+"\n") || s.Status != jobs.StepOOM {
 			t.Fatalf("the third step (32 MiB, a line of 500 MiB held by tail): %+v", s)
 		}
-		if s := j.Steps[3]; s.Status != StepOK || strings.HasPrefix(s.Stdout, box+"\n") || !strings.HasSuffix(s.Stdout, "\nbuilt\n") {
+		if s := j.Steps[3]; s.Status != jobs.StepOK || strings.HasPrefix(s.Stdout, box+"\n") || !strings.HasSuffix(s.Stdout, "\nbuilt\n") {
 			t.Fatalf("the fourth step (another /tmp size), want the ordinary path on the same /work: %+v", s)
 		}
 	})

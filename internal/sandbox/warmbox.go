@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -12,9 +12,10 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/image"
-	"github.com/shoal-run/shoal/internal/jobs/stub"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/sandbox/stub"
 )
 
 // makeWarm creates a sandbox of key's shape whose process is the stub.
@@ -37,8 +38,8 @@ func (s *Sandbox) makeWarm(key warmKey, img image.Image) (b *warmBox, err error)
 	if err := s.mountWork(b.work, key.work, ns); err != nil {
 		return b, fmt.Errorf("work directory: %w", err)
 	}
-	st := &Step{JobStep: types.JobStep{Args: []string{stub.Path}, Workdir: "/"}, Limits: key.limits}
-	spec := s.spec(b.id, img, &Plan{Req: types.JobRequest{Image: key.image}}, st, b.work, ns)
+	st := &jobs.Step{JobStep: types.JobStep{Args: []string{stub.Path}, Workdir: "/"}, Limits: key.limits}
+	spec := s.spec(b.id, img, &jobs.Plan{Req: types.JobRequest{Image: key.image}}, st, b.work, ns)
 	spec.Mounts = append(spec.Mounts, runtime.Mount{Source: s.Stub, Destination: stub.Path, ReadOnly: true, Options: []string{"nosuid", "nodev"}})
 	ctx := context.Background()
 	if s.Net != nil {
@@ -99,8 +100,8 @@ func (s *Sandbox) cleanWarm(b *warmBox, created bool) {
 // warmStep runs the first step of a job in warm sandbox b: the stub gets
 // the step's command, the container starts, and the step is supervised
 // as in step.
-func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (StepResult, func() time.Duration) {
-	res := StepResult{Name: st.Name}
+func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *jobs.Plan, st *jobs.Step) (jobs.StepResult, func() time.Duration) {
+	res := jobs.StepResult{Name: st.Name}
 	t0 := time.Now()
 	started := true // created: removed whatever happens
 	teardown := s.teardown(ctx, b.id, &started, &b.att)
@@ -123,7 +124,7 @@ func (s *Sandbox) warmStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (
 		b.outR.Close()
 		b.errR.Close()
 		if ctx.Err() != nil {
-			res.Status, res.ExitCode, res.Error = StepKilled, -1, "cancelled while it started"
+			res.Status, res.ExitCode, res.Error = jobs.StepKilled, -1, "cancelled while it started"
 			return res, teardown
 		}
 		return internalError(res, fmt.Errorf("start: %w", err)), teardown

@@ -1,4 +1,13 @@
-package jobs
+// Package sandbox runs a job's steps (a jobs.Plan) in hard-limited
+// containers sharing one work directory: it is the jobs queue's Runner in
+// the daemon. Sandboxes are made ahead (warm) and, by default, reused for
+// the next job of the same tenant and shape: each step in a reused sandbox
+// runs in a cgroup of its own below the sandbox's, and the sandbox is
+// emptied (runtime/wipe) and checked between jobs (reuse*.go, warm.go).
+// With Sandbox.UserNS each tenant's sandboxes run in a user namespace of
+// their own (userns.go).
+// stub is the daemon's side of shoal-init, the process of warm sandboxes.
+package sandbox
 
 import (
 	"context"
@@ -13,6 +22,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -43,6 +53,9 @@ type Namespaces interface {
 	Release(ctx context.Context, a *network.Attachment) error
 	Recycle(ctx context.Context, a *network.Attachment) error
 }
+
+// A Sandbox is the queue's Runner.
+var _ jobs.Runner = (*Sandbox)(nil)
 
 // Sandbox runs a job's steps in containers with hard limits: an empty
 // network namespace, a read-only image root, a size-capped work directory
@@ -84,7 +97,7 @@ type Sandbox struct {
 	// Reuse makes the warm sandboxes reusable: each runs stub.Serve, which
 	// starts a job's first step in a cgroup of the step's own below the
 	// sandbox's, and is emptied once the job is over for the next job of
-	// its shape (see kept), so that most jobs run without the OCI runtime.
+	// its shape (see wipe.Kept), so that most jobs run without the OCI runtime.
 	// It needs a runtime that gives a container's cgroup (CgroupPaths).
 	Reuse bool
 	pool  warmPool
@@ -117,7 +130,7 @@ func (s *Sandbox) hostOwner(ns *runtime.UserNS) (int, int) {
 // Run runs every step of job j as planned by p. Once the last step that
 // runs has ended and its result is known, it calls ready (the job can be
 // answered), then removes that step's container and the work directory.
-func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error {
+func (s *Sandbox) Run(ctx context.Context, j *jobs.Job, p *jobs.Plan, ready func()) error {
 	t0 := time.Now()
 	img, err := s.Images.Get(ctx, p.Req.Image)
 	if err != nil {
@@ -167,26 +180,26 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 		}()
 	}
 	prep := time.Since(t0)
-	j.Steps = make([]StepResult, 0, len(p.Steps))
+	j.Steps = make([]jobs.StepResult, 0, len(p.Steps))
 	okSoFar := true
 	// skip says whether step i will not run, and how it ends then.
-	skip := func(i int) (StepResult, bool) {
+	skip := func(i int) (jobs.StepResult, bool) {
 		st := &p.Steps[i]
 		switch {
 		case ctx.Err() != nil:
-			return StepResult{Name: st.Name, Status: StepKilled, Error: "cancelled before it started"}, true
+			return jobs.StepResult{Name: st.Name, Status: jobs.StepKilled, Error: "cancelled before it started"}, true
 		case st.If == "success" && !okSoFar:
-			return StepResult{Name: st.Name, Status: StepSkipped}, true
+			return jobs.StepResult{Name: st.Name, Status: jobs.StepSkipped}, true
 		}
-		return StepResult{}, false
+		return jobs.StepResult{}, false
 	}
 	for i := 0; i < len(p.Steps); i++ {
 		if res, skipped := skip(i); skipped {
-			okSoFar = okSoFar && res.Status != StepKilled
+			okSoFar = okSoFar && res.Status != jobs.StepKilled
 			j.Steps = append(j.Steps, res)
 			continue
 		}
-		var res StepResult
+		var res jobs.StepResult
 		var teardown func() time.Duration
 		inBox, readied := reusable && i == 0, time.Duration(0)
 		if reusable && i > 0 {
@@ -206,7 +219,7 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 		if i == 0 {
 			res.CreateMs += ms(prep)
 		}
-		if res.Status != StepOK {
+		if res.Status != jobs.StepOK {
 			okSoFar = false
 		}
 		last := true
@@ -237,7 +250,7 @@ func (s *Sandbox) Run(ctx context.Context, j *Job, p *Plan, ready func()) error 
 }
 
 // spec is the container spec of one step, in user namespace ns (nil: none).
-func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work string, ns *runtime.UserNS) runtime.Spec {
+func (s *Sandbox) spec(id string, img image.Image, p *jobs.Plan, st *jobs.Step, work string, ns *runtime.UserNS) runtime.Spec {
 	l := st.Limits
 	env := append(append(append([]string{}, img.Config.Env...), p.Req.Env...), st.Env...)
 	cwd := st.Workdir
@@ -276,3 +289,5 @@ func (s *Sandbox) spec(id string, img image.Image, p *Plan, st *Step, work strin
 		},
 	}
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

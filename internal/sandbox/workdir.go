@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"errors"
@@ -6,12 +6,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"golang.org/x/sys/unix"
 )
 
 // makeWork mounts a size-capped tmpfs at work and writes the input files.
-func (s *Sandbox) makeWork(work string, p *Plan, ns *runtime.UserNS) error {
+func (s *Sandbox) makeWork(work string, p *jobs.Plan, ns *runtime.UserNS) error {
 	if err := s.mountWork(work, p.Work, ns); err != nil {
 		return err
 	}
@@ -34,7 +35,7 @@ func (s *Sandbox) mountWork(work string, size int64, ns *runtime.UserNS) error {
 
 // writeFiles writes the job's input files into the work tmpfs, through an
 // os.Root (no link followed), before any step of the job has run in it.
-func (s *Sandbox) writeFiles(work string, p *Plan, ns *runtime.UserNS) error {
+func (s *Sandbox) writeFiles(work string, p *jobs.Plan, ns *runtime.UserNS) error {
 	uid, gid := s.hostOwner(ns)
 	if len(p.Req.Files) == 0 {
 		return nil

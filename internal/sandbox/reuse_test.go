@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -15,7 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/api/types"
-	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
+	"github.com/shoal-run/shoal/internal/jobs"
+	"github.com/shoal-run/shoal/internal/sandbox/stub/stubtest"
 )
 
 // reusing readies sb to keep one reusable sandbox.
@@ -34,14 +35,14 @@ func reusing(t *testing.T, sb *Sandbox) {
 }
 
 // runIn runs req (on busybox) to its end in sb.
-func runIn(t *testing.T, sb *Sandbox, req types.JobRequest) Job {
+func runIn(t *testing.T, sb *Sandbox, req types.JobRequest) jobs.Job {
 	t.Helper()
 	req.Image = "busybox:1"
-	p, err := NewPlan(req, "")
+	p, err := jobs.NewPlan(req, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := Job{ID: fmt.Sprintf("jr%d-%d", os.Getpid(), jobSeq.Add(1))}
+	j := jobs.Job{ID: fmt.Sprintf("jr%d-%d", os.Getpid(), jobSeq.Add(1))}
 	if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func runIn(t *testing.T, sb *Sandbox, req types.JobRequest) Job {
 
 // untilReused runs script until a job runs in a sandbox an earlier job
 // used, and returns that job's first step.
-func untilReused(t *testing.T, sb *Sandbox, req types.JobRequest) StepResult {
+func untilReused(t *testing.T, sb *Sandbox, req types.JobRequest) jobs.StepResult {
 	t.Helper()
 	before := sb.WarmStats().Reused
 	for i := 0; i < 30; i++ {
@@ -61,7 +62,7 @@ func untilReused(t *testing.T, sb *Sandbox, req types.JobRequest) StepResult {
 		}
 	}
 	t.Fatalf("no job ran in a reused sandbox: %+v", sb.WarmStats())
-	return StepResult{}
+	return jobs.StepResult{}
 }
 
 // TestReusedSandbox: a job in a reused sandbox runs its command with its
@@ -75,12 +76,12 @@ func TestReusedSandbox(t *testing.T) {
 			shStep("cat in/x", nil),
 		}}
 		st := untilReused(t, sb, req)
-		wantStatus(t, st, StepOK)
+		wantStatus(t, st, jobs.StepOK)
 		if st.Stdout != "stdin job step /work/in file\n" || st.MemoryPeak == 0 || st.CPUMs <= 0 {
 			t.Fatalf("a job in a reused sandbox: %+v", st)
 		}
 		missing := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{{Args: []string{"no-such-command"}}}})
-		if missing.Status != StepNonzeroExit || missing.ExitCode != 127 || !strings.Contains(missing.Error, "no-such-command") {
+		if missing.Status != jobs.StepNonzeroExit || missing.ExitCode != 127 || !strings.Contains(missing.Error, "no-such-command") {
 			t.Fatalf("a missing command in a reused sandbox: %+v", missing)
 		}
 		sb.Close()
@@ -111,7 +112,7 @@ func TestReusedSandboxIsEmptied(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)
 		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}})
-		wantStatus(t, fresh, StepOK)
+		wantStatus(t, fresh, jobs.StepOK)
 
 		// Leftovers the job cannot make itself (busybox has no ipcmk).
 		sb.pool.mu.Lock()
@@ -133,9 +134,9 @@ chmod 0 /tmp /work /dev/shm 2>/dev/null
 (setsid sleep 1000 &); nohup sleep 999 >/dev/null 2>&1 &
 for s in TERM INT HUP QUIT ABRT SEGV USR1 PIPE STOP KILL; do kill -$s 1; done
 true`, nil)}})
-		wantStatus(t, dirty.Steps[0], StepOK)
+		wantStatus(t, dirty.Steps[0], jobs.StepOK)
 		after := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy+"\n"+state, nil)}})
-		wantStatus(t, after.Steps[0], StepOK)
+		wantStatus(t, after.Steps[0], jobs.StepOK)
 		box, rest, _ := strings.Cut(after.Steps[0].Stdout, "\n")
 		if !strings.HasPrefix(dirty.Steps[0].Stdout, box+"\n") {
 			t.Fatalf("the next job ran in another sandbox (%q, then %q): the first was dropped", dirty.Steps[0].Stdout, box)
@@ -193,21 +194,21 @@ func TestReusedSandboxLimits(t *testing.T) {
 		for _, c := range []struct {
 			script, status string
 			l              *types.JobLimits
-			check          func(s StepResult) bool
+			check          func(s jobs.StepResult) bool
 		}{
-			{"head -c 500m /dev/zero | tail", StepOOM, &types.JobLimits{Memory: "32Mi"},
-				func(s StepResult) bool { return s.MemoryPeak >= 16<<20 }},
-			{"(f(){ f | f & }; f) & while :; do :; done", StepTimeout, &types.JobLimits{Pids: 32, Timeout: "2s"},
-				func(s StepResult) bool { return strings.Contains(s.Stderr, "fork") }},
-			{"while :; do :; done", StepTimeout, &types.JobLimits{Timeout: "500ms", CPUTime: "10s"},
-				func(s StepResult) bool { return s.WallMs >= 500 && s.Signal == "killed" }},
-			{"while :; do :; done", StepTimeout, &types.JobLimits{Timeout: "30s", CPUTime: "300ms"},
-				func(s StepResult) bool { return s.CPUMs >= 300 }},
-			{"yes flood", StepOutputLimit, &types.JobLimits{Output: "4Ki"},
-				func(s StepResult) bool { return len(s.Stdout) == 4096 && s.StdoutTruncated }},
+			{"head -c 500m /dev/zero | tail", jobs.StepOOM, &types.JobLimits{Memory: "32Mi"},
+				func(s jobs.StepResult) bool { return s.MemoryPeak >= 16<<20 }},
+			{"(f(){ f | f & }; f) & while :; do :; done", jobs.StepTimeout, &types.JobLimits{Pids: 32, Timeout: "2s"},
+				func(s jobs.StepResult) bool { return strings.Contains(s.Stderr, "fork") }},
+			{"while :; do :; done", jobs.StepTimeout, &types.JobLimits{Timeout: "500ms", CPUTime: "10s"},
+				func(s jobs.StepResult) bool { return s.WallMs >= 500 && s.Signal == "killed" }},
+			{"while :; do :; done", jobs.StepTimeout, &types.JobLimits{Timeout: "30s", CPUTime: "300ms"},
+				func(s jobs.StepResult) bool { return s.CPUMs >= 300 }},
+			{"yes flood", jobs.StepOutputLimit, &types.JobLimits{Output: "4Ki"},
+				func(s jobs.StepResult) bool { return len(s.Stdout) == 4096 && s.StdoutTruncated }},
 			// A quarter of a core: a second of spinning gets about 250ms of CPU.
-			{"timeout 1 sh -c 'while :; do :; done'; true", StepOK, &types.JobLimits{CPUs: 0.25},
-				func(s StepResult) bool { return s.CPUMs < 600 }},
+			{"timeout 1 sh -c 'while :; do :; done'; true", jobs.StepOK, &types.JobLimits{CPUs: 0.25},
+				func(s jobs.StepResult) bool { return s.CPUMs < 600 }},
 		} {
 			j := runIn(t, sb, types.JobRequest{Limits: limitsOr(c.l), Steps: []types.JobStep{shStep(servedBy+"\n"+c.script, nil)}})
 			s := j.Steps[0]
@@ -280,7 +281,7 @@ func TestReusedSandboxEndsWithDaemon(t *testing.T) {
 		sb.pool.mu.Lock()
 		z := sb.pool.ready[0].z
 		sb.pool.mu.Unlock()
-		done := make(chan Job, 1)
+		done := make(chan jobs.Job, 1)
 		go func() {
 			done <- runIn(t, sb, types.JobRequest{Limits: types.JobLimits{Timeout: "60s"}, Steps: []types.JobStep{shStep("(setsid sleep 1000 &); echo up; sleep 1000", nil)}})
 		}()
@@ -298,7 +299,7 @@ func TestReusedSandboxEndsWithDaemon(t *testing.T) {
 		z.ctl.CloseRead()
 		j := <-done
 		s := j.Steps[0]
-		if s.Status != StepInternalError || !strings.Contains(s.Error, "sandbox process") {
+		if s.Status != jobs.StepInternalError || !strings.Contains(s.Error, "sandbox process") {
 			t.Fatalf("a step whose sandbox's process ended: %+v", s)
 		}
 		if err := syscall.Kill(z.pid, 0); err != syscall.ESRCH {
@@ -331,7 +332,7 @@ func TestReusedSandboxDiedWhileWaiting(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		j := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("echo ok", nil)}})
-		if s := j.Steps[0]; s.Status != StepOK || s.Stdout != "ok\n" {
+		if s := j.Steps[0]; s.Status != jobs.StepOK || s.Stdout != "ok\n" {
 			t.Fatalf("a job after its sandbox's process ended: %+v", s)
 		}
 	})

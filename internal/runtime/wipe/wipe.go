@@ -1,4 +1,13 @@
-package jobs
+// Package wipe puts a running container back as it was made, between two
+// uses of it by untrusted code: its writable directories emptied and their
+// inode flags, mode, owner and extended attributes restored, /dev and
+// /dev/pts as made, the System V IPC objects of its IPC namespace removed
+// (see Kept). Everything is reached through descriptors opened while the
+// container was fresh, never through a path or pid its code could change.
+// Removal holds one directory open at a time, however deep the tree a job
+// left (removeAll). The reusable job sandboxes use it between jobs; their
+// leftover processes are their cgroups' (runtime/cgroups).
+package wipe
 
 import (
 	"bufio"
@@ -16,12 +25,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// kept is what a reusable sandbox's jobs can change and what is put back
+// Kept is what a reusable sandbox's jobs can change and what is put back
 // between two jobs, all reached through descriptors opened when the
 // sandbox started (so never through a path a job could redirect, nor a
 // pid that could be another process's by then):
-//   - /work, /tmp, /dev/shm and /dev/mqueue are emptied and their own inode
-//     flags, mode, owner and extended attributes restored;
+//   - the directories given to Open (/work and /tmp in a job sandbox),
+//     /dev/shm and /dev/mqueue are emptied and their own inode flags, mode,
+//     owner and extended attributes restored;
 //   - /dev gets back the entries it was made with and loses any other;
 //   - /dev/pts and its ptmx get back their mode and owner (a job in a
 //     user namespace owns them);
@@ -30,7 +40,7 @@ import (
 //
 // Nothing of the job runs then: its processes were killed with its
 // step's cgroup, and the sandbox's own process runs nothing between jobs.
-type kept struct {
+type Kept struct {
 	dirs []keptDir
 	dev  keptDir
 	ents map[string]devEntry // /dev as made
@@ -57,13 +67,18 @@ type devEntry struct {
 	target string // of a symlink
 }
 
-// keep opens what is kept of the sandbox whose process is host pid pid
-// and whose /work is the host directory work.
-func keep(pid int, work string) (k *kept, err error) {
-	k = &kept{ents: map[string]devEntry{}}
+// Dir is a directory of a container emptied between uses: Name as the
+// container sees it, Path on the host ("": Name below the container's root).
+type Dir struct{ Name, Path string }
+
+// Open opens what is kept of the container whose process is host pid pid:
+// its directories dirs, in that order, then /dev/shm, /dev/mqueue, /dev
+// and /dev/pts, its IPC namespace and its /proc entry.
+func Open(pid int, dirs ...Dir) (k *Kept, err error) {
+	k = &Kept{ents: map[string]devEntry{}}
 	defer func() {
 		if err != nil {
-			k.close()
+			k.Close()
 		}
 	}()
 	proc := "/proc/" + strconv.Itoa(pid)
@@ -79,10 +94,11 @@ func keep(pid int, work string) (k *kept, err error) {
 		}
 		return d, nil
 	}
-	for _, d := range []struct{ name, path string }{
-		{"/work", work}, {"/tmp", proc + "/root/tmp"}, {"/dev/shm", proc + "/root/dev/shm"}, {"/dev/mqueue", proc + "/root/dev/mqueue"},
-	} {
-		kd, err := open(d.name, d.path)
+	for _, d := range append(dirs, Dir{"/dev/shm", ""}, Dir{"/dev/mqueue", ""}) {
+		if d.Path == "" {
+			d.Path = proc + "/root" + d.Name
+		}
+		kd, err := open(d.Name, d.Path)
 		if err != nil {
 			return k, err
 		}
@@ -123,7 +139,8 @@ func keep(pid int, work string) (k *kept, err error) {
 	return k, nil
 }
 
-func (k *kept) close() {
+// Close closes what k holds open.
+func (k *Kept) Close() {
 	for _, d := range append(k.dirs, k.dev, k.pts) {
 		if d.root != nil {
 			d.root.Close()
@@ -137,14 +154,18 @@ func (k *kept) close() {
 	}
 }
 
-// wipe puts the sandbox back as it was made (see kept).
-func (k *kept) wipe() error { return k.wipeBut("") }
+// Proc is the container process's /proc entry, opened with k: its
+// network files are its network namespace's.
+func (k *Kept) Proc() *os.Root { return k.proc }
 
-// wipeBut is wipe but for the directory named keep (as the job sees it):
+// Wipe puts the sandbox back as it was made (see Kept).
+func (k *Kept) Wipe() error { return k.WipeBut("") }
+
+// WipeBut is Wipe but for the directory named keep (as the job sees it):
 // between two steps of a job run in the sandbox, /work is kept and the
 // rest emptied, as each step of the ordinary path gets its own /tmp,
 // /dev and IPC namespace.
-func (k *kept) wipeBut(keep string) error {
+func (k *Kept) WipeBut(keep string) error {
 	if err := clearIPC(k.ipc); err != nil {
 		return fmt.Errorf("sandbox IPC objects: %w", err)
 	}
@@ -236,7 +257,7 @@ func (d keptDir) empty(keep map[string]devEntry) error {
 }
 
 // restorePts puts back the mode and owner of /dev/pts and its ptmx.
-func (k *kept) restorePts() error {
+func (k *Kept) restorePts() error {
 	f, err := k.pts.root.Open(".")
 	if err != nil {
 		return fmt.Errorf("sandbox /dev/pts: %w", err)

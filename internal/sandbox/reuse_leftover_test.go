@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"os"
@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/jobs"
 )
 
 var probeBin struct {
@@ -49,18 +50,18 @@ func probed(t *testing.T, script string) types.JobRequest {
 // The caller has made both requests before the last job (a probe built in
 // between could take longer than WarmIdle under load, and the pool drop
 // its idle sandbox).
-func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want string, next types.JobRequest, fresh string) StepResult {
+func sameBox(t *testing.T, sb *Sandbox, dirty types.JobRequest, want string, next types.JobRequest, fresh string) jobs.StepResult {
 	t.Helper()
 	before := sb.WarmStats()
 	dirty.Steps[0].Args[2] = servedBy + "\n" + dirty.Steps[0].Args[2]
 	d := runIn(t, sb, dirty)
-	wantStatus(t, d.Steps[0], StepOK)
+	wantStatus(t, d.Steps[0], jobs.StepOK)
 	if !strings.Contains(d.Steps[0].Stdout, want) {
 		t.Fatalf("the job leaving things behind printed\n%s\nwant %q in it", d.Steps[0].Stdout, want)
 	}
 	next.Steps[0].Args[2] = servedBy + "\n" + next.Steps[0].Args[2]
 	after := runIn(t, sb, next)
-	wantStatus(t, after.Steps[0], StepOK)
+	wantStatus(t, after.Steps[0], jobs.StepOK)
 	box, rest, _ := strings.Cut(after.Steps[0].Stdout, "\n")
 	// Both jobs ran in a used sandbox, the same (two started in one clock
 	// tick have the same start time, so servedBy alone could be fooled).
@@ -88,7 +89,7 @@ func TestReusedSandboxDeepTree(t *testing.T) {
 rm -f /dev/stdin 2>/dev/null && mkdir /dev/stdin && ./probe deep /dev/stdin `+depth+`
 true`)
 		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(state, nil)}})
-		wantStatus(t, fresh, StepOK)
+		wantStatus(t, fresh, jobs.StepOK)
 		// The daemon's descriptors are fewer than a chain's levels.
 		var lim unix.Rlimit
 		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
@@ -104,60 +105,6 @@ true`)
 	})
 }
 
-// TestRemoveAll: removeAll removes a chain deeper than the descriptors it
-// may hold, directories without permissions and a wide directory, and
-// removes links without following them.
-func TestRemoveAll(t *testing.T) {
-	dir := t.TempDir()
-	outside := filepath.Join(dir, "outside")
-	if err := os.MkdirAll(filepath.Join(outside, "keep"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	top := filepath.Join(dir, "top")
-	if err := os.Mkdir(top, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	p := top
-	for i := 0; i < 300; i++ {
-		p = filepath.Join(p, "d")
-		if err := os.Mkdir(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if i%50 == 0 {
-			os.Symlink(outside, filepath.Join(p, "link"))
-			os.WriteFile(filepath.Join(p, "f"), []byte("x"), 0)
-			for j := 0; j < 1500; j++ {
-				os.Mkdir(filepath.Join(p, "w"+strconv.Itoa(j)), 0)
-			}
-			os.Chmod(p, 0)
-		}
-	}
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	low := lim
-	low.Cur = 64
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
-		t.Fatal(err)
-	}
-	d, err := os.Open(dir)
-	if err == nil {
-		err = removeAll(int(d.Fd()), "top")
-		d.Close()
-	}
-	unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(top); !os.IsNotExist(err) {
-		t.Fatalf("%s left: %v", top, err)
-	}
-	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
-		t.Fatalf("a link's target was removed: %v", err)
-	}
-}
-
 // TestReusedSandboxDevPts: a job that takes the modes off /dev/pts and
 // /dev/pts/ptmx (it owns them in a user namespace) leaves the next job
 // in its sandbox both as in a fresh one.
@@ -166,7 +113,7 @@ func TestReusedSandboxDevPts(t *testing.T) {
 		reusing(t, sb)
 		const pts = `stat -c '%n %a %u %g' /dev/pts /dev/pts/ptmx 2>&1; true`
 		fresh := untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(pts, nil)}})
-		wantStatus(t, fresh, StepOK)
+		wantStatus(t, fresh, jobs.StepOK)
 		want := "changed"
 		if sb.UserNS == nil {
 			want = "refused" // root's: the job cannot change them
@@ -186,20 +133,20 @@ func TestReusedSandboxNetwork(t *testing.T) {
 		reusing(t, sb)
 		const check = "./probe bind 5555; grep -o 'sockets: used [0-9]*' /proc/net/sockstat; grep -o 'tw [0-9]*' /proc/net/sockstat"
 		fresh := untilReused(t, sb, probed(t, check))
-		wantStatus(t, fresh, StepOK)
+		wantStatus(t, fresh, jobs.StepOK)
 		if !strings.HasPrefix(fresh.Stdout, "bind: ok\n") {
 			t.Fatalf("a fresh sandbox: %s", fresh.Stdout)
 		}
 		untilReused(t, sb, types.JobRequest{Steps: []types.JobStep{shStep("true", nil)}})
 		d := runIn(t, sb, probed(t, servedBy+"\n./probe timewait 5555; grep -o 'tw [0-9]*' /proc/net/sockstat"))
-		wantStatus(t, d.Steps[0], StepOK)
+		wantStatus(t, d.Steps[0], jobs.StepOK)
 		box, closed, _ := strings.Cut(d.Steps[0].Stdout, "\n")
 		if closed != "timewait: ok\ntw 0\n" {
 			t.Fatalf("the job closing a connection first: %s", d.Steps[0].Stdout)
 		}
 		next := probed(t, servedBy+"\n"+check)
 		after := runIn(t, sb, next)
-		wantStatus(t, after.Steps[0], StepOK)
+		wantStatus(t, after.Steps[0], jobs.StepOK)
 		in, got, _ := strings.Cut(after.Steps[0].Stdout, "\n")
 		if got != fresh.Stdout || in != box {
 			t.Fatalf("after a job that closed a connection first, the next job sees\n%s\nin %s, want, as in a fresh sandbox,\n%s\nin the same sandbox (%s)", got, in, fresh.Stdout, box)
@@ -217,7 +164,7 @@ func TestReusedSandboxXattrs(t *testing.T) {
 		const dirs = "/work /tmp /dev/shm /dev/mqueue /dev"
 		const check = "./probe list " + dirs + "\n./probe flags " + dirs + "\ntouch /work/f /tmp/f; stat -c '%n %a' /work/f /tmp/f; ./probe list /work/f /tmp/f"
 		fresh := untilReused(t, sb, probed(t, check))
-		wantStatus(t, fresh, StepOK)
+		wantStatus(t, fresh, jobs.StepOK)
 		sameBox(t, sb, probed(t, "./probe xattr "+dirs+"\n./probe chattr "+dirs), "chattr /work: ok",
 			probed(t, check), fresh.Stdout)
 	})
@@ -236,7 +183,7 @@ func TestReusedSandboxSignalFlood(t *testing.T) {
 		before := cpuTicks(t, pid)
 		s := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(`i=0; while [ $i -lt 20000 ]; do
 kill -USR1 1; kill -CHLD 1; kill -SEGV 1; kill -TERM 1; i=$((i+1)); done`, nil)}}).Steps[0]
-		wantStatus(t, s, StepOK)
+		wantStatus(t, s, jobs.StepOK)
 		serve := float64(cpuTicks(t, pid)-before) * 1000 / float64(clockTicks)
 		if serve*10 > s.CPUMs {
 			t.Fatalf("the sandbox's process spent %.0f ms of CPU time on a job's signals, the job %.0f ms", serve, s.CPUMs)
@@ -284,7 +231,7 @@ func TestReusedSandboxTenant(t *testing.T) {
 		boxA := runIn(t, sb, a).Steps[0].Stdout
 		for i := 0; i < 3; i++ {
 			b := runIn(t, sb, types.JobRequest{Tenant: "b", Steps: []types.JobStep{shStep(servedBy, nil)}}).Steps[0]
-			wantStatus(t, b, StepOK)
+			wantStatus(t, b, jobs.StepOK)
 			if b.Stdout == boxA {
 				t.Fatalf("tenant b's job %d ran in the sandbox tenant a's jobs ran in (%q)", i, boxA)
 			}
@@ -301,7 +248,7 @@ func TestReusedSandboxSchedSlice(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		reusing(t, sb)
 		fresh := untilReused(t, sb, probed(t, "./probe getslice"))
-		wantStatus(t, fresh, StepOK)
+		wantStatus(t, fresh, jobs.StepOK)
 		dirty := runIn(t, sb, probed(t, servedBy+"\n./probe slice 90000000")).Steps[0]
 		if !strings.HasSuffix(dirty.Stdout, "\nslice: ok\n") {
 			t.Fatalf("the job setting the slice: %+v", dirty)

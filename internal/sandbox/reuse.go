@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -15,15 +15,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shoal-run/shoal/internal/jobs/stub"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/runtime/cgroups"
+	"github.com/shoal-run/shoal/internal/runtime/wipe"
+	"github.com/shoal-run/shoal/internal/sandbox/stub"
 )
 
 // A reusable sandbox (Sandbox.Reuse) is a warm sandbox whose process is
 // stub.Serve: instead of running one step and going, it starts each step
 // it is sent as a stub in a cgroup made for that step below its own, and is
-// emptied between jobs (see kept). It serves one shape of job, so one
+// emptied between jobs (see wipe.Kept). It serves one shape of job, so one
 // tenant (the shape holds the tenant's host uid), at most boxRuns jobs.
 // Since a step's memory, pids and CPU limits are its own cgroup's, and its
 // time and output limits the daemon's, the shape of a reusable sandbox is
@@ -41,7 +43,7 @@ type box struct {
 	ctl  *net.UnixConn // to Serve's stdin
 	pid  int           // host pid of Serve
 	cg   cgroups.Paths // the sandbox's cgroup; each step's is a child
-	keep *kept         // what is emptied or restored between jobs
+	keep *wipe.Kept    // what is emptied or restored between jobs
 	runs int           // jobs served
 	seq  int           // steps started, naming their cgroups
 	// bad is why the sandbox is not reused, once a step or Serve failed
@@ -101,7 +103,7 @@ func (s *Sandbox) startBox(ctx context.Context, b *warmBox, spec runtime.Spec, w
 	if err := z.cg.Nest(); err != nil {
 		return fmt.Errorf("cgroup: %w", err)
 	}
-	if z.keep, err = keep(z.pid, work); err != nil {
+	if z.keep, err = wipe.Open(z.pid, wipe.Dir{Name: "/work", Path: work}, wipe.Dir{Name: "/tmp"}); err != nil {
 		return err
 	}
 	return z.prepare()
@@ -122,7 +124,7 @@ func (z *box) close() {
 		z.ctl.Close()
 	}
 	if z.keep != nil {
-		z.keep.close()
+		z.keep.Close()
 	}
 }
 
@@ -249,8 +251,8 @@ func (p *stepPrep) drop() {
 // and is supervised as in step. The step's cgroup is removed, the sandbox
 // emptied and its next step made ready once the job is over, off its slot
 // (release); its teardown has nothing left to do.
-func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *Plan, st *Step) (StepResult, func() time.Duration) {
-	res := StepResult{Name: st.Name}
+func (s *Sandbox) boxStep(ctx context.Context, b *warmBox, p *jobs.Plan, st *jobs.Step) (jobs.StepResult, func() time.Duration) {
+	res := jobs.StepResult{Name: st.Name}
 	t0 := time.Now()
 	z := b.z
 	prep := z.next
@@ -418,7 +420,7 @@ func (p *boxProc) wait() (runtime.ExitStatus, error) {
 // sandbox's, or a sandbox that cannot be readied, takes the ordinary path
 // (a container of its own on the same /work); a sandbox that failed is
 // not reused.
-func (s *Sandbox) nextStep(b *warmBox, st *Step) bool {
+func (s *Sandbox) nextStep(b *warmBox, st *jobs.Step) bool {
 	z := b.z
 	if z.bad != nil || st.Limits.TmpBytes != b.shape.limits.TmpBytes {
 		return false
@@ -428,7 +430,7 @@ func (s *Sandbox) nextStep(b *warmBox, st *Step) bool {
 		err = z.check()
 	}
 	if err == nil {
-		err = z.keep.wipeBut("/work")
+		err = z.keep.WipeBut("/work")
 	}
 	if err == nil {
 		err = z.prepare()

@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/jobs"
 )
 
 // TestReusedSandboxCancelled: a job cancelled while its step runs in a
@@ -25,11 +26,11 @@ func TestReusedSandboxCancelled(t *testing.T) {
 		step := z.cg.Child(fmt.Sprintf("step%d", z.seq))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		p, err := NewPlan(types.JobRequest{Image: "busybox:1", Steps: []types.JobStep{shStep("(setsid sleep 1000 &); sleep 1000", nil)}}, "")
+		p, err := jobs.NewPlan(types.JobRequest{Image: "busybox:1", Steps: []types.JobStep{shStep("(setsid sleep 1000 &); sleep 1000", nil)}}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := Job{ID: fmt.Sprintf("jc%d-%d", os.Getpid(), jobSeq.Add(1))}
+		j := jobs.Job{ID: fmt.Sprintf("jc%d-%d", os.Getpid(), jobSeq.Add(1))}
 		done := make(chan error, 1)
 		go func() { done <- sb.Run(ctx, &j, p, func() {}) }()
 		for i := 0; ; i++ {
@@ -45,7 +46,7 @@ func TestReusedSandboxCancelled(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if s := j.Steps[0]; s.Status != StepKilled {
+		if s := j.Steps[0]; s.Status != jobs.StepKilled {
 			t.Fatalf("a cancelled step: %+v", s)
 		}
 		sb.pool.releases.Wait() // the sandbox emptied, off the job's slot
@@ -53,7 +54,7 @@ func TestReusedSandboxCancelled(t *testing.T) {
 			t.Fatalf("the cancelled step's cgroup %v is left", step.Dirs())
 		}
 		next := runIn(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(servedBy, nil)}}).Steps[0]
-		wantStatus(t, next, StepOK)
+		wantStatus(t, next, jobs.StepOK)
 		if next.Stdout != first.Stdout {
 			t.Fatalf("after a cancelled job the next one ran in %q, want the same sandbox %q", strings.TrimSpace(next.Stdout), strings.TrimSpace(first.Stdout))
 		}

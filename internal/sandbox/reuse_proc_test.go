@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/image"
-	"github.com/shoal-run/shoal/internal/jobs/stub"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/runtime/cgroups"
+	"github.com/shoal-run/shoal/internal/sandbox/stub"
 )
 
 // TestBoxProcKillFails: a step in a reusable sandbox whose cgroup cannot
@@ -35,8 +36,8 @@ func TestBoxProcKillFails(t *testing.T) {
 	errW.Close()
 	go func() { outW.Write(make([]byte, 64)); outW.Close() }()
 	s := &Sandbox{}
-	var res StepResult
-	end, _, err := s.supervise(context.Background(), pr, Limits{Timeout: time.Hour, OutputBytes: 8}, outR, errR, &res)
+	var res jobs.StepResult
+	end, _, err := s.supervise(context.Background(), pr, jobs.Limits{Timeout: time.Hour, OutputBytes: 8}, outR, errR, &res)
 	if err != nil || !end.output {
 		t.Fatalf("end %+v, %v: want killed for its output", end, err)
 	}

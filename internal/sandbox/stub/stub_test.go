@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shoal-run/shoal/internal/jobs/stub"
-	"github.com/shoal-run/shoal/internal/jobs/stub/stubtest"
+	"github.com/shoal-run/shoal/internal/sandbox/stub"
+	"github.com/shoal-run/shoal/internal/sandbox/stub/stubtest"
 )
 
 // built is shoal-init, compiled once for the package's tests.

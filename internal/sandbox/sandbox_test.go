@@ -1,4 +1,4 @@
-package jobs
+package sandbox
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/image/imagetest"
+	"github.com/shoal-run/shoal/internal/jobs"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
 )
@@ -116,16 +117,16 @@ func modes(t *testing.T, f func(t *testing.T, sb *Sandbox)) {
 var jobSeq atomic.Int64
 
 // runJob runs req to the end in sb.
-func runJob(t *testing.T, sb *Sandbox, req types.JobRequest) Job {
+func runJob(t *testing.T, sb *Sandbox, req types.JobRequest) jobs.Job {
 	t.Helper()
 	if req.Image == "" {
 		req.Image = "busybox:1"
 	}
-	p, err := NewPlan(req, "")
+	p, err := jobs.NewPlan(req, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	j := Job{ID: fmt.Sprintf("jt%d-%d", os.Getpid(), jobSeq.Add(1))}
+	j := jobs.Job{ID: fmt.Sprintf("jt%d-%d", os.Getpid(), jobSeq.Add(1))}
 	if err := sb.Run(context.Background(), &j, p, func() {}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func shStep(script string, l *types.JobLimits) types.JobStep {
 	return types.JobStep{Args: []string{"sh", "-c", script}, Limits: l}
 }
 
-func oneStep(t *testing.T, sb *Sandbox, script string, l *types.JobLimits) StepResult {
+func oneStep(t *testing.T, sb *Sandbox, script string, l *types.JobLimits) jobs.StepResult {
 	t.Helper()
 	j := runJob(t, sb, types.JobRequest{Steps: []types.JobStep{shStep(script, l)}})
 	if len(j.Steps) != 1 {
@@ -148,7 +149,7 @@ func oneStep(t *testing.T, sb *Sandbox, script string, l *types.JobLimits) StepR
 	return j.Steps[0]
 }
 
-func wantStatus(t *testing.T, s StepResult, status string) {
+func wantStatus(t *testing.T, s jobs.StepResult, status string) {
 	t.Helper()
 	if s.Status != status {
 		t.Fatalf("status %s (exit %d, signal %q, error %q), want %s\nstdout: %.2000s\nstderr: %.2000s", s.Status, s.ExitCode, s.Signal, s.Error, status, s.Stdout, s.Stderr)
@@ -158,7 +159,7 @@ func wantStatus(t *testing.T, s StepResult, status string) {
 func TestHelloWorld(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		s := oneStep(t, sb, "echo hello; echo oops >&2; id -u; cat /proc/self/uid_map", nil)
-		wantStatus(t, s, StepOK)
+		wantStatus(t, s, jobs.StepOK)
 		// Root in a user namespace is host uid 100000; otherwise nobody.
 		uidMap := fmt.Sprintf("%10d %10d %10d\n", 0, 0, uint32(4294967295))
 		if sb.UserNS != nil {
@@ -171,14 +172,14 @@ func TestHelloWorld(t *testing.T) {
 			t.Fatalf("timings and memory not measured: %+v", s)
 		}
 		s = oneStep(t, sb, "exit 3", nil)
-		wantStatus(t, s, StepNonzeroExit)
+		wantStatus(t, s, jobs.StepNonzeroExit)
 		if s.ExitCode != 3 {
 			t.Fatalf("exit code %d, want 3", s.ExitCode)
 		}
 		j := runJob(t, sb, types.JobRequest{Steps: []types.JobStep{{Args: []string{"sh", "-c", "exit 3"}, OKCodes: []int{0, 3}}}})
-		wantStatus(t, j.Steps[0], StepOK)
+		wantStatus(t, j.Steps[0], jobs.StepOK)
 		j = runJob(t, sb, types.JobRequest{Steps: []types.JobStep{{Args: []string{"no-such-command"}}}})
-		wantStatus(t, j.Steps[0], StepNonzeroExit)
+		wantStatus(t, j.Steps[0], jobs.StepNonzeroExit)
 		if j.Steps[0].ExitCode != 127 || !strings.Contains(j.Steps[0].Error, "no-such-command") {
 			t.Fatalf("missing command: %+v", j.Steps[0])
 		}
@@ -190,18 +191,18 @@ func TestHelloWorld(t *testing.T) {
 func TestForkBombContained(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		s := oneStep(t, sb, "(f(){ f | f & }; f) & while :; do :; done", &types.JobLimits{Pids: 32, Timeout: "2s"})
-		wantStatus(t, s, StepTimeout)
+		wantStatus(t, s, jobs.StepTimeout)
 		if !strings.Contains(s.Stderr, "fork") {
 			t.Fatalf("stderr %q: want the shell's fork failures", s.Stderr)
 		}
-		wantStatus(t, oneStep(t, sb, "echo alive", nil), StepOK)
+		wantStatus(t, oneStep(t, sb, "echo alive", nil), jobs.StepOK)
 	})
 }
 
 func TestMemoryBombIsOOM(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		s := oneStep(t, sb, "head -c 500m /dev/zero | tail", &types.JobLimits{Memory: "32Mi"})
-		wantStatus(t, s, StepOOM)
+		wantStatus(t, s, jobs.StepOOM)
 		if s.MemoryPeak < 16<<20 {
 			t.Fatalf("peak memory %d: want near the 32Mi limit", s.MemoryPeak)
 		}
@@ -211,7 +212,7 @@ func TestMemoryBombIsOOM(t *testing.T) {
 func TestEndlessLoopTimesOut(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		s := oneStep(t, sb, "while :; do :; done", &types.JobLimits{Timeout: "500ms", CPUTime: "10s"})
-		wantStatus(t, s, StepTimeout)
+		wantStatus(t, s, jobs.StepTimeout)
 		if s.WallMs < 500 || s.Signal != "killed" {
 			t.Fatalf("wall %.1fms signal %q: want killed at the 500ms limit, not before", s.WallMs, s.Signal)
 		}
@@ -221,7 +222,7 @@ func TestEndlessLoopTimesOut(t *testing.T) {
 func TestCPUTimeLimit(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		s := oneStep(t, sb, "while :; do :; done", &types.JobLimits{Timeout: "30s", CPUTime: "300ms"})
-		wantStatus(t, s, StepTimeout)
+		wantStatus(t, s, jobs.StepTimeout)
 		if s.CPUMs < 300 {
 			t.Fatalf("cpu %.1fms: killed before its 300ms of CPU", s.CPUMs)
 		}
@@ -231,12 +232,12 @@ func TestCPUTimeLimit(t *testing.T) {
 func TestOutputFloodIsCapped(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		s := oneStep(t, sb, "yes flood", &types.JobLimits{Output: "4Ki"})
-		wantStatus(t, s, StepOutputLimit)
+		wantStatus(t, s, jobs.StepOutputLimit)
 		if len(s.Stdout) != 4096 || !s.StdoutTruncated || !strings.HasPrefix(s.Stdout, "flood\n") {
 			t.Fatalf("stdout %d bytes truncated=%v: want exactly the 4Ki cap", len(s.Stdout), s.StdoutTruncated)
 		}
 		s = oneStep(t, sb, "yes err >&2", &types.JobLimits{Output: "1Ki"})
-		wantStatus(t, s, StepOutputLimit)
+		wantStatus(t, s, jobs.StepOutputLimit)
 		if len(s.Stderr) != 1024 || !s.StderrTruncated {
 			t.Fatalf("stderr %d bytes truncated=%v", len(s.Stderr), s.StderrTruncated)
 		}
@@ -268,7 +269,7 @@ func TestNoNetwork(t *testing.T) {
 		// address, so none is tried.
 		s := oneStep(t, sb, fmt.Sprintf(`ip -o link | cut -d: -f2; ip route; ip -6 route
 	if nc -w 2 127.0.0.1 %d </dev/null; then echo REACHED; fi; exit 0`, port), nil)
-		wantStatus(t, s, StepOK)
+		wantStatus(t, s, jobs.StepOK)
 		if strings.TrimSpace(s.Stdout) != "lo" || strings.Contains(s.Stdout, "REACHED") {
 			t.Fatalf("network inside the sandbox:\n%s\nstderr: %s", s.Stdout, s.Stderr)
 		}
@@ -286,7 +287,7 @@ func TestImageIsReadOnly(t *testing.T) {
 	if dd if=/dev/zero of=/work/big bs=1M count=32 2>/dev/null; then echo BIGWORK; fi
 	grep -c Cap /proc/self/status; grep CapEff /proc/self/status; grep NoNewPrivs /proc/self/status; grep Seccomp: /proc/self/status`, nil)}})
 		s := j.Steps[0]
-		wantStatus(t, s, StepOK)
+		wantStatus(t, s, jobs.StepOK)
 		for _, bad := range []string{"WROTE", "BIGTMP", "BIGWORK"} {
 			if strings.Contains(s.Stdout, bad) {
 				t.Fatalf("sandbox wrote where it must not:\n%s", s.Stdout)
@@ -309,7 +310,7 @@ func TestFilesAndStdinArrive(t *testing.T) {
 			Files: map[string][]byte{"main.sh": []byte("read x; echo \"got $x\"; cat data/in.txt\n"), "data/in.txt": []byte("file content\n")},
 			Steps: []types.JobStep{{Args: []string{"sh", "main.sh"}, Stdin: []byte("stdin line\n")}},
 		})
-		wantStatus(t, j.Steps[0], StepOK)
+		wantStatus(t, j.Steps[0], jobs.StepOK)
 		if j.Steps[0].Stdout != "got stdin line\nfile content\n" {
 			t.Fatalf("stdout %q", j.Steps[0].Stdout)
 		}
@@ -321,7 +322,7 @@ func TestFilesAndStdinArrive(t *testing.T) {
 // when the student step failed; one marked "always" runs regardless.
 func TestTwoStepGrading(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
-		grade := func(student string, when string) Job {
+		grade := func(student string, when string) jobs.Job {
 			return runJob(t, sb, types.JobRequest{
 				Files: map[string][]byte{"expected.txt": []byte("42\n")},
 				Steps: []types.JobStep{
@@ -331,8 +332,8 @@ func TestTwoStepGrading(t *testing.T) {
 			})
 		}
 		j := grade("echo 42 > out.txt", "success")
-		wantStatus(t, j.Steps[0], StepOK)
-		wantStatus(t, j.Steps[1], StepOK)
+		wantStatus(t, j.Steps[0], jobs.StepOK)
+		wantStatus(t, j.Steps[1], jobs.StepOK)
 		if j.Steps[1].Stdout != "PASS\n" {
 			t.Fatalf("grader: %q", j.Steps[1].Stdout)
 		}
@@ -341,10 +342,10 @@ func TestTwoStepGrading(t *testing.T) {
 			t.Fatalf("grader of a wrong answer: %q", j.Steps[1].Stdout)
 		}
 		j = grade("exit 1", "success")
-		wantStatus(t, j.Steps[0], StepNonzeroExit)
-		wantStatus(t, j.Steps[1], StepSkipped)
+		wantStatus(t, j.Steps[0], jobs.StepNonzeroExit)
+		wantStatus(t, j.Steps[1], jobs.StepSkipped)
 		j = grade("exit 1", "always")
-		if j.Steps[1].Status != StepOK || j.Steps[1].Stdout != "FAIL\n" {
+		if j.Steps[1].Status != jobs.StepOK || j.Steps[1].Stdout != "FAIL\n" {
 			t.Fatalf("grader after a failed student step: %+v", j.Steps[1])
 		}
 	})
@@ -352,18 +353,18 @@ func TestTwoStepGrading(t *testing.T) {
 
 func TestCancelKillsStep(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
-		p, err := NewPlan(types.JobRequest{Image: "busybox:1", Steps: []types.JobStep{shStep("sleep 60", nil), shStep("echo never", nil)}}, "")
+		p, err := jobs.NewPlan(types.JobRequest{Image: "busybox:1", Steps: []types.JobStep{shStep("sleep 60", nil), shStep("echo never", nil)}}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(300 * time.Millisecond); cancel() }()
-		j := Job{ID: "jcancel" + fmt.Sprint(os.Getpid())}
+		j := jobs.Job{ID: "jcancel" + fmt.Sprint(os.Getpid())}
 		if err := sb.Run(ctx, &j, p, func() {}); err != nil {
 			t.Fatal(err)
 		}
-		wantStatus(t, j.Steps[0], StepKilled)
-		wantStatus(t, j.Steps[1], StepKilled)
+		wantStatus(t, j.Steps[0], jobs.StepKilled)
+		wantStatus(t, j.Steps[1], jobs.StepKilled)
 	})
 }
 
@@ -375,9 +376,9 @@ func TestCancelKillsStep(t *testing.T) {
 func TestNamespaceReuse(t *testing.T) {
 	modes(t, func(t *testing.T, sb *Sandbox) {
 		nm := sb.Net.(*network.Manager)
-		netns := func(s StepResult) string {
+		netns := func(s jobs.StepResult) string {
 			t.Helper()
-			wantStatus(t, s, StepOK)
+			wantStatus(t, s, jobs.StepOK)
 			ns, _, _ := strings.Cut(s.Stdout, "\n")
 			if !strings.HasPrefix(ns, "net:[") {
 				t.Fatalf("stdout %q: want the namespace first", s.Stdout)
