@@ -110,15 +110,42 @@ of the input is refused.`,
 
 func newImagePullCmd(g *globals) *cobra.Command {
 	var insecure bool
+	var creds, credsFile, caFile string
 	cmd := &cobra.Command{
-		Use:     "pull REF",
-		Short:   "Pull an image from an OCI registry",
-		Example: `  shoal image pull 127.0.0.1:5000/hello:1 --insecure`,
-		Args:    exactArgs(1),
+		Use:   "pull REF",
+		Short: "Pull an image from an OCI registry",
+		Long: `Pull an image from an OCI registry into the daemon's image store.
+
+Credentials: --creds USER:PASSWORD, --creds-file FILE (one line
+USER:PASSWORD), else what this user's auth files hold for the registry, the
+way podman and docker find them ($REGISTRY_AUTH_FILE,
+${XDG_RUNTIME_DIR}/containers/auth.json, ~/.config/containers/auth.json,
+~/.docker/config.json, credential helpers included); they are sent to the
+daemon with the request. With none of these the daemon uses its own host's
+auth files.
+
+TLS: the daemon trusts the system's CAs, the registry's folder in
+/etc/containers/certs.d/HOST[:PORT]/ or /etc/docker/certs.d/HOST[:PORT]/
+on its host (*.crt CAs, client.cert and client.key a client certificate),
+and --ca-file.`,
+		Example: `  shoal image pull 127.0.0.1:5000/hello:1 --insecure
+  shoal image pull registry.example.com/team/app:1 --creds-file ~/.app-registry --ca-file team-ca.crt`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			req := types.PullRequest{Ref: args[0], Insecure: insecure}
+			auth, err := pullAuth(cmd.Context(), args[0], creds, credsFile)
+			if err != nil {
+				return err
+			}
+			req.Auth = auth
+			if caFile != "" {
+				if req.CA, err = readCA(caFile); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "pulling %s ...\n", args[0])
 			var img types.Image
-			if err := g.call(cmd, "POST", "/v1/images/pull", types.PullRequest{Ref: args[0], Insecure: insecure}, &img); err != nil {
+			if err := g.call(cmd, "POST", "/v1/images/pull", req, &img); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.Ref, img.Digest)
@@ -126,7 +153,11 @@ func newImagePullCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&insecure, "insecure", false, "use plain HTTP (for a registry on loopback)")
+	f := cmd.Flags()
+	f.BoolVar(&insecure, "insecure", false, "use plain HTTP (for a registry on loopback)")
+	f.StringVar(&creds, "creds", "", "registry credentials USER:PASSWORD")
+	f.StringVar(&credsFile, "creds-file", "", "file holding the registry credentials as one line USER:PASSWORD")
+	f.StringVar(&caFile, "ca-file", "", "PEM file of the CA that signed the registry's certificate")
 	return cmd
 }
 

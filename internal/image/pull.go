@@ -3,7 +3,6 @@ package image
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -13,7 +12,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -26,7 +24,19 @@ type PullOptions struct {
 	// Token, if set, is sent to the registry as a bearer token (another
 	// shoal node's registry takes the cluster secret).
 	Token string
-	// Transport makes the requests; nil: go-containerregistry's default.
+	// Auth, if set, is given to the registry (a user and password, or a
+	// token); else Keychain, if set, is asked for the registry's
+	// credentials (see Keychain); else the pull is anonymous.
+	Auth     *authn.AuthConfig
+	Keychain authn.Keychain
+	// CA holds PEM certificates of authorities the registry's certificate
+	// may be signed by, beside the system's and its certs.d folders'.
+	CA []byte
+	// CertsDirs hold a folder per registry host with its CAs and client
+	// certificates (see DefaultCertsDirs, the default when nil).
+	CertsDirs []string
+	// Transport makes the requests; nil: go-containerregistry's default
+	// with the TLS configuration of CA and CertsDirs.
 	Transport http.RoundTripper
 }
 
@@ -68,12 +78,27 @@ func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, err
 		return Image{}, errdefs.Invalid("platform", "%q: %v", platform, err)
 	}
 	ropts := []remote.Option{remote.WithContext(ctx), remote.WithPlatform(*plat)}
-	if o.Token != "" {
-		ropts = append(ropts, remote.WithAuth(&authn.Bearer{Token: o.Token}))
+	rc := registryCtx{registry: r.Context().RegistryStr(), repo: r.Context().RepositoryStr()}
+	auth, err := o.authenticator(ctx, r.Context(), &rc)
+	if err != nil {
+		return Image{}, err
 	}
+	ropts = append(ropts, remote.WithAuth(auth))
 	if o.Transport != nil {
 		ropts = append(ropts, remote.WithTransport(o.Transport))
+	} else {
+		dirs := o.CertsDirs
+		if dirs == nil {
+			dirs = DefaultCertsDirs
+		}
+		t, err := newHostTLS(o.CA, dirs)
+		if err != nil {
+			return Image{}, err
+		}
+		defer t.closeIdle()
+		ropts = append(ropts, remote.WithTransport(t))
 	}
+	registryErr := rc.err
 	desc, err := remote.Get(r, ropts...)
 	if err != nil {
 		return Image{}, registryErr(err)
@@ -160,11 +185,35 @@ func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, err
 	return imgs[0], nil
 }
 
-// registryErr marks a registry's 404 as errdefs.ErrNotFound.
-func registryErr(err error) error {
-	var te *transport.Error
-	if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+// authenticator picks what the registry is given: the token, the
+// credentials given, or the keychain's for repo; rc learns who is sent.
+func (o PullOptions) authenticator(ctx context.Context, repo name.Repository, rc *registryCtx) (authn.Authenticator, error) {
+	switch {
+	case o.Token != "":
+		rc.token = true
+		return &authn.Bearer{Token: o.Token}, nil
+	case o.Auth != nil:
+		rc.user = o.Auth.Username
+		if rc.user == "" {
+			rc.user = "(token)"
+		}
+		return authn.FromConfig(*o.Auth), nil
+	case o.Keychain != nil:
+		a, err := authn.Resolve(ctx, o.Keychain, repo)
+		if err != nil {
+			return nil, fmt.Errorf("credentials for %s: %w", repo.RegistryStr(), err)
+		}
+		if a != authn.Anonymous {
+			c, err := authn.Authorization(ctx, a)
+			if err != nil {
+				return nil, fmt.Errorf("credentials for %s: %w", repo.RegistryStr(), err)
+			}
+			rc.user = c.Username
+			if rc.user == "" {
+				rc.user = "(token)"
+			}
+		}
+		return a, nil
 	}
-	return err
+	return authn.Anonymous, nil
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
@@ -96,14 +98,22 @@ func (s *Service) Import(ctx context.Context, req types.ImportRequest) ([]types.
 	return out, nil
 }
 
-// Pull pulls an image from an OCI registry.
+// Pull pulls an image from an OCI registry with the credentials the
+// request carries, else those this host's auth files hold for the
+// registry (image.Keychain, read as the daemon's user).
 func (s *Service) Pull(ctx context.Context, req types.PullRequest) (types.Image, error) {
 	if req.Ref == "" {
 		return types.Image{}, errdefs.Invalid("ref", "is required")
 	}
-	i, err := s.s.Pull(ctx, req.Ref, image.PullOptions{Insecure: req.Insecure})
+	o := image.PullOptions{Insecure: req.Insecure, CA: []byte(req.CA)}
+	if a := req.Auth; a != nil {
+		o.Auth = &authn.AuthConfig{Username: a.Username, Password: a.Password, IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}
+	} else {
+		o.Keychain = image.Keychain()
+	}
+	i, err := s.s.Pull(ctx, req.Ref, o)
 	if err != nil {
-		return types.Image{}, fmt.Errorf("pull %s: %w", req.Ref, err)
+		return types.Image{}, err // it names the reference
 	}
 	return toAPIImage(i), nil
 }

@@ -67,6 +67,22 @@ type ImportRequest struct {
 type PullRequest struct {
 	Ref      string `json:"ref"`
 	Insecure bool   `json:"insecure,omitempty"`
+	// Auth is what the registry is given (the CLI sends --creds, or what
+	// its user's auth files hold for the registry); without it the daemon
+	// reads its own host's auth files.
+	Auth *RegistryAuth `json:"auth,omitempty"`
+	// CA holds PEM certificates of authorities the registry's certificate
+	// may be signed by (--ca-file), beside the daemon host's.
+	CA string `json:"ca,omitempty"`
+}
+
+// RegistryAuth is a registry's credentials: a user and password, or a
+// token (as auth.json and Docker's config.json hold them).
+type RegistryAuth struct {
+	Username      string `json:"username,omitempty"`
+	Password      string `json:"password,omitempty"`
+	IdentityToken string `json:"identity_token,omitempty"`
+	RegistryToken string `json:"registry_token,omitempty"`
 }
 
 // RunRequest is the body of POST /v1/containers/run.

@@ -1,6 +1,7 @@
 // Package imagetest gives tests real images and a real registry: a busybox
 // rootfs (BusyboxDir, Busybox) and Debian's docker-registry on a loopback
-// port (StartRegistry).
+// port, plain (StartRegistry) or behind TLS with a CA made for the test,
+// htpasswd users and client certificates (StartPrivateRegistry).
 package imagetest
 
 import (
@@ -47,6 +48,14 @@ storage:
 http:
   addr: %s
 `, filepath.Join(dir, "data"), addr)
+	runRegistry(t, dir, cfg, "http://"+addr+"/v2/", http.DefaultClient, http.StatusOK)
+	return addr
+}
+
+// runRegistry starts docker-registry with configuration cfg (written into
+// dir) and waits until probe answers want.
+func runRegistry(t testing.TB, dir, cfg, probe string, client *http.Client, want int) {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("registry: %v", err)
@@ -67,18 +76,18 @@ http:
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v2/", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
+		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
+			if resp.StatusCode == want {
+				return
 			}
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("registry exited: %v\n%s", err, out.String())
 		case <-ctx.Done():
-			t.Fatalf("registry on %s did not answer /v2/: %v\n%s", addr, ctx.Err(), out.String())
+			t.Fatalf("registry at %s did not answer: %v\n%s", probe, ctx.Err(), out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
