@@ -22,9 +22,9 @@ var _ serving.LogTailer = (*Remote)(nil)
 // TailLog reads the last n lines of the replica's log on its node (n <= 0:
 // all that the last MiB holds).
 func (r *Remote) TailLog(ctx context.Context, id, log string, n int) (serving.LogTail, error) {
-	var t serving.LogTail
+	var t logTail
 	err := r.post(ctx, r.path(id, "log"), tailReq{Log: log, Lines: n}, &t)
-	return t, err
+	return t.tail(), err
 }
 
 // tailLog answers a TailLog: this node's Node reads the log.
@@ -44,5 +44,5 @@ func (s *Server) tailLog(w http.ResponseWriter, r *http.Request, n serving.Node)
 		s.fail(w, err)
 		return
 	}
-	httperr.WriteJSON(w, http.StatusOK, t)
+	httperr.WriteJSON(w, http.StatusOK, toLogTail(t))
 }

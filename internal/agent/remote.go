@@ -42,12 +42,11 @@ func (r *Remote) post(ctx context.Context, path string, in, out any) error {
 // Start starts the replica on the node (which first fetches its image if
 // it lacks it).
 func (r *Remote) Start(ctx context.Context, s serving.ReplicaSpec) (serving.Started, error) {
-	var st serving.Started
-	err := r.post(ctx, "replicas/start", s, &st)
-	if err == nil {
-		st.Node = r.node
+	var st started
+	if err := r.post(ctx, "replicas/start", toSpec(s), &st); err != nil {
+		return serving.Started{}, err
 	}
-	return st, err
+	return st.started(r.node), nil
 }
 
 // Freeze freezes the replica and returns the memory it holds frozen.
@@ -82,7 +81,7 @@ func (r *Remote) Wait(ctx context.Context, id string) (runtime.ExitStatus, error
 			return runtime.ExitStatus{}, err
 		}
 		if w.Exited {
-			return w.Status, nil
+			return w.Status.status(), nil
 		}
 		if err := ctx.Err(); err != nil {
 			return runtime.ExitStatus{}, err
@@ -126,9 +125,9 @@ const (
 func (r *Remote) Adopt(ctx context.Context, k serving.Known) (serving.Adopted, error) {
 	var err error
 	for try := 1; try <= adoptTries; try++ {
-		var a serving.Adopted
-		if err = r.post(ctx, "replicas/adopt", k, &a); err == nil {
-			return a, nil
+		var a adopted
+		if err = r.post(ctx, "replicas/adopt", toKnown(k), &a); err == nil {
+			return a.adopted(), nil
 		}
 		if !errors.Is(err, errdefs.ErrUnavailable) || try == adoptTries {
 			break

@@ -9,37 +9,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
-	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
-)
-
-// The bodies of the replica routes: what a serving.Node call takes and
-// gives, in JSON.
-type (
-	graceReq struct {
-		Grace time.Duration `json:"grace"`
-	}
-	checkReq struct {
-		Addr   string          `json:"addr"`
-		Health manifest.Health `json:"health"`
-	}
-	cpuReq struct {
-		CPUs float64 `json:"cpus"`
-	}
-	freezeResp struct {
-		Memory int64 `json:"memory"`
-	}
-	usageResp struct {
-		Periods   uint64 `json:"periods"`
-		Throttled uint64 `json:"throttled"`
-	}
-	// waitResp is a long poll's answer: the exit, or that the replica
-	// still runs when the poll's time is up (the caller asks again).
-	waitResp struct {
-		Exited bool               `json:"exited"`
-		Status runtime.ExitStatus `json:"status"`
-	}
 )
 
 // maxSpecBody bounds a replica spec sent to a node.
@@ -104,11 +74,12 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request, n serving.Node) {
-	var spec serving.ReplicaSpec
-	if err := httperr.ReadJSON(w, r, maxSpecBody, &spec); err != nil {
+	var ws replicaSpec
+	if err := httperr.ReadJSON(w, r, maxSpecBody, &ws); err != nil {
 		s.fail(w, err)
 		return
 	}
+	spec := ws.spec()
 	if s.Fetch != nil && spec.Digest != "" {
 		if err := s.Fetch.Ensure(r.Context(), spec.Digest, spec.ImageFrom); err != nil {
 			s.fail(w, fmt.Errorf("replica %s: %w", spec.ID, err))
@@ -120,21 +91,21 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, n serving.Node) {
 		s.fail(w, err)
 		return
 	}
-	httperr.WriteJSON(w, http.StatusOK, st)
+	httperr.WriteJSON(w, http.StatusOK, toStarted(st))
 }
 
 func (s *Server) adopt(w http.ResponseWriter, r *http.Request, n serving.Node) {
-	var k serving.Known
+	var k known
 	if err := httperr.ReadJSON(w, r, maxSpecBody, &k); err != nil {
 		s.fail(w, err)
 		return
 	}
-	a, err := n.Adopt(r.Context(), k)
+	a, err := n.Adopt(r.Context(), k.known())
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	httperr.WriteJSON(w, http.StatusOK, a)
+	httperr.WriteJSON(w, http.StatusOK, toAdopted(a))
 }
 
 func (s *Server) freeze(w http.ResponseWriter, r *http.Request, n serving.Node) {
@@ -176,7 +147,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	st, err := n.Wait(ctx, r.PathValue("id"))
 	switch {
 	case err == nil:
-		httperr.WriteJSON(w, http.StatusOK, waitResp{Exited: true, Status: st})
+		httperr.WriteJSON(w, http.StatusOK, waitResp{Exited: true, Status: toExit(st)})
 	case ctx.Err() != nil && r.Context().Err() == nil:
 		httperr.WriteJSON(w, http.StatusOK, waitResp{})
 	default:

@@ -24,8 +24,8 @@ type LogTailer interface {
 
 // LogTail is the end of a replica's log and when the log was last written.
 type LogTail struct {
-	Lines []string  `json:"lines"`
-	Mod   time.Time `json:"mod"`
+	Lines []string
+	Mod   time.Time
 }
 
 // ReadLogTail reads the last n lines of the log at log, a path relative to

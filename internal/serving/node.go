@@ -87,12 +87,12 @@ type Known struct {
 	// Node is the cluster node its record names ("" on a single host);
 	// CPU and Memory are what it asks (its revision's resources), for
 	// the cluster's placement.
-	Node   string  `json:",omitempty"`
-	CPU    float64 `json:",omitempty"`
-	Memory int64   `json:",omitempty"`
+	Node   string
+	CPU    float64
+	Memory int64
 	// Port is the port its revision serves on: the node tells its address
 	// by it when the record has none.
-	Port int `json:",omitempty"`
+	Port int
 }
 
 // ReplicaSpec is what a node needs to start a replica.
@@ -110,7 +110,7 @@ type ReplicaSpec struct {
 	Log string
 	// ImageFrom is the cluster node that has the image, for a node that
 	// lacks it ("" on a single host).
-	ImageFrom string `json:",omitempty"`
+	ImageFrom string
 }
 
 // Started is a replica whose container runs.
@@ -119,7 +119,7 @@ type Started struct {
 	Pid    int
 	CPUSet string // the CPUs it is pinned to, or ""
 	// Node is the cluster node it was placed on ("" on a single host).
-	Node string `json:",omitempty"`
+	Node string
 }
 
 // Adopted is what a node found of a replica at a restart.
@@ -127,5 +127,5 @@ type Adopted struct {
 	Running bool // its container runs (or is frozen)
 	Frozen  bool
 	Pid     int
-	Addr    string `json:",omitempty"` // its address, where the node can tell it
+	Addr    string // its address, where the node can tell it
 }
