@@ -67,6 +67,7 @@ var hostTools = map[string]tool{
 	"docker-registry":    {pkg: "docker-registry"},
 	"skopeo":             {pkg: "skopeo"},
 	"umoci":              {pkg: "umoci"},
+	"mmdebstrap":         {pkg: "mmdebstrap"},
 	"podman":             {pkg: "podman"},
 	"chromium":           {pkg: "chromium"},
 	"ab":                 {pkg: "apache2-utils"},

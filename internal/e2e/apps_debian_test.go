@@ -1,0 +1,127 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// debianImage builds Debian example image name with
+// scripts/debian-images.sh (mmdebstrap from Debian's mirror; minutes the
+// first time, nothing once cached under /var/cache/shoal/debian-images)
+// and imports it as debian-NAME:1, as examples/debian/NAME/shoal.toml says.
+// It returns that manifest's path.
+func (d *daemon) debianImage(name string) string {
+	d.t.Helper()
+	for _, tool := range []string{"mmdebstrap", "umoci"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			d.t.Fatalf("%s is needed to build the Debian example images (scripts/install-deps.sh test installs it): %v", tool, err)
+		}
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, "sh", filepath.Join(root, "scripts", "debian-images.sh"), name)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		d.t.Fatalf("scripts/debian-images.sh %s: %v\n%s", name, err, errb.String())
+	}
+	tar := strings.TrimSpace(out.String())
+	d.t.Logf("scripts/debian-images.sh %s: %s in %v", name, tar, time.Since(start).Round(time.Millisecond))
+
+	// The import unpacks some 200 MB: more than the CLI helper's bound on
+	// a busy host.
+	start = time.Now()
+	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer icancel()
+	imp := exec.CommandContext(ictx, shoalBin, "image", "import", tar, "--tag", "debian-"+name+":1")
+	imp.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
+	if b, err := imp.CombinedOutput(); err != nil {
+		d.t.Fatalf("shoal image import %s: %v\n%s", tar, err, b)
+	}
+	d.t.Logf("shoal image import %s: %v", name, time.Since(start).Round(time.Millisecond))
+	return filepath.Join(root, "examples", "debian", name, "shoal.toml")
+}
+
+// debianApp deploys Debian example app name from its shoal.toml and
+// returns the proxy's address. On failure the test's log gets the app's.
+func (d *daemon) debianApp(name string) string {
+	d.t.Helper()
+	manifest := d.debianImage(name)
+	d.t.Cleanup(func() {
+		if d.t.Failed() {
+			d.t.Logf("%s's log:\n%s", name, d.shoal("app", "logs", name).stdout)
+		}
+	})
+	d.must("app", "deploy", "-f", manifest)
+	return d.proxyAddr()
+}
+
+// TestDebianApachePHP: Debian's Apache with mod_php, built from Debian's
+// packages and deployed with its example shoal.toml, cold-starts on the
+// first request and answers phpinfo() through the proxy, then a burst of
+// requests without a failure; it resolves its own hostname (no AH00557).
+func TestDebianApachePHP(t *testing.T) {
+	d := startDaemon(t)
+	proxy := d.debianApp("apache-php")
+	start := time.Now()
+	code, body, _ := get(t, proxy, "apache-php", "/")
+	t.Logf("first request (a cold start of Apache): %v", time.Since(start).Round(time.Millisecond))
+	if code != 200 || !strings.Contains(body, "PHP Version") || !strings.Contains(body, "apache2handler") {
+		t.Fatalf("GET /: %d, %d bytes, want 200 and phpinfo() of mod_php:\n%.400s", code, len(body), body)
+	}
+	if failed, first := load(t, proxy, "apache-php", "/", 200, 8); failed > 0 {
+		t.Fatalf("%d of 200 requests failed, the first: %s", failed, first)
+	}
+	logs := d.must("app", "logs", "apache-php")
+	if strings.Contains(logs, "AH00557") || !strings.Contains(logs, "GET / HTTP/1.1\" 200") {
+		t.Fatalf("Apache's log (error and access log on the replica's output) warns AH00557 or lacks the requests:\n%s", logs)
+	}
+}
+
+// TestDebianPython: a python3 http.server app on Debian's packages,
+// deployed with its example shoal.toml, runs as the image's user nobody
+// (the app's range's 65534) and answers through the proxy.
+func TestDebianPython(t *testing.T) {
+	d := startDaemon(t)
+	proxy := d.debianApp("python")
+	code, body, _ := get(t, proxy, "python", "/")
+	if code != 200 || !strings.HasPrefix(body, "hello from python 3.") {
+		t.Fatalf("GET /: %d %q", code, body)
+	}
+	if failed, first := load(t, proxy, "python", "/", 100, 4); failed > 0 {
+		t.Fatalf("%d of 100 requests failed, the first: %s", failed, first)
+	}
+	a := d.app("python")
+	if len(a.Replicas) != 1 || a.Replicas[0].Pid == 0 {
+		t.Fatalf("replicas: %+v", a.Replicas)
+	}
+	pid := a.Replicas[0].Pid
+	host, _ := uidMap(t, pid)
+	var pythons []string
+	for _, p := range append([]int{pid}, descendantPids(t, pid)...) {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		if !strings.HasPrefix(strings.TrimSpace(string(comm)), "python3") {
+			continue
+		}
+		uid, gid := statusIDs(t, p)
+		pythons = append(pythons, fmt.Sprintf("%d:%d", uid, gid))
+		if uid != host+65534 || gid != host+65534 {
+			t.Fatalf("python runs as host ids %d:%d, want the range's nobody %d", uid, gid, host+65534)
+		}
+	}
+	if len(pythons) != 1 {
+		t.Fatalf("python processes of the replica: %v, want one", pythons)
+	}
+}
