@@ -264,7 +264,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 	var reps []*replica
 	for _, r := range ctl.reps {
 		reps = append(reps, r)
-		r.stopping, r.closed, r.busy = true, true, true
+		ctl.move(r, mvDelete, "", nil)
 	}
 	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
 	ctl.publish()

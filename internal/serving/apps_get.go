@@ -45,17 +45,17 @@ func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 		CreatedAt: ctl.rec.Created, UpdatedAt: ctl.rec.Updated, Replicas: []types.Replica{}, URL: appURL(m.o.ProxyAddr, name),
 	}
 	for _, r := range ctl.reps {
-		rp := types.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Pid: r.rec.Pid, Addr: r.rec.Addr,
+		rp := types.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: string(r.rec.State), Pid: r.rec.Pid, Addr: r.rec.Addr,
 			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, CPUSet: r.rec.CPUSet, Reason: r.rec.Reason,
 			InFlight: load.Endpoints[r.rec.ID].InFlight}
 		if ctl.cluster {
 			rp.Node = r.rec.Node
 		}
-		if rp.State == StateReady && r.closed && !r.busy {
+		if r.state == StateReady && r.closed {
 			rp.Reason = "failing its health check"
 		}
 		a.Replicas = append(a.Replicas, rp)
-		if rp.State == StateReady {
+		if r.rec.State == StateReady {
 			a.Ready++
 		}
 	}

@@ -29,6 +29,7 @@ type appState struct {
 
 	routeDirty bool       // the route must be published
 	thaws      []*replica // replicas to thaw
+	remains    []*replica // dead replicas whose container and address wait for clearRemains
 	acts       []func()   // calls to make, goroutines to start
 
 	// Routes wait for the store after a decision that took replicas out
@@ -86,7 +87,7 @@ func (st *appState) route() route.Route {
 		if weights[r.rec.Revision] == 0 {
 			continue
 		}
-		if r.rec.State == StateReady && !r.closed {
+		if r.state == StateReady && !r.closed {
 			ids = append(ids, id)
 		} else if r.rec.State == StateFrozen {
 			rt.Frozen++
@@ -170,11 +171,11 @@ func (st *appState) activeServing() int {
 	w := st.weights()
 	n := 0
 	for _, r := range st.reps {
-		if w[r.rec.Revision] == 0 || r.stopping {
+		if w[r.rec.Revision] == 0 {
 			continue
 		}
-		switch {
-		case r.rec.State == StateReady && !r.busy, r.rec.State == StateStarting, r.rec.State == StatePending:
+		switch r.state {
+		case StateReady, StateStarting, StatePending:
 			n++
 		}
 	}
@@ -187,7 +188,7 @@ func (st *appState) inRoute() int {
 	w := st.weights()
 	n := 0
 	for _, r := range st.reps {
-		if r.rec.State == StateReady && !r.closed && w[r.rec.Revision] > 0 {
+		if r.state == StateReady && !r.closed && w[r.rec.Revision] > 0 {
 			n++
 		}
 	}
@@ -200,16 +201,9 @@ func (st *appState) inRoute() int {
 func (st *appState) serving() int {
 	n := 0
 	for _, r := range st.reps {
-		if r.stopping || r.failed {
-			continue
-		}
-		switch r.rec.State {
-		case StatePending, StateStarting:
+		switch r.state {
+		case StatePending, StateStarting, StateReady:
 			n++
-		case StateReady:
-			if !r.busy {
-				n++
-			}
 		}
 	}
 	return n
@@ -220,7 +214,7 @@ func (st *appState) serving() int {
 func (st *appState) halted() int {
 	n := 0
 	for _, r := range st.reps {
-		if r.rec.State == StateHalted && !r.stopping {
+		if r.state == StateHalted {
 			n++
 		}
 	}
@@ -234,12 +228,3 @@ func (st *appState) spawn(f func()) { st.acts = append(st.acts, func() { go f() 
 // later calls f once st.mu is released and the route published.
 // mu is held.
 func (st *appState) later(f func()) { st.acts = append(st.acts, f) }
-
-// thaw brings a frozen replica back into the route table: the activation
-// fast path, a cgroup write, then the route. The write is made once st.mu
-// is released; until then the replica is busy thawing, counted as
-// serving. mu is held.
-func (st *appState) thaw(r *replica) {
-	r.busy, r.thawing = true, true
-	st.thaws = append(st.thaws, r)
-}

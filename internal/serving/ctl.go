@@ -144,22 +144,13 @@ func (ctl *appCtl) reconcile() time.Duration {
 	}
 	for _, r := range ctl.reps {
 		s := set(r.rec.Revision)
-		if r.busy {
-			switch r.rec.State {
-			case StateStarting, StatePending:
-				if !r.stopping {
-					s.starting = append(s.starting, r)
-				}
-			case StateReady:
-				s.freezing++ // thawed as soon as its freeze is done
-			case StateFrozen:
-				if r.thawing {
-					s.freezing++ // ready once ctl.mu is released
-				}
-			}
-			continue
-		}
-		switch r.rec.State {
+		switch r.state {
+		case StateStarting, StatePending:
+			s.starting = append(s.starting, r)
+		case StateFreezing:
+			s.freezing++ // thawed as soon as its freeze is done
+		case StateThawing:
+			s.freezing++ // ready once ctl.mu is released
 		case StateReady:
 			if el, ok := load.Endpoints[r.rec.ID]; ok {
 				if el.LastRequest.After(r.lastActive) {
@@ -244,7 +235,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	}
 	var next time.Duration
 	for _, r := range ctl.reps {
-		if r.rec.State != StateFrozen || r.busy {
+		if r.state != StateFrozen {
 			return tick
 		}
 		limit := cfg.Scale.FreezeTimeout.Duration

@@ -62,7 +62,7 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 		}
 		if nr := ctl.reps[r.replacement]; nr == nil || nr.rec.State == StateFailed {
 			r.replacement = ""
-		} else if nr.rec.State == StateReady && !nr.busy {
+		} else if nr.state == StateReady {
 			ctl.drv.drain(r, "replaced by "+nr.rec.ID)
 			active--
 		}
@@ -72,7 +72,7 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 	// least recently used first, but never below the minimum.
 	sort.Slice(s.ready, func(i, j int) bool { return s.ready[i].lastActive.Before(s.ready[j].lastActive) })
 	for _, r := range s.ready {
-		if r.busy || r.rec.State != StateReady || active <= least {
+		if r.state != StateReady || active <= least {
 			continue
 		}
 		idle := now.Sub(r.lastActive) >= cfg.Scale.IdleTimeout.Duration && (cfg.Scale.Metric == "" || want == 0)
@@ -91,7 +91,7 @@ func (ctl *appCtl) serve(now time.Time, rev int, s *revSet, want, least int, loa
 	// Frozen replicas stop after freeze_timeout, or at once past
 	// max_lifetime.
 	for _, r := range s.frozen {
-		if r.busy || r.rec.State != StateFrozen {
+		if r.state != StateFrozen {
 			continue
 		}
 		if !fresh(r) {
@@ -128,7 +128,7 @@ func (ctl *appCtl) retire(now time.Time, sets map[int]*revSet, weights map[int]i
 			ctl.drv.stopReplica(r, fmt.Sprintf("revision %d takes no traffic", rev))
 		}
 		for _, r := range s.frozen {
-			if !r.busy && r.rec.State == StateFrozen && now.Sub(r.frozenAt) >= grace {
+			if r.state == StateFrozen && now.Sub(r.frozenAt) >= grace {
 				ctl.drv.stopReplica(r, fmt.Sprintf("revision %d took no traffic for rollback_grace (%s)", rev, grace))
 			}
 		}

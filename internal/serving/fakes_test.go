@@ -247,14 +247,14 @@ func (h *harness) deploy(scale string, more ...string) {
 }
 
 // replicas returns the app's replicas by state.
-func (h *harness) replicas() map[string][]string {
+func (h *harness) replicas() map[State][]string {
 	a, err := h.m.Get(context.Background(), "hello")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	out := map[string][]string{}
+	out := map[State][]string{}
 	for _, r := range a.Replicas {
-		out[r.State] = append(out[r.State], r.ID)
+		out[State(r.State)] = append(out[State(r.State)], r.ID)
 	}
 	return out
 }

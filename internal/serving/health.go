@@ -171,7 +171,7 @@ func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
 		// checking keeps a freeze from stopping a command check half-way.
 		r.checking.Lock()
 		d.mu.Lock()
-		check := r.rec.State == StateReady && !r.busy
+		check := r.state == StateReady
 		d.unlock()
 		if !check {
 			r.checking.Unlock()
@@ -207,7 +207,7 @@ func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
 func (d *driver) setClosed(r *replica, closed bool) {
 	d.mu.Lock()
 	defer d.unlock()
-	if r.rec.State == StateReady && !r.busy && r.closed != closed {
+	if r.state == StateReady && r.closed != closed {
 		r.closed = closed
 		d.publish()
 	}

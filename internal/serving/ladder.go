@@ -9,7 +9,9 @@ import (
 // freeze takes a ready replica out of the route table, lets its last
 // requests finish and freezes it. ctl.mu is held.
 func (d *driver) freeze(r *replica, why string) {
-	r.busy, r.closed = true, true
+	if !d.move(r, mvFreeze, why, nil) {
+		return
+	}
 	d.publish()
 	grace := d.rec.Config.Scale.DrainTimeout.Duration
 	d.spawn(func() {
@@ -22,36 +24,49 @@ func (d *driver) freeze(r *replica, why string) {
 			r.checking.Unlock()
 		}
 		d.mu.Lock()
-		r.busy = false
 		if err != nil {
 			// Still running: back into the route table.
-			r.closed = false
+			d.move(r, mvUnfrozen, "", nil)
 			d.publish()
 			d.unlock()
 			m.log.Warn("serving: freeze failed; replica stays ready", "replica", id, "err", err)
 			return
 		}
-		r.rec.State, r.frozenAt, r.memory = StateFrozen, m.clock.Now(), mem
-		d.markDirty(id)
+		r.frozenAt, r.memory = m.clock.Now(), mem
+		d.move(r, mvFrozen, why, map[string]float64{"memory_bytes": float64(mem)})
 		d.publish() // the route counts frozen replicas
 		d.unlock()
-		m.emit("freeze", d.name, id, why, map[string]float64{"memory_bytes": float64(mem)})
 		d.notify()
 		m.enforceFrozenBudget()
 	})
 }
 
-// drain takes a ready replica out of the route table, lets its in-flight
-// requests finish (up to drain_timeout), then stops it. Its draining mark
-// is stored before the route without it goes out, so a daemon killed in
-// between never routes it again (adopt drains it again). ctl.mu is held.
+// thaw brings a frozen replica back into the route table: the activation
+// fast path, a cgroup write, then the route. The write is made once ctl.mu
+// is released; until then the replica is thawing, counted as serving.
+// ctl.mu is held.
+func (ctl *appCtl) thaw(r *replica) {
+	if ctl.move(r, mvThaw, "", nil) {
+		ctl.thaws = append(ctl.thaws, r)
+	}
+}
+
+// drain takes a running replica out of the route table, lets its
+// in-flight requests finish (up to drain_timeout), then stops it.
+// ctl.mu is held.
 func (d *driver) drain(r *replica, why string) {
-	r.busy, r.closed, r.stopping = true, true, true
-	r.rec.State = StateDraining
-	d.markDirty(r.rec.ID)
+	if d.move(r, mvDrain, why, nil) {
+		d.leave(r)
+	}
+}
+
+// leave takes a replica that moved to draining (or failing) out of
+// service: its draining mark is stored before the route without it goes
+// out, so a daemon killed in between never routes it again (adopt drains
+// it again); then it drains and stops. ctl.mu is held.
+func (d *driver) leave(r *replica) {
 	d.hold()
 	d.publish()
-	d.m.emit("drain", d.name, r.rec.ID, why, nil)
 	d.drainThenHalt(r)
 }
 
@@ -70,11 +85,10 @@ func (d *driver) drainThenHalt(r *replica) {
 
 // stopReplica stops a replica that takes no traffic. ctl.mu is held.
 func (d *driver) stopReplica(r *replica, why string) {
-	r.busy, r.closed, r.stopping = true, true, true
-	r.rec.State = StateStopped
-	d.markDirty(r.rec.ID)
+	if !d.move(r, mvStop, why, nil) {
+		return
+	}
 	d.publish()
-	d.m.emit("stop", d.name, r.rec.ID, why, nil)
 	d.spawn(func() { d.halt(r) })
 }
 
@@ -86,11 +100,12 @@ func (d *driver) halt(r *replica) {
 		d.m.log.Warn("serving: stop replica", "replica", r.rec.ID, "err", err)
 	}
 	d.mu.Lock()
-	r.rec.State = StateStopped
-	if r.failed && d.failures > 0 {
+	mv := mvExit
+	if r.state == StateFailing && d.failures > 0 {
 		// Listed with its reason until a replica of the app is ready.
-		r.rec.State = StateFailed
+		mv = mvExitFailed
 	}
+	d.move(r, mv, "", nil)
 	d.unlock()
 	d.remove(r, false)
 }
@@ -116,7 +131,7 @@ func (m *Manager) enforceFrozenBudget() {
 	for _, c := range ctls {
 		c.mu.Lock()
 		for _, r := range c.reps {
-			if r.rec.State == StateFrozen && !r.busy {
+			if r.state == StateFrozen {
 				all[r.rec.Node] = append(all[r.rec.Node], cand{c, r})
 				total[r.rec.Node] += r.memory
 			}
@@ -135,7 +150,7 @@ func (m *Manager) enforceFrozenBudget() {
 			x := cands[oldest]
 			cands = append(cands[:oldest], cands[oldest+1:]...)
 			x.ctl.mu.Lock()
-			if x.r.rec.State == StateFrozen && !x.r.busy {
+			if x.r.state == StateFrozen {
 				total[node] -= x.r.memory
 				x.ctl.drv.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", budget))
 			}

@@ -60,11 +60,8 @@ func (ctl *appCtl) lose(live func(node string) bool) {
 		if live(node) {
 			continue
 		}
-		r.stopping, r.closed, r.busy = true, true, true
-		delete(ctl.reps, id)
-		ctl.markDirty(id)
+		ctl.move(r, mvLose, fmt.Sprintf("node %s is lost; the replica is replaced on a live node", node), nil)
 		m.self.forget(r.rec.TokenHash)
-		m.emit("lost", ctl.name, id, fmt.Sprintf("node %s is lost; the replica is replaced on a live node", node), nil)
 		n++
 	}
 	if n > 0 {
@@ -94,7 +91,7 @@ func (d *driver) unreachable(r *replica, err error) bool {
 	}
 	d.mu.Lock()
 	node := r.rec.Node
-	if node == "" || node == m.o.Node || r.stopping {
+	if node == "" || node == m.o.Node || r.state.exiting() {
 		d.unlock()
 		return node != "" && node != m.o.Node
 	}

@@ -95,8 +95,8 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.m.mu.Unlock()
 	for _, ctl := range ctls {
-		counts := map[string]int{}
-		for _, s := range []string{StatePending, StateStarting, StateReady, StateFrozen, StateDraining, StateStopped, StateFailed} {
+		counts := map[State]int{}
+		for _, s := range []State{StatePending, StateStarting, StateReady, StateFrozen, StateDraining, StateStopped, StateFailed} {
 			counts[s] = 0
 		}
 		ctl.mu.Lock()
@@ -105,7 +105,7 @@ func (c *replicaCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ctl.unlock()
 		for s, n := range counts {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), ctl.name, s)
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), ctl.name, string(s))
 		}
 	}
 }

@@ -49,9 +49,9 @@ func (h *harness) metric(name string, labels map[string]string) (float64, bool) 
 func TestMetricsFollowTheLadder(t *testing.T) {
 	h := newHarness(t)
 	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
-	replicas := func(state string) float64 {
+	replicas := func(state State) float64 {
 		t.Helper()
-		v, ok := h.metric("shoal_app_replicas", map[string]string{"app": "hello", "state": state})
+		v, ok := h.metric("shoal_app_replicas", map[string]string{"app": "hello", "state": string(state)})
 		if !ok {
 			t.Fatalf("no shoal_app_replicas series for state %s", state)
 		}

@@ -150,7 +150,7 @@ func (d *driver) adopt(ctx context.Context) error {
 	var running []adoptee
 	for _, f := range fs {
 		rec, ad := f.rec, f.ad
-		r := &replica{rec: rec, lastActive: now, closed: true}
+		r := &replica{rec: rec, state: stateNew, lastActive: now}
 		if rec.Addr == "" && ad.Running && ad.Addr != "" && (rec.State == StatePending || rec.State == StateStarting) {
 			// Saved before its container started: the daemon was killed
 			// before its writer stored what followed (the replica may
@@ -178,45 +178,65 @@ func (d *driver) adopt(ctx context.Context) error {
 			// requests in flight (the proxy, which kept running, still
 			// counts them). It drains again, then stops.
 			d.mu.Lock()
-			r.busy, r.stopping = true, true
+			d.adoptAs(r, StateDraining)
 			d.drainThenHalt(r)
 			d.unlock()
 			m.emit("drain", d.name, rec.ID, "draining when the daemon stopped; drains again after a restart", nil)
 			continue
 		}
 		if !alive {
-			r.stopping, r.busy = true, true
+			// Removed; a failed one stays listed with its reason.
+			d.mu.Lock()
+			if rec.State == StateFailed {
+				d.adoptAs(r, StateFailed)
+			} else {
+				d.adoptAs(r, StateStopped)
+			}
+			d.unlock()
 			go d.remove(r, true)
 			continue
 		}
 		exited := make(chan struct{})
-		go d.watch(r, exited)
 		if ad.Frozen {
 			d.mu.Lock()
-			r.rec.State, r.frozenAt = StateFrozen, now
+			d.adoptAs(r, StateFrozen)
+			r.frozenAt = now
 			d.unlock()
+			go d.watch(r, exited)
 			go d.healthLoop(r, exited)
 			continue
 		}
 		if rec.State == StateHalted {
 			// Halted at its own request: it stays out of the route.
+			d.mu.Lock()
+			d.adoptAs(r, StateHalted)
+			d.unlock()
+			go d.watch(r, exited)
 			go d.healthLoop(r, exited)
 			continue
 		}
-		running = append(running, adoptee{r: r, exited: exited, wasReady: rec.State == StateReady})
+		// Running: a ready one is ready again once it answers.
+		wasReady := rec.State == StateReady
+		d.mu.Lock()
+		if wasReady {
+			d.adoptAs(r, StateReady)
+		} else {
+			d.adoptAs(r, StateStarting)
+		}
+		d.unlock()
+		go d.watch(r, exited)
+		running = append(running, adoptee{r: r, exited: exited, wasReady: wasReady})
 	}
 	d.probeAdopted(running)
 	for _, a := range running {
 		r, exited := a.r, a.exited
 		if a.ready {
-			m.emit("adopt", d.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
 			go d.healthLoop(r, exited)
 			continue
 		}
 		// Running: back in the route table once it answers.
 		d.mu.Lock()
-		r.busy = true
-		r.rec.State = StateStarting
+		d.move(r, mvUnanswered, "", nil)
 		cfg := d.rec.Config
 		if c, _, err := d.configOf(r.rec.Revision); err == nil {
 			cfg = c
@@ -230,13 +250,8 @@ func (d *driver) adopt(ctx context.Context) error {
 				return
 			}
 			d.mu.Lock()
-			r.busy, r.closed = false, false
-			r.rec.State = StateReady
-			r.lastActive = m.clock.Now()
-			d.markDirty(r.rec.ID)
-			d.publish()
+			d.becomeReady(r, mvAdopted, adoptedWhy, nil)
 			d.unlock()
-			m.emit("adopt", d.name, r.rec.ID, "running replica adopted after a daemon restart", nil)
 			go d.healthLoop(r, exited)
 			d.notify()
 		}()
@@ -281,17 +296,17 @@ func (d *driver) probeAdopted(as []adoptee) {
 		}()
 	}
 	wg.Wait()
-	now := d.m.clock.Now()
 	d.mu.Lock()
 	defer d.unlock()
 	for _, a := range as {
 		if a.ready {
-			a.r.closed = false
-			a.r.rec.State = StateReady
-			a.r.lastActive = now
+			d.becomeReady(a.r, mvAdopted, adoptedWhy, nil)
 		}
 	}
 }
+
+// adoptedWhy is the reason of a replica's adopt event.
+const adoptedWhy = "running replica adopted after a daemon restart"
 
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
 

@@ -17,15 +17,17 @@ import (
 
 // replica is one replica of an app on this node.
 type replica struct {
-	rec      replicaRecord
-	busy     bool // an operation is under way (start, freeze, thaw, drain, stop)
-	thawing  bool // frozen, thawed once ctl.mu is released
-	closed   bool // out of the route table
-	stopping bool // an exit is expected
-	failed   bool // taken out of service for failing; listed as failed once stopped
-	remains  bool // dead; its container and address wait for clearRemains
-	removed  bool // its container and address are gone
-	unlist   bool // failed, but a replica became ready since: unlisted once removed
+	rec replicaRecord
+	// state is where it stands on the ladder; only ctl.move changes it
+	// (rec.State lists it).
+	state State
+	// closed keeps a ready replica out of the route table: its last
+	// health check failed, or, adopted, it has not passed one yet. It is
+	// the one fact beside state: a health check's verdict, which comes
+	// and goes while the replica stays ready, and means nothing in any
+	// other state (only ready replicas are routed). Becoming ready clears
+	// it.
+	closed bool
 	// checking is held while a health check runs, and by a freeze, so a
 	// command check is never frozen half-way.
 	checking   sync.Mutex
@@ -60,8 +62,8 @@ func (d *driver) startReplica(rev int, why string) string {
 	}
 	now := d.m.clock.Now()
 	id := newReplicaID(d.name)
-	r := &replica{busy: true, closed: true, lastActive: now, rec: replicaRecord{
-		ID: id, App: d.name, Revision: rev, Node: d.m.o.Node, State: StatePending, StartedAt: now,
+	r := &replica{state: stateNew, lastActive: now, rec: replicaRecord{
+		ID: id, App: d.name, Revision: rev, Node: d.m.o.Node, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
 	if d.m.disp != nil {
@@ -69,8 +71,7 @@ func (d *driver) startReplica(rev int, why string) string {
 	}
 	d.m.self.mint(r, d.m.o.SelfURL)
 	d.reps[id] = r
-	d.markDirty(id)
-	d.m.emit("start", d.name, id, why, nil)
+	d.move(r, mvStart, why, nil)
 	// Close waits for boots: one cut short by the daemon's exit would
 	// leave its namespace attached with nobody to release it.
 	d.lead.wg.Add(1)
@@ -106,14 +107,14 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 	st, err := d.node.Start(d.ctx(), ReplicaSpec{ID: id, App: d.name, Revision: r.rec.Revision, Digest: digest,
 		Config: cfg, Env: env, Mounts: mounts, Log: d.logs.path(id)})
 	d.mu.Lock()
-	stopping := r.stopping
+	stopping := r.state.exiting()
 	if st.Node != "" {
 		r.rec.Node = st.Node
 	}
 	if err == nil && !stopping {
 		r.rec.Addr, r.rec.Pid, r.rec.CPUSet = st.Addr, st.Pid, st.CPUSet
-		r.rec.State = StateStarting
 		d.markDirty(id)
+		d.move(r, mvBoot, "", nil)
 	}
 	d.unlock()
 	switch {
@@ -130,7 +131,7 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 	go d.watch(r, exited)
 	err = d.waitReady(r, cfg, exited)
 	d.mu.Lock()
-	stopping = r.stopping
+	stopping = r.state.exiting()
 	d.unlock()
 	switch {
 	case stopping:
@@ -146,32 +147,47 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 	}
 	d.mu.Lock()
 	now := m.clock.Now()
-	r.busy, r.closed = false, false
-	r.rec.State = StateReady
-	r.rec.ReadyAt = &now
-	r.lastActive = now
-	d.failures = 0
-	d.lastErr, d.lastLog = "", nil
-	for oid, o := range d.reps {
-		if o.rec.State != StateFailed || oid == id {
-			continue
-		}
-		if o.removed {
-			delete(d.reps, oid) // cleaned up; the app is healthy again
-			d.markDirty(oid)
-		} else {
-			o.unlist = true // still being removed; unlisted when it is
-		}
+	took := now.Sub(began)
+	if !d.becomeReady(r, mvReady, fmt.Sprintf("ready %s after start", took.Round(time.Millisecond)), map[string]float64{"seconds": took.Seconds()}) {
+		d.unlock() // it left while its last check ran: the move that took it out said why
+		return
 	}
-	d.markDirty(id)
-	d.publish()
-	r.settle()
 	d.unlock()
 	go d.healthLoop(r, exited)
-	took := now.Sub(began)
 	m.metrics.coldStart(d.name, "start", took)
-	m.emit("ready", d.name, id, fmt.Sprintf("ready %s after start", took.Round(time.Millisecond)), map[string]float64{"seconds": took.Seconds()})
 	d.notify()
+}
+
+// becomeReady moves replica r to ready by mv (ready after its start,
+// adopted once it answers) with the event's why and inputs: into the
+// route, active from now. A replica ready after its start clears the
+// app's failures: the failed replicas listed are forgotten (once
+// removed). ctl.mu is held.
+func (d *driver) becomeReady(r *replica, mv move, why string, inputs map[string]float64) bool {
+	if !d.move(r, mv, why, inputs) {
+		return false
+	}
+	now := d.m.clock.Now()
+	r.lastActive = now
+	d.publish()
+	if mv != mvReady {
+		return true
+	}
+	r.rec.ReadyAt = &now
+	d.markDirty(r.rec.ID)
+	d.failures = 0
+	d.lastErr, d.lastLog = "", nil
+	for _, o := range d.reps {
+		if o != r {
+			// Removed ones go (the app is healthy again); the others go
+			// once removed.
+			if !d.move(o, mvForget, "", nil) {
+				d.move(o, mvSupersede, "", nil)
+			}
+		}
+	}
+	r.settle()
+	return true
 }
 
 // mounts makes the app's volumes and the replica's state area, and
@@ -201,7 +217,7 @@ func (d *driver) watch(r *replica, exited chan struct{}) {
 	st, err := d.node.Wait(d.ctx(), r.rec.ID)
 	close(exited)
 	d.mu.Lock()
-	expected := r.stopping
+	expected := r.state.exiting()
 	d.unlock()
 	if expected || d.ctx().Err() != nil {
 		return
@@ -233,7 +249,7 @@ func (d *driver) watch(r *replica, exited chan struct{}) {
 	// starts the replacement, hands the remains over (clearRemains).
 	if d.takeOut(r, err) {
 		d.mu.Lock()
-		r.remains = true
+		d.remains = append(d.remains, r)
 		d.unlock()
 		d.notify()
 	}
@@ -242,15 +258,16 @@ func (d *driver) watch(r *replica, exited chan struct{}) {
 // clearRemains removes the remains of dead replicas once the app's starts
 // are over (at most bootWait). ctl.mu is held.
 func (d *driver) clearRemains() {
-	for _, r := range d.reps {
-		if r.remains {
-			r.remains = false
-			d.spawn(func() {
-				d.boots.wait(d.m.clock, bootWait, d.stop)
-				d.remove(r, false)
-			})
+	for _, r := range d.remains {
+		if d.reps[r.rec.ID] != r {
+			continue // lost with its node
 		}
+		d.spawn(func() {
+			d.boots.wait(d.m.clock, bootWait, d.stop)
+			d.remove(r, false)
+		})
 	}
+	d.remains = nil
 }
 
 // bootWait bounds how long the remains of a dead replica wait for the

@@ -19,13 +19,12 @@ func (d *driver) failed(r *replica, err error, kill bool) {
 func (d *driver) takeOut(r *replica, err error) bool {
 	tail := d.replicaTail(r.rec.ID, 20)
 	d.mu.Lock()
-	if r.stopping {
+	if r.state.exiting() {
 		d.unlock()
 		return false
 	}
-	r.stopping, r.closed = true, true
-	r.rec.State = StateFailed
 	d.countFailure(r, err, tail)
+	d.move(r, mvFail, err.Error(), map[string]float64{"failures": float64(d.failures)})
 	d.publish()
 	r.settle()
 	d.unlock()
@@ -47,18 +46,22 @@ func (d *driver) unhealthy(r *replica, err error) {
 	tail := d.replicaTail(r.rec.ID, 20)
 	d.mu.Lock()
 	defer d.unlock()
-	if r.stopping {
+	if r.state.exiting() {
 		return
 	}
-	r.failed = true
 	d.countFailure(r, err, tail)
-	d.drain(r, "failed its health checks")
+	if !d.move(r, mvFailChecks, err.Error(), map[string]float64{"failures": float64(d.failures)}) {
+		return
+	}
+	// Failing, it drains as any leaving replica does.
+	d.m.emit("drain", d.name, r.rec.ID, "failed its health checks", nil)
+	d.leave(r)
 	d.notify()
 }
 
 // countFailure records the failure of replica r: its reason, the app's
-// failure count and back-off, a metric and a fail event; tail is the end
-// of its log. ctl.mu is held.
+// failure count and back-off, and a metric; tail is the end of its log.
+// The move that takes r out emits the fail event. ctl.mu is held.
 func (d *driver) countFailure(r *replica, err error, tail []string) {
 	r.rec.Reason = err.Error()
 	d.failures++
@@ -82,7 +85,6 @@ func (d *driver) countFailure(r *replica, err error, tail []string) {
 	d.lastLog = tail
 	d.markDirty(r.rec.ID)
 	d.m.metrics.failures.WithLabelValues(d.name).Inc()
-	d.m.emit("fail", d.name, r.rec.ID, err.Error(), map[string]float64{"failures": float64(d.failures)})
 }
 
 // stableAfter is how long a replica must have been ready for its failure
@@ -114,21 +116,18 @@ func (d *driver) remove(r *replica, kill bool) {
 	}
 	m.self.forget(r.rec.TokenHash)
 	d.mu.Lock()
-	r.removed = true
 	r.settle()
+	d.markDirty(id)
 	// A failed replica stays listed (with its reason) until the next one of
 	// the app is ready or fails.
-	if r.rec.State != StateFailed || r.unlist {
-		delete(d.reps, id)
-	} else {
-		for oid, o := range d.reps {
-			if oid != id && o.rec.State == StateFailed && o.removed {
-				delete(d.reps, oid)
-				d.markDirty(oid)
+	d.move(r, mvRemove, "", nil)
+	if r.state == StateDead {
+		for _, o := range d.reps {
+			if o != r {
+				d.move(o, mvForget, "", nil)
 			}
 		}
 	}
-	d.markDirty(id)
 	d.unlock()
 	d.logs.prune(d.has)
 	d.notify()

@@ -80,13 +80,13 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 	var frozen []*replica
 	active := 0
 	for _, r := range ctl.reps {
-		if r.rec.Revision != to || r.stopping {
+		if r.rec.Revision != to {
 			continue
 		}
-		switch {
-		case r.rec.State == StateFrozen && !r.busy:
+		switch r.state {
+		case StateFrozen:
 			frozen = append(frozen, r)
-		case r.rec.State == StateReady && !r.busy, r.rec.State == StateStarting, r.rec.State == StatePending:
+		case StateReady, StateStarting, StatePending:
 			active++
 		}
 	}

@@ -33,10 +33,10 @@ func (h *harness) app() types.App {
 
 // byRevision returns the ids of the app's replicas of revision rev in
 // state.
-func (h *harness) byRevision(rev int, state string) []string {
+func (h *harness) byRevision(rev int, state State) []string {
 	var ids []string
 	for _, r := range h.app().Replicas {
-		if r.Revision == rev && r.State == state {
+		if r.Revision == rev && State(r.State) == state {
 			ids = append(ids, r.ID)
 		}
 	}

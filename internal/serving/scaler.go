@@ -55,7 +55,7 @@ func (ctl *appCtl) usage() map[string]cpuUsage {
 	ctl.mu.Lock()
 	var ids []string
 	for id, r := range ctl.reps {
-		if r.rec.State == StateReady && !r.busy {
+		if r.state == StateReady {
 			ids = append(ids, id)
 		}
 	}

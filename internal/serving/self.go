@@ -108,7 +108,7 @@ func (s selfAPI) caller(c appapi.Caller) (*appCtl, *replica, error) {
 }
 
 func selfReplica(r *replica) appapi.Replica {
-	return appapi.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: r.rec.State, Addr: r.rec.Addr}
+	return appapi.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: string(r.rec.State), Addr: r.rec.Addr}
 }
 
 func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (appapi.Result, error) {
@@ -116,7 +116,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 	if err != nil {
 		return appapi.Result{}, err
 	}
-	if r.stopping {
+	if r.state.exiting() {
 		ctl.unlock()
 		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s", c.Replica, r.rec.State)
 	}
@@ -140,7 +140,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 	for {
 		var o *replica
 		for _, x := range ctl.reps {
-			if x.rec.State == StateFrozen && !x.busy && !x.stopping && x.rec.Revision == rev &&
+			if x.state == StateFrozen && x.rec.Revision == rev &&
 				(o == nil || x.lastActive.After(o.lastActive)) {
 				o = x
 			}
@@ -151,7 +151,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		ctl.thaw(o)
 		ctl.unlock()
 		ctl.mu.Lock()
-		if o.rec.State == StateReady && !o.busy {
+		if o.state == StateReady {
 			ctl.floor.raise(now, n+1)
 			d := ctl.m.clock.Since(now)
 			res := appapi.Result{Replica: selfReplica(o), How: "thawed", Seconds: max(d.Seconds(), 1e-6)}
@@ -195,7 +195,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 	switch {
 	case nr.rec.State == StateReady && nr.rec.ReadyAt != nil:
 		res.Seconds = nr.rec.ReadyAt.Sub(now).Seconds()
-	case nr.rec.State == StateFailed || nr.stopping:
+	case nr.state.exiting():
 		return res, fmt.Errorf("replica %s did not start: %s: %w", id, nr.rec.Reason, errdefs.ErrUnavailable)
 	}
 	return res, nil
@@ -208,17 +208,16 @@ func (s selfAPI) Halt(ctx context.Context, c appapi.Caller) (appapi.Result, erro
 	}
 	defer ctl.unlock()
 	switch {
-	case r.rec.State == StateHalted:
+	case r.state == StateHalted:
 		return appapi.Result{Replica: selfReplica(r), How: "halted"}, nil
-	case r.rec.State != StateReady || r.busy || r.stopping:
+	case r.state != StateReady:
 		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s%s; only a ready replica halts", c.Replica, r.rec.State, busyWord(r))
 	}
 	n := ctl.serving()
 	if n-1 < ctl.rec.Min {
 		return appapi.Result{}, appapi.Refuse("min", "app %s runs %d replica(s), its min is %d", c.App, n, ctl.rec.Min)
 	}
-	r.rec.State, r.closed = StateHalted, true
-	ctl.markDirty(r.rec.ID)
+	ctl.move(r, mvHalt, "", nil)
 	ctl.publish()
 	ctl.floor.lower(n - 1)
 	ctl.notify()
@@ -234,10 +233,10 @@ func (s selfAPI) Die(ctx context.Context, c appapi.Caller) (appapi.Result, error
 	switch {
 	case r.rec.State == StateDraining || r.rec.State == StateStopped:
 		return appapi.Result{Replica: selfReplica(r), How: "draining"}, nil
-	case r.stopping || r.busy || (r.rec.State != StateReady && r.rec.State != StateHalted):
+	case r.state != StateReady && r.state != StateHalted:
 		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s%s; only a ready or halted replica dies", c.Replica, r.rec.State, busyWord(r))
 	}
-	if r.rec.State == StateReady {
+	if r.state == StateReady {
 		n := ctl.serving()
 		if n-1 < ctl.rec.Min {
 			return appapi.Result{}, appapi.Refuse("min", "app %s runs %d replica(s), its min is %d", c.App, n, ctl.rec.Min)
@@ -250,7 +249,7 @@ func (s selfAPI) Die(ctx context.Context, c appapi.Caller) (appapi.Result, error
 }
 
 func busyWord(r *replica) string {
-	if r.busy && r.rec.State == StateReady {
+	if r.state == StateFreezing {
 		return " (being frozen)"
 	}
 	return ""
@@ -278,7 +277,7 @@ func (s selfAPI) Self(ctx context.Context, c appapi.Caller) (appapi.Self, error)
 		return appapi.Self{}, err
 	}
 	defer ctl.unlock()
-	out := appapi.Self{ID: r.rec.ID, App: ctl.name, Revision: r.rec.Revision, State: r.rec.State,
+	out := appapi.Self{ID: r.rec.ID, App: ctl.name, Revision: r.rec.Revision, State: string(r.rec.State),
 		Min: ctl.rec.Min, Max: ctl.rec.Max, Replicas: []appapi.Replica{}}
 	for name, v := range r.self.metrics {
 		if out.Metrics == nil {

@@ -97,7 +97,7 @@ func TestSelfReplicateHolds(t *testing.T) {
 	first := h.replicas()[StateReady][0]
 	c := h.caller(first)
 	res, err := h.m.SelfAPI().Replicate(context.Background(), c, true)
-	if err != nil || res.How != "started" || res.Replica.State != StateReady {
+	if err != nil || res.How != "started" || State(res.Replica.State) != StateReady {
 		t.Fatalf("replicate: %+v %v", res, err)
 	}
 	if eps := h.r.endpoints("hello"); len(eps) != 2 {
@@ -114,7 +114,7 @@ func TestSelfReplicateHolds(t *testing.T) {
 	h.advanceUntil("the idle second replica freezes", time.Second, func() bool { return len(h.replicas()[StateFrozen]) == 1 })
 	// Now a replicate thaws the frozen one.
 	res, err = h.m.SelfAPI().Replicate(context.Background(), h.caller(h.replicas()[StateReady][0]), false)
-	if err != nil || res.How != "thawed" || res.Replica.State != StateReady {
+	if err != nil || res.How != "thawed" || State(res.Replica.State) != StateReady {
 		t.Fatalf("replicate with a frozen replica: %+v %v", res, err)
 	}
 	if len(h.replicas()[StateReady]) != 2 {
@@ -141,7 +141,7 @@ func TestSelfHaltDie(t *testing.T) {
 	c := h.caller(second)
 	// A request is in flight to the second replica when it halts.
 	h.r.setLoad(route.Load{InFlight: 1, Endpoints: map[string]route.EndpointLoad{second: {InFlight: 1}}})
-	if res, err := h.m.SelfAPI().Halt(context.Background(), c); err != nil || res.Replica.State != StateHalted {
+	if res, err := h.m.SelfAPI().Halt(context.Background(), c); err != nil || State(res.Replica.State) != StateHalted {
 		t.Fatalf("halt: %+v %v", res, err)
 	}
 	for i := 0; i < 30; i++ {
@@ -153,7 +153,7 @@ func TestSelfHaltDie(t *testing.T) {
 	if got := h.replicas()[StateHalted]; !slices.Equal(got, []string{second}) {
 		t.Fatalf("halted replica: %v", h.replicas())
 	}
-	if res, err := h.m.SelfAPI().Die(context.Background(), c); err != nil || res.Replica.State != StateDraining {
+	if res, err := h.m.SelfAPI().Die(context.Background(), c); err != nil || State(res.Replica.State) != StateDraining {
 		t.Fatalf("die: %+v %v", res, err)
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -195,7 +195,7 @@ func TestSelfMetricScales(t *testing.T) {
 	h.advanceUntil("four replicas for queue 35 at target 10", 100*time.Millisecond,
 		func() bool { return len(h.replicas()[StateReady]) == 4 })
 	self, err := h.m.SelfAPI().Self(context.Background(), c)
-	if err != nil || len(self.Replicas) != 4 || self.Metrics["queue"] != 35 || self.State != StateReady {
+	if err != nil || len(self.Replicas) != 4 || self.Metrics["queue"] != 35 || State(self.State) != StateReady {
 		t.Fatalf("self: %+v %v", self, err)
 	}
 	ev := h.ev.of("scale")
@@ -302,7 +302,7 @@ func TestSelfReplicateWaitBounded(t *testing.T) {
 			return false
 		}
 	})
-	if got.err != nil || got.res.How != "started" || got.res.Replica.State == StateReady {
+	if got.err != nil || got.res.How != "started" || State(got.res.Replica.State) == StateReady {
 		t.Fatalf("replicate: %+v %v", got.res, got.err)
 	}
 	if waited := h.clock.Since(began); waited > appapi.MaxReplicateWait+5*time.Second {

@@ -7,21 +7,6 @@ import (
 	"github.com/shoal-run/shoal/internal/manifest"
 )
 
-// Replica states: the homeostasis ladder of DESIGN.md.
-const (
-	StatePending  = "pending"
-	StateStarting = "starting"
-	StateReady    = "ready"
-	StateFrozen   = "frozen"
-	StateDraining = "draining"
-	// StateHalted is a replica out of the route at its own request (the
-	// self API's halt): it keeps running, takes no new request and is not
-	// counted as serving, until it dies or its app goes.
-	StateHalted  = "halted"
-	StateStopped = "stopped"
-	StateFailed  = "failed"
-)
-
 // appRecord is an app's desired state, kept at store.AppKey(name).
 type appRecord struct {
 	Config   manifest.Config `json:"config"`
@@ -92,7 +77,7 @@ type replicaRecord struct {
 	App       string     `json:"app"`
 	Revision  int        `json:"revision"`
 	Node      string     `json:"node"`
-	State     string     `json:"state"`
+	State     State      `json:"state"` // as listed (State.listed)
 	Pid       int        `json:"pid,omitempty"`
 	Addr      string     `json:"addr,omitempty"`
 	CPU       float64    `json:"cpu,omitempty"`

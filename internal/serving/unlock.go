@@ -96,21 +96,18 @@ func (ctl *appCtl) release(upto uint64) {
 // thawed finishes the thaw of r, which took d and failed with err or not.
 // ctl.mu is held.
 func (d *driver) thawed(r *replica, err error, took time.Duration) {
-	r.thawing = false
-	if r.stopping {
-		return // its app is being deleted: stopped, not thawed
+	if r.state != StateThawing {
+		return // its app is being deleted, or it died: not thawed
 	}
-	r.busy = false
 	if err != nil {
 		d.m.log.Warn("serving: thaw failed; stopping the replica", "replica", r.rec.ID, "err", err)
 		d.stopReplica(r, fmt.Sprintf("thaw failed: %v", err))
 		return
 	}
-	r.rec.State, r.closed, r.lastActive = StateReady, false, d.m.clock.Now()
-	d.markDirty(r.rec.ID)
+	r.lastActive = d.m.clock.Now()
+	d.move(r, mvThawed, "needed to serve", map[string]float64{"seconds": took.Seconds()})
 	d.publish()
 	d.m.metrics.coldStart(d.name, "thaw", took)
-	d.m.emit("thaw", d.name, r.rec.ID, "needed to serve", map[string]float64{"seconds": took.Seconds()})
 }
 
 // routePub publishes an app's routes in the order they were made: a
