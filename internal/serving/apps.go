@@ -1,7 +1,6 @@
 package serving
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,12 +62,11 @@ func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest
 	}
 	for {
 		rec := appRecord{Created: now}
-		var base []byte
+		var base uint64 // the record's generation
 		if ctl != nil {
 			ctl.mu.Lock()
 			deleting := ctl.deleting
-			rec = ctl.rec
-			base, _ = json.Marshal(rec)
+			rec, base = ctl.rec, ctl.gen
 			ctl.unlock()
 			if deleting {
 				return manifest.Config{}, fmt.Errorf("app %q is being deleted: %w", cfg.Name, errdefs.ErrConflict)
@@ -110,13 +108,14 @@ func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest
 			break
 		}
 		ctl.mu.Lock()
-		if cur, _ := json.Marshal(ctl.rec); !bytes.Equal(cur, base) {
+		if ctl.gen != base {
 			// A reconcile round changed the record while it was written
 			// (a rollout moved on): the deploy applies to that one.
 			ctl.unlock()
 			continue
 		}
 		ctl.rec = rec
+		ctl.recChanged()
 		ctl.revs[rec.Revision] = rv
 		if newRev {
 			ctl.roFailures = 0
@@ -215,6 +214,7 @@ func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest
 	}
 	ctl.mu.Lock()
 	ctl.rec.Min, ctl.rec.Max, ctl.rec.Updated = rec.Min, rec.Max, m.clock.Now()
+	ctl.recChanged()
 	rec = ctl.rec
 	ctl.unlock()
 	if err := putJSON(ctx, ctl.lead, store.AppKey(name), rec); err != nil {
@@ -246,6 +246,7 @@ func (m *Manager) Remove(ctx context.Context, name string) error {
 	}
 	ctl.deleting = true
 	ctl.rec.Deleting = true
+	ctl.recChanged()
 	rec := ctl.rec
 	ctl.publish()
 	ctl.unlock()

@@ -20,6 +20,7 @@ type appState struct {
 	cluster  bool // a node of a cluster runs it: endpoints name their node
 	mu       sync.Mutex
 	rec      appRecord
+	gen      uint64 // counts the changes of rec (recChanged)
 	reps     map[string]*replica
 	revs     map[int]revisionRecord // the app's revisions, read at start or made by a deploy
 	unsaved  map[string]bool        // replica ids whose record must be written (or deleted)
@@ -111,9 +112,15 @@ func (st *appState) markDirty(id string) {
 	poke(st.dirty)
 }
 
-// takeRecord returns the app record as JSON, for a write the caller makes
-// itself rather than the writer. mu is held.
+// recChanged counts a change of the app record: one who read it, let mu
+// go and wants to put a record made from it (a deploy) knows by gen
+// whether it changed meanwhile. mu is held.
+func (st *appState) recChanged() { st.gen++ }
+
+// takeRecord returns the app record, changed, as JSON, for a write the
+// caller makes itself rather than the writer. mu is held.
 func (st *appState) takeRecord() ([]byte, error) {
+	st.recChanged()
 	st.appDirty = false
 	val, err := json.Marshal(st.rec)
 	if err != nil {
@@ -161,6 +168,7 @@ func (st *appState) configOf(n int) (manifest.Config, string, error) {
 
 // saveApp queues the app record for the writer. mu is held.
 func (st *appState) saveApp() {
+	st.recChanged()
 	st.appDirty = true
 	poke(st.dirty)
 }

@@ -89,6 +89,7 @@ func (ctl *appCtl) fetchRevision(ctx context.Context, n int) error {
 func (ctl *appCtl) setCurrent(rv revisionRecord) {
 	ctl.rec.Revision, ctl.rec.Config, ctl.rec.Manifest = rv.N, rv.Config, rv.Manifest
 	ctl.rec.Digest, ctl.rec.Hash = rv.Digest, rv.Hash
+	ctl.recChanged()
 	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {
 		ctl.m.log.Warn("serving: autoscale policy", "app", ctl.name, "err", err)
 	}
@@ -158,6 +159,7 @@ func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[
 				map[string]float64{"ready": float64(ready), "want": float64(want)})
 		}
 		ro.Ready, ro.Want = ready, want
+		ctl.recChanged()
 	}
 	if ready < want {
 		return surge
