@@ -131,18 +131,7 @@ func (st *appState) takeRecord() ([]byte, error) {
 
 // weights maps each revision that takes traffic to its percent: the app's
 // traffic assignment, or all of it to the current revision. mu is held.
-func (st *appState) weights() map[int]int {
-	w := make(map[int]int, len(st.rec.Traffic)+1)
-	for _, t := range st.rec.Traffic {
-		if t.Percent > 0 {
-			w[t.Revision] += t.Percent
-		}
-	}
-	if len(w) == 0 && st.rec.Revision > 0 {
-		w[st.rec.Revision] = 100
-	}
-	return w
-}
+func (st *appState) weights() map[int]int { return weightsOf(st.rec.Traffic, st.rec.Revision) }
 
 // revision returns revision n of the app. Every revision is read at start
 // or made by a deploy; one that is missing is not found. mu is held.

@@ -6,9 +6,7 @@ package serving
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,11 +113,10 @@ func (ctl *appCtl) loop() {
 	}
 }
 
-// reconcile converges the app's replicas one step. It returns when it wants
-// to run next: every tick while the app has traffic or replicas in service,
-// at the next freeze_timeout (or rollback_grace) while it only has frozen
-// replicas (thousands of idle apps cost nothing), and never (0) when it has
-// none.
+// reconcile converges the app's replicas one step: it observes the app's
+// load and CPU usage, then, under ctl.mu, decides a plan from a view of
+// the app and applies it (decide.go, apply.go). It returns when it wants
+// to run next (plan.next).
 func (ctl *appCtl) reconcile() time.Duration {
 	m := ctl.m
 	now := m.clock.Now()
@@ -132,122 +129,11 @@ func (ctl *appCtl) reconcile() time.Duration {
 		ctl.drv.clearRemains()
 		return 0
 	}
-	cfg := ctl.rec.Config
-	sets := map[int]*revSet{}
-	set := func(rev int) *revSet {
-		s := sets[rev]
-		if s == nil {
-			s = &revSet{}
-			sets[rev] = s
-		}
-		return s
-	}
-	for _, r := range ctl.reps {
-		s := set(r.rec.Revision)
-		switch r.state {
-		case StateStarting, StatePending:
-			s.starting = append(s.starting, r)
-		case StateFreezing:
-			s.freezing++ // thawed as soon as its freeze is done
-		case StateThawing:
-			s.freezing++ // ready once ctl.mu is released
-		case StateReady:
-			if el, ok := load.Endpoints[r.rec.ID]; ok {
-				if el.LastRequest.After(r.lastActive) {
-					r.lastActive = el.LastRequest
-				}
-				if el.InFlight > 0 {
-					r.lastActive = now
-				}
-			}
-			s.ready = append(s.ready, r)
-		case StateFrozen:
-			s.frozen = append(s.frozen, r)
-		}
-	}
-	// The revisions that take traffic share the autoscaler's count by their
-	// weights; a revision being rolled out surges beside them.
-	weights := ctl.weights()
-	revs := make([]int, 0, len(weights))
-	active := 0
-	var ready []*replica
-	for rev := range weights {
-		revs = append(revs, rev)
-		active += set(rev).active()
-		ready = append(ready, set(rev).ready...)
-	}
-	sort.Ints(revs)
-	ctl.scaler.observe(now, load, metricSum(cfg.Scale.Metric, now, ready))
-	dec := ctl.decide(active, ready, usage)
-	ctl.applyCPU(dec)
-	want, reason := dec.Replicas, dec.Reason
-	// cause is the decision's reason as a metric label: what set want last.
-	cause := causeAutoscaler
-	if dec.Panic {
-		cause = causePanic
-	}
-	// The autoscaler remembers its window; an app that has had no request
-	// for idle_timeout does not grow on that memory (its idle replicas
-	// would freeze and thaw in turn).
-	// An app scaled on its own metric may work without requests.
-	if cfg.Scale.Metric == "" && want > active && load.InFlight == 0 && now.Sub(load.LastRequest) >= cfg.Scale.IdleTimeout.Duration {
-		reason = fmt.Sprintf("no request for idle_timeout %s, so not the %d the autoscaler's window still asks", cfg.Scale.IdleTimeout.Duration, want)
-		want, cause = active, causeIdle
-	}
-	if len(ready) > 0 {
-		ctl.woken.Store(false)
-	} else if (ctl.woken.Load() || load.Queued > 0) && want < 1 {
-		want, reason, cause = 1, "a request is waiting for a replica", causeWaiting
-	}
-	if w, r := ctl.floor.apply(now, load, cfg.Scale.IdleTimeout.Duration, want, reason); r != reason {
-		want, reason, cause = w, r, causeSelf
-	}
-	if w, r := capHalted(want, reason, ctl.halted(), ctl.rec.Max); w != want {
-		want, reason, cause = w, r, causeHalted
-	}
-	if w := clamp(want, ctl.rec.Min, ctl.rec.Max); w != want {
-		want, cause = w, causeBounds
-	}
-	// Each revision that takes traffic keeps a replica while the app is
-	// active (split's floor): the count says what runs, so that the
-	// autoscaler, seeing that many, does not ask for fewer again and again.
-	if want > 0 && want < len(weights) {
-		want, cause = len(weights), causeSplit
-		reason = fmt.Sprintf("%s; each of the %d revisions that take traffic keeps a replica", reason, len(weights))
-	}
-	if want != ctl.desired {
-		m.metrics.decision(ctl.name, want > ctl.desired, cause)
-		m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, want, reason), dec.Inputs)
-		ctl.desired = want
-	}
-	wants := split(want, weights, min(want, 1))
-	least := split(ctl.rec.Min, weights, min(ctl.rec.Min, 1))
-	for _, rev := range revs {
-		ctl.serve(now, rev, set(rev), wants[rev], least[rev], load)
-	}
-	surge := ctl.rolloutStep(now, sets, weights, active, load)
-	weights = ctl.weights() // a rollout that ended moved the traffic
-	ctl.retire(now, sets, weights, surge)
-	ctl.drv.clearRemains() // after the starts above
-
-	if load.InFlight > 0 {
-		return tick
-	}
-	var next time.Duration
-	for _, r := range ctl.reps {
-		if r.state != StateFrozen {
-			return tick
-		}
-		limit := cfg.Scale.FreezeTimeout.Duration
-		if weights[r.rec.Revision] == 0 {
-			limit = cfg.Scale.RollbackGrace.Duration
-		}
-		left := max(limit-now.Sub(r.frozenAt), tick)
-		if next == 0 || left < next {
-			next = left
-		}
-	}
-	return next
+	ctl.touch(now, load)
+	v := ctl.view()
+	p := decide(v, observation{load: load, scale: ctl.autoscale(now, v, load, usage)}, now)
+	ctl.apply(now, p)
+	return p.next
 }
 
 func (ctl *appCtl) notify() { poke(ctl.changed) }

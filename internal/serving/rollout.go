@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -96,95 +95,6 @@ func (ctl *appCtl) setCurrent(rv revisionRecord) {
 }
 
 func progressing(ro *rollout) bool { return ro != nil && ro.State == rolloutProgressing }
-
-// rolloutStep moves the rollout in progress on: the new revision's
-// replicas start beside the ones in service (as many as those, at least
-// min, at least one while the app is in use), and once they are all ready
-// traffic moves to it. A revision whose replicas fail `failures` times
-// before that is rolled back. It returns the revision that surges (starts
-// replicas without taking traffic), or 0. ctl.mu is held.
-func (ctl *appCtl) rolloutStep(now time.Time, sets map[int]*revSet, weights map[int]int, active int, load route.Load) int {
-	if !progressing(ctl.rec.Rollout) {
-		return 0
-	}
-	// A record others may hold a copy of is never changed in place.
-	ro := new(rollout)
-	*ro = *ctl.rec.Rollout
-	ctl.rec.Rollout = ro
-	rev := ro.Revision
-	s := sets[rev]
-	if s == nil {
-		s = &revSet{}
-	}
-	others := active - s.active()
-	if weights[rev] == 0 {
-		others = active
-	}
-	want := max(others, ctl.rec.Min)
-	if want == 0 && (load.InFlight > 0 || load.Queued > 0 || ctl.woken.Load()) {
-		want = 1
-	}
-	want = clamp(want, 0, ctl.rec.Max)
-	cfg, _, err := ctl.configOf(rev)
-	if err != nil {
-		ctl.endRollout(now, fmt.Sprintf("revision %d cannot be read: %v", rev, err))
-		return 0
-	}
-	if ctl.roFailures >= max(cfg.Health.Failures, 1) {
-		ctl.endRollout(now, fmt.Sprintf("%d replicas of revision %d failed before it was ready: %s", ctl.roFailures, rev, ctl.lastErr))
-		return 0
-	}
-	surge := 0
-	if weights[rev] == 0 {
-		surge = rev
-		n := s.active()
-		frozen := append([]*replica(nil), s.frozen...)
-		sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
-		for _, r := range frozen {
-			if n >= want {
-				break
-			}
-			ctl.thaw(r)
-			s.ready = append(s.ready, r)
-			n++
-		}
-		for ; n+s.freezing < want && now.After(ctl.backoff); n++ {
-			ctl.drv.startReplica(rev, fmt.Sprintf("rollout of revision %d", rev))
-		}
-	}
-	ready := len(s.ready)
-	if ready != ro.Ready || want != ro.Want {
-		if ready != ro.Ready && ready < want {
-			ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d: %d/%d ready", rev, ready, want),
-				map[string]float64{"ready": float64(ready), "want": float64(want)})
-		}
-		ro.Ready, ro.Want = ready, want
-		ctl.recChanged()
-	}
-	if ready < want {
-		return surge
-	}
-	// Every replica wanted is ready: traffic moves over.
-	ro.State, ro.DoneAt = rolloutDone, &now
-	took := now.Sub(ro.StartedAt).Round(time.Millisecond)
-	ro.Reason = fmt.Sprintf("%d/%d ready after %s", ready, want, took)
-	if ro.From > 0 && weights[rev] == 0 {
-		ro.Reason += fmt.Sprintf("; traffic moved from revision %d", ro.From)
-	}
-	ctl.rec.Traffic = []trafficShare{{Revision: rev, Percent: 100}}
-	ctl.roFailures = 0
-	ctl.saveApp()
-	if len(weights) > 1 || weights[rev] == 0 {
-		// The route without the revisions that leave goes out once the
-		// store holds the switch: a daemon killed in between would route
-		// them again.
-		ctl.hold()
-	}
-	ctl.publish()
-	ctl.m.emit("rollout", ctl.name, "", fmt.Sprintf("revision %d rolled out: %s", rev, ro.Reason),
-		map[string]float64{"ready": float64(ready), "want": float64(want), "seconds": took.Seconds()})
-	return 0
-}
 
 // endRollout ends a rollout whose revision never became ready: the app's
 // current revision goes back to the one the rollout started from, whose

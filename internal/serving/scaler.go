@@ -69,9 +69,9 @@ func (ctl *appCtl) usage() map[string]cpuUsage {
 	return out
 }
 
-// decide asks the decider for the active replica count and CPU quotas, from
+// ask asks the decider for the active replica count and CPU quotas, from
 // the throttling counters of the ready replicas. ctl.mu is held.
-func (ctl *appCtl) decide(active int, ready []*replica, usage map[string]cpuUsage) autoscale.Decision {
+func (ctl *appCtl) ask(active int, ready []*replica, usage map[string]cpuUsage) autoscale.Decision {
 	cur := autoscale.Current{Replicas: active}
 	for _, r := range ready {
 		u, ok := usage[r.rec.ID]
@@ -81,18 +81,6 @@ func (ctl *appCtl) decide(active int, ready []*replica, usage map[string]cpuUsag
 		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: u.periods, Throttled: u.throttled})
 	}
 	return ctl.scaler.d.Decide(cur)
-}
-
-// applyCPU has replicas' CPU quotas changed live, as the decider asked,
-// once ctl.mu is released. ctl.mu is held.
-func (ctl *appCtl) applyCPU(dec autoscale.Decision) {
-	for id, q := range dec.CPU {
-		r := ctl.reps[id]
-		if r == nil || r.rec.State != StateReady {
-			continue
-		}
-		ctl.later(func() { ctl.drv.setCPU(r, q, dec.Reason) })
-	}
 }
 
 // setCPU changes replica r's CPU quota to q on its node.
