@@ -25,10 +25,11 @@ var hopHeaders = [...]string{
 	"Proxy-Authenticate", "Proxy-Authorization", "Trailer",
 }
 
-// hopLower is hopHeaders in lower case, for the fast path's parsers.
-var hopLower = func() (l [len(hopHeaders)]string) {
-	for i, h := range hopHeaders {
-		l[i] = strings.ToLower(h)
+// hopByLen is hopHeaders in lower case by the length of the name, for the
+// fast path's parsers: most names are ruled out by their length alone.
+var hopByLen = func() (l [20][]string) {
+	for _, h := range hopHeaders {
+		l[len(h)] = append(l[len(h)], strings.ToLower(h))
 	}
 	return l
 }()
@@ -46,7 +47,10 @@ func hopByHop(k string) bool {
 
 // hopByHopName tells whether k, a name as received, is in hopHeaders.
 func hopByHopName(k []byte) bool {
-	for _, h := range hopLower {
+	if len(k) >= len(hopByLen) {
+		return false
+	}
+	for _, h := range hopByLen[len(k)] {
 		if eqFold(k, h) {
 			return true
 		}

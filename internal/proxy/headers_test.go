@@ -3,6 +3,7 @@ package proxy
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -56,6 +57,23 @@ func TestHopByHopFieldsRemoved(t *testing.T) {
 		}
 		if resp.Header.Get("X-Kept") != "yes" {
 			t.Errorf("%s: the client did not get X-Kept: %v", tc.name, resp.Header)
+		}
+	}
+}
+
+// The fast path's look-up knows every name of the one list, in any case,
+// and no other.
+func TestHopByHopName(t *testing.T) {
+	for _, h := range hopHeaders {
+		for _, k := range []string{h, strings.ToLower(h), strings.ToUpper(h)} {
+			if !hopByHopName([]byte(k)) {
+				t.Errorf("hopByHopName(%q) = false", k)
+			}
+		}
+	}
+	for _, k := range []string{"", "T", "Tee", "Trailers", "Content-Length", "X-Forwarded-For", "Proxy-Authorizations"} {
+		if hopByHopName([]byte(k)) {
+			t.Errorf("hopByHopName(%q) = true", k)
 		}
 	}
 }
