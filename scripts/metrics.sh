@@ -29,7 +29,7 @@ echo
 echo '| package.type | methods |'
 echo '|---|---|'
 for pt in serving.appCtl serving.appState serving.driver serving.Manager serving.localNode serving.dispatcher \
-	jobs.Manager sandbox.Sandbox jobs.Scheduler proxy.Proxy proxy.fastReq proxy.table proxy.cconn proxy.pool; do
+	jobs.Manager jobs.Sandbox sandbox.Sandbox jobs.Scheduler proxy.Proxy proxy.fastReq proxy.table proxy.cconn proxy.pool; do
 	p=${pt%%.*} t=${pt#*.}
 	n=$(methods "$p" | awk -v t="$t" '$2 == t { print $1 }')
 	echo "| $pt | ${n:-0} |"
@@ -37,7 +37,7 @@ done
 echo
 echo "Top 6 types by methods in each package:"
 echo
-for p in serving jobs proxy agent cluster daemon routes; do
+for p in serving jobs sandbox proxy agent cluster daemon routes leadership; do
 	[ -d internal/$p ] || continue
 	echo "- $p: $(methods $p | head -6 | awk '{ printf "%s%s %s", sep, $2, $1; sep = ", " }')"
 done
@@ -46,7 +46,7 @@ echo "## Files per package"
 echo
 echo '| package | files | test files | lines (non-test) |'
 echo '|---|---|---|---|'
-for p in serving jobs proxy agent cluster daemon routes; do
+for p in serving jobs sandbox proxy agent cluster daemon routes leadership labels runtime/wipe; do
 	[ -d internal/$p ] || { echo "| $p | - | - | - |"; continue; }
 	f=$(sources $p | wc -l)
 	tf=$(ls internal/$p/*_test.go 2>/dev/null | wc -l)
@@ -64,11 +64,12 @@ echo '```'
 echo
 echo "Average over internal/ (non-test): $("$GOCYCLO" -avg -ignore '_test\.go$' internal/ | awk '/^Average/ { print $2 }')"
 echo
-echo "## serving's imports (module-internal)"
+echo "## Module-internal imports of serving and jobs"
 echo
-go list -f '{{join .Imports "\n"}}' ./internal/serving | grep '^github.com/shoal-run/shoal/' |
-	sed 's|^github.com/shoal-run/shoal/||' | tr '\n' ' '
-echo
+for p in serving jobs; do
+	echo "- $p: $(go list -f '{{join .Imports "\n"}}' ./internal/$p | grep '^github.com/shoal-run/shoal/' |
+		sed 's|^github.com/shoal-run/shoal/internal/||' | tr '\n' ' ')"
+done
 echo
 echo "## DESIGN.md"
 echo
