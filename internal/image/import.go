@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -20,8 +21,8 @@ import (
 // Import reads the images in path: an OCI image layout (folder or tar), a
 // docker-archive (the `docker save` format; its RepoTags name the images,
 // Docker Hub names in docker's short form: "docker.io/library/app:1" is
-// "app:1") or a plain rootfs tar (tag required); tars may be
-// gzip-compressed. tag, when set, names the one image the file holds. OCI
+// "app:1"; its uncompressed layers are stored gzipped) or a plain rootfs
+// tar (tag required); tars may be gzip-compressed. tag, when set, names the one image the file holds. OCI
 // layout entries are named by their org.opencontainers.image.ref.name
 // annotation: a full "name:tag", or a bare tag combined with the file's base
 // name ("app.tar" with ref "1.0" becomes "app:1.0"). Either every image is
@@ -296,7 +297,10 @@ func dockerFamiliar(t string) string {
 	return t
 }
 
-// putLayerFile stages a layer file as is, typed by its compression.
+// putLayerFile stages a docker-archive's layer file: a gzip one as is, an
+// uncompressed one (docker save writes them so) gzipped, as a registry
+// would hold it. The image's manifest is made anew, so its layers may
+// change; their diff IDs do not.
 func (in *ingest) putLayerFile(root *os.Root, name string) (ocispec.Descriptor, error) {
 	f, err := openRegularIn("path", root, name)
 	if err != nil {
@@ -304,15 +308,28 @@ func (in *ingest) putLayerFile(root *os.Root, name string) (ocispec.Descriptor, 
 	}
 	defer f.Close()
 	br := bufio.NewReader(f)
-	mt := ocispec.MediaTypeImageLayer
-	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
-		mt = ocispec.MediaTypeImageLayerGzip
+	magic, _ := br.Peek(4)
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return ocispec.Descriptor{}, errdefs.Invalid("layer", "zstd compression is not supported")
+	case !bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		max := in.s.limits.MaxLayerBytes
+		lr := &io.LimitedReader{R: br, N: max + 1}
+		desc, diffID, err := in.putTarLayer(lr)
+		if lr.N <= 0 {
+			return ocispec.Descriptor{}, fmt.Errorf("layer exceeds the limit of %d uncompressed bytes", max)
+		}
+		if err != nil {
+			return ocispec.Descriptor{}, err
+		}
+		in.verified[string(desc.Digest)] = diffID
+		return desc, nil
 	}
 	dgst, size, err := in.putBlob(br, "", -1, in.s.limits.MaxLayerBytes)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
-	return ocispec.Descriptor{MediaType: mt, Digest: digest.Digest(dgst), Size: size}, nil
+	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.Digest(dgst), Size: size}, nil
 }
 
 // importRootfs makes a one-layer image of a plain (maybe gzipped) rootfs tar.
