@@ -71,7 +71,7 @@ func (ctl *appCtl) autoscale(now time.Time, v view, load route.Load, usage map[s
 func (ctl *appCtl) apply(now time.Time, p plan) {
 	for id, q := range p.cpu {
 		r := ctl.reps[id]
-		ctl.later(func() { ctl.drv.setCPU(r, q, p.cpuWhy) })
+		ctl.queue(action{kind: actSetCPU, r: r, cpu: q, why: p.cpuWhy})
 	}
 	if p.unwake {
 		ctl.woken.Store(false)

@@ -31,7 +31,7 @@ type appState struct {
 	routeDirty bool       // the route must be published
 	thaws      []*replica // replicas to thaw
 	remains    []*replica // dead replicas whose container and address wait for clearRemains
-	acts       []func()   // calls to make, goroutines to start
+	acts       []action   // calls to make, goroutines to start
 
 	// Routes wait for the store after a decision that took replicas out
 	// of service (see hold): holds counts those decisions, stored how many
@@ -49,7 +49,7 @@ type heldRoute struct {
 	upto uint64
 	seq  uint64 // 0 (unlock only): no route
 	rt   route.Route
-	acts []func()
+	acts []action
 }
 
 // publish has the app's route published once mu is released.
@@ -218,10 +218,6 @@ func (st *appState) halted() int {
 	return n
 }
 
-// spawn starts f in a goroutine once mu is released and the route
-// published. mu is held.
-func (st *appState) spawn(f func()) { st.acts = append(st.acts, func() { go f() }) }
-
-// later calls f once st.mu is released and the route published.
+// queue has action a done once mu is released and the route published.
 // mu is held.
-func (st *appState) later(f func()) { st.acts = append(st.acts, f) }
+func (st *appState) queue(a action) { st.acts = append(st.acts, a) }

@@ -13,32 +13,35 @@ func (d *driver) freeze(r *replica, why string) {
 		return
 	}
 	d.publish()
-	grace := d.rec.Config.Scale.DrainTimeout.Duration
-	d.spawn(func() {
-		m, id := d.m, r.rec.ID
-		err := d.node.Drain(d.ctx(), id, grace)
-		var mem int64
-		if err == nil {
-			r.checking.Lock()
-			mem, err = d.node.Freeze(d.ctx(), id)
-			r.checking.Unlock()
-		}
-		d.mu.Lock()
-		if err != nil {
-			// Still running: back into the route table.
-			d.move(r, mvUnfrozen, "", nil)
-			d.publish()
-			d.unlock()
-			m.log.Warn("serving: freeze failed; replica stays ready", "replica", id, "err", err)
-			return
-		}
-		r.frozenAt, r.memory = m.clock.Now(), mem
-		d.move(r, mvFrozen, why, map[string]float64{"memory_bytes": float64(mem)})
-		d.publish() // the route counts frozen replicas
+	d.queue(action{kind: actFreeze, r: r, why: why, grace: d.rec.Config.Scale.DrainTimeout.Duration})
+}
+
+// freezeNow lets the last requests of replica r, out of the route, finish
+// (up to grace) and freezes it; a freeze that fails leaves it ready.
+func (d *driver) freezeNow(r *replica, why string, grace time.Duration) {
+	m, id := d.m, r.rec.ID
+	err := d.node.Drain(d.ctx(), id, grace)
+	var mem int64
+	if err == nil {
+		r.checking.Lock()
+		mem, err = d.node.Freeze(d.ctx(), id)
+		r.checking.Unlock()
+	}
+	d.mu.Lock()
+	if err != nil {
+		// Still running: back into the route table.
+		d.move(r, mvUnfrozen, "", nil)
+		d.publish()
 		d.unlock()
-		d.notify()
-		m.enforceFrozenBudget()
-	})
+		m.log.Warn("serving: freeze failed; replica stays ready", "replica", id, "err", err)
+		return
+	}
+	r.frozenAt, r.memory = m.clock.Now(), mem
+	d.move(r, mvFrozen, why, map[string]float64{"memory_bytes": float64(mem)})
+	d.publish() // the route counts frozen replicas
+	d.unlock()
+	d.notify()
+	m.enforceFrozenBudget()
 }
 
 // thaw brings a frozen replica back into the route table: the activation
@@ -74,13 +77,16 @@ func (d *driver) leave(r *replica) {
 // to drain_timeout, then stops it; it starts once ctl.mu is released and
 // the route without the replica is out. ctl.mu is held.
 func (d *driver) drainThenHalt(r *replica) {
-	grace := d.rec.Config.Scale.DrainTimeout.Duration
-	d.spawn(func() {
-		if err := d.node.Drain(d.ctx(), r.rec.ID, grace); err != nil {
-			d.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
-		}
-		d.halt(r)
-	})
+	d.queue(action{kind: actDrainHalt, r: r, grace: d.rec.Config.Scale.DrainTimeout.Duration})
+}
+
+// drainAndHalt lets the in-flight requests of replica r, out of the
+// route, finish (up to grace), then stops it.
+func (d *driver) drainAndHalt(r *replica, grace time.Duration) {
+	if err := d.node.Drain(d.ctx(), r.rec.ID, grace); err != nil {
+		d.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
+	}
+	d.halt(r)
 }
 
 // stopReplica stops a replica that takes no traffic. ctl.mu is held.
@@ -89,7 +95,7 @@ func (d *driver) stopReplica(r *replica, why string) {
 		return
 	}
 	d.publish()
-	d.spawn(func() { d.halt(r) })
+	d.queue(action{kind: actHalt, r: r})
 }
 
 // halt sends SIGTERM, then SIGKILL after stopGrace, and removes the replica.

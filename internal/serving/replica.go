@@ -76,12 +76,7 @@ func (d *driver) startReplica(rev int, why string) string {
 	// leave its namespace attached with nobody to release it.
 	d.lead.wg.Add(1)
 	d.boots.add()
-	env := r.selfEnv(d.m.o.SelfURL)
-	d.spawn(func() {
-		defer d.lead.wg.Done()
-		defer d.boots.finish()
-		d.boot(r, cfg, digest, env)
-	})
+	d.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: r.selfEnv(d.m.o.SelfURL)}})
 	return id
 }
 
@@ -262,10 +257,7 @@ func (d *driver) clearRemains() {
 		if d.reps[r.rec.ID] != r {
 			continue // lost with its node
 		}
-		d.spawn(func() {
-			d.boots.wait(d.m.clock, bootWait, d.stop)
-			d.remove(r, false)
-		})
+		d.queue(action{kind: actRemove, r: r})
 	}
 	d.remains = nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // ladderRows expands a ladder table in markdown (from | move | to | event,
@@ -119,4 +120,22 @@ func TestLadderMoves(t *testing.T) {
 	if !ctl.move(r, mvForget, "", nil) || ctl.reps[r.rec.ID] != nil || !ctl.unsaved[r.rec.ID] {
 		t.Errorf("a forgotten replica is still listed, or its record is not deleted")
 	}
+}
+
+// What a move leaves to do once ctl.mu is released is data: a freeze
+// queues the freeze of its replica, with the app's drain_timeout.
+func TestMoveQueuesActions(t *testing.T) {
+	h := newHarness(t)
+	h.deploy(`drain_timeout = "7s"`)
+	ctl := h.m.app("hello")
+	ctl.mu.Lock()
+	defer ctl.unlock()
+	r := &replica{state: StateReady, rec: replicaRecord{ID: "hello-y", State: StateReady}}
+	ctl.reps[r.rec.ID] = r
+	ctl.drv.freeze(r, "idle")
+	if len(ctl.acts) != 1 || ctl.acts[0].kind != actFreeze || ctl.acts[0].r != r || ctl.acts[0].grace != 7*time.Second {
+		t.Fatalf("after a freeze the queue holds %+v, want one actFreeze of %s for 7s", ctl.acts, r.rec.ID)
+	}
+	ctl.acts = nil // the fake node has no such replica
+	ctl.move(r, mvFrozen, "", nil)
 }

@@ -6,21 +6,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
 // The controller's lock discipline: ctl.mu guards the app's state and is
 // held only while that state is read and decided on. Nothing that calls
 // out of the controller (the router, a node, a long store write) runs
-// under it: a holder records what is to be done (publish, thaw, spawn,
-// later) and unlock does it once ctl.mu is released, in this order:
+// under it: a holder records what is to be done (publish, thaw, queue an
+// action) and unlock does it once ctl.mu is released, in this order:
 //
 //  1. thaws, each a node call, whose replicas then go ready under ctl.mu;
 //  2. the app's route, made under ctl.mu and numbered, so that of two
 //     routes published at once the newer always wins (routePub);
-//  3. the actions: goroutines started and calls made only now, so that a
-//     replica being drained or frozen is out of the published route
-//     before anything waits for its last request.
+//  3. the actions (action, data: what and on which replica), goroutines
+//     started and calls made only now, so that a replica being drained
+//     or frozen is out of the published route before anything waits for
+//     its last request.
 //
 // A decision that takes replicas out of service (hold) is stored before
 // its route goes out: while the store does not hold it yet, every route
@@ -70,8 +72,66 @@ func (ctl *appCtl) out(h heldRoute) {
 	if h.seq > 0 {
 		ctl.pub.publish(ctl.m.o.Router, h.seq, h.rt)
 	}
-	for _, f := range h.acts {
-		f()
+	for _, a := range h.acts {
+		ctl.do(a)
+	}
+}
+
+// actKind is what an action does.
+type actKind int
+
+const (
+	actBoot      actKind = iota // start the replica's container and wait for it to be ready (boot)
+	actFreeze                   // let its last requests finish, then freeze it (freezeNow)
+	actDrainHalt                // let its in-flight requests finish, then stop it (drainAndHalt)
+	actHalt                     // stop it (halt)
+	actRemove                   // remove a dead replica once the app's starts are over
+	actSetCPU                   // change its CPU quota (setCPU), in line
+)
+
+// action is a call that a holder of ctl.mu leaves for unlock to make
+// once ctl.mu is released and the route is out (see above): data, so
+// that what a decision left to do can be read. Every kind but actSetCPU
+// runs in a goroutine of its own.
+type action struct {
+	kind  actKind
+	r     *replica
+	why   string
+	grace time.Duration // actFreeze, actDrainHalt: how long requests in flight may take
+	cpu   float64       // actSetCPU: the new quota
+	boot  *bootSpec     // actBoot
+}
+
+// bootSpec is what a replica's container starts with.
+type bootSpec struct {
+	cfg    manifest.Config
+	digest string
+	env    []string
+}
+
+// do makes action a. ctl.mu is not held.
+func (ctl *appCtl) do(a action) {
+	d, r := ctl.drv, a.r
+	switch a.kind {
+	case actBoot:
+		go func() {
+			defer ctl.lead.wg.Done()
+			defer ctl.boots.finish()
+			d.boot(r, a.boot.cfg, a.boot.digest, a.boot.env)
+		}()
+	case actFreeze:
+		go d.freezeNow(r, a.why, a.grace)
+	case actDrainHalt:
+		go d.drainAndHalt(r, a.grace)
+	case actHalt:
+		go d.halt(r)
+	case actRemove:
+		go func() {
+			ctl.boots.wait(ctl.m.clock, bootWait, ctl.stop)
+			d.remove(r, false)
+		}()
+	case actSetCPU:
+		d.setCPU(r, a.cpu, a.why)
 	}
 }
 
