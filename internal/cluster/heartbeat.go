@@ -40,7 +40,7 @@ type Heartbeat struct {
 type Status struct {
 	Lease store.LeaseID // the lease in use; 0 while there is none
 	Alive bool          // the last grant or renewal succeeded
-	Lost  bool          // no good renewal for a full TTL: the key is gone
+	Lost  bool          // no good renewal for a full TTL (the key may be gone), or the store no longer knows the lease
 	Err   error
 }
 
@@ -49,6 +49,7 @@ func (h *Heartbeat) Run(ctx context.Context) {
 	started := h.Clock.Now()
 	var lease store.LeaseID
 	var lastOK time.Time
+	lost := false // counted lost since the last good step
 	defer func() {
 		if lease != 0 {
 			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -75,11 +76,18 @@ func (h *Heartbeat) Run(ctx context.Context) {
 		}
 		switch {
 		case st.Err == nil:
-			lastOK, st.Alive = h.Clock.Now(), true
+			lastOK, st.Alive, lost = h.Clock.Now(), true, false
 		case lease != 0 && h.Clock.Since(lastOK) >= h.TTL:
-			// The store has let the lease go by now: start over.
-			h.Log.Warn("node heartbeat lost", "node", h.Name, "lease", lease, "err", st.Err)
-			lease, st.Lost = 0, true
+			// The store may have let the lease go by now: the node counts
+			// itself lost. It keeps renewing the same lease, though: a
+			// store that could not answer in time (etcd electing a new
+			// leader on a loaded host) extends its leases rather than
+			// dropping them, and one it did drop answers NotFound, which
+			// starts over above.
+			if !lost {
+				h.Log.Warn("node heartbeat lost", "node", h.Name, "lease", lease, "err", st.Err)
+			}
+			lost, st.Lost = true, true
 		default:
 			h.Log.Debug("node heartbeat failed", "node", h.Name, "err", st.Err)
 		}

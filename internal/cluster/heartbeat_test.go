@@ -119,8 +119,8 @@ func TestHeartbeatLostAndBack(t *testing.T) {
 	}
 	clk.Advance(time.Second)
 	s := next(t, steps)
-	if !s.Lost || s.Lease != 0 {
-		t.Fatalf("after a full TTL without renewal: %+v; want lost", s)
+	if !s.Lost || s.Lease != first.Lease {
+		t.Fatalf("after a full TTL without renewal: %+v; want lost, still renewing lease %d", s, first.Lease)
 	}
 	// The store drops the key when the lease's own timer fires.
 	for i := 0; alive(t, f); i++ {
@@ -131,9 +131,39 @@ func TestHeartbeatLostAndBack(t *testing.T) {
 	}
 	f.down.Store(false)
 	clk.Advance(time.Second)
+	if s = next(t, steps); !s.Lost || s.Lease != 0 {
+		t.Fatalf("the store back, without the lease: %+v; want lost, the lease dropped", s)
+	}
+	clk.Advance(time.Second)
 	s = next(t, steps)
 	if !s.Alive || s.Lease == 0 || s.Lease == first.Lease || !alive(t, f) {
 		t.Fatalf("after the store came back: %+v; want alive on a new lease", s)
+	}
+}
+
+// TestHeartbeatKeepsLeaseTheStoreKept: renewals that fail for a full TTL
+// count the node lost, but a store that kept the lease meanwhile (etcd
+// extends its leases when it elects a new leader) gets it renewed: the
+// node is back on the same lease, its key never dropped.
+func TestHeartbeatKeepsLeaseTheStoreKept(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	// The store's own clock stands still: its leases do not expire.
+	f := &flaky{Store: openBolt(t, clock.NewFake(time.Unix(1000, 0)))}
+	steps := beat(t, f, clk, 3*time.Second)
+	first := next(t, steps)
+	f.down.Store(true)
+	var s Status
+	for range 4 {
+		clk.Advance(time.Second)
+		s = next(t, steps)
+	}
+	if !s.Lost {
+		t.Fatalf("after 4s of a 3s TTL without renewal: %+v; want lost", s)
+	}
+	f.down.Store(false)
+	clk.Advance(time.Second)
+	if s = next(t, steps); !s.Alive || s.Lease != first.Lease || !alive(t, f) {
+		t.Fatalf("the store back with the lease kept: %+v; want alive on lease %d", s, first.Lease)
 	}
 }
 
