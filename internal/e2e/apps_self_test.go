@@ -165,9 +165,13 @@ http = "/healthz"
 	x := asReplica(t, a, readyIDs(a)[0])
 	x.call(t, "POST", "/v1/self/metrics", `{"name":"queue","value":35}`).expect(t, "metrics", 200, "")
 	d.waitApp("queue", "four ready replicas for a queue of 35 at 10 each", func(a types.App) bool { return a.Ready == 4 })
+	// The published 35 reaches 4 replicas in one step or, on a loaded
+	// host where the panic window also averages the samples before it
+	// (1 → 3 at 21.0, then 3 → 4), in two: a scale-out names the metric
+	// and its target either way.
 	found := false
 	for _, e := range d.events("queue", "scale") {
-		found = found || (strings.Contains(e.Reason, "metric queue") && strings.Contains(e.Reason, "at target 10 wants 4"))
+		found = found || (strings.Contains(e.Reason, "metric queue") && strings.Contains(e.Reason, "at target 10"))
 	}
 	if !found {
 		t.Fatalf("no scale event names the metric: %+v", d.events("queue", "scale"))
