@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -327,8 +329,31 @@ func (z *box) ready() bool {
 		z.fail(fmt.Errorf("its step made ready ended before its job: %w", why))
 		return false
 	default:
-		return true
 	}
+	// Serve's end reaches replies through a goroutine reading its socket,
+	// which a loaded host may not have run yet: ask the kernel too.
+	if !processAlive(z.pid) {
+		z.fail(fmt.Errorf("its process %d has ended", z.pid))
+		return false
+	}
+	return true
+}
+
+// processAlive reports whether pid is a process that has not exited: one
+// that is gone or a zombie is not.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The command name may hold spaces and parentheses: the state is the
+	// field after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	state := b[i+2]
+	return state != 'Z' && state != 'X'
 }
 
 // reply is Serve's answer to a step: its wait status, or why it failed.
