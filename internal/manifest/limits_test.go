@@ -150,7 +150,7 @@ func TestLimitErrors(t *testing.T) {
 // the longest array, string and key path it finds are the decoded tree's.
 func TestScanMeasuresLikeParser(t *testing.T) {
 	for _, doc := range []string{
-		designExampleText(t),
+		readmeExample(t),
 		"a.b.c = 1\n",
 		"[a.b]\nc = [1, [2, [3]], {d = {e = 'x'}}]\n",
 		"[[a.b]]\nc = 1\n[[a.b]]\n\"q.r\".'s' = \"\"\"\n]]]}}}\"\n\"\"\"\n",
@@ -177,8 +177,6 @@ func TestScanMeasuresLikeParser(t *testing.T) {
 		}
 	}
 }
-
-func designExampleText(t *testing.T) string { return designExample(t) }
 
 // sameDepth: the scan's depth is the tree's, or an upper bound of it (at
 // most twice) when the file has an array of tables.

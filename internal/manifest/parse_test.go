@@ -12,22 +12,24 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
-// designExample is the shoal.toml of DESIGN.md, so the map stays true.
-func designExample(t *testing.T) string {
-	b, err := os.ReadFile("../../DESIGN.md")
+// readmeExample is the shoal.toml of README.md's "shoal.toml, every key",
+// so the reference users read stays true.
+func readmeExample(t *testing.T) string {
+	b, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, ok := strings.Cut(string(b), "```toml\n")
+	_, rest, ok := strings.Cut(string(b), "### shoal.toml, every key")
+	_, rest, ok1 := strings.Cut(rest, "```toml\n")
 	doc, _, ok2 := strings.Cut(rest, "```")
-	if !ok || !ok2 {
-		t.Fatal("DESIGN.md has no toml block")
+	if !ok || !ok1 || !ok2 {
+		t.Fatal("README.md has no toml block under \"### shoal.toml, every key\"")
 	}
 	return doc
 }
 
-func TestParseDesignExample(t *testing.T) {
-	c, err := Parse([]byte(designExample(t)), "shoal.toml")
+func TestParseReadmeExample(t *testing.T) {
+	c, err := Parse([]byte(readmeExample(t)), "shoal.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
