@@ -127,7 +127,8 @@ auth files.
 TLS: the daemon trusts the system's CAs, the registry's folder in
 /etc/containers/certs.d/HOST[:PORT]/ or /etc/docker/certs.d/HOST[:PORT]/
 on its host (*.crt CAs, client.cert and client.key a client certificate),
-and --ca-file.`,
+and --ca-file. Mirrors come from the daemon host's
+/etc/containers/registries.conf ([[registry]] tables).`,
 		Example: `  shoal image pull 127.0.0.1:5000/hello:1 --insecure
   shoal image pull registry.example.com/team/app:1 --creds-file ~/.app-registry --ca-file team-ca.crt`,
 		Args: exactArgs(1),

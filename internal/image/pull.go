@@ -35,6 +35,10 @@ type PullOptions struct {
 	// CertsDirs hold a folder per registry host with its CAs and client
 	// certificates (see DefaultCertsDirs, the default when nil).
 	CertsDirs []string
+	// RegistriesConf is containers' registries.conf whose [[registry]]
+	// tables give mirrors, a new location, insecure or blocked
+	// registries; "": DefaultRegistriesConf. A missing file is none.
+	RegistriesConf string
 	// Transport makes the requests; nil: go-containerregistry's default
 	// with the TLS configuration of CA and CertsDirs.
 	Transport http.RoundTripper
@@ -61,6 +65,53 @@ func (s *Store) pull(ctx context.Context, ref string, o PullOptions) (Image, err
 		}
 		refs = []string{full}
 	}
+	if _, err := name.ParseReference(ref); err != nil {
+		return Image{}, errdefs.Invalid("reference", "%q: %v", ref, err)
+	}
+	srcs := []pullSource{{ref: ref}}
+	if o.Token == "" {
+		conf := o.RegistriesConf
+		if conf == "" {
+			conf = DefaultRegistriesConf
+		}
+		var err error
+		if srcs, err = pullSources(conf, ref); err != nil {
+			return Image{}, err
+		}
+	}
+	var mirrorErrs []string
+	for _, src := range srcs {
+		so := o
+		so.Insecure = o.Insecure || src.insecure
+		if src.mirror {
+			so.Auth = nil // given for the registry named, not its mirror
+			if so.Keychain == nil {
+				so.Keychain = Keychain()
+			}
+		}
+		img, err := s.pullFrom(ctx, src.ref, refs, so)
+		if err == nil {
+			if src.mirror {
+				img.Notes = append(img.Notes, "pulled from the mirror "+src.ref)
+			}
+			return img, nil
+		}
+		if !src.mirror {
+			if len(mirrorErrs) > 0 {
+				return Image{}, fmt.Errorf("%w (mirrors tried first: %s)", err, strings.Join(mirrorErrs, "; "))
+			}
+			return Image{}, err
+		}
+		if ctx.Err() != nil {
+			return Image{}, err
+		}
+		mirrorErrs = append(mirrorErrs, fmt.Sprintf("%s: %v", src.ref, err))
+	}
+	return Image{}, fmt.Errorf("every mirror failed and %s allows no other source: %s: %w", ref, strings.Join(mirrorErrs, "; "), errdefs.ErrNotFound)
+}
+
+// pullFrom pulls ref (the registry's or a mirror's) and stores it under refs.
+func (s *Store) pullFrom(ctx context.Context, ref string, refs []string, o PullOptions) (Image, error) {
 	var nopts []name.Option
 	if o.Insecure {
 		nopts = append(nopts, name.Insecure)
