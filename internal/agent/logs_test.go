@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/serving"
 )
 
@@ -22,7 +23,7 @@ type logNode struct {
 
 func (l logNode) TailLog(ctx context.Context, id, log string, n int) (serving.LogTail, error) {
 	l.call("log %s %s %d", id, log, n)
-	return serving.ReadLogTail(l.dir, log, n)
+	return node.ReadLogTail(l.dir, log, n)
 }
 
 // writeLog writes lines from..to (inclusive) to path.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 )
 
@@ -74,17 +73,17 @@ func (r *Remote) Stop(ctx context.Context, id string, grace time.Duration) error
 
 // Wait returns when the replica's process exits: a long poll, asked again
 // each time the node answers that it still runs, until ctx ends.
-func (r *Remote) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+func (r *Remote) Wait(ctx context.Context, id string) (serving.ExitStatus, error) {
 	for {
 		var w waitResp
 		if err := r.post(ctx, r.path(id, "wait"), nil, &w); err != nil {
-			return runtime.ExitStatus{}, err
+			return serving.ExitStatus{}, err
 		}
 		if w.Exited {
 			return w.Status.status(), nil
 		}
 		if err := ctx.Err(); err != nil {
-			return runtime.ExitStatus{}, err
+			return serving.ExitStatus{}, err
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 )
 
@@ -23,13 +22,13 @@ type fakeNode struct {
 	mu      sync.Mutex
 	calls   []string
 	known   map[string]bool
-	exit    chan runtime.ExitStatus // Wait returns what it gets
+	exit    chan serving.ExitStatus // Wait returns what it gets
 	waits   int
 	checkOK bool
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{known: map[string]bool{}, exit: make(chan runtime.ExitStatus, 1)}
+	return &fakeNode{known: map[string]bool{}, exit: make(chan serving.ExitStatus, 1)}
 }
 
 func (f *fakeNode) call(format string, args ...any) {
@@ -70,18 +69,18 @@ func (f *fakeNode) Stop(ctx context.Context, id string, grace time.Duration) err
 	f.call("stop %s %s", id, grace)
 	return f.has(id)
 }
-func (f *fakeNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+func (f *fakeNode) Wait(ctx context.Context, id string) (serving.ExitStatus, error) {
 	f.mu.Lock()
 	f.waits++
 	f.mu.Unlock()
 	if err := f.has(id); err != nil {
-		return runtime.ExitStatus{}, err
+		return serving.ExitStatus{}, err
 	}
 	select {
 	case st := <-f.exit:
 		return st, nil
 	case <-ctx.Done():
-		return runtime.ExitStatus{}, ctx.Err()
+		return serving.ExitStatus{}, ctx.Err()
 	}
 }
 func (f *fakeNode) Check(ctx context.Context, id, addr string, h manifest.Health) error {
@@ -139,7 +138,7 @@ func TestRemoteCallsTheNode(t *testing.T) {
 	r := remoteOf(t, fake, 0)
 	spec := serving.ReplicaSpec{ID: "web-1", App: "web", Revision: 3, Digest: "sha256:abc",
 		Config: manifest.Config{Port: 8080, Health: manifest.Health{HTTP: "/healthz", Interval: manifest.Duration{Duration: time.Second}}},
-		Env:    []string{"A=1"}, Mounts: []runtime.Mount{{Source: "/v", Destination: "/data"}}}
+		Env:    []string{"A=1"}, Mounts: []serving.Mount{{Source: "/v", Destination: "/data"}}}
 	st, err := r.Start(ctx, spec)
 	if err != nil || st != (serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1", Node: "n2"}) {
 		t.Fatalf("start: %+v, %v", st, err)
@@ -229,7 +228,7 @@ func TestRemoteWaitLongPoll(t *testing.T) {
 	fake.known["web-1"] = true
 	r := remoteOf(t, fake, 5*time.Millisecond)
 	done := make(chan error, 1)
-	var got runtime.ExitStatus
+	var got serving.ExitStatus
 	go func() {
 		var err error
 		got, err = r.Wait(ctx, "web-1")
@@ -250,8 +249,8 @@ func TestRemoteWaitLongPoll(t *testing.T) {
 		t.Fatalf("wait returned before the exit: %v", err)
 	default:
 	}
-	fake.exit <- runtime.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
-	if err := <-done; err != nil || got != (runtime.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}) {
+	fake.exit <- serving.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
+	if err := <-done; err != nil || got != (serving.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}) {
 		t.Fatalf("wait: %+v, %v", got, err)
 	}
 	cctx, cancel := context.WithCancel(ctx)

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 )
 
@@ -92,12 +91,12 @@ type (
 	}
 )
 
-func toExit(s runtime.ExitStatus) exitStatus {
+func toExit(s serving.ExitStatus) exitStatus {
 	return exitStatus{Code: s.Code, Signal: int(s.Signal), OOMKilled: s.OOMKilled, Known: s.Known}
 }
 
-func (e exitStatus) status() runtime.ExitStatus {
-	return runtime.ExitStatus{Code: e.Code, Signal: syscall.Signal(e.Signal), OOMKilled: e.OOMKilled, Known: e.Known}
+func (e exitStatus) status() serving.ExitStatus {
+	return serving.ExitStatus{Code: e.Code, Signal: syscall.Signal(e.Signal), OOMKilled: e.OOMKilled, Known: e.Known}
 }
 
 func toSpec(s serving.ReplicaSpec) replicaSpec {
@@ -114,7 +113,7 @@ func (w replicaSpec) spec() serving.ReplicaSpec {
 	s := serving.ReplicaSpec{ID: w.ID, App: w.App, Revision: w.Revision, Digest: w.Digest, Config: w.Config, Env: w.Env,
 		Log: w.Log, ImageFrom: w.ImageFrom}
 	for _, m := range w.Mounts {
-		s.Mounts = append(s.Mounts, runtime.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly,
+		s.Mounts = append(s.Mounts, serving.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly,
 			Type: m.Type, Options: m.Options, SizeBytes: m.SizeBytes})
 	}
 	return s

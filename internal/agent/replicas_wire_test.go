@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 )
 
@@ -29,7 +28,7 @@ func TestWireTypesRoundTrip(t *testing.T) {
 	spec := serving.ReplicaSpec{ID: "web-1", App: "web", Revision: 3, Digest: "sha256:abc",
 		Config: manifest.Config{Name: "web", Image: "web:1", Port: 8080},
 		Env:    []string{"A=1"}, Log: "web/web-1.log", ImageFrom: "n1",
-		Mounts: []runtime.Mount{{Source: "/v", Destination: "/data", ReadOnly: true, Type: "tmpfs", Options: []string{"nosuid"}, SizeBytes: 9}}}
+		Mounts: []serving.Mount{{Source: "/v", Destination: "/data", ReadOnly: true, Type: "tmpfs", Options: []string{"nosuid"}, SizeBytes: 9}}}
 	var ws replicaSpec
 	through(t, toSpec(spec), &ws)
 	if got := ws.spec(); !reflect.DeepEqual(got, spec) {
@@ -52,7 +51,7 @@ func TestWireTypesRoundTrip(t *testing.T) {
 	if got := wa.adopted(); got != a {
 		t.Errorf("adopted: %+v", got)
 	}
-	x := runtime.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
+	x := serving.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
 	var wx exitStatus
 	through(t, toExit(x), &wx)
 	if got := wx.status(); got != x {

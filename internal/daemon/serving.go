@@ -15,6 +15,7 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/events"
+	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/routes"
@@ -93,15 +94,25 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		}
 		return err
 	}
+	appsDir := filepath.Join(cfg.DataDir, "apps")
+	lo := localnode.Options{Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Placer: placer,
+		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log}
 	o := serving.Options{
-		Placer: placer, Init: initBin,
-		Store: d.store, Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Events: servingEvents{d.events},
-		Node: cfg.Node, Dir: filepath.Join(cfg.DataDir, "apps"), ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
+		Store: d.store, Runtime: d.rt, Images: d.images, Router: router, Events: servingEvents{d.events},
+		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	}
 	if c := d.openConfiner(); c != nil {
-		d.confiner, o.Confiner = c, c
+		d.confiner, o.Confiner, lo.Confiner = c, c, c
 	}
+	local, err := localnode.New(lo)
+	if err != nil {
+		if selfL != nil {
+			selfL.Close()
+		}
+		return fmt.Errorf("serving: %w", err)
+	}
+	o.Local = local
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.

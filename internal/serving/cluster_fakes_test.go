@@ -13,9 +13,9 @@ import (
 
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/placement"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/statemerge"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -118,7 +118,7 @@ func (n *countingNode) Stop(ctx context.Context, id string, g time.Duration) err
 	}
 	return n.Node.Stop(ctx, id, g)
 }
-func (n *countingNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+func (n *countingNode) Wait(ctx context.Context, id string) (ExitStatus, error) {
 	n.count()
 	return n.Node.Wait(ctx, id)
 }
@@ -166,12 +166,16 @@ func newClusterHarness(t *testing.T) *clusterHarness {
 	t.Helper()
 	ch := &clusterHarness{cl: &fakeCluster{ch: make(chan struct{}, 1)}, remote: map[string]*countingNode{}}
 	ch.cl.nodes = []NodeInfo{info("n1"), info("n2"), info("n3")}
-	ch.harness = newHarnessOpts(t, func(o *Options) {
+	ch.harness = newHarnessOpts(t, func(o *testOpts) {
 		for _, name := range []string{"n2", "n3"} {
 			rt, dir := newFakeRuntime(o.Clock), t.TempDir()
-			ch.remote[name] = &countingNode{rt: rt, dir: dir, Node: newLocalNode(Options{Runtime: rt, Network: fakeNet{},
+			n, err := localnode.New(localnode.Options{Runtime: rt, Network: fakeNet{},
 				Placer: placement.NewCPUs(nil, nil), Images: fakeImages{}, Router: o.Router, Clock: o.Clock,
-				Logger: slog.New(slog.DiscardHandler), Dir: dir})}
+				Logger: slog.New(slog.DiscardHandler), Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch.remote[name] = &countingNode{rt: rt, dir: dir, Node: n}
 		}
 		o.Cluster = ch.cl
 		o.Remote = func(n string) Node { return ch.remote[n] }

@@ -43,7 +43,7 @@ type crash struct {
 // newCrashHarness is a harness whose daemon a crash kills.
 func newCrashHarness(t *testing.T) (*harness, *crash) {
 	c := &crash{dead: make(chan struct{})}
-	h := newHarnessOpts(t, func(o *Options) {
+	h := newHarnessOpts(t, func(o *testOpts) {
 		c.st = o.Store
 		o.Store = crashStore{o.Store, c}
 		o.Runtime = crashRuntime{o.Runtime, c}
@@ -241,7 +241,7 @@ func (h *harness) revive(c *crash) int {
 	o := h.m.o
 	o.Store, o.Runtime, o.Router = c.st, h.rt, h.r
 	o.Registerer = prometheus.NewRegistry()
-	m, err := New(o)
+	m, err := New(h.withLocal(o))
 	if err != nil {
 		h.t.Fatal(err)
 	}

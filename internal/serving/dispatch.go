@@ -18,7 +18,7 @@ import (
 // dispatcher is the nodes of a cluster as one Node, the leader's: Start
 // places a replica on a live node that takes new work (placement.PickNode:
 // fit, [placement], spread, rules, load), and every other call goes to the
-// node the replica is on: this host's straight to its localNode, another's
+// node the replica is on: this host's straight to its local node, another's
 // to that node's remote Node. Nothing is called on a node that is not live:
 // such calls fail at once (Remove and Release only forget), and calls in
 // flight to a node that leaves the live set are cut short.

@@ -10,7 +10,6 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/placement"
-	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // Start places the replica and starts it on its node.
@@ -77,12 +76,12 @@ func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) e
 // stays live (its daemon restarted, a blip of the network) is made again:
 // the replica may well run on; only its node's answer, or the node's loss,
 // ends the wait.
-func (d *dispatcher) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+func (d *dispatcher) Wait(ctx context.Context, id string) (ExitStatus, error) {
 	for {
 		node := d.where(id)
 		n, nctx, done, err := d.to(ctx, id)
 		if err != nil {
-			return runtime.ExitStatus{}, err
+			return ExitStatus{}, err
 		}
 		st, err := n.Wait(nctx, id)
 		lost := nctx.Err() != nil && ctx.Err() == nil // the node left the live set
@@ -222,7 +221,7 @@ func relocate(s ReplicaSpec, dir string) ReplicaSpec {
 		return p
 	}
 	s.Log = rel(s.Log)
-	mounts := make([]runtime.Mount, len(s.Mounts))
+	mounts := make([]Mount, len(s.Mounts))
 	for i, mt := range s.Mounts {
 		mt.Source = rel(mt.Source)
 		mounts[i] = mt

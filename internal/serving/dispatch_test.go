@@ -13,7 +13,6 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // waitNode is a remote node whose Wait is cut off (a transport error)
@@ -26,16 +25,16 @@ type waitNode struct {
 	release chan struct{}
 }
 
-func (n *waitNode) Wait(ctx context.Context, id string) (runtime.ExitStatus, error) {
+func (n *waitNode) Wait(ctx context.Context, id string) (ExitStatus, error) {
 	n.calls.Add(1)
 	if n.cut.Add(-1) >= 0 {
-		return runtime.ExitStatus{}, errors.New("connection reset by peer")
+		return ExitStatus{}, errors.New("connection reset by peer")
 	}
 	select {
 	case <-n.release:
-		return runtime.ExitStatus{Code: 3, Known: true}, nil
+		return ExitStatus{Code: 3, Known: true}, nil
 	case <-ctx.Done():
-		return runtime.ExitStatus{}, ctx.Err()
+		return ExitStatus{}, ctx.Err()
 	}
 }
 
@@ -64,7 +63,7 @@ func TestDispatcherWait(t *testing.T) {
 	d.setLive([]NodeInfo{info("n1"), info("n2")})
 	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
 	type res struct {
-		st  runtime.ExitStatus
+		st  ExitStatus
 		err error
 	}
 	wait := func() chan res {

@@ -19,6 +19,7 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
+	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
@@ -176,6 +177,29 @@ type harness struct {
 	port  int
 	// held makes the health check "/held" fail while it is set.
 	held *atomic.Bool
+	// netw and placer are its local node's.
+	netw   localnode.Network
+	placer localnode.Placer
+}
+
+// testOpts are a harness Manager's options and its local node's.
+type testOpts struct {
+	Options
+	Network localnode.Network
+	Placer  localnode.Placer
+}
+
+// withLocal returns o with a local node on o's runtime, images, router,
+// clock and folder, and on the harness's network and placer.
+func (h *harness) withLocal(o Options) Options {
+	h.t.Helper()
+	n, err := localnode.New(localnode.Options{Runtime: o.Runtime, Images: o.Images, Network: h.netw, Router: o.Router,
+		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	o.Local = n
+	return o
 }
 
 func newHarness(t *testing.T) *harness { return newHarnessFrozen(t, 1<<40) }
@@ -188,19 +212,19 @@ func newHarnessFrozen(t *testing.T, frozen int64) *harness {
 
 // newHarnessWith is newHarness with a frozen-memory budget and a network
 // of the test's.
-func newHarnessWith(t *testing.T, frozen int64, netw Network) *harness {
+func newHarnessWith(t *testing.T, frozen int64, netw localnode.Network) *harness {
 	t.Helper()
 	return newHarnessPlaced(t, frozen, netw, nil)
 }
 
 // newHarnessPlaced is newHarnessWith with a placer (nil: none).
-func newHarnessPlaced(t *testing.T, frozen int64, netw Network, placer Placer) *harness {
+func newHarnessPlaced(t *testing.T, frozen int64, netw localnode.Network, placer localnode.Placer) *harness {
 	t.Helper()
-	return newHarnessOpts(t, func(o *Options) { o.FrozenMemory, o.Network, o.Placer = frozen, netw, placer })
+	return newHarnessOpts(t, func(o *testOpts) { o.FrozenMemory, o.Network, o.Placer = frozen, netw, placer })
 }
 
 // newHarnessOpts is newHarness with its Manager's options changed by opt.
-func newHarnessOpts(t *testing.T, opt func(o *Options)) *harness {
+func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 	t.Helper()
 	held := new(atomic.Bool)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -219,10 +243,12 @@ func newHarnessOpts(t *testing.T, opt func(o *Options)) *harness {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]route.Route{}}, ev: &fakeEvents{},
 		reg: prometheus.NewRegistry(), clock: fc, port: port, held: held}
-	o := Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Network: fakeNet{}, Router: h.r,
-		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg}
+	o := testOpts{Options: Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Router: h.r,
+		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg},
+		Network: fakeNet{}}
 	opt(&o)
-	h.m, err = New(o)
+	h.netw, h.placer = o.Network, o.Placer
+	h.m, err = New(h.withLocal(o.Options))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,13 +1,8 @@
 package serving
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
@@ -17,78 +12,12 @@ import (
 // watcher reports why.
 var errExitedEarly = errors.New("exited before it was ready")
 
-// probeClient checks HTTP health. It keeps no idle connection, so a frozen
-// replica holds no socket of the daemon's.
-var probeClient = &http.Client{
-	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
-	CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	},
-}
-
 // check checks replica r once with the app's health check, on its node.
 func (d *driver) check(h manifest.Health, r *replica) error {
 	d.mu.Lock()
 	id, addr := r.rec.ID, r.rec.Addr
 	d.unlock()
 	return d.node.Check(d.ctx(), id, addr, h)
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if over := len(w.b) - w.max; over > 0 {
-		w.b = w.b[over:]
-	}
-	return len(p), nil
-}
-
-// String is the output kept, on one line.
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.b), "?")), " ")
-}
-
-// probe checks once whether the replica at addr is healthy with an HTTP or
-// TCP check.
-func probe(ctx context.Context, h manifest.Health, addr string) error {
-	timeout := h.Timeout.Duration
-	if timeout <= 0 {
-		timeout = time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if h.HTTP == "" {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil {
-			return err
-		}
-		return c.Close()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+h.HTTP, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("User-Agent", "shoal-health")
-	resp, err := probeClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode >= 400 {
-		return fmt.Errorf("GET %s: %s", h.HTTP, resp.Status)
-	}
-	return nil
 }
 
 // waitReady probes a starting replica until it answers, it exits, or the

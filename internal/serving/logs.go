@@ -1,7 +1,6 @@
 package serving
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,16 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/node"
+)
+
+// The log file helpers are the node's: a replica's log is written on its
+// node.
+var (
+	rotateLog = node.RotateLog
+	tailLog   = node.TailLog
+	tailFile  = node.TailFile
 )
 
 // Replica logs: each replica's stdout and stderr go to <app>/logs/<id>.log,
@@ -20,7 +29,7 @@ import (
 // appends (O_APPEND), so it goes on writing at the new end. The logs of
 // replicas that are gone are kept for the keepLogs most recently written.
 const (
-	logMax   = 1 << 20
+	logMax   = node.LogMax
 	keepLogs = 5
 )
 
@@ -32,50 +41,6 @@ type replicaLogs struct {
 
 // path is replica id's log.
 func (l replicaLogs) path(id string) string { return filepath.Join(l.dir, id+".log") }
-
-// rotateLog copies the last limit bytes (whole lines) of the log at path to
-// path.1, replacing it, when the log holds more than limit bytes, and
-// truncates the log. Lines written between the copy and the truncation are
-// lost; the copy runs to the file's end to make that window small.
-func rotateLog(path string, limit int64) error {
-	fi, err := os.Stat(path)
-	if err != nil || fi.Size() <= limit {
-		return err
-	}
-	src, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	tmp := path + ".1.tmp"
-	dst, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	off := fi.Size() - limit
-	if _, err = src.Seek(off, io.SeekStart); err == nil {
-		r := bufio.NewReader(src)
-		if _, err = r.ReadString('\n'); err == nil { // skip the cut line
-			_, err = io.Copy(dst, r)
-		} else if err == io.EOF {
-			err = nil
-		}
-	}
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path+".1")
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("rotate %s: %w", path, err)
-	}
-	if err := src.Truncate(0); err != nil {
-		return fmt.Errorf("rotate %s: %w", path, err)
-	}
-	return nil
-}
 
 // logCheck is how often a replica's log is checked against logMax while
 // the replica runs, whatever its health check's interval.
@@ -218,52 +183,4 @@ func (m *Manager) remoteLogs(ctx context.Context, ctl *appCtl, tail int, lfs []l
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].mod.Before(out[j].mod) })
 	return out
-}
-
-// tailLog returns the last n lines of a replica's log, reaching into the
-// rotated path.1 when the log itself has fewer (n <= 0: all that the last
-// MiB of each holds).
-func tailLog(path string, n int) []string {
-	lines := tailFile(path, n)
-	rest := 0 // all that the last MiB of path.1 holds
-	if n > 0 {
-		if len(lines) >= n {
-			return lines
-		}
-		rest = n - len(lines)
-	}
-	return append(tailFile(path+".1", rest), lines...)
-}
-
-// tailFile returns the last n lines of a file (n <= 0: as many as the
-// last MiB holds).
-func tailFile(path string, n int) []string {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	window := int64(1 << 20)
-	if n > 0 {
-		window = min(window, int64(n)*1024)
-	}
-	start := max(fi.Size()-window, 0)
-	buf := make([]byte, fi.Size()-start)
-	k, _ := f.ReadAt(buf, start)
-	text := strings.TrimRight(string(buf[:k]), "\n")
-	if text == "" {
-		return nil
-	}
-	lines := strings.Split(text, "\n")
-	if start > 0 && len(lines) > 1 {
-		lines = lines[1:] // the first line may be cut
-	}
-	if n > 0 && len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return lines
 }

@@ -5,58 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
-
-// LogTailer reads the end of a replica's log on the node the replica runs
-// on. The Node that reaches another node over the network implements it,
-// and so does this host's, for the leader's calls.
-type LogTailer interface {
-	// TailLog returns the last n lines of replica id's log (n <= 0: all
-	// that the last MiB holds); log is its path relative to the node's
-	// apps folder (see relocate).
-	TailLog(ctx context.Context, id, log string, n int) (LogTail, error)
-}
-
-// LogTail is the end of a replica's log and when the log was last written.
-type LogTail struct {
-	Lines []string
-	Mod   time.Time
-}
-
-// ReadLogTail reads the last n lines of the log at log, a path relative to
-// the apps folder dir that names a replica's log (a .log file), reaching
-// into its rotated copy as `shoal app logs` does. A log that is not there
-// is not found.
-func ReadLogTail(dir, log string, n int) (LogTail, error) {
-	if dir == "" || !filepath.IsLocal(log) || !strings.HasSuffix(log, ".log") {
-		return LogTail{}, errdefs.Invalid("log", "%q is not a replica's log under the apps folder", log)
-	}
-	p := filepath.Join(dir, log)
-	fi, err := os.Stat(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return LogTail{}, fmt.Errorf("log %s: %w", log, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		return LogTail{}, fmt.Errorf("log %s: %w", log, err)
-	}
-	return LogTail{Lines: tailLog(p, n), Mod: fi.ModTime()}, nil
-}
-
-var _ LogTailer = (*localNode)(nil)
-
-// TailLog reads the log of a replica another node started here.
-func (n *localNode) TailLog(ctx context.Context, id, log string, lines int) (LogTail, error) {
-	t, err := ReadLogTail(n.dir, log, lines)
-	if err != nil {
-		return t, fmt.Errorf("replica %s: %w", id, err)
-	}
-	return t, nil
-}
 
 // tailLog reads the last n lines of replica id's log, whose path on this
 // host is path: from this host's file, or, for a replica placed on another

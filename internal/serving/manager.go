@@ -16,14 +16,13 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
-	"github.com/shoal-run/shoal/internal/network"
-	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
-// Runtime is what serving needs of the container runtime.
+// Runtime is what serving needs of the container runtime: it runs the
+// apps' merge hooks.
 type Runtime interface {
 	Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
 	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
@@ -38,27 +37,9 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error)
 }
 
-// Placer picks the CPUs a replica is pinned to (a placement.CPUs): a
-// cpuset in the kernel's list format, or "" for none. Adopt tells it of a
-// replica a restarted daemon took over; Release frees a replica's place.
-type Placer interface {
-	Place(r placement.Request) string
-	Adopt(id, app, cpuset string)
-	Release(id string)
-}
-
 // Images resolves an app's image.
 type Images interface {
 	Get(ctx context.Context, ref string) (image.Image, error)
-}
-
-// Network gives replicas an address on the host bridge, and what they may
-// reach from it (SetPolicy, before the replica's container runs).
-type Network interface {
-	Acquire(ctx context.Context, id string, mode network.Mode) (*network.Attachment, error)
-	SetPolicy(a *network.Attachment, p network.Policy) error
-	Lookup(id string) (*network.Attachment, bool)
-	Release(ctx context.Context, a *network.Attachment) error
 }
 
 // Router is the proxy's side of serving: it routes to ready replicas and
@@ -81,11 +62,11 @@ type Options struct {
 	Store   store.Store
 	Runtime Runtime
 	Images  Images
-	Network Network
 	Router  Router
 	Events  EventLog
-	// Placer pins replicas to CPUs; nil pins none.
-	Placer Placer
+	// Local is this host's Node (localnode): where a single host's
+	// replicas run, and this node's part of a cluster.
+	Local Node
 	// Cluster, when set, makes this Manager a node of a cluster: it runs
 	// the apps only while the node leads, and places their replicas on
 	// the cluster's live nodes. Nil: a single host.
@@ -102,10 +83,6 @@ type Options struct {
 	// given to them as $SHOAL_API_URL with a token of their own as
 	// $SHOAL_TOKEN; "" gives them neither.
 	SelfURL string
-	// Init is the host path of shoal-init, mounted read-only in each
-	// replica of an app with init = true and run as its pid 1; "" runs
-	// every app as its own pid 1.
-	Init string
 	// FrozenMemory is the per-host budget for the memory of frozen replicas;
 	// above it the least recently used are stopped. 0: a quarter of RAM.
 	FrozenMemory int64
@@ -122,7 +99,7 @@ type Options struct {
 type Manager struct {
 	o       Options
 	node    Node        // where the apps' replicas run: this host, or the cluster's nodes
-	local   *localNode  // this host
+	local   Node        // this host
 	disp    *dispatcher // the cluster's nodes; nil on a single host
 	log     *slog.Logger
 	clock   clock.Clock
@@ -143,8 +120,8 @@ type Manager struct {
 
 // New returns a Manager; Start loads the apps in the store.
 func New(o Options) (*Manager, error) {
-	if o.Store == nil || o.Runtime == nil || o.Images == nil || o.Network == nil || o.Router == nil {
-		return nil, errors.New("serving: store, runtime, images, network and router are required")
+	if o.Store == nil || o.Runtime == nil || o.Images == nil || o.Local == nil || o.Router == nil {
+		return nil, errors.New("serving: store, runtime, images, local node and router are required")
 	}
 	if o.Cluster != nil && o.Remote == nil {
 		return nil, errors.New("serving: a node of a cluster needs a way to reach the other nodes")
@@ -161,16 +138,13 @@ func New(o Options) (*Manager, error) {
 	if o.Node == "" {
 		o.Node, _ = os.Hostname()
 	}
-	if o.Placer == nil {
-		o.Placer = placement.NewCPUs(nil, nil)
-	}
 	if o.FrozenMemory == 0 {
 		o.FrozenMemory = MemTotal() / 4
 	}
 	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}, kick: make(chan struct{}, 1),
 		followed:   make(chan struct{}),
 		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096)}}
-	m.local = newLocalNode(o)
+	m.local = o.Local
 	m.node = m.local
 	if o.Cluster != nil {
 		m.disp = newDispatcher(o.Node, o.Dir, m.local, o.Remote, o.Clock, m.log)

@@ -101,7 +101,7 @@ func TestPlacementSurvivesRestart(t *testing.T) {
 		t.Fatalf("first replica pinned to %q, want 0", c)
 	}
 	fresh := placement.NewCPUs([]int{0, 1}, nil)
-	h.m.o.Placer = fresh
+	h.placer = fresh
 	h.restart()
 	h.wait("adopted", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	if l := fresh.Load(); l[0] != 1 || l[1] != 0 {

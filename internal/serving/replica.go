@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // replica is one replica of an app on this node.
@@ -187,14 +186,14 @@ func (d *driver) becomeReady(r *replica, mv move, why string, inputs map[string]
 
 // mounts makes the app's volumes and the replica's state area, and
 // returns their mounts.
-func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]runtime.Mount, error) {
-	var mounts []runtime.Mount
+func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]Mount, error) {
+	var mounts []Mount
 	for name, dst := range cfg.Volumes {
 		src := filepath.Join(d.m.appDir(d.name), "volumes", name)
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", name, err)
 		}
-		mounts = append(mounts, runtime.Mount{Source: src, Destination: dst})
+		mounts = append(mounts, Mount{Source: src, Destination: dst})
 	}
 	if cfg.State.Enabled() {
 		mt, err := d.merge.mount(r.rec.ID, r.rec.Revision, cfg, digest)

@@ -382,7 +382,7 @@ func (h *harness) restart() {
 	h.m.Close()
 	o := h.m.o
 	o.Registerer = prometheus.NewRegistry()
-	m, err := New(o)
+	m, err := New(h.withLocal(o))
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/statemerge"
 )
 
@@ -66,7 +65,7 @@ func (g *merger) stateDir(sub string) string {
 
 // mount makes the live state area of replica id (of revision rev, whose
 // config and image it runs) and returns its mount.
-func (g *merger) mount(id string, rev int, cfg manifest.Config, digest string) (runtime.Mount, error) {
+func (g *merger) mount(id string, rev int, cfg manifest.Config, digest string) (Mount, error) {
 	area := filepath.Join(g.stateDir("live"), id)
 	data := filepath.Join(area, "data")
 	// meta.json first: an area without it has no data either.
@@ -84,9 +83,9 @@ func (g *merger) mount(id string, rev int, cfg manifest.Config, digest string) (
 		err = errors.Join(statemerge.SyncDir(area), statemerge.SyncDir(filepath.Dir(area)))
 	}
 	if err != nil {
-		return runtime.Mount{}, fmt.Errorf("state: %w", err)
+		return Mount{}, fmt.Errorf("state: %w", err)
 	}
-	return runtime.Mount{Source: data, Destination: cfg.State.Dir}, nil
+	return Mount{Source: data, Destination: cfg.State.Dir}, nil
 }
 
 // retireState hands the state area of replica id, whose container is

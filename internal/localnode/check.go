@@ -1,0 +1,110 @@
+package localnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
+)
+
+// runCheck runs the health command in replica id's container, bounded by
+// the check's timeout; exit code 0 is healthy. The command goes through the
+// OCI runtime's exec, so it runs as the replica's own process would: same
+// namespaces, cgroup (its memory and pids count against the replica's
+// limits), user, capabilities, no_new_privs, seccomp filter and rlimits.
+func (n *Node) runCheck(parent context.Context, h manifest.Health, id string) error {
+	timeout := h.Timeout.Duration
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	out := &tailWriter{max: 256}
+	st, err := n.rt.Exec(ctx, id, runtime.ExecSpec{Args: h.Command, Stdout: out, Stderr: out})
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil:
+		return fmt.Errorf("command %q did not finish in %s", h.Command[0], timeout)
+	case err != nil:
+		return fmt.Errorf("command %q: %w", h.Command[0], err)
+	case st.Code != 0:
+		msg := fmt.Sprintf("command %q exited with code %d", h.Command[0], st.Code)
+		if o := out.String(); o != "" {
+			msg += ": " + o
+		}
+		return errors.New(msg)
+	}
+	return nil
+}
+
+// probeClient checks HTTP health. It keeps no idle connection, so a frozen
+// replica holds no socket of the daemon's.
+var probeClient = &http.Client{
+	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	},
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if over := len(w.b) - w.max; over > 0 {
+		w.b = w.b[over:]
+	}
+	return len(p), nil
+}
+
+// String is the output kept, on one line.
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.b), "?")), " ")
+}
+
+// probe checks once whether the replica at addr is healthy with an HTTP or
+// TCP check.
+func probe(ctx context.Context, h manifest.Health, addr string) error {
+	timeout := h.Timeout.Duration
+	if timeout <= 0 {
+		timeout = time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if h.HTTP == "" {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+h.HTTP, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("User-Agent", "shoal-health")
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return fmt.Errorf("GET %s: %s", h.HTTP, resp.Status)
+	}
+	return nil
+}
