@@ -165,6 +165,16 @@ func (f *fakeEvents) of(kind string) []types.Event {
 	return out
 }
 
+// recorded waits until every event the manager has emitted so far is in
+// the event log. Events are recorded in the background, in order: a mark
+// emitted now is recorded after all of them.
+func (h *harness) recorded() {
+	h.t.Helper()
+	n := len(h.ev.of("test-mark"))
+	h.m.emit("test-mark", "", "", "", nil)
+	h.wait("the events emitted so far are recorded", func() bool { return len(h.ev.of("test-mark")) > n })
+}
+
 // harness is a Manager on fakes, a bolt store and a fake clock.
 type harness struct {
 	t     *testing.T
