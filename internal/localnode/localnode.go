@@ -220,10 +220,7 @@ func (n *Node) spec(ctx context.Context, s node.ReplicaSpec) (runtime.Spec, erro
 	if err != nil {
 		return runtime.Spec{}, fmt.Errorf("image %s (%s): %w", cfg.Image, s.Digest, err)
 	}
-	args := append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
-	if len(cfg.Command) > 0 {
-		args = append(append([]string{}, img.Config.Entrypoint...), cfg.Command...)
-	}
+	args := cfg.Argv(img.Config.Entrypoint, img.Config.Cmd)
 	if len(args) == 0 {
 		return runtime.Spec{}, fmt.Errorf("image %s has no entrypoint or command; set command in the manifest", cfg.Image)
 	}
@@ -245,7 +242,7 @@ func (n *Node) spec(ctx context.Context, s node.ReplicaSpec) (runtime.Spec, erro
 	}
 	return runtime.Spec{
 		ID: s.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
-		Hostname: s.ID, Mounts: ms, DiskBytes: cfg.Resources.DiskBytes(),
+		Hostname: s.ID, Mounts: ms, DiskBytes: cfg.Resources.DiskBytes(), StopSignal: cfg.Signal(img.Config.StopSignal),
 		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
 		Labels: map[string]string{labels.Kind: labels.KindReplica, labels.App: cfg.Name, labels.Revision: strconv.Itoa(s.Revision),
 			labels.Digest: s.Digest, labels.Image: cfg.Image},

@@ -17,8 +17,19 @@ type Config struct {
 	// Port is where the app listens in its container; it is also given to
 	// the app as $PORT.
 	Port int `toml:"port"`
-	// Command replaces the image's command (entrypoint kept) when set.
+	// Command replaces the image's ENTRYPOINT when set, as Kubernetes'
+	// command does: the image's CMD is then dropped unless Args is set.
 	Command []string `toml:"command"`
+	// Args replaces the image's CMD (Kubernetes' args): the words after
+	// Command, or after the image's ENTRYPOINT when Command is unset.
+	Args []string `toml:"args" json:",omitempty"`
+	// StopSignal is the signal that asks a replica to stop (a name,
+	// "SIGQUIT" or "QUIT", or a number); unset, the image's StopSignal,
+	// else SIGTERM.
+	StopSignal string `toml:"stop_signal" json:",omitempty"`
+	// StopTimeout is how long a replica has after StopSignal before
+	// SIGKILL (unset or 0: DefaultStopTimeout).
+	StopTimeout Duration `toml:"stop_timeout" json:",omitzero"`
 	// Init runs shoal-init as the replica's pid 1, the app its child: it
 	// passes signals on and reaps orphans (default true).
 	Init      bool              `toml:"init"`

@@ -200,6 +200,9 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	if len(c.Command) == 0 {
 		c.Command = nil
 	}
+	if len(c.Args) == 0 {
+		c.Args = nil
+	}
 	if len(c.Volumes) == 0 {
 		c.Volumes = nil
 	}
@@ -247,6 +250,12 @@ func (c Config) Hash() string {
 	n := c
 	if len(n.Command) == 0 {
 		n.Command = nil
+	}
+	if len(n.Args) == 0 {
+		n.Args = nil
+	}
+	if n.StopTimeout.Duration == DefaultStopTimeout {
+		n.StopTimeout.Duration = 0
 	}
 	if len(n.Health.Command) == 0 {
 		n.Health.Command = nil

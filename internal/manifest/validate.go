@@ -58,6 +58,14 @@ func (c *Config) Validate() error {
 			return errdefs.Invalid(fmt.Sprintf("command[%d]", i), "must not contain a NUL byte")
 		}
 	}
+	for i, a := range c.Args {
+		if strings.ContainsRune(a, 0) {
+			return errdefs.Invalid(fmt.Sprintf("args[%d]", i), "must not contain a NUL byte")
+		}
+	}
+	if err := c.validateStop(); err != nil {
+		return err
+	}
 	if err := c.Scale.validate(); err != nil {
 		return err
 	}

@@ -158,7 +158,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	rec := Record{
 		ID: s.ID, Bundle: bundle, Pid: pid, Created: r.clock.Now(), Labels: s.Labels,
 		NetNSPath: s.NetNSPath, Runtime: r.name, CgroupsPath: r.host.cgroupsPath(s.ID), CPUs: s.Limits.CPUs,
-		Ephemeral: s.Ephemeral,
+		Ephemeral: s.Ephemeral, StopSignal: int(s.StopSignal),
 	}
 	// The record is written before the container is published (Pid set),
 	// so a Delete cannot come between and leave a record behind.
@@ -225,7 +225,8 @@ func (r *Runtime) Signal(id string, sig syscall.Signal) error {
 	return nil
 }
 
-// Stop sends SIGTERM, waits up to grace on the Runtime's clock, then sends
+// Stop sends the container's stop signal (SIGTERM unless its Spec named
+// another), waits up to grace on the Runtime's clock, then sends
 // SIGKILL, and returns the exit status. A frozen container is thawed first so
 // it can handle the signal.
 func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) (ExitStatus, error) {
@@ -242,7 +243,11 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) (Exi
 		}
 	}
 	if grace > 0 {
-		if err := c.signal(syscall.SIGTERM); err != nil && !errors.Is(err, errExited) {
+		sig := syscall.SIGTERM
+		if c.rec.StopSignal > 0 {
+			sig = syscall.Signal(c.rec.StopSignal)
+		}
+		if err := c.signal(sig); err != nil && !errors.Is(err, errExited) {
 			return ExitStatus{}, fmt.Errorf("container %q: stop: %w", id, err)
 		}
 		t := r.clock.NewTimer(grace)

@@ -24,6 +24,8 @@ type Record struct {
 	Runtime     string            `json:"runtime"`
 	CgroupsPath string            `json:"cgroups_path"`
 	CPUs        float64           `json:"cpus,omitempty"`
+	// StopSignal is what Stop sends first (0: SIGTERM).
+	StopSignal int `json:"stop_signal,omitempty"`
 	// Ephemeral records stay in memory only (Spec.Ephemeral).
 	Ephemeral bool `json:"-"`
 }

@@ -8,6 +8,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 
@@ -49,6 +50,8 @@ type Spec struct {
 	// removes them as orphans instead of adopting them. For one-off runs
 	// whose client is gone when the daemon is.
 	Ephemeral bool
+	// StopSignal is what Stop sends first (0: SIGTERM).
+	StopSignal syscall.Signal
 	// Rlimits replace the default limit of the same type. A hard limit above
 	// the host's own is refused.
 	Rlimits []specs.POSIXRlimit

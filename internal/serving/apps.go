@@ -43,6 +43,9 @@ func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest
 		}
 		return manifest.Config{}, fmt.Errorf("%s: image %q: %w", file, cfg.Image, err)
 	}
+	if w := cfg.EntrypointWarning(img.Config.Entrypoint); w != "" {
+		m.emit("warning", cfg.Name, "", file+": "+w, nil)
+	}
 	now := m.clock.Now()
 	l, err := m.leading()
 	if err != nil {
@@ -267,7 +270,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		reps = append(reps, r)
 		ctl.move(r, mvDelete, "", nil)
 	}
-	grace := ctl.rec.Config.Scale.DrainTimeout.Duration
+	grace, stop := ctl.rec.Config.Scale.DrainTimeout.Duration, ctl.rec.Config.StopGrace()
 	ctl.publish()
 	ctl.unlock()
 	done := make(chan struct{}, len(reps))
@@ -276,7 +279,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			ctl.node.Drain(ctx, r.rec.ID, grace)
 			cancel()
-			ctl.drv.halt(r)
+			ctl.drv.halt(r, stop)
 			done <- struct{}{}
 		}()
 	}

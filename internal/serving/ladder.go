@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/manifest"
 )
 
 // freeze takes a ready replica out of the route table, lets its last
@@ -77,16 +79,16 @@ func (d *driver) leave(r *replica) {
 // to drain_timeout, then stops it; it starts once ctl.mu is released and
 // the route without the replica is out. ctl.mu is held.
 func (d *driver) drainThenHalt(r *replica) {
-	d.queue(action{kind: actDrainHalt, r: r, grace: d.rec.Config.Scale.DrainTimeout.Duration})
+	d.queue(action{kind: actDrainHalt, r: r, grace: d.rec.Config.Scale.DrainTimeout.Duration, stop: d.rec.Config.StopGrace()})
 }
 
 // drainAndHalt lets the in-flight requests of replica r, out of the
-// route, finish (up to grace), then stops it.
-func (d *driver) drainAndHalt(r *replica, grace time.Duration) {
+// route, finish (up to grace), then stops it (SIGKILL after stop).
+func (d *driver) drainAndHalt(r *replica, grace, stop time.Duration) {
 	if err := d.node.Drain(d.ctx(), r.rec.ID, grace); err != nil {
 		d.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
 	}
-	d.halt(r)
+	d.halt(r, stop)
 }
 
 // stopReplica stops a replica that takes no traffic. ctl.mu is held.
@@ -95,14 +97,18 @@ func (d *driver) stopReplica(r *replica, why string) {
 		return
 	}
 	d.publish()
-	d.queue(action{kind: actHalt, r: r})
+	d.queue(action{kind: actHalt, r: r, stop: d.rec.Config.StopGrace()})
 }
 
-// halt sends SIGTERM, then SIGKILL after stopGrace, and removes the replica.
-func (d *driver) halt(r *replica) {
-	ctx, cancel := context.WithTimeout(context.Background(), stopGrace+10*time.Second)
+// halt sends the replica's stop signal, then SIGKILL after grace (the
+// app's stop_timeout), and removes the replica.
+func (d *driver) halt(r *replica, grace time.Duration) {
+	if grace <= 0 {
+		grace = manifest.DefaultStopTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), grace+10*time.Second)
 	defer cancel()
-	if err := d.node.Stop(ctx, r.rec.ID, stopGrace); err != nil {
+	if err := d.node.Stop(ctx, r.rec.ID, grace); err != nil {
 		d.m.log.Warn("serving: stop replica", "replica", r.rec.ID, "err", err)
 	}
 	d.mu.Lock()
@@ -115,9 +121,6 @@ func (d *driver) halt(r *replica) {
 	d.unlock()
 	d.remove(r, false)
 }
-
-// stopGrace is how long a replica has between SIGTERM and SIGKILL.
-const stopGrace = 10 * time.Second
 
 // enforceFrozenBudget stops frozen replicas, least recently used first,
 // while the memory they hold on a node is above that node's budget.

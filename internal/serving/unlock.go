@@ -98,6 +98,7 @@ type action struct {
 	r     *replica
 	why   string
 	grace time.Duration // actFreeze, actDrainHalt: how long requests in flight may take
+	stop  time.Duration // actDrainHalt, actHalt: stop_timeout, SIGKILL after it
 	cpu   float64       // actSetCPU: the new quota
 	boot  *bootSpec     // actBoot
 }
@@ -122,9 +123,9 @@ func (ctl *appCtl) do(a action) {
 	case actFreeze:
 		go d.freezeNow(r, a.why, a.grace)
 	case actDrainHalt:
-		go d.drainAndHalt(r, a.grace)
+		go d.drainAndHalt(r, a.grace, a.stop)
 	case actHalt:
-		go d.halt(r)
+		go d.halt(r, a.stop)
 	case actRemove:
 		go func() {
 			ctl.boots.wait(ctl.m.clock, bootWait, ctl.stop)
