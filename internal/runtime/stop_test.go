@@ -48,3 +48,26 @@ func TestStopGraceFakeClock(t *testing.T) {
 		t.Fatalf("stop: %+v %v, want SIGKILL", res.st, res.err)
 	}
 }
+
+// TestStopSignalFromSpec: Stop sends the Spec's StopSignal first, so a
+// container that ignores TERM and exits on QUIT ends on it, without the
+// grace period (an hour on a clock that never moves) running out.
+func TestStopSignalFromSpec(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	fake := clock.NewFake(time.Unix(1700000000, 0))
+	r, err := New(context.Background(), Options{Root: filepath.Join(dir, "c"), RuntimeRoot: filepath.Join(dir, "runc"), Clock: fake, CgroupParent: testCgroupParent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := filepath.Join(t.TempDir(), "ready")
+	s := baseSpec(t, "sh", "-c", `trap "" TERM; trap "exit 3" QUIT; touch /out/ready; while true; do sleep 1; done`)
+	s.Mounts = []Mount{{Source: filepath.Dir(ready), Destination: "/out"}}
+	s.StopSignal = syscall.SIGQUIT
+	run(t, r, s)
+	eventually(t, "traps installed", func() bool { _, err := os.Stat(ready); return err == nil })
+	st, err := r.Stop(context.Background(), s.ID, time.Hour)
+	if err != nil || st.Signal != 0 || st.Code != 3 {
+		t.Fatalf("stop: %+v %v, want exit code 3 from the QUIT trap", st, err)
+	}
+}
