@@ -13,7 +13,7 @@ import (
 // ModRev is still rev (0: the key must not exist). A changed key returns an
 // error wrapping errdefs.ErrConflict; a term that is over, one wrapping
 // ErrDeposed (which is a conflict too).
-func (t *Term) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
+func (t *EtcdTerm) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
 	resp, err := t.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Rev),
 			clientv3.Compare(clientv3.ModRevision(key), "=", rev)).

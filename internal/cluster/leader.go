@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -32,13 +31,13 @@ type Elector struct {
 	Log    *slog.Logger
 
 	mu   sync.Mutex
-	term *Term
+	term *EtcdTerm
 	subs []chan struct{}
 }
 
-// Term is one leadership: the election key and the revision it was created
-// at. Its writes are fenced by them.
-type Term struct {
+// EtcdTerm is one leadership in etcd: the election key and the revision it
+// was created at. Its writes are fenced by them.
+type EtcdTerm struct {
 	cli *clientv3.Client
 	Key string
 	Rev int64
@@ -46,16 +45,13 @@ type Term struct {
 
 // NewTerm returns the term of the leadership whose election key was created
 // at rev: its writes are fenced like the leader's own.
-func NewTerm(cli *clientv3.Client, key string, rev int64) *Term {
-	return &Term{cli: cli, Key: key, Rev: rev}
+func NewTerm(cli *clientv3.Client, key string, rev int64) *EtcdTerm {
+	return &EtcdTerm{cli: cli, Key: key, Rev: rev}
 }
-
-// ErrDeposed is returned by a Term's write once the term is over.
-var ErrDeposed = fmt.Errorf("not the leader any more: %w", errdefs.ErrConflict)
 
 // Put writes key only while the term lasts; after, it returns an error that
 // wraps ErrDeposed.
-func (t *Term) Put(ctx context.Context, key string, value []byte) (int64, error) {
+func (t *EtcdTerm) Put(ctx context.Context, key string, value []byte) (int64, error) {
 	resp, err := t.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Rev)).
 		Then(clientv3.OpPut(key, string(value))).
@@ -71,7 +67,7 @@ func (t *Term) Put(ctx context.Context, key string, value []byte) (int64, error)
 
 // Delete removes key only while the term lasts (a key already gone is no
 // error); after, it returns an error that wraps ErrDeposed.
-func (t *Term) Delete(ctx context.Context, key string) error {
+func (t *EtcdTerm) Delete(ctx context.Context, key string) error {
 	resp, err := t.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Rev)).
 		Then(clientv3.OpDelete(key)).
@@ -97,7 +93,7 @@ func (e *Elector) Changed() <-chan struct{} {
 }
 
 // setTerm makes t the current term (nil: none) and tells the subscribers.
-func (e *Elector) setTerm(t *Term) {
+func (e *Elector) setTerm(t *EtcdTerm) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.term = t
@@ -109,10 +105,14 @@ func (e *Elector) setTerm(t *Term) {
 	}
 }
 
-// Leading returns the current term while this node leads, or nil.
-func (e *Elector) Leading() *Term {
+// Leading returns the current term while this node leads, or nil (an
+// interface that is nil, never one holding a nil *EtcdTerm).
+func (e *Elector) Leading() Term {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.term == nil {
+		return nil
+	}
 	return e.term
 }
 

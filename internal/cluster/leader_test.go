@@ -68,7 +68,7 @@ func TestLeaderFencing(t *testing.T) {
 	if l, err := Leader(ctx, st); err != nil || l != "a" {
 		t.Fatalf("leader %q, %v; want a", l, err)
 	}
-	old := a.Leading()
+	old := a.Leading().(*EtcdTerm)
 	if _, err := old.Put(ctx, "/shoal/v1/test/fenced", []byte("a")); err != nil {
 		t.Fatalf("write by the leader: %v", err)
 	}

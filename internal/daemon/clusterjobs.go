@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -108,31 +107,15 @@ func (j *jobMembers) Nodes() ([]jobs.Node, bool) {
 	return out, true
 }
 
-// Leading returns the fence of this node's leadership, or nil.
-func (j *jobMembers) Leading() jobs.Fence {
+// Leading returns this node's leadership, or nil.
+func (j *jobMembers) Leading() cluster.Term {
 	j.mu.Lock()
 	el := j.elector
 	j.mu.Unlock()
 	if el == nil {
 		return nil
 	}
-	t := el.Leading()
-	if t == nil {
-		return nil
-	}
-	return termFence{t}
-}
-
-// termFence is a leadership's fenced compare-and-swap, its end told as
-// jobs.ErrDeposed.
-type termFence struct{ t *cluster.Term }
-
-func (f termFence) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
-	r, err := f.t.CompareAndSwap(ctx, key, rev, value)
-	if errors.Is(err, cluster.ErrDeposed) {
-		return 0, fmt.Errorf("%w: %w", jobs.ErrDeposed, err)
-	}
-	return r, err
+	return el.Leading()
 }
 
 // fetchingRunner runs a cluster's job by the digest stored with it (see

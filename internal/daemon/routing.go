@@ -42,7 +42,7 @@ type clusterRouting struct {
 	// lead, when set, is serving's view of this node's term, which the
 	// routing then follows (a leader's serving publishes only while it
 	// runs the apps).
-	lead  atomic.Pointer[func() routes.Term]
+	lead  atomic.Pointer[func() cluster.Term]
 	peers atomic.Pointer[agent.Client]
 	ctx   context.Context
 	stop  context.CancelFunc
@@ -138,7 +138,7 @@ func (d *Daemon) appsAPI() api.Apps {
 }
 
 // leading returns this node's term while it leads.
-func (cr *clusterRouting) leading() routes.Term {
+func (cr *clusterRouting) leading() cluster.Term {
 	if f := cr.lead.Load(); f != nil {
 		return (*f)()
 	}
@@ -146,15 +146,12 @@ func (cr *clusterRouting) leading() routes.Term {
 	if el == nil {
 		return nil
 	}
-	if t := el.Leading(); t != nil {
-		return t
-	}
-	return nil // not a typed nil
+	return el.Leading()
 }
 
-// followLead makes the routing lead while term returns a term (not a
-// typed nil), as serving does.
-func (cr *clusterRouting) followLead(term func() routes.Term) { cr.lead.Store(&term) }
+// followLead makes the routing lead while term returns a term, as serving
+// does.
+func (cr *clusterRouting) followLead(term func() cluster.Term) { cr.lead.Store(&term) }
 
 // start runs the routing of a node that has joined: serving m wakes the
 // apps while it leads, the agent answers the other nodes' routing calls.

@@ -18,7 +18,6 @@ import (
 	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/proxy"
-	"github.com/shoal-run/shoal/internal/routes"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
@@ -121,13 +120,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		if d.routing != nil {
 			// The routes lead when serving does: from its first
 			// publish as leader.
-			scl := d.scl
-			d.routing.followLead(func() routes.Term {
-				if t := scl.Term(); t != nil {
-					return t
-				}
-				return nil
-			})
+			d.routing.followLead(d.scl.Term)
 		}
 	}
 	m, err := serving.New(o)

@@ -12,7 +12,7 @@ import (
 
 // leadership is what servingCluster needs of the elector.
 type leadership interface {
-	Leading() *cluster.Term
+	Leading() cluster.Term
 	Changed() <-chan struct{}
 }
 
@@ -34,17 +34,14 @@ func newServingCluster(st store.Store) *servingCluster {
 }
 
 // Term returns this node's leadership, or nil while it follows.
-func (c *servingCluster) Term() serving.Term {
+func (c *servingCluster) Term() cluster.Term {
 	c.mu.Lock()
 	el := c.el
 	c.mu.Unlock()
 	if el == nil {
 		return nil
 	}
-	if t := el.Leading(); t != nil {
-		return t
-	}
-	return nil // not a typed nil: the Manager compares it with nil
+	return el.Leading()
 }
 
 // Nodes returns the ready and draining nodes with their capacity.

@@ -15,7 +15,7 @@ import (
 // noLeader is an elector that never leads.
 type noLeader struct{}
 
-func (noLeader) Leading() *cluster.Term   { return nil }
+func (noLeader) Leading() cluster.Term    { return nil }
 func (noLeader) Changed() <-chan struct{} { return nil }
 
 // TestServingClusterNodes: serving sees the ready and draining nodes with

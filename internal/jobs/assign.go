@@ -5,22 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
+
+	"github.com/shoal-run/shoal/internal/cluster"
 )
-
-// leadWrite bounds each of the leader's fenced writes, as serving bounds
-// its own: a leader cut off from the store gives the write up, and with it
-// the pass (logged), rather than hold up the queue; the next pass tries
-// again.
-const leadWrite = 5 * time.Second
-
-// errNoAnswer is the cause of a fenced write given up after leadWrite.
-var errNoAnswer = fmt.Errorf("no answer from the store within %v", leadWrite)
 
 // lead is what the leader keeps for its term: the scheduler over the
 // whole cluster's queue, with the ids it holds.
 type lead struct {
-	fence  Fence
+	fence  cluster.Term
 	sched  *Scheduler
 	queued map[string]string // id → tenant, the jobs in sched's queues
 }
@@ -35,7 +27,7 @@ func (m *Manager) pass() {
 		return
 	}
 	if err := m.leaderPass(f); err != nil {
-		if errors.Is(err, ErrDeposed) {
+		if errors.Is(err, cluster.ErrDeposed) {
 			m.log.Info("job queue: leadership over", "err", err)
 		} else {
 			m.log.Warn("job queue: assignment", "err", err)
@@ -48,8 +40,11 @@ func (m *Manager) pass() {
 // to nodes with free slots: the next job is the scheduler's pick over the
 // whole cluster (weighted fair share between tenants, by priority and
 // submission within one), and goes to the node with the most free slots.
-// Every write is fenced by the leadership and bounded by leadWrite.
-func (m *Manager) leaderPass(f Fence) error {
+// Every write is fenced by the leadership and bounded by
+// cluster.WriteBound: a leader cut off from the store gives the write up,
+// and with it the pass (logged), rather than hold up the queue; the next
+// pass tries again.
+func (m *Manager) leaderPass(f cluster.Term) error {
 	nodes, ok := m.o.Cluster.Nodes()
 	if !ok {
 		return nil // the live set is not known yet
@@ -138,20 +133,6 @@ func (m *Manager) leaderPass(f Fence) error {
 	return nil
 }
 
-// fenced writes value at key through the leader's fence if the key's
-// ModRev is still rev, giving up after leadWrite on the Manager's clock.
-func (m *Manager) fenced(ctx context.Context, f Fence, key string, rev int64, value []byte) (int64, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	t := m.clock.AfterFunc(leadWrite, func() { cancel(errNoAnswer) })
-	defer t.Stop()
-	nrev, err := f.CompareAndSwap(ctx, key, rev, value)
-	if err != nil && errors.Is(context.Cause(ctx), errNoAnswer) {
-		return 0, fmt.Errorf("key %s: %w: %w", key, errNoAnswer, err)
-	}
-	return nrev, err
-}
-
 // mostFree returns the node with the most free slots (by name on a tie).
 func mostFree(free map[string]int) string {
 	best := ""
@@ -169,7 +150,7 @@ func mostFree(free map[string]int) string {
 // queued again with the reason. The write goes through fence when given
 // (the leader), else it is a plain compare-and-swap (the node itself).
 // The change is logged and recorded as an event.
-func (m *Manager) requeue(ctx context.Context, fence Fence, s seenJob, why string) error {
+func (m *Manager) requeue(ctx context.Context, fence cluster.Term, s seenJob, why string) error {
 	r := s.rec
 	j := &r.Job
 	now := m.clock.Now()

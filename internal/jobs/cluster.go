@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -22,9 +23,9 @@ type Cluster interface {
 	Nodes() ([]Node, bool)
 	// Changed gets a value after each change of the live set.
 	Changed() <-chan struct{}
-	// Leading returns the fence of this node's leadership, or nil while
-	// another node leads.
-	Leading() Fence
+	// Leading returns this node's leadership, or nil while another node
+	// leads.
+	Leading() cluster.Term
 }
 
 // Node is a live node of a cluster as the queue sees it.
@@ -33,17 +34,6 @@ type Node struct {
 	Slots    int  // jobs it runs at once
 	Draining bool // it takes no new job
 }
-
-// Fence writes only while a leadership lasts: a deposed leader's write is
-// refused with an error wrapping ErrDeposed.
-type Fence interface {
-	// CompareAndSwap writes value at key if the key's ModRev is still rev
-	// (errdefs.ErrConflict otherwise) and the leadership lasts.
-	CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error)
-}
-
-// ErrDeposed is wrapped by a Fence's error once the leadership is over.
-var ErrDeposed = errors.New("not the leader any more")
 
 // seenJob is a job record as last seen in the store, with its revisions.
 type seenJob struct {
@@ -231,9 +221,10 @@ func (m *Manager) snapshot() []seenJob {
 	return out
 }
 
-// casRecord writes r over the record seen at rev, through fence when one
-// is given (the leader's writes), and takes it into m.recs.
-func (m *Manager) casRecord(ctx context.Context, fence Fence, r record, rev, createRev int64) error {
+// casRecord writes r over the record seen at rev, through the leader's
+// term when one is given (bounded by cluster.WriteBound), and takes it
+// into m.recs.
+func (m *Manager) casRecord(ctx context.Context, fence cluster.Term, r record, rev, createRev int64) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -241,7 +232,7 @@ func (m *Manager) casRecord(ctx context.Context, fence Fence, r record, rev, cre
 	key := store.JobKey(r.Job.ID)
 	var nrev int64
 	if fence != nil {
-		nrev, err = m.fenced(ctx, fence, key, rev, b)
+		nrev, err = cluster.Bounded(fence, m.clock).CompareAndSwap(ctx, key, rev, b)
 	} else {
 		nrev, err = m.o.Store.CompareAndSwap(ctx, key, rev, b)
 	}
@@ -256,4 +247,6 @@ func (m *Manager) casRecord(ctx context.Context, fence Fence, r record, rev, cre
 
 // isConflict reports an error of a compare-and-swap that lost a race (the
 // record changed), as opposed to a deposed leader or a store that failed.
-func isConflict(err error) bool { return errdefs.IsConflict(err) && !errors.Is(err, ErrDeposed) }
+func isConflict(err error) bool {
+	return errdefs.IsConflict(err) && !errors.Is(err, cluster.ErrDeposed)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -105,7 +106,7 @@ func (c fakeMember) Changed() <-chan struct{} {
 	return ch
 }
 
-func (c fakeMember) Leading() Fence {
+func (c fakeMember) Leading() cluster.Term {
 	c.net.mu.Lock()
 	defer c.net.mu.Unlock()
 	if term, ok := c.net.deposed[c.self]; ok {
@@ -138,9 +139,19 @@ func (f fakeFence) CompareAndSwap(ctx context.Context, key string, rev int64, va
 	}
 	if f.net.leader != f.node || f.net.term != f.term {
 		f.net.refused++
-		return 0, fmt.Errorf("key %q: term %d of %s: %w", key, f.term, f.node, ErrDeposed)
+		return 0, fmt.Errorf("key %q: term %d of %s: %w", key, f.term, f.node, cluster.ErrDeposed)
 	}
 	return f.net.st.CompareAndSwap(ctx, key, rev, value)
+}
+
+// Put and Delete complete cluster.Term; the queue writes by
+// compare-and-swap only.
+func (f fakeFence) Put(ctx context.Context, key string, value []byte) (int64, error) {
+	return 0, fmt.Errorf("key %q: the queue writes by compare-and-swap only", key)
+}
+
+func (f fakeFence) Delete(ctx context.Context, key string) error {
+	return fmt.Errorf("key %q: the queue writes by compare-and-swap only", key)
 }
 
 // testCluster is a cluster of Managers on one store, each with its own

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -23,7 +24,7 @@ func TestClusterLeaderChange(t *testing.T) {
 	c.net.lead("") // n1 is gone as leader; none yet
 	more := submit(t, n2, "b", 2)
 	// The deposed leader's fence refuses.
-	if _, err := old.CompareAndSwap(context.Background(), store.JobKey(more[0].ID), 1, []byte("{}")); err == nil || !strings.Contains(err.Error(), ErrDeposed.Error()) {
+	if _, err := old.CompareAndSwap(context.Background(), store.JobKey(more[0].ID), 1, []byte("{}")); err == nil || !strings.Contains(err.Error(), cluster.ErrDeposed.Error()) {
 		t.Fatalf("deposed write: %v", err)
 	}
 	c.net.lead("n2")
@@ -85,7 +86,7 @@ func TestClusterDeposedLeaderAssignsNothing(t *testing.T) {
 	waitFor(t, "both jobs running under the new leader", func() bool { return c.countRunning() == 2 })
 }
 
-// A leader cut off from the store gives up a fenced write after leadWrite
+// A leader cut off from the store gives up a fenced write after cluster.WriteBound
 // and ends its pass with the job still queued; once the store answers, a
 // later pass assigns it.
 func TestClusterLeaderWriteBounded(t *testing.T) {
@@ -102,9 +103,9 @@ func TestClusterLeaderWriteBounded(t *testing.T) {
 		return c.net.hung, c.net.gaveUp
 	}
 	waitFor(t, "the assignment blocked", func() bool { h, _ := count(); return h == 1 })
-	c.clk.Advance(leadWrite - time.Millisecond)
+	c.clk.Advance(cluster.WriteBound - time.Millisecond)
 	if _, g := count(); g != 0 {
-		t.Fatalf("the write gave up before leadWrite: %d", g)
+		t.Fatalf("the write gave up before cluster.WriteBound: %d", g)
 	}
 	c.clk.Advance(time.Millisecond)
 	waitFor(t, "the blocked write given up", func() bool { _, g := count(); return g == 1 })

@@ -133,6 +133,13 @@ func (t *storeTerm) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+func (t *storeTerm) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
+	if t.refused() {
+		return 0, cluster.ErrDeposed
+	}
+	return t.st.CompareAndSwap(ctx, key, rev, value)
+}
+
 // peers is the leader's view of the other nodes: their routers, called
 // as the agent would.
 type peers struct {
@@ -193,9 +200,9 @@ func newRig(t *testing.T) *rig {
 // node starts the router of a node; the leader's term is the rig's.
 func (g *rig) node(name string, leader bool) *testNode {
 	n := &testNode{proxy: newProxyTable()}
-	leading := func() Term { return nil }
+	leading := func() cluster.Term { return nil }
 	if leader {
-		leading = func() Term {
+		leading = func() cluster.Term {
 			if g.term.over() {
 				return nil
 			}

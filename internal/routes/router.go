@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -34,13 +35,6 @@ type Local interface {
 	WaitIdle(ctx context.Context, endpointID string) error
 	// Cut ends the requests in flight on an endpoint no route has.
 	Cut(endpointID string)
-}
-
-// Term is the leader's write access to the store, fenced: once the term is
-// over, its writes fail.
-type Term interface {
-	Put(ctx context.Context, key string, value []byte) (int64, error)
-	Delete(ctx context.Context, key string) error
 }
 
 // Peers reaches the other nodes of the cluster.
@@ -60,7 +54,7 @@ type Options struct {
 	Node  string
 	Local Local
 	// Leading returns the leader's term while this node leads, else nil.
-	Leading func() Term
+	Leading func() cluster.Term
 	// Peers reaches the other nodes; nil: none is waited on.
 	Peers  Peers
 	Clock  clock.Clock
@@ -108,7 +102,7 @@ func New(o Options) *Router {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Leading == nil {
-		o.Leading = func() Term { return nil }
+		o.Leading = func() cluster.Term { return nil }
 	}
 	r := &Router{o: o, log: o.Logger, clk: o.Clock, addrs: map[string]string{}, set: map[string]route.Route{},
 		stored: map[string]storedRoute{}, applied: make(chan struct{}), synced: make(chan struct{}), reports: map[string]report{}}

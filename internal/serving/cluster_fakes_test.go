@@ -41,15 +41,22 @@ func (t *fakeTerm) Delete(ctx context.Context, key string) error {
 	return t.st.Delete(ctx, key)
 }
 
+func (t *fakeTerm) CompareAndSwap(ctx context.Context, key string, rev int64, val []byte) (int64, error) {
+	if t.over.Load() {
+		return 0, fmt.Errorf("key %q: %w", key, cluster.ErrDeposed)
+	}
+	return t.st.CompareAndSwap(ctx, key, rev, val)
+}
+
 // fakeCluster is a cluster whose leadership and live nodes the test sets.
 type fakeCluster struct {
 	mu    sync.Mutex
-	term  Term
+	term  cluster.Term
 	nodes []NodeInfo
 	ch    chan struct{}
 }
 
-func (c *fakeCluster) Term() Term {
+func (c *fakeCluster) Term() cluster.Term {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.term
@@ -64,7 +71,7 @@ func (c *fakeCluster) Nodes(context.Context) ([]NodeInfo, error) {
 func (c *fakeCluster) Changed() <-chan struct{} { return c.ch }
 
 // set changes the leadership and live nodes and tells the Manager.
-func (c *fakeCluster) set(t Term, nodes ...NodeInfo) {
+func (c *fakeCluster) set(t cluster.Term, nodes ...NodeInfo) {
 	c.mu.Lock()
 	c.term, c.nodes = t, nodes
 	c.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -122,7 +123,7 @@ func TestClusterDeposedWriteStepsDown(t *testing.T) {
 		t.Fatalf("scale by a deposed leader: %v; want a conflict", err)
 	}
 	h.wait("n1 to step down", func() bool { _, err := h.m.leading(); return err != nil })
-	if h.cl.Term() != Term(term) {
+	if h.cl.Term() != cluster.Term(term) {
 		t.Fatal("the test's cluster moved on")
 	}
 	poke(h.cl.ch)

@@ -20,21 +20,13 @@ import (
 type Cluster interface {
 	// Term returns the current leadership while this node leads, nil
 	// while it follows.
-	Term() Term
+	Term() cluster.Term
 	// Nodes returns the live nodes (ready or draining) with their
 	// capacity.
 	Nodes(ctx context.Context) ([]NodeInfo, error)
 	// Changed gets a value after a change of leadership or of the live
 	// node set (changes close together may be told once).
 	Changed() <-chan struct{}
-}
-
-// Term is one leadership of the cluster (a *cluster.Term): its writes
-// succeed only while it lasts, and are refused with an error that matches
-// cluster.ErrDeposed after.
-type Term interface {
-	Put(ctx context.Context, key string, value []byte) (int64, error)
-	Delete(ctx context.Context, key string) error
 }
 
 // NodeInfo is a live node of the cluster as placement sees it.
@@ -51,7 +43,8 @@ type NodeInfo struct {
 // a lead write their records through it (fenced by the term in a cluster)
 // and stop with its context.
 type lead struct {
-	term    Term // nil on a single host
+	term    cluster.Term // nil on a single host
+	write   cluster.Term // term, each write bounded by cluster.WriteBound
 	st      store.Store
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -60,15 +53,14 @@ type lead struct {
 	kick    func()         // tells the Manager of a refused write
 }
 
-func (m *Manager) newLead(t Term) *lead {
+func (m *Manager) newLead(t cluster.Term) *lead {
 	l := &lead{term: t, st: m.o.Store, kick: func() { poke(m.kick) }}
+	if t != nil {
+		l.write = cluster.Bounded(t, m.clock)
+	}
 	l.ctx, l.cancel = context.WithCancel(m.ctx)
 	return l
 }
-
-// termWrite bounds a fenced write: a leader cut off from the store gives
-// up rather than hang its controllers.
-const termWrite = 5 * time.Second
 
 // put writes key, through the term in a cluster.
 func (l *lead) put(ctx context.Context, key string, val []byte) error {
@@ -76,9 +68,7 @@ func (l *lead) put(ctx context.Context, key string, val []byte) error {
 		_, err := l.st.Put(ctx, key, val)
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, termWrite)
-	defer cancel()
-	_, err := l.term.Put(ctx, key, val)
+	_, err := l.write.Put(ctx, key, val)
 	return l.refused(err)
 }
 
@@ -89,9 +79,7 @@ func (l *lead) del(ctx context.Context, key string) error {
 	if l.term == nil {
 		err = l.st.Delete(ctx, key)
 	} else {
-		ctx, cancel := context.WithTimeout(ctx, termWrite)
-		defer cancel()
-		err = l.term.Delete(ctx, key)
+		err = l.write.Delete(ctx, key)
 	}
 	if errdefs.IsNotFound(err) {
 		return nil
@@ -141,7 +129,7 @@ func (m *Manager) leading() (*lead, error) {
 func (m *Manager) follow() {
 	defer m.wg.Done()
 	changed := m.o.Cluster.Changed()
-	var deposed Term // a term whose write was refused: never led again
+	var deposed cluster.Term // a term whose write was refused: never led again
 	retry := m.clock.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
@@ -176,7 +164,7 @@ func (m *Manager) follow() {
 
 // takeLead loads every app from the store, adopts each replica through
 // the node its record names and starts the controllers.
-func (m *Manager) takeLead(t Term) error {
+func (m *Manager) takeLead(t cluster.Term) error {
 	l := m.newLead(t)
 	m.disp.reset()
 	if err := m.refreshLive(); err != nil {
