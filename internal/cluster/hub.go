@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,8 @@ func (h *Hub) poke() {
 // Term whose writes are bounded by WriteBound, and a context that ends with
 // the term. A write refused because the term is over (ErrDeposed) ends the
 // lead at once: the Hub revokes it and does not lead under that term again.
+// Once the lead is revoked its writes are refused here (ErrDeposed), even
+// where the store would still take them.
 type Lead struct {
 	term    Term
 	write   Term
@@ -183,20 +186,37 @@ func (l *Lead) refused(err error) error {
 	return err
 }
 
+// over is the error of a write after the lead ended, else nil.
+func (l *Lead) over(key string) error {
+	if l.ctx.Err() != nil {
+		return fmt.Errorf("key %q: this node's lead has ended: %w", key, ErrDeposed)
+	}
+	return nil
+}
+
 // Put writes key while the term lasts (bounded by WriteBound).
 func (l *Lead) Put(ctx context.Context, key string, value []byte) (int64, error) {
+	if err := l.over(key); err != nil {
+		return 0, err
+	}
 	rev, err := l.write.Put(ctx, key, value)
 	return rev, l.refused(err)
 }
 
 // Delete removes key while the term lasts (bounded by WriteBound).
 func (l *Lead) Delete(ctx context.Context, key string) error {
+	if err := l.over(key); err != nil {
+		return err
+	}
 	return l.refused(l.write.Delete(ctx, key))
 }
 
 // CompareAndSwap writes key at rev while the term lasts (bounded by
 // WriteBound).
 func (l *Lead) CompareAndSwap(ctx context.Context, key string, rev int64, value []byte) (int64, error) {
+	if err := l.over(key); err != nil {
+		return 0, err
+	}
 	nrev, err := l.write.CompareAndSwap(ctx, key, rev, value)
 	return nrev, l.refused(err)
 }

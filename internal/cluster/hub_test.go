@@ -197,6 +197,12 @@ func TestHubEstablishRevoke(t *testing.T) {
 	if !l.Deposed() || l.Context().Err() == nil {
 		t.Fatal("the deposed lead goes on")
 	}
+	t1.mu.Lock()
+	t1.over = false // the store would take it: the lead refuses it itself
+	t1.mu.Unlock()
+	if err := l.Delete(context.Background(), "/shoal/v1/test/k"); !errors.Is(err, ErrDeposed) {
+		t.Fatalf("write of a revoked lead: %v", err)
+	}
 	el.set(t1) // the elector still holds the term: it is not led again
 	time.Sleep(50 * time.Millisecond)
 	if h.Leading() != nil || len(calls.get()) != 4 {

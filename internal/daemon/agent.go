@@ -54,7 +54,7 @@ func (d *Daemon) forwardApps(srv *api.Server) {
 // leaderName is the cluster's leader: this node while it leads, else the
 // one the store names ("" during an election).
 func (d *Daemon) leaderName(ctx context.Context) (string, error) {
-	if d.cluster.elector != nil && d.cluster.elector.Leading() != nil {
+	if d.lead.leading() {
 		return d.cfg.Node, nil
 	}
 	return cluster.Leader(ctx, d.store)

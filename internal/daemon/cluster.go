@@ -74,15 +74,14 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 		}
 		back(s)
 	}
-	c.live = cluster.NewLive(d.store, clock.Real{}, d.log)
+	c.live = d.lead.members.Live()
 	// A call to another node ends when that node is lost.
 	peers.Live = c.live
 	d.cluster = c // before the leader may be elected: it reaches the peers through it
-	c.wg.Add(4)
+	c.wg.Add(2)
 	go func() { defer c.wg.Done(); hb.Run(cctx) }()
 	go func() { defer c.wg.Done(); c.elector.Run(cctx) }()
-	go func() { defer c.wg.Done(); c.live.Run(cctx) }()
-	go func() { defer c.wg.Done(); d.scl.run(cctx, c.elector, c.live) }()
+	d.lead.follow(cctx, c.elector, &c.wg)
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); d.sweepStrays(cctx) }()
 	if d.jobMembers != nil {
@@ -110,7 +109,7 @@ func (d *Daemon) clusterNote() string {
 		return ""
 	}
 	role := "follower"
-	if d.cluster.elector.Leading() != nil {
+	if d.lead.leading() {
 		role = "leader"
 	}
 	addr := d.cfg.Advertise

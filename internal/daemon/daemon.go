@@ -109,7 +109,7 @@ type Daemon struct {
 	apps      *serving.Manager
 	route     serving.Router  // the proxy's table, for the dashboard's counters
 	cluster   *clusterNode    // nil on bolt: single host
-	scl       *servingCluster // the cluster as serving sees it; nil on bolt
+	lead      *leadership     // the leadership every leader-only subsystem follows; nil on bolt
 	routing   *clusterRouting // the cluster's routing; nil on bolt
 
 	// jobMembers is the cluster's membership as the job queue sees it
@@ -226,6 +226,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.gatherers = prometheus.Gatherers{d.reg}
 	d.ctrs = containers.New(d.rt, d.images, d.net, d.log, d.reg)
 	d.ctrs.WatchAdopted(running)
+	if _, ok := d.store.(*store.Etcd); ok {
+		d.lead = d.newLeadership()
+	}
 	if err := d.openJobs(ctx); err != nil {
 		return err
 	}
@@ -238,7 +241,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if d.routing != nil && d.cluster != nil {
 		d.routing.start(d.apps, d.cluster)
 	}
-	if d.scl != nil {
+	if d.lead != nil {
 		// A node of a cluster keeps the replicas whose records name it;
 		// the leader adopts them.
 		d.removeStrays(ctx, adopted, started)
@@ -300,6 +303,9 @@ func (d *Daemon) close() {
 		d.routing.close()
 	}
 	d.closeCluster()
+	if d.lead != nil {
+		d.lead.close()
+	}
 	d.closeServing()
 	if d.ctrs != nil {
 		d.ctrs.Drain()

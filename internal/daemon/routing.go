@@ -38,11 +38,6 @@ type clusterRouting struct {
 	hop   func(node string, key []byte) error
 	loads func() map[string]route.Load
 
-	el atomic.Pointer[cluster.Elector]
-	// lead, when set, is serving's view of this node's term, which the
-	// routing then follows (a leader's serving publishes only while it
-	// runs the apps).
-	lead  atomic.Pointer[func() cluster.Term]
 	peers atomic.Pointer[agent.Client]
 	ctx   context.Context
 	stop  context.CancelFunc
@@ -69,13 +64,15 @@ func hopKey(secret string) []byte {
 func (d *Daemon) newClusterRouting(local routes.Local, loads func() map[string]route.Load,
 	hop func(string, []byte) error) *clusterRouting {
 	cr := &clusterRouting{node: d.cfg.Node, st: d.store, log: d.log, hop: hop, loads: loads,
-		live: cluster.NewLive(d.store, clock.Real{}, d.log)}
-	cr.router = routes.New(routes.Options{Store: d.store, Node: d.cfg.Node, Local: local, Leading: cr.leading,
+		live: d.lead.members.Live()}
+	cr.router = routes.New(routes.Options{Store: d.store, Node: d.cfg.Node, Local: local,
 		Peers: cr, Clock: clock.Real{}, Logger: d.log})
-	cr.act = &routes.Activator{Leader: cr, Leading: func() bool { return cr.leading() != nil }, Logger: d.log}
+	// The routes lead from the start of each term of this node, before
+	// serving publishes as leader.
+	d.lead.hub.Register(cr.router)
+	cr.act = &routes.Activator{Leader: cr, Leading: cr.router.Leading, Logger: d.log}
 	cr.ctx, cr.stop = context.WithCancel(context.Background())
-	cr.wg.Add(3)
-	go func() { defer cr.wg.Done(); cr.live.Run(cr.ctx) }()
+	cr.wg.Add(2)
 	go func() { defer cr.wg.Done(); cr.followLive() }()
 	go func() { defer cr.wg.Done(); cr.router.Run(cr.ctx) }()
 	select {
@@ -137,29 +134,12 @@ func (d *Daemon) appsAPI() api.Apps {
 	return clusterApps{Manager: d.apps, act: d.routing.act}
 }
 
-// leading returns this node's term while it leads.
-func (cr *clusterRouting) leading() cluster.Term {
-	if f := cr.lead.Load(); f != nil {
-		return (*f)()
-	}
-	el := cr.el.Load()
-	if el == nil {
-		return nil
-	}
-	return el.Leading()
-}
-
-// followLead makes the routing lead while term returns a term, as serving
-// does.
-func (cr *clusterRouting) followLead(term func() cluster.Term) { cr.lead.Store(&term) }
-
 // start runs the routing of a node that has joined: serving m wakes the
 // apps while it leads, the agent answers the other nodes' routing calls.
 func (cr *clusterRouting) start(m *serving.Manager, c *clusterNode) {
 	cr.act.Local = m
 	c.agent.Routing = routingService{apps: m, router: cr.router}
 	cr.peers.Store(c.peers)
-	cr.el.Store(c.elector)
 	if cr.hop != nil {
 		if err := cr.hop(cr.node, hopKey(c.secret)); err != nil {
 			cr.log.Error("proxy: the hop key did not reach the proxy process; it is sent again with the routes", "err", err)

@@ -70,6 +70,8 @@ func TestFollowerRoutingReachesTheLeader(t *testing.T) {
 		Endpoints: []route.Endpoint{{ID: "web-1", Addr: "10.77.0.5:8080", Node: "n1"}}}})
 
 	d := &Daemon{cfg: Config{Node: "n2"}, store: st, log: quiet}
+	d.lead = d.newLeadership()
+	defer d.lead.close()
 	table := proxy.New(proxy.Options{Logger: quiet})
 	cr := d.newClusterRouting(table, table.Loads, nil)
 	defer cr.close()

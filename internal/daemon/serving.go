@@ -115,13 +115,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.
-		d.scl = newServingCluster(d.store)
-		o.Cluster, o.Remote = d.scl, d.remoteNode
-		if d.routing != nil {
-			// The routes lead when serving does: from its first
-			// publish as leader.
-			d.routing.followLead(d.scl.Term)
-		}
+		o.Cluster, o.Remote = d.lead.hub, d.remoteNode
 	}
 	m, err := serving.New(o)
 	if err != nil {
@@ -129,6 +123,10 @@ func (d *Daemon) openServing(ctx context.Context) error {
 			selfL.Close()
 		}
 		return fmt.Errorf("serving: %w", err)
+	}
+	if d.lead != nil {
+		// Established after the routes, which it publishes through.
+		d.lead.hub.Register(m)
 	}
 	if selfL != nil {
 		self := &appapi.Server{Platform: m.SelfAPI(), Events: m, Logger: d.log, Clock: clock.Real{}}

@@ -96,18 +96,11 @@ func (p *proxyTable) addrs(app string) []string {
 }
 
 // storeTerm writes straight to the store, as a leader whose term lasts
-// until deposed is set.
+// until refuse is set.
 type storeTerm struct {
-	st      store.Store
-	mu      sync.Mutex
-	deposed bool // Leading returns nil
-	refuse  bool // writes are refused, as the store refuses a deposed leader's
-}
-
-func (t *storeTerm) over() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.deposed
+	st     store.Store
+	mu     sync.Mutex
+	refuse bool // writes are refused, as the store refuses a deposed leader's
 }
 
 func (t *storeTerm) refused() bool {
@@ -200,16 +193,10 @@ func newRig(t *testing.T) *rig {
 // node starts the router of a node; the leader's term is the rig's.
 func (g *rig) node(name string, leader bool) *testNode {
 	n := &testNode{proxy: newProxyTable()}
-	leading := func() cluster.Term { return nil }
+	n.r = New(Options{Store: g.st, Node: name, Local: n.proxy, Peers: g.peers, Clock: g.clk})
 	if leader {
-		leading = func() cluster.Term {
-			if g.term.over() {
-				return nil
-			}
-			return g.term
-		}
+		n.r.lead(g.term) // as the Hub's Establish does
 	}
-	n.r = New(Options{Store: g.st, Node: name, Local: n.proxy, Leading: leading, Peers: g.peers, Clock: g.clk})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); n.r.Run(ctx) }()

@@ -100,7 +100,7 @@ func (r *Router) ReportLoads(ctx context.Context, loads func() map[string]route.
 			return
 		case <-t.C():
 		}
-		if r.o.Leading() != nil {
+		if r.Leading() {
 			last, sent = nil, false
 			continue
 		}

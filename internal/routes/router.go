@@ -53,8 +53,6 @@ type Options struct {
 	// through their proxies.
 	Node  string
 	Local Local
-	// Leading returns the leader's term while this node leads, else nil.
-	Leading func() cluster.Term
 	// Peers reaches the other nodes; nil: none is waited on.
 	Peers  Peers
 	Clock  clock.Clock
@@ -81,7 +79,8 @@ type Router struct {
 	rev     int64
 	applied chan struct{}
 	synced  chan struct{} // closed once the first list is applied
-	leading bool          // as of the last change made or applied
+	leading bool          // this node leads: Establish, until Revoke
+	term    cluster.Term  // the term it leads under; nil while it follows
 	ledFor  int           // prune ticks this node has led through
 	w       writes
 	reports map[string]report
@@ -100,9 +99,6 @@ func New(o Options) *Router {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Leading == nil {
-		o.Leading = func() cluster.Term { return nil }
 	}
 	r := &Router{o: o, log: o.Logger, clk: o.Clock, addrs: map[string]string{}, set: map[string]route.Route{},
 		stored: map[string]storedRoute{}, applied: make(chan struct{}), synced: make(chan struct{}), reports: map[string]report{}}
@@ -144,10 +140,8 @@ func (r *Router) pruner(ctx context.Context) {
 // prune removes, while this node has led since the last tick, the stored
 // routes of apps it has not set.
 func (r *Router) prune() {
-	leading := r.o.Leading() != nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.becomeLocked(leading)
 	if !r.leading {
 		r.ledFor = 0
 		return
@@ -173,11 +167,9 @@ func (r *Router) Synced() <-chan struct{} { return r.synced }
 // lead takes its routes from the store only: a route its serving publishes
 // then (the last of a term that just ended) is dropped.
 func (r *Router) SetRoute(rt route.Route) {
-	term := r.o.Leading()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.becomeLocked(term != nil)
-	if term == nil {
+	if !r.leading {
 		return
 	}
 	old, had := r.set[rt.App]
@@ -190,11 +182,9 @@ func (r *Router) SetRoute(rt route.Route) {
 // RemoveRoute removes app from this node's proxy and from the store while
 // the node leads; a node that does not lead drops it, as SetRoute.
 func (r *Router) RemoveRoute(app string) {
-	term := r.o.Leading()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.becomeLocked(term != nil)
-	if term == nil {
+	if !r.leading {
 		return
 	}
 	old, had := r.set[app]
@@ -242,6 +232,30 @@ func (r *Router) waitPeers(ctx context.Context, endpointID string, seq int64) {
 		}()
 	}
 	wg.Wait()
+}
+
+// Establish makes this node's Router the leader's under lead l
+// (cluster.LeaderWork): the routes its serving publishes from now on are
+// written, through l, for the other nodes.
+func (r *Router) Establish(l *cluster.Lead) { r.lead(l) }
+
+// Revoke makes the Router a follower's again (cluster.LeaderWork): its
+// proxy gets the store's routes back.
+func (r *Router) Revoke() { r.lead(nil) }
+
+// Leading reports whether this node leads.
+func (r *Router) Leading() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leading
+}
+
+// lead makes the Router lead under term t, or follow (nil).
+func (r *Router) lead(t cluster.Term) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.term = t
+	r.becomeLocked(t != nil)
 }
 
 // becomeLocked notes whether this node leads. A node that stopped leading

@@ -345,3 +345,34 @@ func TestFollowerReportsBusyApps(t *testing.T) {
 		t.Fatalf("%d reports; a quiet follower sends no more after telling once", s.count())
 	}
 }
+
+// TestRevokedLeaderFollows: once its lead is revoked, a node's Router
+// writes nothing more and its proxy takes the store's routes again.
+func TestRevokedLeaderFollows(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n1.r.SetRoute(webRoute("r1a"))
+	g.until("web stored and seen", func() bool {
+		n1.r.mu.Lock()
+		defer n1.r.mu.Unlock()
+		_, ok := n1.r.stored["web"]
+		return ok
+	})
+	n1.r.Revoke()
+	if n1.r.Leading() {
+		t.Fatal("leading after Revoke")
+	}
+	n1.r.SetRoute(webRoute("r1b"))
+	kv, err := g.st.Get(context.Background(), store.RouteKey("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec record
+	json.Unmarshal(kv.Value, &rec)
+	if len(rec.Route.Endpoints) != 1 || rec.Route.Endpoints[0].ID != "r1a" {
+		t.Fatalf("stored route after Revoke %s; want r1a's", kv.Value)
+	}
+	if got := n1.proxy.addrs("web"); !slices.Equal(got, []string{"r1a@10.88.0.1:8080"}) {
+		t.Fatalf("n1's proxy routes %v after Revoke; want the stored route", got)
+	}
+}

@@ -43,10 +43,8 @@ func (r *Router) follow(ctx context.Context, prefix string, replace func([]store
 // replaceRoutes takes the listed routes as the whole table: apps not in it
 // are gone.
 func (r *Router) replaceRoutes(kvs []store.KV) {
-	leading := r.o.Leading() != nil
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.becomeLocked(leading)
 	seen := make(map[string]bool, len(kvs))
 	var top int64
 	for _, kv := range kvs {
@@ -71,11 +69,9 @@ func (r *Router) replaceRoutes(kvs []store.KV) {
 // applyRoute applies one change of an app's route. A change older than
 // what is known of the app (seen again after a new list) is skipped.
 func (r *Router) applyRoute(ev store.Event) {
-	leading := r.o.Leading() != nil
 	app := strings.TrimPrefix(ev.KV.Key, store.RoutesPrefix)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.becomeLocked(leading)
 	if s, ok := r.stored[app]; !ok || ev.KV.ModRev > s.rev {
 		if ev.Type == store.EventPut {
 			r.putLocked(app, ev.KV)

@@ -190,7 +190,9 @@ func (r *Router) writer(ctx context.Context) {
 
 // write writes app's route (nil: its removal) through the leader's term.
 func (r *Router) write(ctx context.Context, app string, rt *route.Route) (int64, error) {
-	term := r.o.Leading()
+	r.mu.Lock()
+	term := r.term
+	r.mu.Unlock()
 	if term == nil {
 		return 0, errdefs.ErrConflict
 	}

@@ -48,35 +48,52 @@ func (t *fakeTerm) CompareAndSwap(ctx context.Context, key string, rev int64, va
 	return t.st.CompareAndSwap(ctx, key, rev, val)
 }
 
-// fakeCluster is a cluster whose leadership and live nodes the test sets.
+// fakeCluster is a cluster whose leadership and live nodes the test sets:
+// the elections a cluster.Hub follows, and its members (fakeMembers).
 type fakeCluster struct {
 	mu    sync.Mutex
 	term  cluster.Term
 	nodes []NodeInfo
-	ch    chan struct{}
+	ch    chan struct{} // the leadership changed
+	mch   chan struct{} // the live nodes changed
 }
 
-func (c *fakeCluster) Term() cluster.Term {
+func (c *fakeCluster) Leading() cluster.Term {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.term
 }
 
-func (c *fakeCluster) Nodes(context.Context) ([]NodeInfo, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]NodeInfo(nil), c.nodes...), nil
-}
-
 func (c *fakeCluster) Changed() <-chan struct{} { return c.ch }
 
-// set changes the leadership and live nodes and tells the Manager.
+// set changes the leadership and live nodes and tells the Hub.
 func (c *fakeCluster) set(t cluster.Term, nodes ...NodeInfo) {
 	c.mu.Lock()
 	c.term, c.nodes = t, nodes
 	c.mu.Unlock()
 	poke(c.ch)
+	poke(c.mch)
 }
+
+// fakeMembers is the live nodes of a fakeCluster.
+type fakeMembers struct{ c *fakeCluster }
+
+func (f fakeMembers) Nodes(context.Context) ([]cluster.Node, error) {
+	f.c.mu.Lock()
+	defer f.c.mu.Unlock()
+	var out []cluster.Node
+	for _, n := range f.c.nodes {
+		state := cluster.StateReady
+		if n.Draining {
+			state = cluster.StateDraining
+		}
+		out = append(out, cluster.Node{Record: cluster.Record{Name: n.Name, CPUs: n.CPUs, Memory: n.Memory,
+			FrozenMemory: n.FrozenMemory, Draining: n.Draining}, State: state})
+	}
+	return out, nil
+}
+
+func (f fakeMembers) Changed() <-chan struct{} { return f.c.mch }
 
 // countingNode is a node of the cluster on a fake runtime of its own; it
 // counts the calls made to it.
@@ -163,6 +180,7 @@ func (n *countingNode) Release(ctx context.Context, id string) error {
 type clusterHarness struct {
 	*harness
 	cl     *fakeCluster
+	hub    *cluster.Hub
 	remote map[string]*countingNode
 }
 
@@ -171,7 +189,8 @@ func info(name string) NodeInfo { return NodeInfo{Name: name, CPUs: 4, Memory: 4
 
 func newClusterHarness(t *testing.T) *clusterHarness {
 	t.Helper()
-	ch := &clusterHarness{cl: &fakeCluster{ch: make(chan struct{}, 1)}, remote: map[string]*countingNode{}}
+	ch := &clusterHarness{cl: &fakeCluster{ch: make(chan struct{}, 1), mch: make(chan struct{}, 1)},
+		remote: map[string]*countingNode{}}
 	ch.cl.nodes = []NodeInfo{info("n1"), info("n2"), info("n3")}
 	ch.harness = newHarnessOpts(t, func(o *testOpts) {
 		for _, name := range []string{"n2", "n3"} {
@@ -184,9 +203,15 @@ func newClusterHarness(t *testing.T) *clusterHarness {
 			}
 			ch.remote[name] = &countingNode{rt: rt, dir: dir, Node: n}
 		}
-		o.Cluster = ch.cl
+		ch.hub = cluster.NewHub(fakeMembers{ch.cl}, o.Clock, nil)
+		o.Cluster = ch.hub
 		o.Remote = func(n string) Node { return ch.remote[n] }
 	})
+	ch.hub.Register(ch.m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); ch.hub.Run(ctx, ch.cl) }()
+	t.Cleanup(func() { cancel(); <-done })
 	return ch
 }
 

@@ -123,7 +123,7 @@ func TestClusterDeposedWriteStepsDown(t *testing.T) {
 		t.Fatalf("scale by a deposed leader: %v; want a conflict", err)
 	}
 	h.wait("n1 to step down", func() bool { _, err := h.m.leading(); return err != nil })
-	if h.cl.Term() != cluster.Term(term) {
+	if h.cl.Leading() != cluster.Term(term) {
 		t.Fatal("the test's cluster moved on")
 	}
 	poke(h.cl.ch)

@@ -3,10 +3,8 @@ package serving
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/cluster"
@@ -14,18 +12,17 @@ import (
 	"github.com/shoal-run/shoal/internal/store"
 )
 
-// Cluster is what serving needs of the cluster it is a node of: whether
-// this node leads, and which nodes are live. Options.Cluster nil: a single
-// host, whose Manager always runs its apps.
+// Cluster is what serving needs of the cluster it is a node of: its live
+// nodes and a signal when they change. Options.Cluster nil: a single host,
+// whose Manager always runs its apps. In a cluster the Manager is a
+// cluster.LeaderWork: the cluster's Hub establishes it under each term of
+// this node (it then runs the apps) and revokes it when the term ends.
 type Cluster interface {
-	// Term returns the current leadership while this node leads, nil
-	// while it follows.
-	Term() cluster.Term
-	// Nodes returns the live nodes (ready or draining) with their
-	// capacity.
-	Nodes(ctx context.Context) ([]NodeInfo, error)
-	// Changed gets a value after a change of leadership or of the live
-	// node set (changes close together may be told once).
+	// Nodes returns the live nodes (ready or draining) with their records.
+	Nodes(ctx context.Context) ([]cluster.Node, error)
+	// Changed returns a channel that gets a value after a change of the
+	// live node set or of a node record (changes close together may be
+	// told once).
 	Changed() <-chan struct{}
 }
 
@@ -38,27 +35,29 @@ type NodeInfo struct {
 	Draining     bool  // a member that takes no new replica
 }
 
-// lead is one run of the app controllers: on a single host the daemon's
-// whole life, in a cluster one leadership of this node. The controllers of
-// a lead write their records through it (fenced by the term in a cluster)
-// and stop with its context.
-type lead struct {
-	term    cluster.Term // nil on a single host
-	write   cluster.Term // term, each write bounded by cluster.WriteBound
-	st      store.Store
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup // the controllers' goroutines and the starts under way
-	deposed atomic.Bool    // a write was refused: the term is over
-	kick    func()         // tells the Manager of a refused write
+// nodeInfo is a live node's record as placement sees it.
+func nodeInfo(n cluster.Node) NodeInfo {
+	return NodeInfo{Name: n.Name, CPUs: n.CPUs, Memory: n.Memory, FrozenMemory: n.FrozenMemory,
+		Draining: n.State == cluster.StateDraining}
 }
 
-func (m *Manager) newLead(t cluster.Term) *lead {
-	l := &lead{term: t, st: m.o.Store, kick: func() { poke(m.kick) }}
-	if t != nil {
-		l.write = cluster.Bounded(t, m.clock)
-	}
-	l.ctx, l.cancel = context.WithCancel(m.ctx)
+// lead is one run of the app controllers: on a single host the daemon's
+// whole life, in a cluster one term of this node. The controllers of a
+// lead write their records through it (through the term in a cluster:
+// fenced, bounded, a refused write ends the term) and stop with its
+// context.
+type lead struct {
+	term   cluster.Term // nil on a single host
+	st     store.Store
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the controllers' goroutines and the starts under way
+}
+
+// newLead returns a lead under ctx, writing through term t (nil: the store).
+func (m *Manager) newLead(ctx context.Context, t cluster.Term) *lead {
+	l := &lead{term: t, st: m.o.Store}
+	l.ctx, l.cancel = context.WithCancel(ctx)
 	return l
 }
 
@@ -68,8 +67,8 @@ func (l *lead) put(ctx context.Context, key string, val []byte) error {
 		_, err := l.st.Put(ctx, key, val)
 		return err
 	}
-	_, err := l.write.Put(ctx, key, val)
-	return l.refused(err)
+	_, err := l.term.Put(ctx, key, val)
+	return err
 }
 
 // del deletes key (a key already gone is no error), through the term in a
@@ -79,18 +78,10 @@ func (l *lead) del(ctx context.Context, key string) error {
 	if l.term == nil {
 		err = l.st.Delete(ctx, key)
 	} else {
-		err = l.write.Delete(ctx, key)
+		err = l.term.Delete(ctx, key)
 	}
 	if errdefs.IsNotFound(err) {
 		return nil
-	}
-	return l.refused(err)
-}
-
-// refused notes a write refused because the term is over.
-func (l *lead) refused(err error) error {
-	if errors.Is(err, cluster.ErrDeposed) && !l.deposed.Swap(true) {
-		l.kick()
 	}
 	return err
 }
@@ -123,40 +114,68 @@ func (m *Manager) leading() (*lead, error) {
 	return m.lead, nil
 }
 
-// follow runs the controllers while this node leads the cluster: it takes
-// the lead on election, steps down when the term ends or a write of its
-// is refused, and heals the apps when the live node set changes.
-func (m *Manager) follow() {
-	defer m.wg.Done()
-	changed := m.o.Cluster.Changed()
-	var deposed cluster.Term // a term whose write was refused: never led again
+// leading is the leader work of one term: its goroutine, and how to stop
+// it.
+type leading struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Establish runs the apps of the cluster under term t
+// (cluster.LeaderWork): it loads them (again each second until that
+// succeeds), then heals them on each change of the live nodes, until the
+// term ends or the Manager closes.
+func (m *Manager) Establish(t *cluster.Lead) {
+	ctx, cancel := context.WithCancel(t.Context())
+	stop := context.AfterFunc(m.ctx, cancel)
+	w := &leading{cancel: cancel, done: make(chan struct{})}
+	m.mu.Lock()
+	m.leader = w
+	m.mu.Unlock()
+	go func() {
+		defer close(w.done)
+		defer stop()
+		m.leadTerm(ctx, t)
+	}()
+}
+
+// Revoke stops the controllers of the term and waits for them
+// (cluster.LeaderWork). Replicas keep running: the next leader adopts
+// them.
+func (m *Manager) Revoke() {
+	m.mu.Lock()
+	w := m.leader
+	m.leader = nil
+	m.mu.Unlock()
+	if w != nil {
+		w.cancel()
+		<-w.done
+	}
+}
+
+// leadTerm takes the lead under term t, heals the apps when the live node
+// set changes, and steps down when ctx ends.
+func (m *Manager) leadTerm(ctx context.Context, t cluster.Term) {
 	retry := m.clock.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
+	var l *lead
 	for {
-		t := m.o.Cluster.Term()
-		m.mu.Lock()
-		cur := m.lead
-		m.mu.Unlock()
-		if cur != nil && (cur.term != t || cur.deposed.Load()) {
-			if cur.deposed.Load() {
-				deposed = cur.term
-			}
-			m.stepDown(cur)
-			cur = nil
-		}
-		if cur == nil && t != nil && t != deposed {
-			if err := m.takeLead(t); err != nil {
+		if l == nil {
+			var err error
+			if l, err = m.takeLead(ctx, t); err != nil {
 				m.log.Error("serving: take the lead; trying again in a second", "err", err)
 				retry.Reset(time.Second)
 			}
 		}
 		m.heal()
 		select {
-		case <-m.ctx.Done():
+		case <-ctx.Done():
+			if l != nil {
+				m.stepDown(l)
+			}
 			return
-		case <-changed:
-		case <-m.kick:
+		case <-m.changed:
 		case <-retry.C():
 		}
 	}
@@ -164,23 +183,23 @@ func (m *Manager) follow() {
 
 // takeLead loads every app from the store, adopts each replica through
 // the node its record names and starts the controllers.
-func (m *Manager) takeLead(t cluster.Term) error {
-	l := m.newLead(t)
+func (m *Manager) takeLead(ctx context.Context, t cluster.Term) (*lead, error) {
+	l := m.newLead(ctx, t)
 	m.disp.reset()
 	if err := m.refreshLive(); err != nil {
 		l.cancel()
-		return err
+		return nil, err
 	}
 	m.log.Info("serving: leading: running the apps of the cluster", "node", m.o.Node)
 	if err := m.load(l.ctx, l); err != nil {
 		m.stepDown(l)
-		return err
+		return nil, err
 	}
 	// The API takes writes once every app is loaded.
 	m.mu.Lock()
 	m.lead = l
 	m.mu.Unlock()
-	return nil
+	return l, nil
 }
 
 // stepDown stops the controllers of lead l and waits for them. Replicas

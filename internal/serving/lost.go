@@ -18,7 +18,11 @@ func (m *Manager) refreshLive() error {
 	if err != nil {
 		return fmt.Errorf("serving: live nodes: %w", err)
 	}
-	if gone := m.disp.setLive(nodes); len(gone) > 0 {
+	infos := make([]NodeInfo, 0, len(nodes))
+	for _, n := range nodes {
+		infos = append(infos, nodeInfo(n))
+	}
+	if gone := m.disp.setLive(infos); len(gone) > 0 {
 		m.log.Warn("serving: nodes lost", "nodes", gone)
 	}
 	return nil

@@ -68,7 +68,8 @@ type Options struct {
 	// replicas run, and this node's part of a cluster.
 	Local Node
 	// Cluster, when set, makes this Manager a node of a cluster: it runs
-	// the apps only while the node leads, and places their replicas on
+	// the apps only while the node leads (the cluster's Hub establishes
+	// and revokes it, a cluster.LeaderWork), and places their replicas on
 	// the cluster's live nodes. Nil: a single host.
 	Cluster Cluster
 	// Remote reaches another node of the cluster by name; cluster only.
@@ -110,10 +111,10 @@ type Manager struct {
 	mu   sync.Mutex
 	apps map[string]*appCtl
 	lead *lead // the apps run under it; nil while a node of a cluster follows
-	kick chan struct{}
-	wg   sync.WaitGroup
-	// followed is closed when the cluster follower has stopped.
-	followed chan struct{}
+	// leader is the leader work of this node's term in a cluster.
+	leader  *leading
+	changed <-chan struct{} // the cluster's live nodes changed
+	wg      sync.WaitGroup
 	eventQueue
 	self tokenIndex
 }
@@ -141,14 +142,14 @@ func New(o Options) (*Manager, error) {
 	if o.FrozenMemory == 0 {
 		o.FrozenMemory = MemTotal() / 4
 	}
-	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{}, kick: make(chan struct{}, 1),
-		followed:   make(chan struct{}),
+	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{},
 		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096)}}
 	m.local = o.Local
 	m.node = m.local
 	if o.Cluster != nil {
 		m.disp = newDispatcher(o.Node, o.Dir, m.local, o.Remote, o.Clock, m.log)
 		m.node = m.disp
+		m.changed = o.Cluster.Changed()
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
@@ -162,18 +163,15 @@ func New(o Options) (*Manager, error) {
 // Start loads every app from the store, adopts the replicas this node left
 // running and starts a controller per app. A node of a cluster does so only
 // while it leads: Start returns at once, and the apps are loaded when the
-// node is elected.
+// cluster's Hub establishes the Manager under a term.
 func (m *Manager) Start(ctx context.Context) error {
 	if err := os.MkdirAll(m.o.Dir, 0o700); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
 	if m.o.Cluster != nil {
-		m.wg.Add(1)
-		go func() { defer close(m.followed); m.follow() }()
 		return nil
 	}
-	close(m.followed)
-	l := m.newLead(nil)
+	l := m.newLead(m.ctx, nil)
 	m.lead = l
 	if err := m.load(ctx, l); err != nil {
 		return err
@@ -194,7 +192,7 @@ func (m *Manager) run(ctl *appCtl) {
 // adopts them.
 func (m *Manager) Close() {
 	m.cancel()
-	<-m.followed
+	m.Revoke()
 	m.mu.Lock()
 	l := m.lead
 	for _, ctl := range m.apps {
