@@ -84,8 +84,8 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	d.lead.follow(cctx, c.elector, &c.wg)
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); d.sweepStrays(cctx) }()
-	if d.jobMembers != nil {
-		d.jobMembers.attach(cctx, c.live, c.elector, c.agent.Fetch, &c.wg)
+	if d.jobFetch != nil {
+		d.jobFetch.Store(c.agent.Fetch)
 	}
 	d.log.Info("joined the cluster", "node", cfg.Node, "advertise", cfg.Advertise, "ttl", cfg.NodeTTL)
 	return nil

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/agent"
@@ -16,123 +16,19 @@ import (
 	"github.com/shoal-run/shoal/internal/store"
 )
 
-// jobMembers is the cluster's membership as the job queue sees it
-// (jobs.Cluster). The queue opens before the daemon joins the cluster:
-// until attach gives it the live set and the election, no node is known
-// and this node does not lead.
-type jobMembers struct {
-	self    string
-	st      store.Store
-	changed chan struct{}
-
-	mu      sync.Mutex
-	live    *cluster.Live
-	elector *cluster.Elector
-	fetch   *agent.Fetcher
-}
-
-func newJobMembers(self string, st store.Store) *jobMembers {
-	return &jobMembers{self: self, st: st, changed: make(chan struct{}, 1)}
-}
-
-// attach gives the membership its live set and election, and tells the
-// queue of every change of the live set until ctx ends.
-func (j *jobMembers) attach(ctx context.Context, live *cluster.Live, el *cluster.Elector, fetch *agent.Fetcher, wg *sync.WaitGroup) {
-	j.mu.Lock()
-	j.live, j.elector, j.fetch = live, el, fetch
-	j.mu.Unlock()
-	ch := live.Changed()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ch:
-				j.notify()
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	j.notify()
-}
-
-func (j *jobMembers) notify() {
-	select {
-	case j.changed <- struct{}{}:
-	default:
-	}
-}
-
-// Self is this node's name.
-func (j *jobMembers) Self() string { return j.self }
-
-// Changed gets a value after each change of the live set.
-func (j *jobMembers) Changed() <-chan struct{} { return j.changed }
-
-// Nodes returns the live nodes with the job slots their records give.
-func (j *jobMembers) Nodes() ([]jobs.Node, bool) {
-	j.mu.Lock()
-	live := j.live
-	j.mu.Unlock()
-	if live == nil {
-		return nil, false
-	}
-	select {
-	case <-live.Ready():
-	default:
-		return nil, false
-	}
-	names := live.Nodes()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kvs, err := j.st.List(ctx, store.NodesPrefix)
-	if err != nil {
-		return nil, false
-	}
-	recs := map[string]cluster.Record{}
-	for _, kv := range kvs {
-		var r cluster.Record
-		if json.Unmarshal(kv.Value, &r) == nil {
-			recs[r.Name] = r
-		}
-	}
-	out := make([]jobs.Node, 0, len(names))
-	for _, n := range names {
-		// A live node has a record (written before its heartbeat); one
-		// removed meanwhile takes no job.
-		r, ok := recs[n]
-		out = append(out, jobs.Node{Name: n, Slots: r.JobSlots, Draining: r.Draining || !ok})
-	}
-	return out, true
-}
-
-// Leading returns this node's leadership, or nil.
-func (j *jobMembers) Leading() cluster.Term {
-	j.mu.Lock()
-	el := j.elector
-	j.mu.Unlock()
-	if el == nil {
-		return nil
-	}
-	return el.Leading()
-}
-
 // fetchingRunner runs a cluster's job by the digest stored with it (see
 // jobs.Options.ImageDigest): an image this node lacks is fetched from
-// another node first, checked against its digest.
+// another node first, checked against its digest. The fetcher is set once
+// the node has joined.
 type fetchingRunner struct {
 	jobs.Runner
-	members *jobMembers
+	fetch *atomic.Pointer[agent.Fetcher]
 }
 
 // Run fetches the job's image if needed, then runs it.
 func (r fetchingRunner) Run(ctx context.Context, j *jobs.Job, p *jobs.Plan, ready func()) error {
 	if strings.HasPrefix(p.Req.Image, "sha256:") {
-		r.members.mu.Lock()
-		f := r.members.fetch
-		r.members.mu.Unlock()
-		if f != nil {
+		if f := r.fetch.Load(); f != nil {
 			if err := f.Ensure(ctx, p.Req.Image, ""); err != nil {
 				return fmt.Errorf("image %q: %w", j.Image, err)
 			}
@@ -174,7 +70,7 @@ func leaseGuard(ttl time.Duration, now func() time.Time, lost func()) func(clust
 // queue stops: the jobs it queues again then go to other nodes, not back
 // to it while it is still a member. The next start writes them again.
 func (d *Daemon) stopTakingJobs() {
-	if d.cluster == nil || d.jobMembers == nil {
+	if d.cluster == nil || d.jobFetch == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -112,9 +112,9 @@ type Daemon struct {
 	lead      *leadership     // the leadership every leader-only subsystem follows; nil on bolt
 	routing   *clusterRouting // the cluster's routing; nil on bolt
 
-	// jobMembers is the cluster's membership as the job queue sees it
-	// (nil on bolt).
-	jobMembers *jobMembers
+	// jobFetch is the image fetcher the cluster's job runner uses, set
+	// once the node has joined (nil on bolt).
+	jobFetch *atomic.Pointer[agent.Fetcher]
 }
 
 // Run starts the daemon and serves until ctx ends. Containers keep running

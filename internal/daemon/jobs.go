@@ -9,10 +9,12 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/jobs"
@@ -183,9 +185,9 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		if d.events == nil {
 			d.events = events.New(d.store, clock.Real{}, eventsKept)
 		}
-		d.jobMembers = newJobMembers(d.cfg.Node, d.store)
-		o.Cluster, o.Event = d.jobMembers, d.jobEvent(d.events)
-		o.Runner = fetchingRunner{Runner: metered, members: d.jobMembers}
+		d.jobFetch = new(atomic.Pointer[agent.Fetcher])
+		o.Cluster, o.Node, o.Event = d.lead.hub, d.cfg.Node, d.jobEvent(d.events)
+		o.Runner = fetchingRunner{Runner: metered, fetch: d.jobFetch}
 		o.ImageDigest = func(ctx context.Context, ref string) (string, error) {
 			img, err := d.images.Get(ctx, ref)
 			return img.Digest, err
@@ -194,6 +196,9 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 	m, err := jobs.Open(ctx, o)
 	if err != nil {
 		return fmt.Errorf("jobs: %w", err)
+	}
+	if d.lead != nil {
+		d.lead.hub.Register(m) // the leader's assignment
 	}
 	svc.Manager = m
 	d.jobs = svc

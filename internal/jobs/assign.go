@@ -21,7 +21,11 @@ type lead struct {
 // leader assigns jobs to nodes.
 func (m *Manager) pass() {
 	m.nodePass()
-	f := m.o.Cluster.Leading()
+	m.passMu.Lock()
+	defer m.passMu.Unlock()
+	m.mu.Lock()
+	f := m.term
+	m.mu.Unlock()
 	if f == nil {
 		m.lead = nil
 		return
@@ -45,10 +49,11 @@ func (m *Manager) pass() {
 // and with it the pass (logged), rather than hold up the queue; the next
 // pass tries again.
 func (m *Manager) leaderPass(f cluster.Term) error {
-	nodes, ok := m.o.Cluster.Nodes()
-	if !ok {
-		return nil // the live set is not known yet
+	ns, err := m.o.Cluster.Nodes(m.ctx)
+	if err != nil {
+		return fmt.Errorf("live nodes: %w", err)
 	}
+	nodes := nodesOf(ns)
 	live := map[string]bool{}
 	for _, n := range nodes {
 		live[n.Name] = true
@@ -72,7 +77,7 @@ func (m *Manager) leaderPass(f cluster.Term) error {
 		sc := NewScheduler()
 		sc.Weights, sc.Quotas, sc.Default = m.o.Weights, m.o.Quotas, m.o.DefaultQuota
 		m.lead = &lead{fence: f, sched: sc, queued: map[string]string{}}
-		m.log.Info("job queue: assigning jobs to the cluster's nodes", "node", m.o.Cluster.Self())
+		m.log.Info("job queue: assigning jobs to the cluster's nodes", "node", m.o.Node)
 	}
 	l := m.lead
 	byID := map[string]seenJob{}

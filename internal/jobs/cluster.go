@@ -13,19 +13,17 @@ import (
 )
 
 // Cluster is the membership a Manager needs to share one queue with the
-// other nodes of a cluster: the node it runs on, the live nodes and their
-// slots, and this node's leadership, whose writes are fenced.
+// other nodes of a cluster: the live nodes with their records (job slots,
+// draining), and a signal when they change. The leader's part of the queue
+// is a cluster.LeaderWork: the cluster's Hub establishes the Manager under
+// each term of this node (it then assigns jobs, its writes through the
+// term) and revokes it when the term ends.
 type Cluster interface {
-	// Self is the name of this node.
-	Self() string
-	// Nodes returns the live nodes (a draining one marked so) and whether
-	// the live set is known yet.
-	Nodes() ([]Node, bool)
-	// Changed gets a value after each change of the live set.
+	// Nodes returns the live nodes (ready or draining) with their records.
+	Nodes(ctx context.Context) ([]cluster.Node, error)
+	// Changed returns a channel that gets a value after each change of
+	// the live set or of a node record.
 	Changed() <-chan struct{}
-	// Leading returns this node's leadership, or nil while another node
-	// leads.
-	Leading() cluster.Term
 }
 
 // Node is a live node of a cluster as the queue sees it.
@@ -33,6 +31,35 @@ type Node struct {
 	Name     string
 	Slots    int  // jobs it runs at once
 	Draining bool // it takes no new job
+}
+
+// nodesOf returns the live nodes as the queue sees them.
+func nodesOf(nodes []cluster.Node) []Node {
+	out := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, Node{Name: n.Name, Slots: n.JobSlots, Draining: n.State == cluster.StateDraining})
+	}
+	return out
+}
+
+// Establish makes this node's queue assign the cluster's jobs under term l
+// (cluster.LeaderWork).
+func (m *Manager) Establish(l *cluster.Lead) {
+	m.mu.Lock()
+	m.term = l
+	m.mu.Unlock()
+	m.kickPass()
+}
+
+// Revoke stops the assignment (cluster.LeaderWork): it returns once a pass
+// under way has ended.
+func (m *Manager) Revoke() {
+	m.mu.Lock()
+	m.term = nil
+	m.mu.Unlock()
+	m.passMu.Lock()
+	m.lead = nil
+	m.passMu.Unlock()
 }
 
 // seenJob is a job record as last seen in the store, with its revisions.
@@ -222,8 +249,8 @@ func (m *Manager) snapshot() []seenJob {
 }
 
 // casRecord writes r over the record seen at rev, through the leader's
-// term when one is given (bounded by cluster.WriteBound), and takes it
-// into m.recs.
+// term when one is given (its writes bounded by cluster.WriteBound), and
+// takes it into m.recs.
 func (m *Manager) casRecord(ctx context.Context, fence cluster.Term, r record, rev, createRev int64) error {
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -232,7 +259,7 @@ func (m *Manager) casRecord(ctx context.Context, fence cluster.Term, r record, r
 	key := store.JobKey(r.Job.ID)
 	var nrev int64
 	if fence != nil {
-		nrev, err = cluster.Bounded(fence, m.clock).CompareAndSwap(ctx, key, rev, b)
+		nrev, err = fence.CompareAndSwap(ctx, key, rev, b)
 	} else {
 		nrev, err = m.o.Store.CompareAndSwap(ctx, key, rev, b)
 	}

@@ -80,22 +80,25 @@ func (n *fakeNet) eventLog() []string {
 	return append([]string(nil), n.events...)
 }
 
-// fakeMember is one node's view of a fakeNet.
+// fakeMember is one node's view of a fakeNet: the live nodes (jobs.Cluster)
+// and the elections its Hub follows (cluster.Elections).
 type fakeMember struct {
 	net  *fakeNet
 	self string
 }
 
-func (c fakeMember) Self() string { return c.self }
-
-func (c fakeMember) Nodes() ([]Node, bool) {
+func (c fakeMember) Nodes(context.Context) ([]cluster.Node, error) {
 	c.net.mu.Lock()
 	defer c.net.mu.Unlock()
-	var out []Node
+	var out []cluster.Node
 	for _, n := range c.net.nodes {
-		out = append(out, n)
+		state := cluster.StateReady
+		if n.Draining {
+			state = cluster.StateDraining
+		}
+		out = append(out, cluster.Node{Record: cluster.Record{Name: n.Name, JobSlots: n.Slots, Draining: n.Draining}, State: state})
 	}
-	return out, true
+	return out, nil
 }
 
 func (c fakeMember) Changed() <-chan struct{} {
@@ -183,13 +186,21 @@ func (c *testCluster) add(name string, slots int) *Manager {
 	c.t.Helper()
 	o := c.o
 	o.Store, o.Slots, o.Clock, o.Event = c.st, slots, c.clk, c.net.event
-	o.Cluster = fakeMember{net: c.net, self: name}
+	member := fakeMember{net: c.net, self: name}
+	hub := cluster.NewHub(member, c.clk, nil)
+	o.Cluster, o.Node = hub, name
 	fr := newFakeRunner(true)
 	o.Runner = fr
 	m, err := Open(context.Background(), o)
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	// The node's leadership, as the daemon's Hub runs it.
+	hub.Register(m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hub.Run(ctx, member) }()
+	c.t.Cleanup(func() { cancel(); <-done })
 	c.mgrs[name], c.runners[name] = m, fr
 	c.net.setLive(Node{Name: name, Slots: slots}, true)
 	return m

@@ -15,7 +15,7 @@ import (
 // had not delivered are retried, and follow starts.
 func (m *Manager) openCluster(ctx context.Context) (*Manager, error) {
 	m.recs, m.waiters, m.kick = map[string]seenJob{}, map[string][]chan struct{}{}, make(chan struct{}, 1)
-	self := m.o.Cluster.Self()
+	self := m.o.Node
 	m.orphaned = fmt.Sprintf("node %s restarted", self)
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {

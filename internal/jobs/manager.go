@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -56,6 +57,8 @@ type Options struct {
 	// assigns jobs to nodes, each node runs those assigned to it (see
 	// Cluster). Nil: a single host.
 	Cluster Cluster
+	// Node is this node's name in a cluster.
+	Node string
 	// Event, if set, records a job taken back from a lost node (kind
 	// "job_requeued" or "job_lost") in the event log.
 	Event func(kind, reason string)
@@ -90,6 +93,8 @@ type Manager struct {
 	recs     map[string]seenJob
 	waiters  map[string][]chan struct{}
 	kick     chan struct{}
+	term     *cluster.Lead // this node's term while it leads (Establish), guarded by mu
+	passMu   sync.Mutex    // held by a pass's leader part; guards lead
 	lead     *lead
 	orphaned string
 }

@@ -17,7 +17,7 @@ import (
 // has free slots, and takes back the jobs the store says it runs but it
 // does not (it restarted, or lost its lease and killed them).
 func (m *Manager) nodePass() {
-	self := m.o.Cluster.Self()
+	self := m.o.Node
 	recs := m.snapshot()
 	sort.Slice(recs, func(i, j int) bool { return recs[i].createRev < recs[j].createRev })
 	var start, orphans []seenJob
@@ -200,7 +200,7 @@ func (m *Manager) LostLease() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.orphaned = fmt.Sprintf("node %s could not renew its lease", m.o.Cluster.Self())
+	m.orphaned = fmt.Sprintf("node %s could not renew its lease", m.o.Node)
 	for id, e := range m.live {
 		if !e.revoked {
 			m.log.Warn("node lease not renewed; killing its job", "job", id)
