@@ -12,7 +12,7 @@ import (
 
 // jobsAPI serves the job queue to the API: the queue keeps its own job
 // records, the API answers with the wire types.
-type jobsAPI struct{ m *jobs.Manager }
+type jobsAPI struct{ m jobs.Queue }
 
 func (a jobsAPI) Submit(ctx context.Context, reqs []types.JobRequest) ([]types.Job, error) {
 	js, err := a.m.Submit(ctx, reqs)

@@ -48,7 +48,7 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("join the cluster: %w", err)
 	}
-	if d.jobs != nil && d.jobs.Manager != nil {
+	if d.jobs != nil && d.jobs.Queue != nil {
 		_, _, rec.JobSlots = d.jobs.Stats()
 	}
 	if err := cluster.Join(ctx, d.store, rec); err != nil {
@@ -60,8 +60,8 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 		agent: &agent.Server{Name: cfg.Node, Secret: secret, Node: d.apps.LocalNode(), Blobs: d.images, Log: d.log,
 			Fetch: &agent.Fetcher{Images: d.images, Client: peers, Self: cfg.Node, Nodes: d.liveNodes, Log: d.log}}}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
-	if d.jobs != nil && d.jobs.Manager != nil {
-		hb.Observe = leaseGuard(cfg.NodeTTL, time.Now, d.jobs.Manager.LostLease)
+	if d.jobs != nil && d.jobs.cluster != nil {
+		hb.Observe = leaseGuard(cfg.NodeTTL, time.Now, d.jobs.cluster.LostLease)
 	}
 	c.elector = &cluster.Elector{Client: et.Client(), Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	// Back after its key was dropped, the node removes the replicas the

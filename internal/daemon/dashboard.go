@@ -34,8 +34,8 @@ func (d *Daemon) serveUI(ctx context.Context) error {
 	if d.cluster != nil {
 		o.Nodes = nodeService{d}
 	}
-	if d.jobs != nil && d.jobs.Manager != nil {
-		o.Jobs = dashJobs{d.jobs.Manager}
+	if d.jobs != nil && d.jobs.Queue != nil {
+		o.Jobs = dashJobs{d.jobs.Queue}
 	}
 	l, err := net.Listen("tcp", d.cfg.UI)
 	if err != nil {
@@ -51,7 +51,7 @@ func (d *Daemon) serveUI(ctx context.Context) error {
 }
 
 // dashJobs reads the job queue.
-type dashJobs struct{ m *jobs.Manager }
+type dashJobs struct{ m jobs.Queue }
 
 func (j dashJobs) Stats() dashboard.JobStats {
 	q, r, s := j.m.Stats()

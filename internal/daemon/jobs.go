@@ -21,7 +21,6 @@ import (
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/sandbox"
-	"github.com/shoal-run/shoal/internal/store"
 )
 
 // Job sandbox identities. With a user namespace, root in the sandbox is
@@ -34,7 +33,10 @@ const (
 
 // jobService is the job queue with the runtime its sandboxes run on.
 type jobService struct {
-	*jobs.Manager
+	// Queue is one host's queue (jobs.Open) or this node's part of the
+	// cluster's (jobs.OpenCluster, also in cluster), chosen on opening.
+	jobs.Queue
+	cluster *jobs.ClusterQueue
 	// rt is the sandboxes' own runtime when they use a user namespace
 	// (nil: the daemon's runtime).
 	rt     *runtime.Runtime
@@ -46,8 +48,8 @@ type jobService struct {
 // close stops the queue, if it was opened (its sandboxes are killed and
 // removed), removes the warm sandboxes, then the sandboxes' cgroup parent.
 func (s *jobService) close() {
-	if s.Manager != nil {
-		s.Manager.Close()
+	if s.Queue != nil {
+		s.Queue.Close()
 	}
 	if s.sb != nil {
 		s.sb.Close()
@@ -163,7 +165,7 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 	}
 	d.notes = append(d.notes, fmt.Sprintf("jobs: %d slots, %d sandboxes %s; sandboxes run %s, with no capabilities and no network", slots, sb.Warm, kept, how))
 	metered := newMeteredRunner(sb, d.reg, func() (int, int, int) {
-		if d.jobs == nil || d.jobs.Manager == nil {
+		if d.jobs == nil || d.jobs.Queue == nil {
 			return 0, 0, slots
 		}
 		return d.jobs.Stats()
@@ -179,9 +181,9 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 		},
 		Clock: clock.Real{}, Logger: d.log,
 	}
-	if _, ok := d.store.(*store.Etcd); ok {
+	if d.lead != nil {
 		// One queue for the cluster: the leader assigns, this node runs
-		// what is assigned to it (see openCluster).
+		// what is assigned to it.
 		if d.events == nil {
 			d.events = events.New(d.store, clock.Real{}, eventsKept)
 		}
@@ -193,14 +195,20 @@ func (d *Daemon) openJobs(ctx context.Context) (err error) {
 			return img.Digest, err
 		}
 	}
-	m, err := jobs.Open(ctx, o)
-	if err != nil {
-		return fmt.Errorf("jobs: %w", err)
-	}
 	if d.lead != nil {
-		d.lead.hub.Register(m) // the leader's assignment
+		q, err := jobs.OpenCluster(ctx, o)
+		if err != nil {
+			return fmt.Errorf("jobs: %w", err)
+		}
+		d.lead.hub.Register(q) // the leader's assignment
+		svc.Queue, svc.cluster = q, q
+	} else {
+		m, err := jobs.Open(ctx, o)
+		if err != nil {
+			return fmt.Errorf("jobs: %w", err)
+		}
+		svc.Queue = m
 	}
-	svc.Manager = m
 	d.jobs = svc
 	return nil
 }

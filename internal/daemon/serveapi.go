@@ -27,7 +27,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
 		Images:     images.New(d.images, d.imageUsers),
 		Containers: d.ctrs,
-		Jobs:       jobsAPI{d.jobs.Manager},
+		Jobs:       jobsAPI{d.jobs.Queue},
 		Nodes:      nodeService{d},
 		Apps:       d.appsAPI(),
 		Events:     wireEvents{d.events},

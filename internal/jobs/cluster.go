@@ -42,26 +42,6 @@ func nodesOf(nodes []cluster.Node) []Node {
 	return out
 }
 
-// Establish makes this node's queue assign the cluster's jobs under term l
-// (cluster.LeaderWork).
-func (m *Manager) Establish(l *cluster.Lead) {
-	m.mu.Lock()
-	m.term = l
-	m.mu.Unlock()
-	m.kickPass()
-}
-
-// Revoke stops the assignment (cluster.LeaderWork): it returns once a pass
-// under way has ended.
-func (m *Manager) Revoke() {
-	m.mu.Lock()
-	m.term = nil
-	m.mu.Unlock()
-	m.passMu.Lock()
-	m.lead = nil
-	m.passMu.Unlock()
-}
-
 // seenJob is a job record as last seen in the store, with its revisions.
 type seenJob struct {
 	rec       record

@@ -165,14 +165,14 @@ type testCluster struct {
 	net     *fakeNet
 	clk     *clock.Fake
 	o       Options
-	mgrs    map[string]*Manager
+	mgrs    map[string]*ClusterQueue
 	runners map[string]*fakeRunner
 }
 
 func newTestCluster(t *testing.T, o Options) *testCluster {
 	st := openStore(t)
 	c := &testCluster{t: t, st: st, net: newFakeNet(st), clk: clock.NewFake(time.Unix(1_000_000, 0)), o: o,
-		mgrs: map[string]*Manager{}, runners: map[string]*fakeRunner{}}
+		mgrs: map[string]*ClusterQueue{}, runners: map[string]*fakeRunner{}}
 	t.Cleanup(func() {
 		for _, m := range c.mgrs {
 			m.Close()
@@ -182,7 +182,7 @@ func newTestCluster(t *testing.T, o Options) *testCluster {
 }
 
 // add opens node name's Manager with slots, and makes the node live.
-func (c *testCluster) add(name string, slots int) *Manager {
+func (c *testCluster) add(name string, slots int) *ClusterQueue {
 	c.t.Helper()
 	o := c.o
 	o.Store, o.Slots, o.Clock, o.Event = c.st, slots, c.clk, c.net.event
@@ -191,7 +191,7 @@ func (c *testCluster) add(name string, slots int) *Manager {
 	o.Cluster, o.Node = hub, name
 	fr := newFakeRunner(true)
 	o.Runner = fr
-	m, err := Open(context.Background(), o)
+	m, err := OpenCluster(context.Background(), o)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func (c *testCluster) finish(j Job) {
 	fr.finish(j.ID)
 }
 
-func submit(t *testing.T, m *Manager, tenant string, n int) []Job {
+func submit(t *testing.T, m Queue, tenant string, n int) []Job {
 	t.Helper()
 	reqs := make([]types.JobRequest, n)
 	for i := range reqs {

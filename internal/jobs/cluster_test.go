@@ -118,9 +118,9 @@ func TestClusterNodeLostRequeues(t *testing.T) {
 	}
 	// n2 still ran it: it learns the job is no longer its own and kills it.
 	waitFor(t, "n2's copy killed", func() bool {
-		c.mgrs["n2"].mu.Lock()
-		defer c.mgrs["n2"].mu.Unlock()
-		return c.mgrs["n2"].live[j.ID] == nil
+		c.mgrs["n2"].m.mu.Lock()
+		defer c.mgrs["n2"].m.mu.Unlock()
+		return c.mgrs["n2"].m.live[j.ID] == nil
 	})
 	if got, _ := n1.Get(context.Background(), j.ID); got.State != Running || got.Node != "n3" {
 		t.Fatalf("n2's killed copy changed the record: %+v", got)

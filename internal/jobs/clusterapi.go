@@ -13,14 +13,13 @@ import (
 // openCluster starts a cluster node's queue: nothing is queued here (the
 // leader assigns from the store); callbacks of jobs this node ended and
 // had not delivered are retried, and follow starts.
-func (m *Manager) openCluster(ctx context.Context) (*Manager, error) {
+func (m *Manager) openCluster(ctx context.Context) error {
 	m.recs, m.waiters, m.kick = map[string]seenJob{}, map[string][]chan struct{}{}, make(chan struct{}, 1)
 	self := m.o.Node
 	m.orphaned = fmt.Sprintf("node %s restarted", self)
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {
-		m.stop()
-		return nil, fmt.Errorf("jobs: list: %w", err)
+		return fmt.Errorf("jobs: list: %w", err)
 	}
 	for _, kv := range kvs {
 		if s, ok := decodeStored(kv); ok && ended(s.rec.Job.State) && s.rec.Job.Node == self && s.rec.Job.CallbackState == "pending" {
@@ -32,7 +31,7 @@ func (m *Manager) openCluster(ctx context.Context) (*Manager, error) {
 	go m.follow()
 	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
 	m.mu.Unlock()
-	return m, nil
+	return nil
 }
 
 // putNew stores a job just submitted; in a cluster with the digest of its

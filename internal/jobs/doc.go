@@ -17,12 +17,14 @@
 // where the daemon hands the queue to the API, and a callback receives the
 // same.
 //
-// In a cluster (Options.Cluster, on an etcd store) the queue is the
-// cluster's: any node stores a submitted job; the leader's Scheduler,
+// In a cluster (OpenCluster, on an etcd store) the queue is the cluster's,
+// a ClusterQueue (one host's is a Manager; both are a Queue, chosen once
+// by the daemon): any node stores a submitted job; the leader's Scheduler,
 // over every node's slots, picks the next job and a fenced write gives it
 // to a node with a free slot; that node runs it and stores its end. A job
 // whose node is lost is queued again with the reason, or ends Lost after
-// MaxAttempts (see assign.go, nodework.go).
+// MaxAttempts (see assign.go, nodework.go). The leader's part is a
+// cluster.LeaderWork, established and revoked by the daemon's cluster.Hub.
 //
 // The Manager holds the Scheduler under its lock and starts a goroutine
 // per running job; the Runner (a sandbox.Sandbox in the daemon, a fake in

@@ -68,9 +68,11 @@ type Options struct {
 	ImageDigest func(ctx context.Context, ref string) (string, error)
 }
 
-// Manager is the persistent job queue: jobs are written to the store when
-// submitted, when they start and when they finish, so a restarted daemon
-// loses none. It runs up to Slots jobs at once, chosen by the Scheduler.
+// Manager is one host's persistent job queue: jobs are written to the
+// store when submitted, when they start and when they finish, so a
+// restarted daemon loses none. It runs up to Slots jobs at once, chosen by
+// the Scheduler. It is also the core a ClusterQueue runs its node's jobs
+// with.
 type Manager struct {
 	o     Options
 	clock clock.Clock
@@ -133,13 +135,32 @@ type record struct {
 	Digest string `json:"digest,omitempty"`
 }
 
-// Open loads the jobs in the store: queued jobs are queued again, jobs that
-// were running are queued again (or failed after MaxAttempts), pending
-// callbacks are retried. Then it starts running jobs.
+// Open opens one host's queue: it loads the jobs in the store: queued jobs
+// are queued again, jobs that were running are queued again (or failed
+// after MaxAttempts), pending callbacks are retried. Then it starts running
+// jobs. A cluster's queue opens with OpenCluster.
 func Open(ctx context.Context, o Options) (*Manager, error) {
 	if o.Store == nil || o.Runner == nil {
 		return nil, errors.New("jobs: a store and a runner are needed")
 	}
+	o = o.withDefaults()
+	if o.Cluster != nil {
+		return nil, errors.New("jobs: a cluster's queue opens with OpenCluster")
+	}
+	m := newManager(ctx, o)
+	if err := m.recover(ctx); err != nil {
+		m.stop()
+		return nil, err
+	}
+	m.mu.Lock()
+	m.dispatch()
+	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
+	m.mu.Unlock()
+	return m, nil
+}
+
+// withDefaults fills in the options left unset.
+func (o Options) withDefaults() Options {
 	if o.Slots <= 0 {
 		o.Slots = 1
 	}
@@ -164,21 +185,15 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	return o
+}
+
+// newManager returns the queue's core over o (defaults filled in).
+func newManager(ctx context.Context, o Options) *Manager {
 	m := &Manager{o: o, clock: o.Clock, log: o.Logger, sched: NewScheduler(), live: map[string]*entry{}, free: o.Slots}
 	m.sched.Weights, m.sched.Quotas, m.sched.Default = o.Weights, o.Quotas, o.DefaultQuota
 	m.ctx, m.stop = context.WithCancel(context.WithoutCancel(ctx))
-	if o.Cluster != nil {
-		return m.openCluster(ctx)
-	}
-	if err := m.recover(ctx); err != nil {
-		m.stop()
-		return nil, err
-	}
-	m.mu.Lock()
-	m.dispatch()
-	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
-	m.mu.Unlock()
-	return m, nil
+	return m
 }
 
 // Close stops starting jobs, kills the running ones and puts them back in
@@ -201,28 +216,13 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 	if err != nil {
 		return nil, err
 	}
-	if m.o.Cluster == nil && len(entries) == 1 {
+	if len(entries) == 1 {
 		return m.submitOne(ctx, entries[0], false)
 	}
-	// Stored before it is queued: a job the caller was told about survives
-	// a crash.
-	for i, e := range entries {
-		if err := m.putNew(ctx, e, &e.plan.Req); err != nil {
-			for _, done := range entries[:i] {
-				m.o.Store.Delete(context.WithoutCancel(ctx), store.JobKey(done.job.ID))
-			}
-			return nil, err
-		}
+	if err := m.storeNew(ctx, entries); err != nil {
+		return nil, err
 	}
 	out := make([]Job, len(entries))
-	if m.o.Cluster != nil {
-		// The leader takes them from the store.
-		for i, e := range entries {
-			out[i] = e.job
-		}
-		m.kickPass()
-		return out, nil
-	}
 	m.mu.Lock()
 	for i, e := range entries {
 		m.live[e.job.ID] = e
@@ -232,6 +232,20 @@ func (m *Manager) Submit(ctx context.Context, reqs []types.JobRequest) ([]Job, e
 	m.dispatch()
 	m.mu.Unlock()
 	return out, nil
+}
+
+// storeNew stores jobs just submitted, all or none: stored before it is
+// queued, a job the caller was told about survives a crash.
+func (m *Manager) storeNew(ctx context.Context, entries []*entry) error {
+	for i, e := range entries {
+		if err := m.putNew(ctx, e, &e.plan.Req); err != nil {
+			for _, done := range entries[:i] {
+				m.o.Store.Delete(context.WithoutCancel(ctx), store.JobKey(done.job.ID))
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // admit validates every request against its plan, its image and its

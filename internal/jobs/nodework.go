@@ -188,24 +188,3 @@ func (m *Manager) publishCluster(e *entry, j Job, err error) (Job, bool) {
 	}
 	return j, false
 }
-
-// LostLease tells the queue that this node's lease has expired or may
-// expire (it could not renew it): the leader may give its jobs to other
-// nodes, so it kills the jobs it runs without storing their end; once the
-// store answers, the ones still recorded as running here are queued again
-// (or lost) by the next pass. On a single host it does nothing.
-func (m *Manager) LostLease() {
-	if m.o.Cluster == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.orphaned = fmt.Sprintf("node %s could not renew its lease", m.o.Node)
-	for id, e := range m.live {
-		if !e.revoked {
-			m.log.Warn("node lease not renewed; killing its job", "job", id)
-			e.revoked = true
-			e.cancel()
-		}
-	}
-}

@@ -29,9 +29,6 @@ func (m *Manager) Get(ctx context.Context, id string) (Job, error) {
 
 // Wait blocks until job id has finished or ctx ends.
 func (m *Manager) Wait(ctx context.Context, id string) (Job, error) {
-	if m.o.Cluster != nil {
-		return m.waitCluster(ctx, id)
-	}
 	m.mu.Lock()
 	e := m.live[id]
 	m.mu.Unlock()
@@ -59,9 +56,6 @@ func (m *Manager) waitEntry(ctx context.Context, id string, e *entry) (Job, erro
 
 // Cancel cancels a queued or running job and returns it once it has ended.
 func (m *Manager) Cancel(ctx context.Context, id string) (Job, error) {
-	if m.o.Cluster != nil {
-		return m.cancelCluster(ctx, id)
-	}
 	m.mu.Lock()
 	e := m.live[id]
 	if e == nil {
@@ -99,6 +93,12 @@ func (m *Manager) Cancel(ctx context.Context, id string) (Job, error) {
 
 // List returns jobs, newest first.
 func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
+	return m.list(ctx, f, true)
+}
+
+// list returns the stored jobs, newest first, as this node's entries have
+// them; with unstored, also the entries not stored yet.
+func (m *Manager) list(ctx context.Context, f types.JobFilter, unstored bool) ([]Job, error) {
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: list: %w", err)
@@ -126,7 +126,7 @@ func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
 	// Live jobs not stored yet: being submitted, or not stored until they
 	// end (see Run).
 	for id, e := range m.live {
-		if m.o.Cluster == nil && !listed[id] && match(e.job) {
+		if unstored && !listed[id] && match(e.job) {
 			out = append(out, e.job)
 		}
 	}
@@ -138,15 +138,10 @@ func (m *Manager) List(ctx context.Context, f types.JobFilter) ([]Job, error) {
 	return out, nil
 }
 
-// Stats counts queued and running jobs (in a cluster: the cluster's
-// queued jobs and this node's running ones) and this node's slots.
+// Stats counts queued and running jobs and the slots.
 func (m *Manager) Stats() (queued, running, slots int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.o.Cluster != nil {
-		q, r, _ := m.clusterStats()
-		return q, r, m.o.Slots
-	}
 	return m.sched.Queued(""), m.sched.Running(""), m.o.Slots
 }
 
@@ -158,19 +153,9 @@ type TenantStats struct {
 }
 
 // Tenants counts the queued and running jobs of every tenant that has
-// any (in a cluster: on every node), by name.
+// any, by name.
 func (m *Manager) Tenants() []TenantStats {
 	m.mu.Lock()
-	if m.o.Cluster != nil {
-		_, _, ts := m.clusterStats()
-		m.mu.Unlock()
-		out := make([]TenantStats, 0, len(ts))
-		for _, t := range ts {
-			out = append(out, *t)
-		}
-		sort.Slice(out, func(i, j int) bool { return out[i].Tenant < out[j].Tenant })
-		return out
-	}
 	out := make([]TenantStats, 0, len(m.sched.tenants))
 	for _, t := range m.sched.tenants {
 		if len(t.jobs) > 0 || t.running > 0 {

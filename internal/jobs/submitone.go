@@ -13,13 +13,6 @@ import (
 // fails), and its submission and start cost no writes. One that must
 // queue is stored as Submit stores it.
 func (m *Manager) Run(ctx context.Context, req types.JobRequest) (Job, error) {
-	if m.o.Cluster != nil {
-		js, err := m.Submit(ctx, []types.JobRequest{req})
-		if err != nil {
-			return Job{}, err
-		}
-		return m.Wait(ctx, js[0].ID)
-	}
 	entries, err := m.admit(ctx, []types.JobRequest{req})
 	if err != nil {
 		return Job{}, err
