@@ -19,24 +19,25 @@ type lead struct {
 
 // pass is follow's step: this node runs what is assigned to it, and the
 // leader assigns jobs to nodes.
-func (m *Manager) pass() {
-	m.nodePass()
-	m.passMu.Lock()
-	defer m.passMu.Unlock()
+func (q *ClusterQueue) pass() {
+	m := q.m
+	q.nodePass()
+	q.passMu.Lock()
+	defer q.passMu.Unlock()
 	m.mu.Lock()
-	f := m.term
+	f := q.term
 	m.mu.Unlock()
 	if f == nil {
-		m.lead = nil
+		q.lead = nil
 		return
 	}
-	if err := m.leaderPass(f); err != nil {
+	if err := q.leaderPass(f); err != nil {
 		if errors.Is(err, cluster.ErrDeposed) {
 			m.log.Info("job queue: leadership over", "err", err)
 		} else {
 			m.log.Warn("job queue: assignment", "err", err)
 		}
-		m.lead = nil
+		q.lead = nil
 	}
 }
 
@@ -48,7 +49,8 @@ func (m *Manager) pass() {
 // cluster.WriteBound: a leader cut off from the store gives the write up,
 // and with it the pass (logged), rather than hold up the queue; the next
 // pass tries again.
-func (m *Manager) leaderPass(f cluster.Term) error {
+func (q *ClusterQueue) leaderPass(f cluster.Term) error {
+	m := q.m
 	ns, err := m.o.Cluster.Nodes(m.ctx)
 	if err != nil {
 		return fmt.Errorf("live nodes: %w", err)
@@ -59,12 +61,12 @@ func (m *Manager) leaderPass(f cluster.Term) error {
 		live[n.Name] = true
 	}
 	ctx := m.ctx
-	recs := m.snapshot()
+	recs := q.snapshot()
 	sort.Slice(recs, func(i, j int) bool { return recs[i].createRev < recs[j].createRev })
 	kept := recs[:0]
 	for _, s := range recs {
 		if n := s.rec.Job.Node; n != "" && !live[n] {
-			if err := m.requeue(ctx, f, s, fmt.Sprintf("node %s lost", n)); err != nil && !isConflict(err) {
+			if err := q.requeue(ctx, f, s, fmt.Sprintf("node %s lost", n)); err != nil && !isConflict(err) {
 				return err
 			}
 			continue
@@ -73,13 +75,13 @@ func (m *Manager) leaderPass(f cluster.Term) error {
 	}
 	recs = kept
 
-	if m.lead == nil || m.lead.fence != f {
+	if q.lead == nil || q.lead.fence != f {
 		sc := NewScheduler()
 		sc.Weights, sc.Quotas, sc.Default = m.o.Weights, m.o.Quotas, m.o.DefaultQuota
-		m.lead = &lead{fence: f, sched: sc, queued: map[string]string{}}
+		q.lead = &lead{fence: f, sched: sc, queued: map[string]string{}}
 		m.log.Info("job queue: assigning jobs to the cluster's nodes", "node", m.o.Node)
 	}
-	l := m.lead
+	l := q.lead
 	byID := map[string]seenJob{}
 	running := map[string]int{}
 	used := map[string]int{}
@@ -125,7 +127,7 @@ func (m *Manager) leaderPass(f cluster.Term) error {
 		s := byID[en.ID]
 		r := s.rec
 		r.Job.Node = node
-		if err := m.casRecord(ctx, f, r, s.rev, s.createRev); err != nil {
+		if err := q.casRecord(ctx, f, r, s.rev, s.createRev); err != nil {
 			l.sched.Done(en.Tenant)
 			if isConflict(err) {
 				continue // changed meanwhile (cancelled): the next pass sees it
@@ -155,7 +157,8 @@ func mostFree(free map[string]int) string {
 // queued again with the reason. The write goes through fence when given
 // (the leader), else it is a plain compare-and-swap (the node itself).
 // The change is logged and recorded as an event.
-func (m *Manager) requeue(ctx context.Context, fence cluster.Term, s seenJob, why string) error {
+func (q *ClusterQueue) requeue(ctx context.Context, fence cluster.Term, s seenJob, why string) error {
+	m := q.m
 	r := s.rec
 	j := &r.Job
 	now := m.clock.Now()
@@ -183,7 +186,7 @@ func (m *Manager) requeue(ctx context.Context, fence cluster.Term, s seenJob, wh
 			j.CallbackState = "pending"
 		}
 	}
-	if err := m.casRecord(ctx, fence, r, s.rev, s.createRev); err != nil {
+	if err := q.casRecord(ctx, fence, r, s.rev, s.createRev); err != nil {
 		return fmt.Errorf("job %s: %w", j.ID, err)
 	}
 	if kind != "" {

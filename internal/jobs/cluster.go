@@ -52,10 +52,11 @@ type seenJob struct {
 // ended reports whether a job in state is over.
 func ended(state string) bool { return state != Queued && state != Running }
 
-// follow keeps m.recs, the jobs not ended, in step with the store, and
+// follow keeps q.recs, the jobs not ended, in step with the store, and
 // makes a pass (pass) after each batch of changes, each change of the live
 // set and every second, until the Manager closes.
-func (m *Manager) follow() {
+func (q *ClusterQueue) follow() {
+	m := q.m
 	defer m.wg.Done()
 	changed := m.o.Cluster.Changed()
 	for m.ctx.Err() == nil {
@@ -72,7 +73,7 @@ func (m *Manager) follow() {
 			}
 			continue
 		}
-		m.resync(kvs)
+		q.resync(kvs)
 		tick := m.clock.NewTimer(time.Second)
 		dirty := true
 	loop:
@@ -84,11 +85,11 @@ func (m *Manager) follow() {
 					if !ok {
 						break loop
 					}
-					m.apply(ev)
+					q.apply(ev)
 					continue
 				default:
 				}
-				m.pass()
+				q.pass()
 				dirty = false
 			}
 			select {
@@ -96,8 +97,8 @@ func (m *Manager) follow() {
 				if !ok {
 					break loop
 				}
-				m.apply(ev)
-			case <-m.kick:
+				q.apply(ev)
+			case <-q.kick:
 			case <-changed:
 			case <-tick.C():
 				tick.Reset(time.Second)
@@ -124,15 +125,16 @@ func (m *Manager) sleep(d time.Duration) bool {
 }
 
 // kickPass asks follow for a pass soon.
-func (m *Manager) kickPass() {
+func (q *ClusterQueue) kickPass() {
 	select {
-	case m.kick <- struct{}{}:
+	case q.kick <- struct{}{}:
 	default:
 	}
 }
 
-// resync replaces m.recs with the listed records.
-func (m *Manager) resync(kvs []store.KV) {
+// resync replaces q.recs with the listed records.
+func (q *ClusterQueue) resync(kvs []store.KV) {
+	m := q.m
 	recs := map[string]seenJob{}
 	for _, kv := range kvs {
 		if s, ok := decodeStored(kv); ok && !ended(s.rec.Job.State) {
@@ -140,41 +142,42 @@ func (m *Manager) resync(kvs []store.KV) {
 		}
 	}
 	m.mu.Lock()
-	m.recs = recs
-	for id := range m.waiters {
-		m.wake(id)
+	q.recs = recs
+	for id := range q.waiters {
+		q.wake(id)
 	}
 	m.mu.Unlock()
 }
 
-// apply takes one change of a job record into m.recs, unless it is older
-// than what m.recs holds (a write of this node's own, seen again).
-func (m *Manager) apply(ev store.Event) {
+// apply takes one change of a job record into q.recs, unless it is older
+// than what q.recs holds (a write of this node's own, seen again).
+func (q *ClusterQueue) apply(ev store.Event) {
+	m := q.m
 	id := strings.TrimPrefix(ev.KV.Key, store.JobsPrefix)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	defer m.wake(id)
-	if cur, ok := m.recs[id]; ok && ev.KV.ModRev <= cur.rev {
+	defer q.wake(id)
+	if cur, ok := q.recs[id]; ok && ev.KV.ModRev <= cur.rev {
 		return
 	}
 	if ev.Type == store.EventDelete {
-		delete(m.recs, id)
+		delete(q.recs, id)
 		return
 	}
 	s, ok := decodeStored(ev.KV)
 	if !ok || ended(s.rec.Job.State) {
-		delete(m.recs, id)
+		delete(q.recs, id)
 		return
 	}
-	m.recs[id] = s
+	q.recs[id] = s
 }
 
-// seen takes a record this node has just written into m.recs. m.mu is held.
-func (m *Manager) seen(r record, rev int64, createRev int64) {
+// seen takes a record this node has just written into q.recs. m.mu is held.
+func (q *ClusterQueue) seen(r record, rev int64, createRev int64) {
 	if ended(r.Job.State) {
-		delete(m.recs, r.Job.ID)
-	} else if cur, ok := m.recs[r.Job.ID]; !ok || cur.rev < rev {
-		m.recs[r.Job.ID] = seenJob{rec: r, rev: rev, createRev: createRev}
+		delete(q.recs, r.Job.ID)
+	} else if cur, ok := q.recs[r.Job.ID]; !ok || cur.rev < rev {
+		q.recs[r.Job.ID] = seenJob{rec: r, rev: rev, createRev: createRev}
 	}
 }
 
@@ -188,41 +191,43 @@ func decodeStored(kv store.KV) (seenJob, bool) {
 
 // waitChange returns a channel closed at the next change of job id's
 // record this node sees, and a function to call when it is not needed.
-func (m *Manager) waitChange(id string) (<-chan struct{}, func()) {
+func (q *ClusterQueue) waitChange(id string) (<-chan struct{}, func()) {
+	m := q.m
 	ch := make(chan struct{})
 	m.mu.Lock()
-	m.waiters[id] = append(m.waiters[id], ch)
+	q.waiters[id] = append(q.waiters[id], ch)
 	m.mu.Unlock()
 	return ch, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		ws := m.waiters[id]
+		ws := q.waiters[id]
 		for i, w := range ws {
 			if w == ch {
-				m.waiters[id] = append(ws[:i], ws[i+1:]...)
+				q.waiters[id] = append(ws[:i], ws[i+1:]...)
 				break
 			}
 		}
-		if len(m.waiters[id]) == 0 {
-			delete(m.waiters, id)
+		if len(q.waiters[id]) == 0 {
+			delete(q.waiters, id)
 		}
 	}
 }
 
 // wake closes the waiters of job id. m.mu is held.
-func (m *Manager) wake(id string) {
-	for _, ch := range m.waiters[id] {
+func (q *ClusterQueue) wake(id string) {
+	for _, ch := range q.waiters[id] {
 		close(ch)
 	}
-	delete(m.waiters, id)
+	delete(q.waiters, id)
 }
 
 // snapshot returns the jobs not ended, as last seen. m.mu is not held.
-func (m *Manager) snapshot() []seenJob {
+func (q *ClusterQueue) snapshot() []seenJob {
+	m := q.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]seenJob, 0, len(m.recs))
-	for _, s := range m.recs {
+	out := make([]seenJob, 0, len(q.recs))
+	for _, s := range q.recs {
 		out = append(out, s)
 	}
 	return out
@@ -230,8 +235,9 @@ func (m *Manager) snapshot() []seenJob {
 
 // casRecord writes r over the record seen at rev, through the leader's
 // term when one is given (its writes bounded by cluster.WriteBound), and
-// takes it into m.recs.
-func (m *Manager) casRecord(ctx context.Context, fence cluster.Term, r record, rev, createRev int64) error {
+// takes it into q.recs.
+func (q *ClusterQueue) casRecord(ctx context.Context, fence cluster.Term, r record, rev, createRev int64) error {
+	m := q.m
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -247,7 +253,7 @@ func (m *Manager) casRecord(ctx context.Context, fence cluster.Term, r record, r
 		return err
 	}
 	m.mu.Lock()
-	m.seen(r, nrev, createRev)
+	q.seen(r, nrev, createRev)
 	m.mu.Unlock()
 	return nil
 }

@@ -13,10 +13,11 @@ import (
 // openCluster starts a cluster node's queue: nothing is queued here (the
 // leader assigns from the store); callbacks of jobs this node ended and
 // had not delivered are retried, and follow starts.
-func (m *Manager) openCluster(ctx context.Context) error {
-	m.recs, m.waiters, m.kick = map[string]seenJob{}, map[string][]chan struct{}{}, make(chan struct{}, 1)
+func (q *ClusterQueue) openCluster(ctx context.Context) error {
+	m := q.m
+	q.recs, q.waiters, q.kick = map[string]seenJob{}, map[string][]chan struct{}{}, make(chan struct{}, 1)
 	self := m.o.Node
-	m.orphaned = fmt.Sprintf("node %s restarted", self)
+	q.orphaned = fmt.Sprintf("node %s restarted", self)
 	kvs, err := m.o.Store.List(ctx, store.JobsPrefix)
 	if err != nil {
 		return fmt.Errorf("jobs: list: %w", err)
@@ -28,7 +29,7 @@ func (m *Manager) openCluster(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	m.wg.Add(1)
-	go m.follow()
+	go q.follow()
 	m.janitor = m.clock.AfterFunc(m.sweepEvery(), m.sweep)
 	m.mu.Unlock()
 	return nil
@@ -37,7 +38,7 @@ func (m *Manager) openCluster(ctx context.Context) error {
 // putNew stores a job just submitted; in a cluster with the digest of its
 // image.
 func (m *Manager) putNew(ctx context.Context, e *entry, req *types.JobRequest) error {
-	if m.o.Cluster == nil || m.o.ImageDigest == nil {
+	if m.node == nil || m.o.ImageDigest == nil {
 		return m.put(ctx, &e.job, req, e.seq)
 	}
 	dg, err := m.o.ImageDigest(ctx, req.Image)
@@ -57,7 +58,7 @@ func (m *Manager) putNew(ctx context.Context, e *entry, req *types.JobRequest) e
 // canQueue reports whether tenant may queue n more jobs: in a cluster it
 // counts the tenant's queued jobs of the whole cluster. m.mu is held.
 func (m *Manager) canQueue(tenant string, n int) bool {
-	if m.o.Cluster == nil {
+	if m.node == nil {
 		return m.sched.CanQueue(tenant, n)
 	}
 	q := m.sched.quota(tenant)
@@ -65,7 +66,7 @@ func (m *Manager) canQueue(tenant string, n int) bool {
 		return true
 	}
 	queued := 0
-	for _, s := range m.recs {
+	for _, s := range m.node.recs {
 		if s.rec.Job.Tenant == tenant && s.rec.Job.State == Queued {
 			queued++
 		}
@@ -76,14 +77,15 @@ func (m *Manager) canQueue(tenant string, n int) bool {
 // publishNode ends a job this node ran: its end is seenJob if the job is
 // still this node's, then its waiters here are answered and its callback
 // sent.
-func (m *Manager) publishNode(e *entry, j Job, err error) {
+func (q *ClusterQueue) publishNode(e *entry, j Job, err error) {
+	m := q.m
 	m.mu.Lock()
 	e.ending = true
 	m.mu.Unlock()
-	out, ok := m.publishCluster(e, j, err)
+	out, ok := q.publishCluster(e, j, err)
 	m.mu.Lock()
 	if ok {
-		m.seen(record{Job: out}, 0, 0)
+		q.seen(record{Job: out}, 0, 0)
 	}
 	e.job = out
 	delete(m.live, j.ID)
@@ -96,10 +98,11 @@ func (m *Manager) publishNode(e *entry, j Job, err error) {
 }
 
 // waitCluster waits until job id has ended, whichever node runs it.
-func (m *Manager) waitCluster(ctx context.Context, id string) (Job, error) {
+func (q *ClusterQueue) waitCluster(ctx context.Context, id string) (Job, error) {
+	m := q.m
 	for {
-		changed, forget := m.waitChange(id)
-		r, _, err := m.loadRev(ctx, id)
+		changed, forget := q.waitChange(id)
+		r, _, err := q.loadRev(ctx, id)
 		if err != nil {
 			forget()
 			return Job{}, err
@@ -123,9 +126,10 @@ func (m *Manager) waitCluster(ctx context.Context, id string) (Job, error) {
 // cancelCluster cancels a job of the cluster's queue: a job no node has
 // yet ends at once; else the node it is assigned to is asked, through its
 // record, and the answer waits for the job's end.
-func (m *Manager) cancelCluster(ctx context.Context, id string) (Job, error) {
+func (q *ClusterQueue) cancelCluster(ctx context.Context, id string) (Job, error) {
+	m := q.m
 	for {
-		r, kv, err := m.loadRev(ctx, id)
+		r, kv, err := q.loadRev(ctx, id)
 		if err != nil {
 			return Job{}, err
 		}
@@ -134,7 +138,7 @@ func (m *Manager) cancelCluster(ctx context.Context, id string) (Job, error) {
 			return j, fmt.Errorf("job %s has already ended (%s): %w", id, j.State, errdefs.ErrConflict)
 		}
 		if r.Cancel {
-			return m.waitCluster(ctx, id)
+			return q.waitCluster(ctx, id)
 		}
 		mine := j.Node == ""
 		if mine {
@@ -153,9 +157,9 @@ func (m *Manager) cancelCluster(ctx context.Context, id string) (Job, error) {
 			}
 			return j, fmt.Errorf("job %s: %w", id, err)
 		}
-		m.kickPass()
+		q.kickPass()
 		if !mine {
-			return m.waitCluster(ctx, id)
+			return q.waitCluster(ctx, id)
 		}
 		if r.Job.Callback != "" {
 			m.deliverLater(r.Job)
@@ -165,7 +169,8 @@ func (m *Manager) cancelCluster(ctx context.Context, id string) (Job, error) {
 }
 
 // loadRev reads job id's record with its key's revisions.
-func (m *Manager) loadRev(ctx context.Context, id string) (record, store.KV, error) {
+func (q *ClusterQueue) loadRev(ctx context.Context, id string) (record, store.KV, error) {
+	m := q.m
 	if validName(id) != nil {
 		return record{}, store.KV{}, fmt.Errorf("job %q: %w", id, errdefs.ErrNotFound)
 	}
@@ -185,9 +190,10 @@ func (m *Manager) loadRev(ctx context.Context, id string) (record, store.KV, err
 
 // clusterStats counts the cluster's queued jobs and this node's running
 // ones, and per tenant the cluster's queued and running jobs. m.mu is held.
-func (m *Manager) clusterStats() (queued, running int, tenants map[string]*TenantStats) {
+func (q *ClusterQueue) clusterStats() (queued, running int, tenants map[string]*TenantStats) {
+	m := q.m
 	tenants = map[string]*TenantStats{}
-	for _, s := range m.recs {
+	for _, s := range q.recs {
 		j := s.rec.Job
 		t := tenants[j.Tenant]
 		if t == nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/cluster"
@@ -49,7 +50,21 @@ var (
 // assigns them (a cluster.LeaderWork the daemon's Hub establishes under
 // each term of this node). It shares the one host's core (admission,
 // running, callbacks, retention); its public methods are its own.
-type ClusterQueue struct{ m *Manager }
+type ClusterQueue struct {
+	m *Manager // the core that runs this node's jobs; its mu guards what follows
+
+	// The jobs not ended as the store has them, who waits for a change of
+	// one, this node's term while it leads (Establish), the leader's
+	// state (guarded by passMu, held by a pass's leader part) and the
+	// reason a job recorded as running here but not running is taken back.
+	recs     map[string]seenJob
+	waiters  map[string][]chan struct{}
+	kick     chan struct{}
+	term     *cluster.Lead
+	passMu   sync.Mutex
+	lead     *lead
+	orphaned string
+}
 
 // OpenCluster opens this node's part of the cluster's queue: nothing is
 // queued here (the leader assigns from the store); callbacks of jobs this
@@ -63,11 +78,13 @@ func OpenCluster(ctx context.Context, o Options) (*ClusterQueue, error) {
 		return nil, errors.New("jobs: a cluster's queue needs this node's name")
 	}
 	m := newManager(ctx, o.withDefaults())
-	if err := m.openCluster(ctx); err != nil {
+	q := &ClusterQueue{m: m}
+	m.node = q
+	if err := q.openCluster(ctx); err != nil {
 		m.stop()
 		return nil, err
 	}
-	return &ClusterQueue{m: m}, nil
+	return q, nil
 }
 
 // Submit validates every request, then stores them all (none on any
@@ -85,7 +102,7 @@ func (q *ClusterQueue) Submit(ctx context.Context, reqs []types.JobRequest) ([]J
 	for i, e := range entries {
 		out[i] = e.job
 	}
-	m.kickPass()
+	q.kickPass()
 	return out, nil
 }
 
@@ -103,14 +120,14 @@ func (q *ClusterQueue) Get(ctx context.Context, id string) (Job, error) { return
 
 // Wait waits until job id has ended, whichever node runs it.
 func (q *ClusterQueue) Wait(ctx context.Context, id string) (Job, error) {
-	return q.m.waitCluster(ctx, id)
+	return q.waitCluster(ctx, id)
 }
 
 // Cancel cancels a job of the cluster's queue: a job no node has yet ends
 // at once; else the node it is assigned to is asked, through its record,
 // and the answer waits for the job's end.
 func (q *ClusterQueue) Cancel(ctx context.Context, id string) (Job, error) {
-	return q.m.cancelCluster(ctx, id)
+	return q.cancelCluster(ctx, id)
 }
 
 // List returns the cluster's jobs, newest first.
@@ -124,7 +141,7 @@ func (q *ClusterQueue) Stats() (queued, running, slots int) {
 	m := q.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	qd, r, _ := m.clusterStats()
+	qd, r, _ := q.clusterStats()
 	return qd, r, m.o.Slots
 }
 
@@ -133,7 +150,7 @@ func (q *ClusterQueue) Stats() (queued, running, slots int) {
 func (q *ClusterQueue) Tenants() []TenantStats {
 	m := q.m
 	m.mu.Lock()
-	_, _, ts := m.clusterStats()
+	_, _, ts := q.clusterStats()
 	m.mu.Unlock()
 	out := make([]TenantStats, 0, len(ts))
 	for _, t := range ts {
@@ -147,17 +164,14 @@ func (q *ClusterQueue) Tenants() []TenantStats {
 // again for the other nodes, and waits for that to be written.
 func (q *ClusterQueue) Close() { q.m.Close() }
 
-// kickPass asks for a pass soon.
-func (q *ClusterQueue) kickPass() { q.m.kickPass() }
-
 // Establish makes this node's queue assign the cluster's jobs under term l
 // (cluster.LeaderWork).
 func (q *ClusterQueue) Establish(l *cluster.Lead) {
 	m := q.m
 	m.mu.Lock()
-	m.term = l
+	q.term = l
 	m.mu.Unlock()
-	m.kickPass()
+	q.kickPass()
 }
 
 // Revoke stops the assignment (cluster.LeaderWork): it returns once a pass
@@ -165,11 +179,11 @@ func (q *ClusterQueue) Establish(l *cluster.Lead) {
 func (q *ClusterQueue) Revoke() {
 	m := q.m
 	m.mu.Lock()
-	m.term = nil
+	q.term = nil
 	m.mu.Unlock()
-	m.passMu.Lock()
-	m.lead = nil
-	m.passMu.Unlock()
+	q.passMu.Lock()
+	q.lead = nil
+	q.passMu.Unlock()
 }
 
 // LostLease tells the queue that this node's lease has expired or may
@@ -181,7 +195,7 @@ func (q *ClusterQueue) LostLease() {
 	m := q.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.orphaned = fmt.Sprintf("node %s could not renew its lease", m.o.Node)
+	q.orphaned = fmt.Sprintf("node %s could not renew its lease", m.o.Node)
 	for id, e := range m.live {
 		if !e.revoked {
 			m.log.Warn("node lease not renewed; killing its job", "job", id)

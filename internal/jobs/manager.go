@@ -14,7 +14,6 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
-	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
@@ -89,16 +88,9 @@ type Manager struct {
 	wg      sync.WaitGroup
 	janitor clock.Timer
 
-	// In a cluster: the jobs not ended as the store has them, who waits
-	// for a change of one, the leader's state, and the reason a job
-	// recorded as running here but not running is taken back.
-	recs     map[string]seenJob
-	waiters  map[string][]chan struct{}
-	kick     chan struct{}
-	term     *cluster.Lead // this node's term while it leads (Establish), guarded by mu
-	passMu   sync.Mutex    // held by a pass's leader part; guards lead
-	lead     *lead
-	orphaned string
+	// node is the cluster's queue this core runs a node's jobs for; nil
+	// on one host.
+	node *ClusterQueue
 }
 
 type entry struct {
@@ -341,7 +333,7 @@ func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	// submission: see submitOne); the result is stored after it. A crash
 	// before the start is stored finds the job queued and runs it again.
 	started := make(chan struct{})
-	if m.o.Cluster != nil {
+	if m.node != nil {
 		close(started) // stored before it started
 	} else {
 		go func(j Job) {
@@ -369,16 +361,16 @@ func (m *Manager) run(ctx context.Context, e *entry, j Job) {
 	m.free++
 	m.dispatch()
 	m.mu.Unlock()
-	if m.o.Cluster != nil {
-		m.kickPass()
+	if m.node != nil {
+		m.node.kickPass()
 	}
 }
 
 // publish ends job j (as the runner left it, err from Run): stores it,
 // answers its waiters and sends its callback.
 func (m *Manager) publish(ctx context.Context, e *entry, j Job, err error, ran time.Duration) {
-	if m.o.Cluster != nil {
-		m.publishNode(e, j, err)
+	if m.node != nil {
+		m.node.publishNode(e, j, err)
 		return
 	}
 	now := m.clock.Now()

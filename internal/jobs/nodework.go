@@ -16,9 +16,10 @@ import (
 // cut off) or that were cancelled, starts the jobs assigned to it while it
 // has free slots, and takes back the jobs the store says it runs but it
 // does not (it restarted, or lost its lease and killed them).
-func (m *Manager) nodePass() {
+func (q *ClusterQueue) nodePass() {
+	m := q.m
 	self := m.o.Node
-	recs := m.snapshot()
+	recs := q.snapshot()
 	sort.Slice(recs, func(i, j int) bool { return recs[i].createRev < recs[j].createRev })
 	var start, orphans []seenJob
 	m.mu.Lock()
@@ -41,7 +42,7 @@ func (m *Manager) nodePass() {
 			e.cancel()
 		}
 	}
-	reason := m.orphaned
+	reason := q.orphaned
 	for _, s := range recs {
 		j := s.rec.Job
 		if j.Node != self || m.live[j.ID] != nil {
@@ -59,19 +60,20 @@ func (m *Manager) nodePass() {
 	}
 	m.mu.Unlock()
 	for _, s := range orphans {
-		if err := m.requeue(m.ctx, nil, s, reason); err != nil && !isConflict(err) {
+		if err := q.requeue(m.ctx, nil, s, reason); err != nil && !isConflict(err) {
 			m.log.Warn("job not taken back", "job", s.rec.Job.ID, "err", err)
 		}
 	}
 	for _, s := range start {
-		m.startAssigned(s)
+		q.startAssigned(s)
 	}
 }
 
 // startAssigned marks a job assigned to this node running in the store
 // (only if the record is still as seen: still this node's) and runs it.
 // The slot was taken by the caller.
-func (m *Manager) startAssigned(s seenJob) {
+func (q *ClusterQueue) startAssigned(s seenJob) {
+	m := q.m
 	r := s.rec
 	j := r.Job
 	giveBack := func() {
@@ -98,7 +100,7 @@ func (m *Manager) startAssigned(s seenJob) {
 		if j.Callback != "" {
 			j.CallbackState = "pending"
 		}
-		if err := m.casRecord(m.ctx, nil, record{Job: j, Seq: r.Seq}, s.rev, s.createRev); err == nil && j.Callback != "" {
+		if err := q.casRecord(m.ctx, nil, record{Job: j, Seq: r.Seq}, s.rev, s.createRev); err == nil && j.Callback != "" {
 			m.deliverLater(j)
 		}
 		return
@@ -107,7 +109,7 @@ func (m *Manager) startAssigned(s seenJob) {
 	j.Attempts++
 	j.QueueMs = ms(now.Sub(j.Submitted))
 	r.Job = j
-	if err := m.casRecord(m.ctx, nil, r, s.rev, s.createRev); err != nil {
+	if err := q.casRecord(m.ctx, nil, r, s.rev, s.createRev); err != nil {
 		giveBack()
 		if !isConflict(err) {
 			m.log.Warn("job start not stored; not started", "job", j.ID, "err", err)
@@ -128,7 +130,8 @@ func (m *Manager) startAssigned(s seenJob) {
 // is still this node's: read, changed and compared-and-swapped, so that a
 // cancel asked meanwhile is kept and a job taken back is not overwritten.
 // It returns the job as seenJob, and whether it was.
-func (m *Manager) publishCluster(e *entry, j Job, err error) (Job, bool) {
+func (q *ClusterQueue) publishCluster(e *entry, j Job, err error) (Job, bool) {
+	m := q.m
 	m.mu.Lock()
 	cancelled, closing, revoked := e.cancelled, m.closing && !e.cancelled, e.revoked
 	m.mu.Unlock()
