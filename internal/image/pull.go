@@ -135,9 +135,8 @@ func (s *Store) pullFrom(ctx context.Context, ref string, refs []string, o PullO
 		return Image{}, err
 	}
 	ropts = append(ropts, remote.WithAuth(auth))
-	if o.Transport != nil {
-		ropts = append(ropts, remote.WithTransport(o.Transport))
-	} else {
+	tr := o.Transport
+	if tr == nil {
 		dirs := o.CertsDirs
 		if dirs == nil {
 			dirs = DefaultCertsDirs
@@ -147,9 +146,17 @@ func (s *Store) pullFrom(ctx context.Context, ref string, refs []string, o PullO
 			return Image{}, err
 		}
 		defer t.closeIdle()
-		ropts = append(ropts, remote.WithTransport(t))
+		tr = t
 	}
+	ropts = append(ropts, remote.WithTransport(tr))
 	registryErr := rc.err
+	if t, ok := tr.(*hostTLS); ok {
+		registryErr = func(err error) error {
+			rc := rc
+			rc.noClientCert = t.noClientCert(rc.registry)
+			return rc.err(err)
+		}
+	}
 	desc, err := remote.Get(r, ropts...)
 	if err != nil {
 		return Image{}, registryErr(err)

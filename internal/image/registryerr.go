@@ -18,6 +18,9 @@ type registryCtx struct {
 	repo     string
 	user     string // the user whose credentials were sent; "" none
 	token    bool   // a bearer token was sent (another shoal node)
+	// noClientCert: the registry asked for a client certificate the pull
+	// had not, and never answered over TLS.
+	noClientCert bool
 }
 
 // credsHelp says how to give credentials to shoal image pull.
@@ -47,8 +50,11 @@ func (c registryCtx) err(err error) error {
 	if errors.As(err, &he) {
 		return registryErrorf("registry %s: its certificate is not for this name: %v", c.registry, he)
 	}
-	// The server's alert reaches the client as text only.
-	if msg := err.Error(); strings.Contains(msg, "tls: certificate required") || strings.Contains(msg, "tls: bad certificate") {
+	// The server's alert reaches the client as text only, and not always
+	// (HTTP/2 may report only that the connection could not be
+	// established): a registry that asked for a client certificate the
+	// pull had not is told by the transport (clientCert).
+	if msg := err.Error(); c.noClientCert || strings.Contains(msg, "tls: certificate required") || strings.Contains(msg, "tls: bad certificate") {
 		return registryErrorf("registry %s wants a client certificate and refused the connection without one: "+
 			"put client.cert and client.key in /etc/containers/certs.d/%s/ (or /etc/docker/certs.d/%s/) on the daemon's host",
 			c.registry, c.registry, c.registry)

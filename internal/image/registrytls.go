@@ -33,6 +33,9 @@ type hostTLS struct {
 	dirs  []string
 	mu    sync.Mutex
 	hosts map[string]http.RoundTripper
+	// asked holds the hosts that asked for a client certificate none of
+	// theirs matched; answered those that answered a request over TLS.
+	asked, answered map[string]bool
 }
 
 func newHostTLS(ca []byte, dirs []string) (*hostTLS, error) {
@@ -45,7 +48,8 @@ func newHostTLS(ca []byte, dirs []string) (*hostTLS, error) {
 			return nil, errdefs.Invalid("ca", "%v", err)
 		}
 	}
-	return &hostTLS{base: base, ca: ca, dirs: dirs, hosts: map[string]http.RoundTripper{}}, nil
+	return &hostTLS{base: base, ca: ca, dirs: dirs, hosts: map[string]http.RoundTripper{},
+		asked: map[string]bool{}, answered: map[string]bool{}}, nil
 }
 
 func (h *hostTLS) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -53,7 +57,22 @@ func (h *hostTLS) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.RoundTrip(req)
+	resp, err := t.RoundTrip(req)
+	if err == nil && req.URL.Scheme == "https" {
+		h.mu.Lock()
+		h.answered[req.URL.Host] = true
+		h.mu.Unlock()
+	}
+	return resp, err
+}
+
+// noClientCert reports whether host asked for a client certificate this
+// pull had not, and never answered a request over TLS: its refusal of
+// the handshake may reach the client only as a closed connection.
+func (h *hostTLS) noClientCert(host string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.asked[host] && !h.answered[host]
 }
 
 func (h *hostTLS) forHost(host string) (http.RoundTripper, error) {
@@ -89,7 +108,20 @@ func (h *hostTLS) forHost(host string) (http.RoundTripper, error) {
 		}
 	}
 	t := h.base.Clone()
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, Certificates: certs, MinVersion: tls.VersionTLS12}
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12,
+		// As crypto/tls picks from Certificates, noting a request none
+		// matches.
+		GetClientCertificate: func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			for i := range certs {
+				if cri.SupportsCertificate(&certs[i]) == nil {
+					return &certs[i], nil
+				}
+			}
+			h.mu.Lock()
+			h.asked[host] = true
+			h.mu.Unlock()
+			return new(tls.Certificate), nil
+		}}
 	h.hosts[host] = t
 	return t, nil
 }
