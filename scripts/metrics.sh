@@ -37,7 +37,7 @@ done
 echo
 echo "Top 6 types by methods in each package:"
 echo
-for p in serving jobs sandbox proxy agent cluster daemon routes leadership; do
+for p in serving jobs sandbox proxy agent cluster daemon routes node localnode; do
 	[ -d internal/$p ] || continue
 	echo "- $p: $(methods $p | head -6 | awk '{ printf "%s%s %s", sep, $2, $1; sep = ", " }')"
 done
@@ -46,7 +46,7 @@ echo "## Files per package"
 echo
 echo '| package | files | test files | lines (non-test) |'
 echo '|---|---|---|---|'
-for p in serving jobs sandbox proxy agent cluster daemon routes leadership labels runtime/wipe; do
+for p in serving jobs sandbox proxy agent cluster daemon routes node localnode labels runtime/wipe; do
 	[ -d internal/$p ] || { echo "| $p | - | - | - |"; continue; }
 	f=$(sources $p | wc -l)
 	tf=$(ls internal/$p/*_test.go 2>/dev/null | wc -l)
