@@ -355,6 +355,7 @@ func TestClusterUnreachableNode(t *testing.T) {
 		_, routed := h.endpointNodes()[gone]
 		return len(a["ready"]) == 3 && !routed && !slices.Contains(a["ready"], gone)
 	})
+	h.recorded()
 	if evs := h.ev.of("fail"); len(evs) != 0 {
 		t.Fatalf("fail events %+v; an unreachable node is no failure of its replica", evs)
 	}

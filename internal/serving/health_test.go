@@ -154,6 +154,7 @@ func TestCommandHealthCheck(t *testing.T) {
 	h.advanceUntil("the replica leaves the route", time.Second, func() bool { return len(h.r.endpoints("hello")) == 0 })
 	h.rt.setSick(old, false)
 	h.advanceUntil("the replica is back in the route", time.Second, func() bool { return len(h.r.endpoints("hello")) == 1 })
+	h.recorded()
 	if evs := h.ev.of("fail"); len(evs) != 0 {
 		t.Fatalf("one failed check counted as a failure: %+v", evs)
 	}

@@ -157,6 +157,7 @@ func TestLadderCrashBackoff(t *testing.T) {
 	// wait, though the crashes are still counted.
 	h.advance(time.Second)
 	replacedAtOnce("a replica that served for longer than its back-off is replaced without one")
+	h.recorded()
 	if n := len(h.ev.of("fail")); n != 4 {
 		t.Fatalf("%d fail events after four crashes", n)
 	}

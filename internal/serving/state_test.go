@@ -221,6 +221,7 @@ func TestStateGoesWithTheApp(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("app dir left: %v", err)
 	}
+	h.recorded()
 	if n := len(h.ev.of("merge")) + len(h.ev.of("merge-failed")); n != 0 {
 		t.Fatalf("%d merges of a deleted app", n)
 	}
