@@ -3,6 +3,7 @@ package serving
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -161,7 +162,11 @@ func TestSelfHaltDie(t *testing.T) {
 		t.Fatal("stopped with a request in flight")
 	}
 	h.r.setLoad(route.Load{})
-	h.wait("the dead replica is removed", func() bool { _, err := h.rt.get(second); return err != nil })
+	// Its container goes first, then its token and its place in the list.
+	h.wait("the dead replica is removed", func() bool {
+		_, err := h.rt.get(second)
+		return err != nil && !slices.Contains(slices.Concat(slices.Collect(maps.Values(h.replicas()))...), second)
+	})
 	if cl, ok := h.m.SelfAPI().Identify(appapi.HashToken(tokenOf(h, first))); !ok || cl.Gone {
 		t.Fatalf("the first replica's token: %+v", cl)
 	}
