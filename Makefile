@@ -39,8 +39,11 @@ deps-bench:
 	scripts/install-deps.sh bench
 
 # Every test: unit and integration (real runc, CNI, etcd, registry); needs root.
+# The Debian example images the e2e tests deploy are built first (minutes
+# on a fresh machine, nothing once cached), outside any test's time limit.
 test: deps-test build examples
 	@test "$$(id -u)" = 0 || { echo "make test: run as root (integration tests start real containers)"; exit 1; }
+	scripts/debian-images.sh apache-php python >/dev/null
 	gofmt -l . | tee /dev/stderr | (! read -r _)
 	$(GO) vet ./...
 	SHOAL_BIN=$(CURDIR)/bin/shoal SHOAL_EXAMPLES=$(CURDIR)/bin/examples $(GO) test -count=1 -timeout 40m ./...

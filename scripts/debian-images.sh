@@ -144,7 +144,10 @@ configure() {
 build() {
 	name="$1" out="$2"
 	work=$(mktemp -d "${cache}/.build-$name.XXXXXX")
-	trap 'rm -rf "$work"' EXIT INT TERM
+	# A signal ends the script (sh would go on after the handler), and the
+	# exit removes the unfinished build.
+	trap 'rm -rf "$work"' EXIT
+	trap 'exit 143' INT TERM
 	m=$(mirror)
 	say "$name: checking the Debian mirror $m"
 	checkMirror "$m"

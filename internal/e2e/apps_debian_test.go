@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -34,6 +35,12 @@ func (d *daemon) debianImage(name string) string {
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, "sh", filepath.Join(root, "scripts", "debian-images.sh"), name)
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	// On time out the whole build goes (mmdebstrap is the script's
+	// grandchild), with SIGTERM so the script's and mmdebstrap's own
+	// clean-up run; then the pipes are not waited for past WaitDelay.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
 	if err := cmd.Run(); err != nil {
 		d.t.Fatalf("scripts/debian-images.sh %s: %v\n%s", name, err, errb.String())
 	}
