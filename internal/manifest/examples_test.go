@@ -7,16 +7,19 @@ import (
 	"testing"
 )
 
-// The example apps' manifests are what a new user deploys first: each one
-// must parse and name its own app and image.
-func TestExampleManifests(t *testing.T) {
-	files, err := filepath.Glob("../../examples/*/shoal.toml")
+// exampleManifests parses the shoal.toml files glob finds (at least min)
+// and checks that each names the app after its folder and the image
+// prefix+NAME:1; it returns each file's text by its app's name.
+func exampleManifests(t *testing.T, glob string, min int, prefix string) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(glob)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 3 {
-		t.Fatalf("found %d example manifests, want one per example app (hello, slowboot, cpuburn)", len(files))
+	if len(files) < min {
+		t.Fatalf("found %d manifests as %s, want at least %d", len(files), glob, min)
 	}
+	texts := map[string]string{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -28,39 +31,31 @@ func TestExampleManifests(t *testing.T) {
 			continue
 		}
 		name := filepath.Base(filepath.Dir(f))
-		if c.Name != name || c.Image != name+":1" {
-			t.Errorf("%s: name %q image %q, want %q and %q", f, c.Name, c.Image, name, name+":1")
+		if c.Name != name || c.Image != prefix+name+":1" {
+			t.Errorf("%s: name %q image %q, want %q and %q", f, c.Name, c.Image, name, prefix+name+":1")
 		}
+		texts[name] = string(b)
 	}
+	return texts
+}
+
+// The example apps' manifests are what a new user deploys first: each one
+// must parse and name its own app and image (hello, slowboot, cpuburn...).
+func TestExampleManifests(t *testing.T) {
+	exampleManifests(t, "../../examples/*/shoal.toml", 3, "")
 }
 
 // The Debian example apps (images built by scripts/debian-images.sh) are
 // named by their folder, their images debian-NAME:1 as the script's
 // import line says.
 func TestDebianExampleManifests(t *testing.T) {
-	files, err := filepath.Glob("../../examples/debian/*/shoal.toml")
-	if err != nil {
-		t.Fatal(err)
+	texts := exampleManifests(t, "../../examples/debian/*/shoal.toml", 3, "debian-")
+	if len(texts) != 3 {
+		t.Fatalf("%d Debian example manifests parsed, want 3 (apache-php, nginx, python)", len(texts))
 	}
-	if len(files) != 3 {
-		t.Fatalf("found %d Debian example manifests, want 3 (apache-php, nginx, python)", len(files))
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := Parse(b, f)
-		if err != nil {
-			t.Errorf("%s: %v", f, err)
-			continue
-		}
-		name := filepath.Base(filepath.Dir(f))
-		if c.Name != name || c.Image != "debian-"+name+":1" {
-			t.Errorf("%s: name %q image %q, want %q and %q", f, c.Name, c.Image, name, "debian-"+name+":1")
-		}
-		if !strings.Contains(string(b), "scripts/debian-images.sh "+name+")\" --tag debian-"+name+":1") {
-			t.Errorf("%s does not say how its image is built and imported", f)
+	for name, text := range texts {
+		if !strings.Contains(text, "scripts/debian-images.sh "+name+")\" --tag debian-"+name+":1") {
+			t.Errorf("examples/debian/%s/shoal.toml does not say how its image is built and imported", name)
 		}
 	}
 }

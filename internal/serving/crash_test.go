@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
@@ -46,7 +47,7 @@ func newCrashHarness(t *testing.T) (*harness, *crash) {
 	h := newHarnessOpts(t, func(o *testOpts) {
 		c.st = o.Store
 		o.Store = crashStore{o.Store, c}
-		o.Runtime = crashRuntime{o.Runtime, c}
+		o.Runtime = crashRuntime{o.Runtime.(localnode.Runtime), c}
 		o.Router = crashRouter{o.Router, c}
 	})
 	// Before the Manager's Close (cleanups run last first): a write
@@ -145,8 +146,8 @@ func (s crashStore) CompareAndSwap(ctx context.Context, key string, rev int64, v
 // crashRuntime refuses what would change a container once the daemon is
 // dead.
 type crashRuntime struct {
-	Runtime
-	c *crash
+	localnode.Runtime // the local node runs replicas on it; serving, merge hooks
+	c                 *crash
 }
 
 func (r crashRuntime) alive() error {

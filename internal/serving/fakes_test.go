@@ -203,7 +203,7 @@ type testOpts struct {
 // clock and folder, and on the harness's network and placer.
 func (h *harness) withLocal(o Options) Options {
 	h.t.Helper()
-	n, err := localnode.New(localnode.Options{Runtime: o.Runtime, Images: o.Images, Network: h.netw, Router: o.Router,
+	n, err := localnode.New(localnode.Options{Runtime: o.Runtime.(localnode.Runtime), Images: o.Images, Network: h.netw, Router: o.Router,
 		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger})
 	if err != nil {
 		h.t.Fatal(err)

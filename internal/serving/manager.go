@@ -22,19 +22,11 @@ import (
 )
 
 // Runtime is what serving needs of the container runtime: it runs the
-// apps' merge hooks.
+// apps' merge hooks (a replica's own container is its node's).
 type Runtime interface {
 	Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
 	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
-	Stop(ctx context.Context, id string, grace time.Duration) (runtime.ExitStatus, error)
 	Delete(ctx context.Context, id string) error
-	Freeze(id string) error
-	Thaw(id string) error
-	UpdateCPU(id string, cpus float64) error
-	Stats(id string) (runtime.Stats, error)
-	Get(id string) (*runtime.Container, error)
-	// Exec runs a process in a running container (command health checks).
-	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error)
 }
 
 // Images resolves an app's image.
