@@ -95,7 +95,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	appsDir := filepath.Join(cfg.DataDir, "apps")
 	lo := localnode.Options{Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Placer: placer,
-		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log}
+		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log, Version: cfg.Version}
 	o := serving.Options{
 		Store: d.store, Runtime: d.rt, Images: d.images, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen,

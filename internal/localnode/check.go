@@ -76,9 +76,13 @@ func (w *tailWriter) String() string {
 	return strings.Join(strings.Fields(strings.ToValidUTF8(string(w.b), "?")), " ")
 }
 
+// HealthAgent is the User-Agent of HTTP health checks, followed by "/" and
+// the daemon's version: an operator can leave them out of access logs.
+const HealthAgent = "shoal-health"
+
 // probe checks once whether the replica at addr is healthy with an HTTP or
-// TCP check.
-func probe(ctx context.Context, h manifest.Health, addr string) error {
+// TCP check; an HTTP check says it is one with the User-Agent ua.
+func probe(ctx context.Context, h manifest.Health, addr, ua string) error {
 	timeout := h.Timeout.Duration
 	if timeout <= 0 {
 		timeout = time.Second
@@ -97,7 +101,7 @@ func probe(ctx context.Context, h manifest.Health, addr string) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("User-Agent", "shoal-health")
+	req.Header.Set("User-Agent", ua)
 	resp, err := probeClient.Do(req)
 	if err != nil {
 		return err

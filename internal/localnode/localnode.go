@@ -99,6 +99,9 @@ type Options struct {
 	Confiner Confiner
 	Clock    clock.Clock
 	Logger   *slog.Logger
+	// Version is the daemon's, which HTTP health checks send in their
+	// User-Agent ("": dev).
+	Version string
 }
 
 // Node runs replicas on this host.
@@ -113,6 +116,7 @@ type Node struct {
 	dir      string
 	init     string
 	confiner Confiner
+	agent    string // HTTP health checks' User-Agent
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
@@ -142,8 +146,11 @@ func New(o Options) (*Node, error) {
 	if o.Placer == nil {
 		o.Placer = placement.NewCPUs(nil, nil)
 	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
 	return &Node{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, att: map[string]*network.Attachment{}, logs: map[string]string{}}, nil
+		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version, att: map[string]*network.Attachment{}, logs: map[string]string{}}, nil
 }
 
 // InitPath is where a replica of an app with init = true sees shoal-init,
@@ -331,7 +338,7 @@ func (n *Node) Check(ctx context.Context, id, addr string, h manifest.Health) er
 	if h.Command != nil {
 		return n.runCheck(ctx, h, id)
 	}
-	return probe(ctx, h, addr)
+	return probe(ctx, h, addr, n.agent)
 }
 
 func (n *Node) Usage(_ context.Context, id string) (uint64, uint64, error) {
