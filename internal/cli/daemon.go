@@ -84,6 +84,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Domain, "domain", "", "also route Host: <app>.<domain> to app")
 	f.IntVar(&cfg.ProxyLimits.MaxHeadBytes, "proxy-max-head", proxy.DefaultMaxHeadBytes, "largest request head the proxy takes, in bytes (431 beyond it)")
 	f.IntVar(&cfg.ProxyLimits.MaxConnsPerClient, "proxy-max-conns", proxy.DefaultMaxConnsPerClient, "connections one client address may hold to the proxy")
+	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses and CIDRs of proxies in front of the app proxy (a TLS terminator) whose X-Forwarded-For/-Proto/-Host and Forwarded fields are kept; anyone else's are replaced")
 	f.StringVar(&cfg.FrozenMemory, "frozen-memory", "", "memory frozen replicas may hold before the least recently used are stopped, e.g. 2Gi (default: a quarter of RAM)")
 	f.IntVar(&cfg.SelfAPIPort, "self-api-port", appapi.DefaultPort, "port of the self API that replicas reach at $SHOAL_API_URL on the bridge gateway (0: any free port, -1: off)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoal-run/shoal/internal/dataplane"
+	"github.com/shoal-run/shoal/internal/proxy"
 )
 
 func init() { extraCommands = append(extraCommands, newProxyServeCmd) }
@@ -21,6 +22,7 @@ func init() { extraCommands = append(extraCommands, newProxyServeCmd) }
 func newProxyServeCmd(*globals) *cobra.Command {
 	var c dataplane.ServeConfig
 	var level, logFile string
+	var trusted []string
 	cmd := &cobra.Command{
 		Use:    "proxy-serve",
 		Short:  "The daemon's HTTP proxy process (internal)",
@@ -28,6 +30,7 @@ func newProxyServeCmd(*globals) *cobra.Command {
 		Args:   exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lv slog.Level
+			var err error
 			if err := lv.UnmarshalText([]byte(level)); err != nil {
 				return usageErrorf("--log-level %q: use debug, info, warn or error", level)
 			}
@@ -40,7 +43,9 @@ func newProxyServeCmd(*globals) *cobra.Command {
 			}
 			c.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: lv})).With("proc", "proxy")
 			c.Version = Version
-			var err error
+			if c.TrustedProxies, err = proxy.ParseTrustList(trusted); err != nil {
+				return usageErrorf("--trusted-proxies: %v", err)
+			}
 			if c.Listener, err = inherited(3, "proxy listener"); err != nil {
 				return err
 			}
@@ -57,6 +62,7 @@ func newProxyServeCmd(*globals) *cobra.Command {
 	f.StringVar(&logFile, "log-file", "", "the file stderr writes to, rotated past 4 MiB")
 	f.IntVar(&c.Limits.MaxHeadBytes, "max-head-bytes", 0, "largest request head (0: 32 KiB)")
 	f.IntVar(&c.Limits.MaxConnsPerClient, "max-conns-per-client", 0, "connections one client address may hold (0: 256)")
+	f.StringSliceVar(&trusted, "trusted-proxies", nil, "addresses and CIDRs whose forwarded fields are kept")
 	return cmd
 }
 

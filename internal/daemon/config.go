@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/units"
 )
@@ -74,6 +75,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.Proxy); err != nil {
 			return errdefs.Invalid("--proxy", "%q is not host:port (or off)", c.Proxy)
 		}
+	}
+	if _, err := proxy.ParseTrustList(c.TrustedProxies); err != nil {
+		return errdefs.Invalid("--trusted-proxies", "%v", err)
 	}
 	if c.FrozenMemory != "" {
 		if _, err := units.ParseBytes(c.FrozenMemory); err != nil {

@@ -77,3 +77,25 @@ func TestValidateAdvertiseProxy(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateTrustedProxies(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		list  []string
+		valid bool
+	}{
+		{nil, true},
+		{[]string{"10.0.0.0/8", "192.0.2.1", "2001:db8::/32"}, true},
+		{[]string{"10.0.0.0/33"}, false},
+		{[]string{"proxy.example.org"}, false},
+	} {
+		cfg := Config{DataDir: "/tmp/d", RunDir: "/tmp/r", Node: "n1", TrustedProxies: c.list, Logger: quiet}
+		err := cfg.Validate()
+		switch {
+		case c.valid && err != nil:
+			t.Errorf("%q: %v; want valid", c.list, err)
+		case !c.valid && (!errdefs.IsInvalid(err) || errdefs.Field(err) != "--trusted-proxies"):
+			t.Errorf("%q: %v; want invalid --trusted-proxies", c.list, err)
+		}
+	}
+}

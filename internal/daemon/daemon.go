@@ -67,6 +67,10 @@ type Config struct {
 	// ProxyLimits bound what one client can hold of the proxy (zero
 	// fields: its defaults).
 	ProxyLimits proxy.Limits
+	// TrustedProxies are the addresses and CIDRs whose X-Forwarded-* and
+	// Forwarded fields the proxy keeps (a TLS terminator in front of it);
+	// anyone else's it replaces.
+	TrustedProxies []string
 	// FrozenMemory bounds the memory held by frozen replicas ("2Gi";
 	// default a quarter of RAM).
 	FrozenMemory string

@@ -45,6 +45,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		pl, err := dataplane.Open(ctx, dataplane.Options{
 			Addr: cfg.Proxy, Domain: cfg.Domain, RunDir: cfg.RunDir, DaemonAPI: unixPath(cfg.API),
 			Version: cfg.Version, Logger: d.log, Limits: cfg.ProxyLimits,
+			TrustedProxies: cfg.TrustedProxies,
 		})
 		if err != nil {
 			return err

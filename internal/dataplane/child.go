@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,8 @@ type ServeConfig struct {
 	Version   string
 	Logger    *slog.Logger
 	Limits    proxy.Limits
+	// TrustedProxies are the peers whose forwarded fields are kept.
+	TrustedProxies proxy.TrustList
 }
 
 // Serve runs the proxy process until ctx ends (then it drains for up to
@@ -41,7 +44,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	act := newActivator(c.DaemonAPI, log)
 	reg := prometheus.NewRegistry()
-	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits})
+	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits,
+		TrustedProxies: c.TrustedProxies})
 	act.queued = func(app string) bool { return p.Load(app).Queued > 0 }
 
 	var once sync.Once
@@ -57,7 +61,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 			close(stopped)
 		})
 	}
-	info := Info{Pid: os.Getpid(), Addr: c.Listener.Addr().String(), Domain: c.Domain, Version: c.Version, Started: time.Now()}
+	info := Info{Pid: os.Getpid(), Addr: c.Listener.Addr().String(), Domain: c.Domain, Version: c.Version, Started: time.Now(),
+		Trusted: strings.Join(c.TrustedProxies.Strings(), ",")}
 	ctl := newControl(p, info, reg, stop)
 	cs := &http.Server{Handler: ctl.handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {

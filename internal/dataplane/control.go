@@ -35,6 +35,7 @@ type Info struct {
 	Pid     int       `json:"pid"`
 	Addr    string    `json:"addr"` // where it takes requests
 	Domain  string    `json:"domain,omitempty"`
+	Trusted string    `json:"trusted_proxies,omitempty"` // as --trusted-proxies
 	Version string    `json:"version,omitempty"`
 	Started time.Time `json:"started"`
 }

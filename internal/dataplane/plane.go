@@ -35,6 +35,9 @@ type Options struct {
 	// Limits bound what one client can hold of the proxy (zero fields:
 	// the proxy's defaults).
 	Limits proxy.Limits
+	// TrustedProxies are the peers whose forwarded fields the proxy keeps
+	// (proxy.ParseTrustList reads them; checked by the caller).
+	TrustedProxies []string
 }
 
 // Files in the run dir.
@@ -91,13 +94,13 @@ func Open(ctx context.Context, o Options) (*Plane, error) {
 	info, err := pl.client.Info(ictx)
 	cancel()
 	switch {
-	case err == nil && sameAddr(o.Addr, info.Addr) && info.Domain == o.Domain:
+	case err == nil && sameAddr(o.Addr, info.Addr) && info.Domain == o.Domain && info.Trusted == pl.trusted():
 		if err := pl.adopt(info); err != nil {
 			return nil, err
 		}
 	case err == nil:
-		pl.log.Warn("proxy: the running proxy process serves another address or domain; stopping it",
-			"pid", info.Pid, "addr", info.Addr, "domain", info.Domain)
+		pl.log.Warn("proxy: the running proxy process serves another address, domain or trusted proxies; stopping it",
+			"pid", info.Pid, "addr", info.Addr, "domain", info.Domain, "trusted_proxies", info.Trusted)
 		pl.stopOther(ctx, info)
 		fallthrough
 	default:
@@ -207,6 +210,9 @@ func (pl *Plane) start(addr string) error {
 	}
 	if pl.o.Domain != "" {
 		args = append(args, "--domain", pl.o.Domain)
+	}
+	if t := pl.trusted(); t != "" {
+		args = append(args, "--trusted-proxies", t)
 	}
 	if pl.o.LogLevel != "" {
 		args = append(args, "--log-level", pl.o.LogLevel)
@@ -404,4 +410,10 @@ func sameAddr(want, actual string) bool {
 		return ai.IsLoopback()
 	}
 	return false
+}
+
+// trusted is --trusted-proxies as the proxy process reports it back.
+func (pl *Plane) trusted() string {
+	l, _ := proxy.ParseTrustList(pl.o.TrustedProxies)
+	return strings.Join(l.Strings(), ",")
 }

@@ -69,7 +69,7 @@ type cconn struct {
 
 func newCconn(f *server, c net.Conn, client string) *cconn {
 	_, isTLS := c.(*tls.Conn)
-	cc := &cconn{f: f, c: c, client: client, fw: newForwarded(client, isTLS)}
+	cc := &cconn{f: f, c: c, client: client, fw: newForwarded(client, isTLS, f.p.trusted)}
 	cc.w.c = cc
 	cc.x.c = cc
 	return cc

@@ -189,13 +189,9 @@ func (x *fastReq) buildRequest() {
 		b = append(b, l.line...)
 		b = append(b, "\r\n"...)
 	}
-	var kept [][]byte
-	if r.hop != nil {
-		// From another node's proxy (admitHop refuses the request
-		// unless its hop header authenticates): its client's.
-		kept = r.fwd
-	}
-	b = appendForwarded(b, &x.c.fw, r.host, r.xff, kept)
+	// A request with a hop header is another node's proxy's: admitHop
+	// refuses it unless the header authenticates.
+	b = appendForwarded(b, &x.c.fw, r.host, &r.sent, r.hop != nil)
 	m := string(r.method)
 	if r.cl > 0 || m == "POST" || m == "PUT" || m == "PATCH" {
 		b = append(b, "Content-Length: "...)

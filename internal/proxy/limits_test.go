@@ -107,9 +107,9 @@ func TestServeCLAndTERefused(t *testing.T) {
 	}
 }
 
-// X-Real-IP and Forwarded reach the replica made from the client's
-// address, never as the client sent them, on either engine: the fast path
-// and net/http's leg (HTTP/1.0, a chunked upload).
+// The forwarded fields reach the replica made from the client's address
+// and connection, never as the client sent them, on either engine: the
+// fast path and net/http's leg (HTTP/1.0, a chunked upload).
 func TestServeForwardedHeadersReplaced(t *testing.T) {
 	f := newFront(t, Options{})
 	seen := make(chan http.Header, 1)
@@ -117,7 +117,8 @@ func TestServeForwardedHeadersReplaced(t *testing.T) {
 		io.Copy(io.Discard, r.Body)
 		seen <- r.Header.Clone()
 	})))
-	spoof := "X-Real-IP: 203.0.113.7\r\nForwarded: for=203.0.113.7\r\nX-Forwarded-For: 203.0.113.7\r\n"
+	spoof := "X-Real-IP: 203.0.113.7\r\nForwarded: for=203.0.113.7\r\nX-Forwarded-For: 203.0.113.7\r\n" +
+		"X-Forwarded-Proto: https\r\nX-Forwarded-Host: evil.test\r\n"
 	for _, tc := range []struct{ name, req string }{
 		{"fast", "GET / HTTP/1.1\r\nHost: a.localhost\r\n" + spoof + "\r\n"},
 		{"net/http", "GET / HTTP/1.0\r\nHost: a.localhost\r\n" + spoof + "\r\n"},
@@ -135,8 +136,14 @@ func TestServeForwardedHeadersReplaced(t *testing.T) {
 		if got := h.Values("Forwarded"); len(got) != 1 || got[0] != "for=127.0.0.1;proto=http" {
 			t.Errorf("%s: Forwarded %q", tc.name, got)
 		}
-		if got := strings.Join(h.Values("X-Forwarded-For"), ", "); got != "203.0.113.7, 127.0.0.1" {
+		if got := strings.Join(h.Values("X-Forwarded-For"), ", "); got != "127.0.0.1" {
 			t.Errorf("%s: X-Forwarded-For %q", tc.name, got)
+		}
+		if got := h.Values("X-Forwarded-Proto"); len(got) != 1 || got[0] != "http" {
+			t.Errorf("%s: X-Forwarded-Proto %q", tc.name, got)
+		}
+		if got := h.Values("X-Forwarded-Host"); len(got) != 1 || got[0] != "a.localhost" {
+			t.Errorf("%s: X-Forwarded-Host %q", tc.name, got)
 		}
 	}
 }

@@ -27,17 +27,18 @@ type request struct {
 	isHead, safe      bool // HEAD; GET, HEAD or OPTIONS
 	idem              bool // idempotent: safe, PUT, DELETE or TRACE
 	conn              [][]byte
-	xff               [][]byte
-	cookies           [][]byte // Cookie values, also passed on in lines
-	hop               []byte   // the hop header (HopHeader), not passed on
-	fwd               [][]byte // X-Real-IP and Forwarded lines
+	cookies           [][]byte           // Cookie values, also passed on in lines
+	hop               []byte             // the hop header (HopHeader), not passed on
+	sent              sentFields[[]byte] // the forwarded fields' values
 	lines             []hline
 }
 
 // parse reads a request head ending in an empty line. It returns false for
 // anything the fast path leaves to net/http.
 func (r *request) parse(head []byte) bool {
-	*r = request{conn: r.conn[:0], xff: r.xff[:0], cookies: r.cookies[:0], lines: r.lines[:0], fwd: r.fwd[:0]}
+	s := &r.sent
+	*r = request{conn: r.conn[:0], cookies: r.cookies[:0], lines: r.lines[:0], sent: sentFields[[]byte]{
+		xff: s.xff[:0], host: s.host[:0], proto: s.proto[:0], realIP: s.realIP[:0], fwd: s.fwd[:0]}}
 	line, rest, ok := nextLine(head)
 	if !ok {
 		return false
@@ -96,15 +97,21 @@ func (r *request) parse(head []byte) bool {
 				return false
 			}
 		case eqFold(name, "x-forwarded-for"):
-			r.xff = append(r.xff, val)
+			r.sent.xff = append(r.sent.xff, val)
 		case eqFold(name, "shoal-hop"):
 			if r.hop != nil {
 				return false // net/http refuses two
 			}
 			r.hop = val
-		case eqFold(name, "x-real-ip"), eqFold(name, "forwarded"):
-			r.fwd = append(r.fwd, line) // kept from another node's proxy only
-		case eqFold(name, "x-forwarded-host"), eqFold(name, "x-forwarded-proto"), hopByHopName(name):
+		case eqFold(name, "x-forwarded-host"):
+			r.sent.host = append(r.sent.host, val)
+		case eqFold(name, "x-forwarded-proto"):
+			r.sent.proto = append(r.sent.proto, val)
+		case eqFold(name, "x-real-ip"):
+			r.sent.realIP = append(r.sent.realIP, val)
+		case eqFold(name, "forwarded"):
+			r.sent.fwd = append(r.sent.fwd, val)
+		case hopByHopName(name):
 		default:
 			if eqFold(name, "cookie") {
 				r.cookies = append(r.cookies, val)

@@ -46,6 +46,9 @@ type Options struct {
 	Clock      clock.Clock // for LastRequest and queue timing; default clock.Real
 	// Limits bound what one client can hold; zero fields take defaults.
 	Limits Limits
+	// TrustedProxies are the peers whose X-Forwarded-* and Forwarded
+	// fields are kept (see appendForwarded); anyone else's are replaced.
+	TrustedProxies TrustList
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -58,13 +61,14 @@ type Proxy struct {
 	domain    string // ".<domain>", lower case, or ""
 	log       *slog.Logger
 	mistakes  mistakeLog
+	trusted   TrustList
 
 	front server // the listener side of Serve
 }
 
 // New returns a Proxy with an empty table.
 func New(o Options) *Proxy {
-	p := &Proxy{activator: o.Activator, log: o.Logger}
+	p := &Proxy{activator: o.Activator, log: o.Logger, trusted: o.TrustedProxies}
 	if p.log == nil {
 		p.log = slog.Default()
 	}

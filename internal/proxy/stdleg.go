@@ -94,7 +94,8 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		hop = x.p.hopValue(st.ep, r.Host)
 	}
 	up := upgradeType(r.Header)
-	if err := writeRequest(bc.bw, r, hop, st.hop, up); err != nil {
+	fw := forwardedOf(r, x.p.trusted)
+	if err := writeRequest(bc.bw, r, hop, &fw, st.hop, up); err != nil {
 		var be *bodyError
 		var mbe *http.MaxBytesError
 		switch {
@@ -214,12 +215,13 @@ func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
 // writeRequest writes r in HTTP/1.1 with the hop-by-hop fields removed,
-// the forwarded fields written (appendForwarded), and the hop header hop
-// unless it is "". trusted keeps the request's own X-Real-IP and Forwarded:
-// it came from another node's proxy. upgrade, unless "", is the protocol
+// the forwarded fields written (appendForwarded, with what fw says of the
+// client connection), and the hop header hop unless it is "". fromHop is
+// set for a request another node's proxy sent, whose forwarded fields are
+// kept. upgrade, unless "", is the protocol
 // the request asks to switch to. A body of unknown length is streamed in
 // chunked coding, each piece as it comes, its trailers after it.
-func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool, upgrade string) error {
+func writeRequest(bw *bufio.Writer, r *http.Request, hop string, fw *forwarded, fromHop bool, upgrade string) error {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' {
 		uri = r.URL.RequestURI()
@@ -242,17 +244,10 @@ func writeRequest(bw *bufio.Writer, r *http.Request, hop string, trusted bool, u
 			bw.WriteString("\r\n")
 		}
 	}
-	var kept []string
-	if ip := r.Header["X-Real-Ip"]; trusted && ip != nil {
-		// A request another node's proxy sent (its hop header was
-		// removed once it authenticated) keeps its client's lines.
-		kept = append(kept, "X-Real-Ip: "+ip[0])
-		for _, v := range r.Header["Forwarded"] {
-			kept = append(kept, "Forwarded: "+v)
-		}
-	}
-	fw := forwardedOf(r)
-	bw.Write(appendForwarded(bw.AvailableBuffer(), &fw, r.Host, r.Header["X-Forwarded-For"], kept))
+	h := r.Header
+	sent := sentFields[string]{xff: h["X-Forwarded-For"], host: h["X-Forwarded-Host"],
+		proto: h["X-Forwarded-Proto"], realIP: h["X-Real-Ip"], fwd: h["Forwarded"]}
+	bw.Write(appendForwarded(bw.AvailableBuffer(), fw, r.Host, &sent, fromHop))
 	chunked := r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody
 	switch {
 	case chunked:
