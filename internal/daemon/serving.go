@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/dataplane"
+	"github.com/shoal-run/shoal/internal/dispatch"
 	"github.com/shoal-run/shoal/internal/events"
 	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/placement"
@@ -116,7 +117,9 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.
-		o.Cluster, o.Remote = d.lead.hub, d.remoteNode
+		o.Cluster = d.lead.hub
+		o.Dispatcher = dispatch.New(dispatch.Options{Self: cfg.Node, Local: local, Remote: d.remoteNode, Dir: appsDir,
+			Clock: clock.Real{}, Logger: d.log})
 	}
 	m, err := serving.New(o)
 	if err != nil {

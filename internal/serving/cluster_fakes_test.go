@@ -48,6 +48,15 @@ func (t *fakeTerm) CompareAndSwap(ctx context.Context, key string, rev int64, va
 	return t.st.CompareAndSwap(ctx, key, rev, val)
 }
 
+// NodeInfo is a live node of a fakeCluster.
+type NodeInfo struct {
+	Name         string
+	CPUs         int
+	Memory       int64 // bytes
+	FrozenMemory int64 // bytes frozen replicas may hold there (0: this host's budget)
+	Draining     bool  // a member that takes no new replica
+}
+
 // fakeCluster is a cluster whose leadership and live nodes the test sets:
 // the elections a cluster.Hub follows, and its members (fakeMembers).
 type fakeCluster struct {

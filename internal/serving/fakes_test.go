@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/dispatch"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/localnode"
@@ -190,6 +191,8 @@ type harness struct {
 	// netw and placer are its local node's.
 	netw   localnode.Network
 	placer localnode.Placer
+	// remote reaches the other nodes of a cluster (nil: a single host).
+	remote func(node string) Node
 }
 
 // testOpts are a harness Manager's options and its local node's.
@@ -197,10 +200,13 @@ type testOpts struct {
 	Options
 	Network localnode.Network
 	Placer  localnode.Placer
+	// Remote reaches the other nodes of a cluster (with Cluster).
+	Remote func(node string) Node
 }
 
 // withLocal returns o with a local node on o's runtime, images, router,
-// clock and folder, and on the harness's network and placer.
+// clock and folder, and on the harness's network and placer; in a cluster,
+// with a dispatcher over it and the harness's other nodes.
 func (h *harness) withLocal(o Options) Options {
 	h.t.Helper()
 	n, err := localnode.New(localnode.Options{Runtime: o.Runtime.(localnode.Runtime), Images: o.Images, Network: h.netw, Router: o.Router,
@@ -209,6 +215,10 @@ func (h *harness) withLocal(o Options) Options {
 		h.t.Fatal(err)
 	}
 	o.Local = n
+	if h.remote != nil {
+		o.Dispatcher = dispatch.New(dispatch.Options{Self: o.Node, Local: n, Remote: h.remote, Dir: o.Dir,
+			Clock: o.Clock, Logger: o.Logger})
+	}
 	return o
 }
 
@@ -257,7 +267,7 @@ func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg},
 		Network: fakeNet{}}
 	opt(&o)
-	h.netw, h.placer = o.Network, o.Placer
+	h.netw, h.placer, h.remote = o.Network, o.Placer, o.Remote
 	h.m, err = New(h.withLocal(o.Options))
 	if err != nil {
 		t.Fatal(err)

@@ -172,7 +172,7 @@ func (m *Manager) enforceFrozenBudget() {
 // host's --frozen-memory, or in a cluster the budget of the node's record.
 func (m *Manager) frozenBudget(node string) int64 {
 	if m.disp != nil {
-		if b := m.disp.frozenBudget(node); b > 0 {
+		if b := m.disp.FrozenBudget(node); b > 0 {
 			return b
 		}
 	}

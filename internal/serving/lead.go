@@ -26,21 +26,6 @@ type Cluster interface {
 	Changed() <-chan struct{}
 }
 
-// NodeInfo is a live node of the cluster as placement sees it.
-type NodeInfo struct {
-	Name         string
-	CPUs         int
-	Memory       int64 // bytes
-	FrozenMemory int64 // bytes frozen replicas may hold there (0: this host's budget)
-	Draining     bool  // a member that takes no new replica
-}
-
-// nodeInfo is a live node's record as placement sees it.
-func nodeInfo(n cluster.Node) NodeInfo {
-	return NodeInfo{Name: n.Name, CPUs: n.CPUs, Memory: n.Memory, FrozenMemory: n.FrozenMemory,
-		Draining: n.State == cluster.StateDraining}
-}
-
 // lead is one run of the app controllers: on a single host the daemon's
 // whole life, in a cluster one term of this node. The controllers of a
 // lead write their records through it (through the term in a cluster:
@@ -185,7 +170,7 @@ func (m *Manager) leadTerm(ctx context.Context, t cluster.Term) {
 // the node its record names and starts the controllers.
 func (m *Manager) takeLead(ctx context.Context, t cluster.Term) (*lead, error) {
 	l := m.newLead(ctx, t)
-	m.disp.reset()
+	m.disp.Reset()
 	if err := m.refreshLive(); err != nil {
 		l.cancel()
 		return nil, err

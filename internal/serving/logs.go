@@ -159,14 +159,14 @@ func (m *Manager) remoteLogs(ctx context.Context, ctl *appCtl, tail int, lfs []l
 	var ids []string
 	ctl.mu.Lock()
 	for id, r := range ctl.reps {
-		if r.rec.Node != "" && r.rec.Node != m.disp.self {
+		if r.rec.Node != "" && r.rec.Node != m.o.Node {
 			ids = append(ids, id)
 		}
 	}
 	ctl.unlock()
 	for _, id := range ids {
 		cctx, cancel := context.WithTimeout(ctx, remoteTailLimit)
-		t, err := m.disp.tailLog(cctx, id, ctl.logs.path(id), tail)
+		t, err := m.disp.ReadLog(cctx, id, ctl.logs.path(id), tail)
 		cancel()
 		if err != nil {
 			t.Lines = []string{fmt.Sprintf("(log not read: %v)", err)}

@@ -18,11 +18,7 @@ func (m *Manager) refreshLive() error {
 	if err != nil {
 		return fmt.Errorf("serving: live nodes: %w", err)
 	}
-	infos := make([]NodeInfo, 0, len(nodes))
-	for _, n := range nodes {
-		infos = append(infos, nodeInfo(n))
-	}
-	if gone := m.disp.setLive(infos); len(gone) > 0 {
+	if gone := m.disp.SetLive(nodes); len(gone) > 0 {
 		m.log.Warn("serving: nodes lost", "nodes", gone)
 	}
 	return nil
@@ -44,7 +40,7 @@ func (m *Manager) heal() {
 	}
 	m.mu.Unlock()
 	for _, ctl := range ctls {
-		ctl.lose(m.disp.isLive)
+		ctl.lose(m.disp.IsLive)
 	}
 }
 
@@ -59,7 +55,7 @@ func (ctl *appCtl) lose(live func(node string) bool) {
 	for id, r := range ctl.reps {
 		node := r.rec.Node
 		if node == "" {
-			node = m.disp.where(id) // placed, its start under way
+			node = m.disp.Where(id) // placed, its start under way
 		}
 		if live(node) {
 			continue
@@ -80,7 +76,7 @@ func (ctl *appCtl) lose(live func(node string) bool) {
 // draining reports whether node is a cluster node that is draining: its
 // replicas move to other nodes.
 func (m *Manager) draining(node string) bool {
-	return m.disp != nil && m.disp.draining(node)
+	return m.disp != nil && m.disp.Draining(node)
 }
 
 // unreachable gives up a replica whose checks failed because its node,

@@ -62,10 +62,11 @@ type Options struct {
 	// Cluster, when set, makes this Manager a node of a cluster: it runs
 	// the apps only while the node leads (the cluster's Hub establishes
 	// and revokes it, a cluster.LeaderWork), and places their replicas on
-	// the cluster's live nodes. Nil: a single host.
+	// the cluster's live nodes through Dispatcher. Nil: a single host.
 	Cluster Cluster
-	// Remote reaches another node of the cluster by name; cluster only.
-	Remote func(node string) Node
+	// Dispatcher is the cluster's nodes as one Node, over Local and the
+	// other nodes' agents (dispatch.Dispatcher); cluster only.
+	Dispatcher Dispatcher
 	// Node is this host's name; replicas are recorded under it.
 	Node string
 	// Dir holds each app's volumes and replica logs: <Dir>/<app>/...
@@ -91,9 +92,9 @@ type Options struct {
 // proxy's activator through Activate.
 type Manager struct {
 	o       Options
-	node    Node        // where the apps' replicas run: this host, or the cluster's nodes
-	local   Node        // this host
-	disp    *dispatcher // the cluster's nodes; nil on a single host
+	node    Node       // where the apps' replicas run: this host, or the cluster's nodes
+	local   Node       // this host
+	disp    Dispatcher // the cluster's nodes; nil on a single host
 	log     *slog.Logger
 	clock   clock.Clock
 	metrics *metrics
@@ -116,8 +117,8 @@ func New(o Options) (*Manager, error) {
 	if o.Store == nil || o.Runtime == nil || o.Images == nil || o.Local == nil || o.Router == nil {
 		return nil, errors.New("serving: store, runtime, images, local node and router are required")
 	}
-	if o.Cluster != nil && o.Remote == nil {
-		return nil, errors.New("serving: a node of a cluster needs a way to reach the other nodes")
+	if o.Cluster != nil && o.Dispatcher == nil {
+		return nil, errors.New("serving: a node of a cluster needs a dispatcher over its nodes")
 	}
 	if o.Dir == "" || !filepath.IsAbs(o.Dir) {
 		return nil, errdefs.Invalid("dir", "%q is not an absolute path", o.Dir)
@@ -139,7 +140,7 @@ func New(o Options) (*Manager, error) {
 	m.local = o.Local
 	m.node = m.local
 	if o.Cluster != nil {
-		m.disp = newDispatcher(o.Node, o.Dir, m.local, o.Remote, o.Clock, m.log)
+		m.disp = o.Dispatcher
 		m.node = m.disp
 		m.changed = o.Cluster.Changed()
 	}

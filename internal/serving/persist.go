@@ -109,7 +109,7 @@ func (d *driver) adopt(ctx context.Context) error {
 		if rec.Node != m.o.Node && m.disp == nil {
 			continue
 		}
-		if m.disp != nil && rec.Node != "" && !m.disp.isLive(rec.Node) {
+		if m.disp != nil && rec.Node != "" && !m.disp.IsLive(rec.Node) {
 			// Its node is lost: nothing is called there, and the
 			// controller replaces it.
 			d.lead.del(ctx, kv.Key)

@@ -1,4 +1,4 @@
-package serving
+package dispatch
 
 import (
 	"context"
@@ -7,18 +7,20 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/placement"
 )
 
 // Start places the replica and starts it on its node.
-func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) {
+func (d *Dispatcher) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, error) {
 	d.mu.Lock()
 	name, err := d.place(s)
 	d.mu.Unlock()
 	if err != nil {
-		return Started{}, fmt.Errorf("replica %s: %w", s.ID, err)
+		return node.Started{}, fmt.Errorf("replica %s: %w", s.ID, err)
 	}
 	if s.ImageFrom == "" {
 		s.ImageFrom = d.self // the leader took the deploy, and has the image
@@ -28,7 +30,7 @@ func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) 
 	}
 	n, ctx, done, err := d.to(ctx, s.ID)
 	if err != nil {
-		return Started{Node: name}, err
+		return node.Started{Node: name}, err
 	}
 	st, err := n.Start(ctx, s)
 	done(err)
@@ -39,20 +41,20 @@ func (d *dispatcher) Start(ctx context.Context, s ReplicaSpec) (Started, error) 
 	return st, nil
 }
 
-func (d *dispatcher) Freeze(ctx context.Context, id string) (int64, error) {
+func (d *Dispatcher) Freeze(ctx context.Context, id string) (int64, error) {
 	var mem int64
-	err := d.call(ctx, id, callLimit, func(ctx context.Context, n Node) (err error) {
+	err := d.call(ctx, id, callLimit, func(ctx context.Context, n node.Node) (err error) {
 		mem, err = n.Freeze(ctx, id)
 		return err
 	})
 	return mem, err
 }
 
-func (d *dispatcher) Thaw(ctx context.Context, id string) error {
-	return d.call(ctx, id, callLimit, func(ctx context.Context, n Node) error { return n.Thaw(ctx, id) })
+func (d *Dispatcher) Thaw(ctx context.Context, id string) error {
+	return d.call(ctx, id, callLimit, func(ctx context.Context, n node.Node) error { return n.Thaw(ctx, id) })
 }
 
-func (d *dispatcher) Drain(ctx context.Context, id string, grace time.Duration) error {
+func (d *Dispatcher) Drain(ctx context.Context, id string, grace time.Duration) error {
 	n, ctx, done, err := d.to(ctx, id)
 	if err != nil {
 		return err
@@ -62,7 +64,7 @@ func (d *dispatcher) Drain(ctx context.Context, id string, grace time.Duration) 
 	return err
 }
 
-func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) error {
+func (d *Dispatcher) Stop(ctx context.Context, id string, grace time.Duration) error {
 	n, ctx, done, err := d.to(ctx, id)
 	if err != nil {
 		return err
@@ -76,23 +78,23 @@ func (d *dispatcher) Stop(ctx context.Context, id string, grace time.Duration) e
 // stays live (its daemon restarted, a blip of the network) is made again:
 // the replica may well run on; only its node's answer, or the node's loss,
 // ends the wait.
-func (d *dispatcher) Wait(ctx context.Context, id string) (ExitStatus, error) {
+func (d *Dispatcher) Wait(ctx context.Context, id string) (node.ExitStatus, error) {
 	for {
-		node := d.where(id)
+		name := d.Where(id)
 		n, nctx, done, err := d.to(ctx, id)
 		if err != nil {
-			return ExitStatus{}, err
+			return node.ExitStatus{}, err
 		}
 		st, err := n.Wait(nctx, id)
 		lost := nctx.Err() != nil && ctx.Err() == nil // the node left the live set
 		done(err)
 		if lost {
-			return st, fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+			return st, fmt.Errorf("replica %s: %w", id, errNodeDown(name))
 		}
 		if err == nil || n == d.local || ctx.Err() != nil || errdefs.IsNotFound(err) || !transient(err) {
 			return st, err
 		}
-		d.log.Debug("serving: wait on a remote replica cut off; waiting again", "replica", id, "err", err)
+		d.log.Debug("dispatch: wait on a remote replica cut off; waiting again", "replica", id, "err", err)
 		sleep(ctx, d.clock, waitAgain)
 	}
 }
@@ -110,8 +112,8 @@ func transient(err error) bool {
 // Check checks the replica on its node. A check cut off because the node
 // left the live set is the node's loss (errdefs.ErrUnavailable), which the
 // health loop takes for a lost node, not for a failed replica.
-func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Health) error {
-	node := d.where(id)
+func (d *Dispatcher) Check(ctx context.Context, id, addr string, h manifest.Health) error {
+	name := d.Where(id)
 	n, nctx, done, err := d.to(ctx, id)
 	if err != nil {
 		return err
@@ -120,7 +122,7 @@ func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Heal
 	lost := err != nil && nctx.Err() != nil && ctx.Err() == nil
 	done(err)
 	if lost {
-		return fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+		return fmt.Errorf("replica %s: %w", id, errNodeDown(name))
 	}
 	return err
 }
@@ -128,17 +130,17 @@ func (d *dispatcher) Check(ctx context.Context, id, addr string, h manifest.Heal
 // Usage reads the replica's throttling. The scaler reads usage on each
 // tick while it decides: a slow node must not hold up the app's other
 // replicas, so a remote read is bounded by usageLimit.
-func (d *dispatcher) Usage(ctx context.Context, id string) (uint64, uint64, error) {
+func (d *Dispatcher) Usage(ctx context.Context, id string) (uint64, uint64, error) {
 	var p, t uint64
-	err := d.call(ctx, id, usageLimit, func(ctx context.Context, n Node) (err error) {
+	err := d.call(ctx, id, usageLimit, func(ctx context.Context, n node.Node) (err error) {
 		p, t, err = n.Usage(ctx, id)
 		return err
 	})
 	return p, t, err
 }
 
-func (d *dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error {
-	return d.call(ctx, id, callLimit, func(ctx context.Context, n Node) error { return n.SetCPU(ctx, id, cpus) })
+func (d *Dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error {
+	return d.call(ctx, id, callLimit, func(ctx context.Context, n node.Node) error { return n.SetCPU(ctx, id, cpus) })
 }
 
 // Remove removes the replica on its node and forgets it. On a node that is
@@ -149,7 +151,7 @@ func (d *dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error 
 // area is fetched into this host's live area of it (see fetchState): an
 // error then keeps the state live here, unmerged, as for a container not
 // removed.
-func (d *dispatcher) Remove(ctx context.Context, id string) error {
+func (d *Dispatcher) Remove(ctx context.Context, id string) error {
 	defer d.forget(id)
 	d.mu.Lock()
 	var app string
@@ -169,7 +171,7 @@ func (d *dispatcher) Remove(ctx context.Context, id string) error {
 	return err
 }
 
-func (d *dispatcher) forget(id string) {
+func (d *Dispatcher) forget(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.at, id)
@@ -177,19 +179,19 @@ func (d *dispatcher) forget(id string) {
 
 // Adopt asks the node the record names: a replica on a node that is not
 // live does not run (it is lost, and replaced).
-func (d *dispatcher) Adopt(ctx context.Context, k Known) (Adopted, error) {
-	node := k.Node
-	if node == "" {
-		node = d.self
+func (d *Dispatcher) Adopt(ctx context.Context, k node.Known) (node.Adopted, error) {
+	name := k.Node
+	if name == "" {
+		name = d.self
 	}
 	d.mu.Lock()
-	d.at[k.ID] = &placed{node: node, app: k.App, ask: placement.Ask{CPU: k.CPU, Memory: k.Memory}}
+	d.at[k.ID] = &placed{node: name, app: k.App, ask: placement.Ask{CPU: k.CPU, Memory: k.Memory}}
 	d.mu.Unlock()
-	if !d.isLive(node) {
-		return Adopted{}, nil
+	if !d.IsLive(name) {
+		return node.Adopted{}, nil
 	}
-	var a Adopted
-	err := d.call(ctx, k.ID, callLimit, func(ctx context.Context, n Node) (err error) {
+	var a node.Adopted
+	err := d.call(ctx, k.ID, callLimit, func(ctx context.Context, n node.Node) (err error) {
 		a, err = n.Adopt(ctx, k)
 		return err
 	})
@@ -198,22 +200,22 @@ func (d *dispatcher) Adopt(ctx context.Context, k Known) (Adopted, error) {
 
 // Release frees the replica's place, in the dispatcher's count and on its
 // node (nothing is called on a node that is not live).
-func (d *dispatcher) Release(ctx context.Context, id string) error {
+func (d *Dispatcher) Release(ctx context.Context, id string) error {
 	d.mu.Lock()
 	if p := d.at[id]; p != nil {
 		p.released = true
 	}
 	d.mu.Unlock()
-	if !d.isLive(d.nodeOf(id)) {
+	if !d.IsLive(d.Where(id)) {
 		return nil
 	}
-	return d.call(ctx, id, callLimit, func(ctx context.Context, n Node) error { return n.Release(ctx, id) })
+	return d.call(ctx, id, callLimit, func(ctx context.Context, n node.Node) error { return n.Release(ctx, id) })
 }
 
 // relocate makes the paths of spec s under dir (this node's apps folder:
 // the replica's log, the app's volumes, its state area) relative to it, for
 // another node, which keeps them under its own apps folder.
-func relocate(s ReplicaSpec, dir string) ReplicaSpec {
+func relocate(s node.ReplicaSpec, dir string) node.ReplicaSpec {
 	rel := func(p string) string {
 		if r, err := filepath.Rel(dir, p); err == nil && filepath.IsLocal(r) {
 			return r
@@ -221,7 +223,7 @@ func relocate(s ReplicaSpec, dir string) ReplicaSpec {
 		return p
 	}
 	s.Log = rel(s.Log)
-	mounts := make([]Mount, len(s.Mounts))
+	mounts := make([]node.Mount, len(s.Mounts))
 	for i, mt := range s.Mounts {
 		mt.Source = rel(mt.Source)
 		mounts[i] = mt
@@ -237,23 +239,13 @@ const (
 	callLimit  = 30 * time.Second
 )
 
-// nodeOf is the node replica id was placed on.
-func (d *dispatcher) nodeOf(id string) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p := d.at[id]; p != nil {
-		return p.node
-	}
-	return ""
-}
-
 // call makes f on the node replica id is on: on this host with ctx, on
 // another node with ctx bounded by limit and by the node's liveness. A
 // call cut short because the node left the live set is the node's loss
 // (not live); one that reached limit is a node that does not answer
 // (errdefs.ErrUnavailable, naming it).
-func (d *dispatcher) call(ctx context.Context, id string, limit time.Duration, f func(context.Context, Node) error) error {
-	node := d.nodeOf(id)
+func (d *Dispatcher) call(ctx context.Context, id string, limit time.Duration, f func(context.Context, node.Node) error) error {
+	name := d.Where(id)
 	n, nctx, done, err := d.to(ctx, id)
 	if err != nil {
 		return err
@@ -267,10 +259,20 @@ func (d *dispatcher) call(ctx context.Context, id string, limit time.Duration, f
 	switch {
 	case err == nil || ctx.Err() != nil:
 	case nctx.Err() != nil:
-		err = fmt.Errorf("replica %s: %w", id, errNodeDown(node))
+		err = fmt.Errorf("replica %s: %w", id, errNodeDown(name))
 	case errors.Is(lctx.Err(), context.DeadlineExceeded):
-		err = fmt.Errorf("replica %s on node %s: no answer: %w", id, node, errdefs.ErrUnavailable)
+		err = fmt.Errorf("replica %s on node %s: no answer: %w", id, name, errdefs.ErrUnavailable)
 	}
 	done(err)
 	return err
+}
+
+// sleep waits for d on clock c, or until ctx ends.
+func sleep(ctx context.Context, c clock.Clock, d time.Duration) {
+	t := c.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+	case <-ctx.Done():
+	}
 }

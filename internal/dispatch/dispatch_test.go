@@ -1,4 +1,4 @@
-package serving
+package dispatch
 
 import (
 	"context"
@@ -11,36 +11,49 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/node"
 )
+
+// live is a live node of 4 CPUs and 4 GiB.
+func live(name string) cluster.Node {
+	return cluster.Node{Record: cluster.Record{Name: name, CPUs: 4, Memory: 4 << 30}, State: cluster.StateReady}
+}
+
+// newTest returns a Dispatcher on node n1 whose other nodes are all rn.
+func newTest(rn node.Node, c clock.Clock) *Dispatcher {
+	return New(Options{Self: "n1", Dir: "/apps", Remote: func(string) node.Node { return rn }, Clock: c,
+		Logger: slog.New(slog.DiscardHandler)})
+}
 
 // waitNode is a remote node whose Wait is cut off (a transport error)
 // while cut is above 0, and otherwise blocks until released or its
 // context ends.
 type waitNode struct {
-	Node
+	node.Node
 	cut     atomic.Int32
 	calls   atomic.Int32
 	release chan struct{}
 }
 
-func (n *waitNode) Wait(ctx context.Context, id string) (ExitStatus, error) {
+func (n *waitNode) Wait(ctx context.Context, id string) (node.ExitStatus, error) {
 	n.calls.Add(1)
 	if n.cut.Add(-1) >= 0 {
-		return ExitStatus{}, errors.New("connection reset by peer")
+		return node.ExitStatus{}, errors.New("connection reset by peer")
 	}
 	select {
 	case <-n.release:
-		return ExitStatus{Code: 3, Known: true}, nil
+		return node.ExitStatus{Code: 3, Known: true}, nil
 	case <-ctx.Done():
-		return ExitStatus{}, ctx.Err()
+		return node.ExitStatus{}, ctx.Err()
 	}
 }
 
-func (n *waitNode) Adopt(context.Context, Known) (Adopted, error) {
+func (n *waitNode) Adopt(context.Context, node.Known) (node.Adopted, error) {
 	n.calls.Add(1)
-	return Adopted{Running: true}, nil
+	return node.Adopted{Running: true}, nil
 }
 
 func (n *waitNode) Remove(context.Context, string) error {
@@ -59,11 +72,11 @@ func (n *waitNode) Check(context.Context, string, string, manifest.Health) error
 func TestDispatcherWait(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	rn := &waitNode{release: make(chan struct{})}
-	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
-	d.setLive([]NodeInfo{info("n1"), info("n2")})
-	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
+	d := newTest(rn, fc)
+	d.SetLive([]cluster.Node{live("n1"), live("n2")})
+	d.Adopt(context.Background(), node.Known{ID: "r1", App: "a", Node: "n2"})
 	type res struct {
-		st  ExitStatus
+		st  node.ExitStatus
 		err error
 	}
 	wait := func() chan res {
@@ -92,7 +105,7 @@ func TestDispatcherWait(t *testing.T) {
 	for rn.calls.Load() < 4 {
 		time.Sleep(time.Millisecond)
 	}
-	d.setLive([]NodeInfo{info("n1")})
+	d.SetLive([]cluster.Node{live("n1")})
 	select {
 	case r := <-ch:
 		if !errors.Is(r.err, errdefs.ErrUnavailable) || !strings.Contains(r.err.Error(), "node n2 is not live") {
@@ -102,7 +115,7 @@ func TestDispatcherWait(t *testing.T) {
 		t.Fatal("a wait in flight to a lost node did not end")
 	}
 	calls := rn.calls.Load()
-	d.Adopt(context.Background(), Known{ID: "r2", App: "a", Node: "n2"})
+	d.Adopt(context.Background(), node.Known{ID: "r2", App: "a", Node: "n2"})
 	if _, err := d.Wait(context.Background(), "r2"); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("wait on a lost node: %v; want unavailable", err)
 	}
@@ -121,7 +134,7 @@ func TestDispatcherWait(t *testing.T) {
 // until their context ends (then failing with its error, as the agent's
 // client does), as a call to a node whose link went down does.
 type stuckNode struct {
-	Node
+	node.Node
 	calls   atomic.Int32
 	release chan struct{}
 }
@@ -143,8 +156,8 @@ func (n *stuckNode) Usage(ctx context.Context, _ string) (uint64, uint64, error)
 }
 func (n *stuckNode) SetCPU(ctx context.Context, _ string, _ float64) error { return n.hang(ctx) }
 func (n *stuckNode) Release(ctx context.Context, _ string) error           { return n.hang(ctx) }
-func (n *stuckNode) Adopt(context.Context, Known) (Adopted, error) {
-	return Adopted{Running: true}, nil
+func (n *stuckNode) Adopt(context.Context, node.Known) (node.Adopted, error) {
+	return node.Adopted{Running: true}, nil
 }
 
 // TestDispatcherCallsEndWithTheirNode: the short calls (freeze, thaw,
@@ -155,9 +168,9 @@ func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	rn := &stuckNode{release: make(chan struct{})}
 	defer close(rn.release)
-	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
-	d.setLive([]NodeInfo{info("n1"), info("n2")})
-	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
+	d := newTest(rn, fc)
+	d.SetLive([]cluster.Node{live("n1"), live("n2")})
+	d.Adopt(context.Background(), node.Known{ID: "r1", App: "a", Node: "n2"})
 	ctx := context.Background()
 	calls := map[string]func() error{
 		"freeze":  func() error { _, err := d.Freeze(ctx, "r1"); return err },
@@ -182,7 +195,7 @@ func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 		t.Fatalf("%s on a live node that hangs ended: %v", r.name, r.err)
 	default:
 	}
-	d.setLive([]NodeInfo{info("n1")})
+	d.SetLive([]cluster.Node{live("n1")})
 	for range calls {
 		select {
 		case r := <-done:
@@ -198,7 +211,7 @@ func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 // checkNode is a remote node whose Check hangs until its context ends and
 // then fails as the agent's client does: with the context's error.
 type checkNode struct {
-	Node
+	node.Node
 	calls atomic.Int32
 }
 
@@ -208,8 +221,8 @@ func (n *checkNode) Check(ctx context.Context, id, _ string, _ manifest.Health) 
 	return fmt.Errorf("node n2: %w", ctx.Err())
 }
 
-func (n *checkNode) Adopt(context.Context, Known) (Adopted, error) {
-	return Adopted{Running: true}, nil
+func (n *checkNode) Adopt(context.Context, node.Known) (node.Adopted, error) {
+	return node.Adopted{Running: true}, nil
 }
 
 // TestDispatcherCheckOnLostNode: a health check in flight when its node
@@ -219,9 +232,9 @@ func (n *checkNode) Adopt(context.Context, Known) (Adopted, error) {
 func TestDispatcherCheckOnLostNode(t *testing.T) {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	rn := &checkNode{}
-	d := newDispatcher("n1", "/apps", nil, func(string) Node { return rn }, fc, slog.New(slog.DiscardHandler))
-	d.setLive([]NodeInfo{info("n1"), info("n2")})
-	d.Adopt(context.Background(), Known{ID: "r1", App: "a", Node: "n2"})
+	d := newTest(rn, fc)
+	d.SetLive([]cluster.Node{live("n1"), live("n2")})
+	d.Adopt(context.Background(), node.Known{ID: "r1", App: "a", Node: "n2"})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -237,7 +250,7 @@ func TestDispatcherCheckOnLostNode(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	d.setLive([]NodeInfo{info("n1")})
+	d.SetLive([]cluster.Node{live("n1")})
 	select {
 	case err := <-errc:
 		if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node n2 is not live") {

@@ -1,4 +1,4 @@
-package serving
+package dispatch
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // stateArea is the state area of replica id of app, relative to the apps
@@ -19,13 +21,13 @@ func stateArea(app, id string) (area, data string) {
 // node n (another node), into this host's live area of it, which the
 // replica's start made here, so that retire merges it as any other; then
 // the node drops its copy. Nothing is done for a replica without state.
-func (d *dispatcher) fetchState(ctx context.Context, n Node, app, id string) error {
+func (d *Dispatcher) fetchState(ctx context.Context, n node.Node, app, id string) error {
 	area, data := stateArea(app, id)
 	dst := filepath.Join(d.dir, data)
 	if _, err := os.Lstat(dst); err != nil {
 		return nil
 	}
-	sc, ok := n.(StateCarrier)
+	sc, ok := n.(node.StateCarrier)
 	if !ok {
 		return errors.New("the node cannot hand over state areas")
 	}
@@ -33,7 +35,7 @@ func (d *dispatcher) fetchState(ctx context.Context, n Node, app, id string) err
 		return fmt.Errorf("fetch state: %w", err)
 	}
 	if err := sc.DropState(ctx, id, area); err != nil {
-		d.log.Warn("serving: drop state on node", "replica", id, "err", err)
+		d.log.Warn("dispatch: drop state on node", "replica", id, "err", err)
 	}
 	return nil
 }

@@ -1,4 +1,9 @@
-package serving
+// Package dispatch is a cluster's nodes as one node.Node, the leader's:
+// it places each new replica on a live node and sends every other call to
+// the node the replica is on, this host's own Node or another's (through
+// its agent). serving drives it as it drives a single host's Node; the
+// daemon wires it in on a node of a cluster.
+package dispatch
 
 import (
 	"context"
@@ -10,22 +15,24 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/placement"
 )
 
-// dispatcher is the nodes of a cluster as one Node, the leader's: Start
+// Dispatcher is the nodes of a cluster as one Node, the leader's: Start
 // places a replica on a live node that takes new work (placement.PickNode:
 // fit, [placement], spread, rules, load), and every other call goes to the
 // node the replica is on: this host's straight to its local node, another's
 // to that node's remote Node. Nothing is called on a node that is not live:
 // such calls fail at once (Remove and Release only forget), and calls in
 // flight to a node that leaves the live set are cut short.
-type dispatcher struct {
+type Dispatcher struct {
 	self   string
-	local  Node
-	remote func(node string) Node
+	local  node.Node
+	remote func(node string) node.Node
 	dir    string // this node's apps folder
 	clock  clock.Clock
 	log    *slog.Logger
@@ -35,7 +42,7 @@ type dispatcher struct {
 	live map[string]*liveNode // by name
 }
 
-var _ Node = (*dispatcher)(nil)
+var _ node.Node = (*Dispatcher)(nil)
 
 // placed is a replica as the dispatcher knows it.
 type placed struct {
@@ -46,7 +53,7 @@ type placed struct {
 
 // liveNode is a live node; ctx ends when it leaves the live set.
 type liveNode struct {
-	info   NodeInfo
+	info   info
 	ctx    context.Context
 	cancel context.CancelFunc
 	// mutedAt is when a call to it was last not answered; zero once one
@@ -58,8 +65,45 @@ type liveNode struct {
 // replica, unless it answers one before.
 const muteFor = 10 * time.Second
 
-func newDispatcher(self, dir string, local Node, remote func(string) Node, c clock.Clock, log *slog.Logger) *dispatcher {
-	return &dispatcher{self: self, dir: dir, local: local, remote: remote, clock: c, log: log,
+// info is a live node of the cluster as placement sees it.
+type info struct {
+	Name         string
+	CPUs         int
+	Memory       int64 // bytes
+	FrozenMemory int64 // bytes frozen replicas may hold there (0: the leader's budget)
+	Draining     bool  // a member that takes no new replica
+}
+
+// infoOf is a live node's record as placement sees it.
+func infoOf(n cluster.Node) info {
+	return info{Name: n.Name, CPUs: n.CPUs, Memory: n.Memory, FrozenMemory: n.FrozenMemory,
+		Draining: n.State == cluster.StateDraining}
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	// Self is this node's name; Local its Node (localnode).
+	Self  string
+	Local node.Node
+	// Remote reaches another node of the cluster by name (its agent).
+	Remote func(node string) node.Node
+	// Dir is this node's apps folder: the paths of a spec for another node
+	// are made relative to it.
+	Dir    string
+	Clock  clock.Clock
+	Logger *slog.Logger
+}
+
+// New returns the Dispatcher of a cluster whose live set is empty until
+// SetLive.
+func New(o Options) *Dispatcher {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{self: o.Self, dir: o.Dir, local: o.Local, remote: o.Remote, clock: o.Clock, log: o.Logger,
 		at: map[string]*placed{}, live: map[string]*liveNode{}}
 }
 
@@ -69,21 +113,22 @@ func errNodeDown(n string) error {
 	return fmt.Errorf("node %s is not live: %w", n, errdefs.ErrUnavailable)
 }
 
-// reset forgets every placed replica: a new lead adopts them again.
-func (d *dispatcher) reset() {
+// Reset forgets every placed replica: a new lead adopts them again.
+func (d *Dispatcher) Reset() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	clear(d.at)
 }
 
-// setLive makes nodes the live set. Calls in flight to a node that left it
+// SetLive makes nodes the live set. Calls in flight to a node that left it
 // end, and its replicas are forgotten; it returns the names of those
 // nodes.
-func (d *dispatcher) setLive(nodes []NodeInfo) []string {
+func (d *Dispatcher) SetLive(nodes []cluster.Node) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	now := map[string]bool{}
-	for _, n := range nodes {
+	for _, cn := range nodes {
+		n := infoOf(cn)
 		now[n.Name] = true
 		if ln := d.live[n.Name]; ln != nil {
 			ln.info = n
@@ -110,8 +155,8 @@ func (d *dispatcher) setLive(nodes []NodeInfo) []string {
 	return gone
 }
 
-// isLive reports whether node n is live (this host always is).
-func (d *dispatcher) isLive(n string) bool {
+// IsLive reports whether node n is live (this host always is).
+func (d *Dispatcher) IsLive(n string) bool {
 	if n == "" || n == d.self {
 		return true
 	}
@@ -120,16 +165,16 @@ func (d *dispatcher) isLive(n string) bool {
 	return d.live[n] != nil
 }
 
-// draining reports whether live node n is draining.
-func (d *dispatcher) draining(n string) bool {
+// Draining reports whether live node n is draining.
+func (d *Dispatcher) Draining(n string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	ln := d.live[n]
 	return ln != nil && ln.info.Draining
 }
 
-// frozenBudget is node's budget for frozen replicas (0: not known).
-func (d *dispatcher) frozenBudget(node string) int64 {
+// FrozenBudget is node's budget for frozen replicas (0: not known).
+func (d *Dispatcher) FrozenBudget(node string) int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if ln := d.live[node]; ln != nil {
@@ -138,8 +183,9 @@ func (d *dispatcher) frozenBudget(node string) int64 {
 	return 0
 }
 
-// where returns the node replica id is on, or "" when it is not known.
-func (d *dispatcher) where(id string) string {
+// Where returns the node replica id was placed on, or "" when it is not
+// known.
+func (d *Dispatcher) Where(id string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if p := d.at[id]; p != nil {
@@ -154,7 +200,7 @@ func ask(cfg manifest.Config) placement.Ask {
 }
 
 // place picks the node for replica s and counts it there. d.mu is held.
-func (d *dispatcher) place(s ReplicaSpec) (string, error) {
+func (d *Dispatcher) place(s node.ReplicaSpec) (string, error) {
 	counts := map[string]map[string]int{}
 	used := map[string]placement.Ask{}
 	for _, p := range d.at {
@@ -194,7 +240,7 @@ func (d *dispatcher) place(s ReplicaSpec) (string, error) {
 // liveness; an error when the node is not live. done is told the call's
 // error: a node that did not answer (errdefs.ErrUnavailable) takes no new
 // replica until it answers again.
-func (d *dispatcher) to(ctx context.Context, id string) (Node, context.Context, func(error), error) {
+func (d *Dispatcher) to(ctx context.Context, id string) (node.Node, context.Context, func(error), error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	p := d.at[id]
@@ -216,16 +262,16 @@ func (d *dispatcher) to(ctx context.Context, id string) (Node, context.Context, 
 }
 
 // answered notes whether node answered a call (err is its error).
-func (d *dispatcher) answered(node string, err error) {
+func (d *Dispatcher) answered(name string, err error) {
 	mute := errors.Is(err, errdefs.ErrUnavailable)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	ln := d.live[node]
+	ln := d.live[name]
 	switch {
 	case ln == nil:
 	case mute:
 		if ln.mutedAt.IsZero() {
-			d.log.Warn("serving: a node does not answer; no new replica goes there for a while", "node", node, "err", err)
+			d.log.Warn("dispatch: a node does not answer; no new replica goes there for a while", "node", name, "err", err)
 		}
 		ln.mutedAt = d.clock.Now()
 	default:
