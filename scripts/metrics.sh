@@ -28,7 +28,7 @@ echo "Named types (0 = the type no longer exists):"
 echo
 echo '| package.type | methods |'
 echo '|---|---|'
-for pt in serving.appCtl serving.appState serving.driver serving.Manager serving.localNode serving.dispatcher \
+for pt in serving.appCtl serving.appState serving.driver serving.Manager serving.localNode serving.dispatcher dispatch.Dispatcher \
 	jobs.Manager jobs.Sandbox sandbox.Sandbox jobs.Scheduler proxy.Proxy proxy.fastReq proxy.table proxy.cconn proxy.pool; do
 	p=${pt%%.*} t=${pt#*.}
 	n=$(methods "$p" | awk -v t="$t" '$2 == t { print $1 }')
@@ -37,7 +37,7 @@ done
 echo
 echo "Top 6 types by methods in each package:"
 echo
-for p in serving jobs sandbox proxy agent cluster daemon routes node localnode; do
+for p in serving jobs sandbox proxy agent cluster daemon routes node localnode dispatch; do
 	[ -d internal/$p ] || continue
 	echo "- $p: $(methods $p | head -6 | awk '{ printf "%s%s %s", sep, $2, $1; sep = ", " }')"
 done
@@ -46,7 +46,7 @@ echo "## Files per package"
 echo
 echo '| package | files | test files | lines (non-test) |'
 echo '|---|---|---|---|'
-for p in serving jobs sandbox proxy agent cluster daemon routes node localnode labels runtime/wipe; do
+for p in serving jobs sandbox proxy agent cluster daemon routes node localnode dispatch labels runtime/wipe; do
 	[ -d internal/$p ] || { echo "| $p | - | - | - |"; continue; }
 	f=$(sources $p | wc -l)
 	tf=$(ls internal/$p/*_test.go 2>/dev/null | wc -l)
