@@ -43,7 +43,7 @@ deps-bench:
 # on a fresh machine, nothing once cached), outside any test's time limit.
 test: deps-test build examples
 	@test "$$(id -u)" = 0 || { echo "make test: run as root (integration tests start real containers)"; exit 1; }
-	scripts/debian-images.sh apache-php python >/dev/null
+	scripts/debian-images.sh apache-php nginx python >/dev/null
 	gofmt -l . | tee /dev/stderr | (! read -r _)
 	$(GO) vet ./...
 	SHOAL_BIN=$(CURDIR)/bin/shoal SHOAL_EXAMPLES=$(CURDIR)/bin/examples $(GO) test -count=1 -timeout 40m ./...

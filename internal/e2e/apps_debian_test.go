@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // debianImage builds Debian example image name with
@@ -131,4 +136,87 @@ func TestDebianPython(t *testing.T) {
 	if len(pythons) != 1 {
 		t.Fatalf("python processes of the replica: %v, want one", pythons)
 	}
+}
+
+// TestDebianNginx: Debian's nginx, deployed with its example shoal.toml,
+// serves its static page through the proxy; stopped with the image's
+// StopSignal (SIGQUIT, nginx's graceful stop; examples/debian/nginx sets
+// none of its own), passed on by shoal-init, it shuts down gracefully: its
+// worker stops listening but finishes the request a client is still
+// sending, answers it, and nginx then exits by itself, long before the
+// stop_timeout (5m here) would end it with SIGKILL. SIGTERM would be
+// nginx's fast stop: the connection cut at once.
+func TestDebianNginx(t *testing.T) {
+	d := startDaemon(t)
+	manifest := d.debianImage("nginx")
+	raw, err := os.ReadFile(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "stop_signal") {
+		t.Fatalf("%s sets stop_signal: the test is of the image's StopSignal", manifest)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nginx's log:\n%s", d.shoal("app", "logs", "nginx").stdout)
+		}
+	})
+	d.deploy(strings.Replace(string(raw), "\n[scale]", "\nstop_timeout = \"5m\"\n\n[scale]", 1))
+	proxy := d.proxyAddr()
+	code, body, _ := get(t, proxy, "nginx", "/")
+	if code != 200 || body != "hello from Debian's nginx\n" {
+		t.Fatalf("GET / through the proxy: %d %q", code, body)
+	}
+	if failed, first := load(t, proxy, "nginx", "/", 200, 8); failed > 0 {
+		t.Fatalf("%d of 200 requests failed, the first: %s", failed, first)
+	}
+	a := d.waitApp("nginx", "a ready replica", func(a types.App) bool { return a.Ready == 1 && len(a.Replicas) == 1 })
+	r := a.Replicas[0]
+
+	// A client straight to the replica that has sent part of its request.
+	conn, err := net.DialTimeout("tcp", r.Addr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("connect to the replica at %s: %v", r.Addr, err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: nginx\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	removed := make(chan result, 1)
+	go func() { removed <- d.shoal("app", "rm", "nginx") }()
+	waitFor(t, "an nginx worker shutting down gracefully (SIGQUIT)", func() bool {
+		for _, p := range procTree(r.Pid) {
+			if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(cmd), "worker process is shutting down") {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := conn.Write([]byte("\r\n")); err != nil {
+		t.Fatalf("finish the request during the graceful stop: %v", err)
+	}
+	conn.SetReadDeadline(time.Now().Add(time.Minute))
+	resp, err := io.ReadAll(conn)
+	if err != nil || !strings.HasPrefix(string(resp), "HTTP/1.1 200 OK\r\n") || !strings.HasSuffix(string(resp), "\r\n\r\nhello from Debian's nginx\n") {
+		t.Fatalf("the request in flight during the stop: %v\n%s", err, resp)
+	}
+	waitFor(t, "the replica stopped by itself", func() bool {
+		_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(r.Pid)))
+		return os.IsNotExist(err) || strings.HasSuffix(procState(r.Pid), "Z")
+	})
+	if res := <-removed; res.code != 0 {
+		t.Fatalf("app rm: exit %d: %s", res.code, res.stderr)
+	}
+}
+
+// procTree lists pid and the processes below it that still run.
+func procTree(pid int) []int {
+	out := []int{pid}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			out = append(out, procTree(c)...)
+		}
+	}
+	return out
 }
