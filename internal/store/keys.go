@@ -25,6 +25,7 @@ import (
 //	    ├── routes/<app>                the leader's route of an app, for every node's proxy
 //	    ├── cluster/secret              the secret nodes send each other
 //	    ├── idranges/<i>                the app holding host id range i (see IDRangeKey)
+//	    ├── secrets/<app>/<name>        an app's secrets, sealed (internal/secrets)
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in
@@ -57,6 +58,7 @@ const (
 	LeaderPrefix     = Root + "leader/"
 	EventsPrefix     = Root + "events/"
 	RoutesPrefix     = Root + "routes/"
+	SecretsRoot      = Root + "secrets/"
 )
 
 // ClusterSecretKey holds the secret every node of a cluster sends to the
@@ -98,6 +100,12 @@ func AliveKey(name string) string { return AlivePrefix + name }
 
 // RouteKey is the key of the route the cluster's leader published for app.
 func RouteKey(app string) string { return RoutesPrefix + app }
+
+// SecretsPrefix is the prefix of every secret of app.
+func SecretsPrefix(app string) string { return SecretsRoot + app + "/" }
+
+// SecretKey is the key of app's secret name (sealed, never plain).
+func SecretKey(app, name string) string { return SecretsPrefix(app) + name }
 
 // EventKey is the key of event number seq in the event log.
 func EventKey(seq int64) string { return EventsPrefix + pad(seq) }

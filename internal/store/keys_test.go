@@ -33,6 +33,8 @@ func TestKeysStayUnderTheirPrefix(t *testing.T) {
 		{store.NodeKey("n1"), store.NodesPrefix},
 		{store.EventKey(7), store.EventsPrefix},
 		{store.RouteKey("web"), store.RoutesPrefix},
+		{store.SecretKey("web", "db_password"), store.SecretsPrefix("web")},
+		{store.SecretsPrefix("web"), store.SecretsRoot},
 	}
 	for _, c := range cases {
 		if !strings.HasPrefix(c.key, c.prefix) || !strings.HasPrefix(c.key, store.Root) {
