@@ -50,10 +50,11 @@ type Containers interface {
 type Server struct {
 	Images     Images
 	Containers Containers
-	Apps       Apps   // nil: the app routes answer 503
-	Events     Events // nil: /v1/events answers 503
-	Jobs       Jobs   // nil: no job routes
-	Nodes      Nodes  // nil: no node routes
+	Apps       Apps    // nil: the app routes answer 503
+	Events     Events  // nil: /v1/events answers 503
+	Jobs       Jobs    // nil: no job routes
+	Nodes      Nodes   // nil: no node routes
+	Secrets    Secrets // nil: the secret routes answer 503
 	Health     func(ctx context.Context) types.Health
 	Registry   prometheus.Gatherer
 	Logger     *slog.Logger
@@ -89,6 +90,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("GET /v1/containers", s.listContainers)
 	mux.HandleFunc("DELETE /v1/containers/{id}", s.removeContainer)
 	s.routeApps(mux)
+	s.routeSecrets(mux)
 	s.routeActivate(mux)
 	s.registerJobs(mux)
 	s.nodeRoutes(mux)

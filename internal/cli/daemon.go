@@ -76,6 +76,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Node, "node-name", "", "this node's name in the store (default: the hostname)")
 	f.StringVar(&cfg.Advertise, "advertise", "", "with --store etcd: host:port where other nodes reach this one's TCP API (without --api-tcp, the TCP API listens there)")
 	f.StringVar(&cfg.AdvertiseProxy, "advertise-proxy", "", "with --store etcd: host:port where other nodes' proxies reach this one's (default: the --advertise host with the --proxy port)")
+	f.StringVar(&cfg.SecretsKeyFile, "secrets-key-file", "", "the key apps' secrets are sealed with, 32 bytes, mode 0600 (default <data-dir>/secrets.key, made if missing); every node of a cluster needs the same file")
 	f.StringVar(&cfg.ClusterTokenFile, "cluster-token-file", "", "with --store etcd: the secret nodes authenticate each other with, the same file on every node (default: one made by the first node and kept in the store)")
 	f.DurationVar(&cfg.NodeTTL, "node-ttl", cluster.DefaultTTL, "with --store etcd: this node's lease; a node that stops renewing it is down after it (1s-1m, whole seconds)")
 	f.StringVar(&cfg.Bridge, "bridge", "shoal0", "name of the bridge for --network bridge containers")

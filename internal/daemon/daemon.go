@@ -28,6 +28,7 @@ import (
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/secrets"
 	"github.com/shoal-run/shoal/internal/serving"
 	"github.com/shoal-run/shoal/internal/store"
 	"github.com/shoal-run/shoal/internal/userns"
@@ -71,6 +72,10 @@ type Config struct {
 	// Forwarded fields the proxy keeps (a TLS terminator in front of it);
 	// anyone else's it replaces.
 	TrustedProxies []string
+	// SecretsKeyFile is the key apps' secrets are sealed with (default
+	// <data-dir>/secrets.key, made on first use); a cluster's nodes need
+	// the same one.
+	SecretsKeyFile string
 	// FrozenMemory bounds the memory held by frozen replicas ("2Gi";
 	// default a quarter of RAM).
 	FrozenMemory string
@@ -111,6 +116,7 @@ type Daemon struct {
 	proxyAddr string
 	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
 	apps      *serving.Manager
+	secrets   *secrets.Store
 	route     serving.Router  // the proxy's table, for the dashboard's counters
 	cluster   *clusterNode    // nil on bolt: single host
 	lead      *leadership     // the leadership every leader-only subsystem follows; nil on bolt
@@ -177,6 +183,9 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.store = st
+	if err := d.openSecrets(); err != nil {
+		return err
+	}
 	if d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"), image.WithLogger(d.log)); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
@@ -207,6 +216,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover containers: %w", err)
 	}
+	d.sweepSecrets(adopted)
 	// Namespaces of containers still running are kept; those of stopped
 	// ones (and any orphan) are released now.
 	inUse := map[string]string{}

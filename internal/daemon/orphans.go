@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/labels"
@@ -23,6 +25,7 @@ func (d *Daemon) removeUnownedReplicas(ctx context.Context, adopted []*runtime.C
 			d.log.Error("remove replica container", "container", c.ID, "err", err)
 			continue
 		}
+		os.RemoveAll(filepath.Join(d.secretsDir(), c.ID))
 		if att, ok := d.net.Lookup(c.ID); ok {
 			if err := d.net.Release(ctx, att); err != nil {
 				d.log.Warn("release replica network", "container", c.ID, "err", err)

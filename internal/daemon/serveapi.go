@@ -35,6 +35,10 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Registry:   d.gatherers,
 		Logger:     d.log,
 	}
+	if srv.Apps != nil {
+		srv.Apps = appsDroppingSecrets{srv.Apps, d.secrets}
+	}
+	srv.Secrets = secretsAPI{d.secrets}
 	d.forwardApps(srv)
 	ul, err := listenUnix(d.cfg.API)
 	if err != nil {

@@ -97,7 +97,8 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	appsDir := filepath.Join(cfg.DataDir, "apps")
 	lo := localnode.Options{Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Placer: placer,
-		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log, Version: cfg.Version}
+		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log, Version: cfg.Version,
+		SecretsDir: d.secretsDir(), Secrets: d.secrets}
 	o := serving.Options{
 		Store: d.store, Runtime: d.rt, Images: d.images, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen,

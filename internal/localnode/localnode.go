@@ -97,8 +97,13 @@ type Options struct {
 	// Confiner, if set, runs each app's replicas in the app's user
 	// namespace.
 	Confiner Confiner
-	Clock    clock.Clock
-	Logger   *slog.Logger
+	// SecretsDir is where replicas' /run/secrets are made on the host
+	// (a tmpfs: the run dir); "": replicas have none. Secrets opens the
+	// values the manifests name.
+	SecretsDir string
+	Secrets    Secrets
+	Clock      clock.Clock
+	Logger     *slog.Logger
 	// Version is the daemon's, which HTTP health checks send in their
 	// User-Agent ("": dev).
 	Version string
@@ -117,6 +122,9 @@ type Node struct {
 	init     string
 	confiner Confiner
 	agent    string // HTTP health checks' User-Agent
+	// secretsRoot and secrets: see Options.SecretsDir and Secrets.
+	secretsRoot string
+	secrets     Secrets
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
@@ -150,7 +158,8 @@ func New(o Options) (*Node, error) {
 		o.Version = "dev"
 	}
 	return &Node{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version, att: map[string]*network.Attachment{}, logs: map[string]string{}}, nil
+		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version,
+		secretsRoot: o.SecretsDir, secrets: o.Secrets, att: map[string]*network.Attachment{}, logs: map[string]string{}}, nil
 }
 
 // InitPath is where a replica of an app with init = true sees shoal-init,
@@ -181,6 +190,9 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 		if err := n.confiner.Confine(ctx, s.App, &spec); err != nil {
 			return st, fmt.Errorf("user namespace: %w", err)
 		}
+	}
+	if err := n.mountSecrets(ctx, s, &spec); err != nil {
+		return st, err
 	}
 	st.CPUSet = n.placer.Place(placement.Request{ID: s.ID, App: s.App, MaxCPU: s.Config.Resources.MaxCPU})
 	spec.Limits.CPUSet = st.CPUSet
@@ -304,6 +316,11 @@ func (n *Node) Remove(ctx context.Context, id string) error {
 	if lp != "" && err == nil {
 		os.Remove(lp)
 		os.Remove(lp + ".1")
+	}
+	if err == nil {
+		if serr := n.dropSecrets(id); serr != nil {
+			n.log.Warn("localnode: remove replica secrets", "replica", id, "err", serr)
+		}
 	}
 	if att == nil {
 		// node.Started by an earlier daemon and never adopted by this one

@@ -38,6 +38,9 @@ type Config struct {
 	Health    Health            `toml:"health"`
 	Volumes   map[string]string `toml:"volumes"` // volume name → path in the container
 	Env       map[string]string `toml:"env"`
+	// Secrets are the secrets each replica sees as files under
+	// /run/secrets (see secrets.go); their values are never here.
+	Secrets map[string]Secret `toml:"secrets" json:",omitempty"`
 	// State is left out of the hash's JSON when unset, so that apps
 	// without it keep their revisions' hashes.
 	State State `toml:"state" json:",omitzero"`

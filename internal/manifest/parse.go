@@ -77,7 +77,7 @@ func Parse(data []byte, file string) (Config, error) {
 	}
 	// The decoder leaves a map alone when the file gives a plain value
 	// ("env = 1"); say so instead of dropping it.
-	for _, key := range []string{"volumes", "env"} {
+	for _, key := range []string{"volumes", "env", "secrets"} {
 		if md.IsDefined(key) && md.Type(key) != "Hash" {
 			return Config{}, fmt.Errorf("%s: %w", file, errdefs.Invalid(key, "must be a table ([%s] followed by name = \"value\" lines); found a value of type %s", key, strings.ToLower(md.Type(key))))
 		}
@@ -209,6 +209,9 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	if len(c.Env) == 0 {
 		c.Env = nil
 	}
+	if len(c.Secrets) == 0 {
+		c.Secrets = nil
+	}
 	st := &c.State
 	if len(st.Hook) == 0 {
 		st.Hook = nil
@@ -265,6 +268,9 @@ func (c Config) Hash() string {
 	}
 	if len(n.Env) == 0 {
 		n.Env = nil
+	}
+	if len(n.Secrets) == 0 {
+		n.Secrets = nil
 	}
 	// Routing changes apply without a revision of their own.
 	n.Traffic = Traffic{}

@@ -36,7 +36,7 @@ func TestParseReadmeExample(t *testing.T) {
 	if c.Name != "hello" || c.Image != "hello:1" || c.Port != 8080 || c.Scale.Max != 10 ||
 		c.Scale.MaxLifetime.Duration != time.Hour || c.Resources.MaxCPU != 2 ||
 		c.Resources.MemoryBytes() != 256<<20 || c.Health.HTTP != "/healthz" || c.Health.TCP ||
-		c.Volumes["data"] != "/data" || c.Env["GREETING"] != "hi" || c.State.Volume != "data" || c.State.Merge != MergeAppend {
+		c.Volumes["data"] != "/data" || c.Env["GREETING"] != "hi" || !c.Secrets["API_KEY"].Env || c.TokenInEnv() || c.State.Volume != "data" || c.State.Merge != MergeAppend {
 		t.Fatalf("parsed %+v", c)
 	}
 }

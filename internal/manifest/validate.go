@@ -87,6 +87,9 @@ func (c *Config) Validate() error {
 	if err := c.Network.validate(); err != nil {
 		return err
 	}
+	if err := c.validateSecrets(); err != nil {
+		return err
+	}
 	return validateEnv(c.Env)
 }
 

@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/shoal-run/shoal/internal/api"
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/secrets"
+)
+
+// openSecrets loads the secrets key (--secrets-key-file, else
+// <data-dir>/secrets.key, made on first use) and opens apps' secrets.
+func (d *Daemon) openSecrets() error {
+	path := d.cfg.SecretsKeyFile
+	if path == "" {
+		path = filepath.Join(d.cfg.DataDir, "secrets.key")
+	}
+	key, err := secrets.LoadKey(path)
+	if err != nil {
+		return err
+	}
+	d.secrets = secrets.New(d.store, key, clock.Real{})
+	return nil
+}
+
+// secretsAPI is apps' secrets as the API serves them: never a value out.
+type secretsAPI struct{ s *secrets.Store }
+
+func wireSecret(i secrets.Info) types.Secret {
+	return types.Secret{Name: i.Name, Updated: i.Updated, Size: i.Size}
+}
+
+func (a secretsAPI) List(ctx context.Context, app string) ([]types.Secret, error) {
+	list, err := a.s.List(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]types.Secret, len(list))
+	for i, s := range list {
+		out[i] = wireSecret(s)
+	}
+	return out, nil
+}
+
+func (a secretsAPI) Set(ctx context.Context, app, name string, value []byte) (types.Secret, error) {
+	i, err := a.s.Set(ctx, app, name, value)
+	return wireSecret(i), err
+}
+
+func (a secretsAPI) Delete(ctx context.Context, app, name string) error {
+	return a.s.Delete(ctx, app, name)
+}
+
+// appsDroppingSecrets removes an app's secrets with the app.
+type appsDroppingSecrets struct {
+	api.Apps
+	s *secrets.Store
+}
+
+func (a appsDroppingSecrets) Remove(ctx context.Context, name string) error {
+	if err := a.Apps.Remove(ctx, name); err != nil {
+		return err
+	}
+	return a.s.DeleteApp(ctx, name)
+}
+
+// secretsDir is where localnode makes replicas' /run/secrets.
+func (d *Daemon) secretsDir() string { return filepath.Join(d.cfg.RunDir, "secrets") }
+
+// sweepSecrets removes the secrets of replicas whose container is gone
+// (removed while no daemon ran): only adopted containers keep theirs.
+func (d *Daemon) sweepSecrets(adopted []*runtime.Container) {
+	keep := map[string]bool{}
+	for _, c := range adopted {
+		keep[c.ID] = true
+	}
+	entries, err := os.ReadDir(d.secretsDir())
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			if err := os.RemoveAll(filepath.Join(d.secretsDir(), e.Name())); err != nil {
+				d.log.Warn("remove a gone replica's secrets", "replica", e.Name(), "err", err)
+			}
+		}
+	}
+}
