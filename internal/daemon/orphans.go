@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/serving"
 )
 
 // removeUnownedReplicas removes the replica containers the runtime adopted
@@ -37,7 +38,11 @@ func (d *Daemon) removeUnownedReplicas(ctx context.Context, adopted []*runtime.C
 // removeStrays removes, on a node of a cluster, the replica containers
 // among cs created before at whose record is gone or names another node.
 func (d *Daemon) removeStrays(ctx context.Context, cs []*runtime.Container, at time.Time) {
-	removed, err := d.apps.RemoveStrays(ctx, cs, at)
+	sc := make([]serving.Container, len(cs))
+	for i, c := range cs {
+		sc[i] = serving.Container{ID: c.ID, Labels: c.Labels, Created: c.Created}
+	}
+	removed, err := d.apps.RemoveStrays(ctx, sc, at)
 	if len(removed) > 0 {
 		d.log.Warn("removed replicas the cluster replaced while this node was lost", "replicas", removed)
 	}

@@ -100,7 +100,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log, Version: cfg.Version,
 		SecretsDir: d.secretsDir(), Secrets: d.secrets}
 	o := serving.Options{
-		Store: d.store, Runtime: d.rt, Images: d.images, Router: router, Events: servingEvents{d.events},
+		Store: d.store, Images: d.images, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	}
@@ -114,7 +114,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		}
 		return fmt.Errorf("serving: %w", err)
 	}
-	o.Local = local
+	o.Local, o.Hooks = local, local
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.

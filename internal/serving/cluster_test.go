@@ -262,7 +262,7 @@ func TestClusterRemoveStrays(t *testing.T) {
 	h := newClusterHarness(t)
 	ctx := context.Background()
 	back := h.clock.Now()
-	mk := func(id, kind string, created time.Time, node string) *runtime.Container {
+	mk := func(id, kind string, created time.Time, node string) Container {
 		t.Helper()
 		lbls := map[string]string{labels.Kind: kind, labels.App: "hello"}
 		if _, err := h.rt.Run(ctx, runtime.Spec{ID: id, Labels: lbls}); err != nil {
@@ -274,10 +274,10 @@ func TestClusterRemoveStrays(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		return &runtime.Container{ID: id, Labels: lbls, Created: created}
+		return Container{ID: id, Labels: lbls, Created: created}
 	}
 	old := back.Add(-time.Minute)
-	cs := []*runtime.Container{
+	cs := []Container{
 		mk("hello-mine", labels.KindReplica, old, "n1"),
 		mk("hello-moved", labels.KindReplica, old, "n2"),
 		mk("hello-gone", labels.KindReplica, old, ""),

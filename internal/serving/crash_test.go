@@ -47,7 +47,7 @@ func newCrashHarness(t *testing.T) (*harness, *crash) {
 	h := newHarnessOpts(t, func(o *testOpts) {
 		c.st = o.Store
 		o.Store = crashStore{o.Store, c}
-		o.Runtime = crashRuntime{o.Runtime.(localnode.Runtime), c}
+		o.Runtime = crashRuntime{o.Runtime, c}
 		o.Router = crashRouter{o.Router, c}
 	})
 	// Before the Manager's Close (cleanups run last first): a write
@@ -240,7 +240,8 @@ func (h *harness) revive(c *crash) int {
 	h.m.Close()
 	_, mark := h.r.since(0)
 	o := h.m.o
-	o.Store, o.Runtime, o.Router = c.st, h.rt, h.r
+	o.Store, o.Router = c.st, h.r
+	h.lrt = h.rt
 	o.Registerer = prometheus.NewRegistry()
 	m, err := New(h.withLocal(o))
 	if err != nil {

@@ -66,7 +66,7 @@ func newAppCtl(m *Manager, rec appRecord, l *lead) *appCtl {
 	ctl.drv = &driver{ctl}
 	ctl.scaler = newScaler(rec, m.clock)
 	ctl.logs = replicaLogs{dir: filepath.Join(m.appDir(ctl.name), "logs"), log: m.log}
-	ctl.merge = &merger{app: ctl.name, dir: m.appDir(ctl.name), rt: m.o.Runtime, images: m.o.Images, confiner: m.o.Confiner, clock: m.clock, log: m.log,
+	ctl.merge = &merger{app: ctl.name, dir: m.appDir(ctl.name), hooks: m.o.Hooks, images: m.o.Images, clock: m.clock, log: m.log,
 		emit: func(kind, replica, reason string, inputs map[string]float64) {
 			m.emit(kind, ctl.name, replica, reason, inputs)
 		},

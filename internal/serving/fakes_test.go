@@ -193,6 +193,8 @@ type harness struct {
 	placer localnode.Placer
 	// remote reaches the other nodes of a cluster (nil: a single host).
 	remote func(node string) Node
+	// lrt is the runtime its local node runs on (rt, or a wrapper).
+	lrt localnode.Runtime
 }
 
 // testOpts are a harness Manager's options and its local node's.
@@ -202,19 +204,22 @@ type testOpts struct {
 	Placer  localnode.Placer
 	// Remote reaches the other nodes of a cluster (with Cluster).
 	Remote func(node string) Node
+	// Runtime is the local node's.
+	Runtime localnode.Runtime
 }
 
-// withLocal returns o with a local node on o's runtime, images, router,
-// clock and folder, and on the harness's network and placer; in a cluster,
-// with a dispatcher over it and the harness's other nodes.
+// withLocal returns o with a local node (also its hook runner) on o's
+// images, router, clock and folder, and on the harness's runtime, network
+// and placer; in a cluster, with a dispatcher over it and the harness's
+// other nodes.
 func (h *harness) withLocal(o Options) Options {
 	h.t.Helper()
-	n, err := localnode.New(localnode.Options{Runtime: o.Runtime.(localnode.Runtime), Images: o.Images, Network: h.netw, Router: o.Router,
+	n, err := localnode.New(localnode.Options{Runtime: h.lrt, Images: o.Images, Network: h.netw, Router: o.Router,
 		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	o.Local = n
+	o.Local, o.Hooks = n, n
 	if h.remote != nil {
 		o.Dispatcher = dispatch.New(dispatch.Options{Self: o.Node, Local: n, Remote: h.remote, Dir: o.Dir,
 			Clock: o.Clock, Logger: o.Logger})
@@ -263,11 +268,11 @@ func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]route.Route{}}, ev: &fakeEvents{},
 		reg: prometheus.NewRegistry(), clock: fc, port: port, held: held}
-	o := testOpts{Options: Options{Store: st, Runtime: h.rt, Images: fakeImages{}, Router: h.r,
+	o := testOpts{Options: Options{Store: st, Images: fakeImages{}, Router: h.r,
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg},
-		Network: fakeNet{}}
+		Network: fakeNet{}, Runtime: h.rt}
 	opt(&o)
-	h.netw, h.placer, h.remote = o.Network, o.Placer, o.Remote
+	h.netw, h.placer, h.remote, h.lrt = o.Network, o.Placer, o.Remote, o.Runtime
 	h.m, err = New(h.withLocal(o.Options))
 	if err != nil {
 		t.Fatal(err)

@@ -13,10 +13,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoal-run/shoal/internal/labels"
-	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/statemerge"
 )
+
+// HookRunner runs the apps' merge hooks on this host (localnode's Node).
+type HookRunner interface {
+	// RunHook runs h until it exits or ctx ends (it is then killed), and
+	// removes its container.
+	RunHook(ctx context.Context, h node.Hook) (ExitStatus, error)
+}
 
 // hookTimeout bounds a merge hook's run; then it is killed and the merge
 // counts as failed (and is tried again).
@@ -72,43 +78,22 @@ func (g *merger) runHook(ctx context.Context, meta stateMeta, data, work, vol st
 	b := make([]byte, 3)
 	rand.Read(b)
 	id := meta.Replica + "-merge-" + hex.EncodeToString(b)
-	spec := runtime.Spec{
-		ID: id, Layers: img.Layers, Args: st.Hook, Env: env, Cwd: "/", User: img.Config.User, Hostname: id,
-		Mounts: []runtime.Mount{
+	h := node.Hook{
+		ID: id, App: cfg.Name, Replica: meta.Replica, Layers: img.Layers, User: img.Config.User, Args: st.Hook, Env: env,
+		Mounts: []Mount{
 			{Source: data, Destination: st.Dir},
 			{Source: vol, Destination: cfg.Volumes[st.Volume]},
 		},
-		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
-		Stdout: logf, Stderr: logf,
-		// Not recorded: a daemon that dies during the hook leaves an
-		// orphan that the next one removes, and runs the hook again.
-		Ephemeral: true,
-		Labels:    map[string]string{labels.Kind: labels.KindMerge, labels.App: cfg.Name, labels.Replica: meta.Replica},
-	}
-	if g.confiner != nil {
-		if err := g.confiner.Confine(ctx, cfg.Name, &spec); err != nil {
-			return res, "", fmt.Errorf("hook %s: %w", strings.Join(st.Hook, " "), err)
-		}
-	}
-	if err := ownLog(logf, &spec); err != nil {
-		return res, "", err
+		Resources: cfg.Resources, Log: logf,
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := g.clock.AfterFunc(hookTimeout, cancel)
 	defer timer.Stop()
-	if _, err := g.rt.Run(hctx, spec); err != nil {
-		return res, "", fmt.Errorf("hook %s: start: %w", strings.Join(st.Hook, " "), err)
-	}
-	exit, werr := g.rt.Wait(hctx, id)
-	// Delete kills what still runs and removes every trace of it.
-	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
-	derr := g.rt.Delete(dctx, id)
-	dcancel()
-	if derr != nil && !isNotFound(derr) {
-		g.log.Warn("serving: delete merge hook container", "container", id, "err", derr)
-	}
+	exit, werr := g.hooks.RunHook(hctx, h)
 	switch {
+	case werr != nil && ctx.Err() == nil && hctx.Err() == nil:
+		return res, "", fmt.Errorf("hook %s: %w", strings.Join(st.Hook, " "), werr)
 	case werr != nil && ctx.Err() == nil:
 		return res, "", fmt.Errorf("hook %q ran longer than %s and was killed%s", strings.Join(st.Hook, " "), hookTimeout, hookOutput(logPath))
 	case werr != nil:

@@ -17,17 +17,8 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/route"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
-
-// Runtime is what serving needs of the container runtime: it runs the
-// apps' merge hooks (a replica's own container is its node's).
-type Runtime interface {
-	Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error)
-	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
-	Delete(ctx context.Context, id string) error
-}
 
 // Images resolves an app's image.
 type Images interface {
@@ -51,11 +42,12 @@ type EventLog interface {
 
 // Options configure a Manager.
 type Options struct {
-	Store   store.Store
-	Runtime Runtime
-	Images  Images
-	Router  Router
-	Events  EventLog
+	Store store.Store
+	// Hooks runs the apps' merge hooks on this host (localnode's Node).
+	Hooks  HookRunner
+	Images Images
+	Router Router
+	Events EventLog
 	// Local is this host's Node (localnode): where a single host's
 	// replicas run, and this node's part of a cluster.
 	Local Node
@@ -80,8 +72,8 @@ type Options struct {
 	// FrozenMemory is the per-host budget for the memory of frozen replicas;
 	// above it the least recently used are stopped. 0: a quarter of RAM.
 	FrozenMemory int64
-	// Confiner, if set, runs each app's containers (replicas and merge
-	// hooks) in a user namespace of the app's own; nil: as the host's root.
+	// Confiner, if set, is given back each deleted app's host ids (the
+	// node runs the app's containers in a user namespace of its own).
 	Confiner   Confiner
 	Clock      clock.Clock
 	Logger     *slog.Logger
@@ -114,8 +106,8 @@ type Manager struct {
 
 // New returns a Manager; Start loads the apps in the store.
 func New(o Options) (*Manager, error) {
-	if o.Store == nil || o.Runtime == nil || o.Images == nil || o.Local == nil || o.Router == nil {
-		return nil, errors.New("serving: store, runtime, images, local node and router are required")
+	if o.Store == nil || o.Hooks == nil || o.Images == nil || o.Local == nil || o.Router == nil {
+		return nil, errors.New("serving: store, hook runner, images, local node and router are required")
 	}
 	if o.Cluster != nil && o.Dispatcher == nil {
 		return nil, errors.New("serving: a node of a cluster needs a dispatcher over its nodes")

@@ -44,14 +44,12 @@ type stateMeta struct {
 type merger struct {
 	app    string
 	dir    string // the app's directory: state/ and volumes/ are in it
-	rt     Runtime
+	hooks  HookRunner
 	images Images
-	// confiner, if set, runs the merge hook in the app's user namespace.
-	confiner Confiner
-	clock    clock.Clock
-	log      *slog.Logger
-	emit     func(kind, replica, reason string, inputs map[string]float64)
-	took     func(policy string, d time.Duration) // a merge's time, for the metrics
+	clock  clock.Clock
+	log    *slog.Logger
+	emit   func(kind, replica, reason string, inputs map[string]float64)
+	took   func(policy string, d time.Duration) // a merge's time, for the metrics
 	// deleting reports whether the app is being deleted: its state goes
 	// with its volumes, unmerged.
 	deleting func() bool

@@ -8,9 +8,15 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/labels"
-	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
+
+// Container is one of this host's containers, as RemoveStrays sees it.
+type Container struct {
+	ID      string
+	Labels  map[string]string
+	Created time.Time
+}
 
 // RemoveStrays removes, among cs (this host's containers), the replicas
 // that lost their place in the cluster: the record of the replica is gone,
@@ -21,8 +27,8 @@ import (
 // after before are left alone: a leader that sees the node live again may
 // start replicas on it, and writes their records only once they run. It
 // returns the ids removed.
-func (m *Manager) RemoveStrays(ctx context.Context, cs []*runtime.Container, before time.Time) ([]string, error) {
-	var cands []*runtime.Container
+func (m *Manager) RemoveStrays(ctx context.Context, cs []Container, before time.Time) ([]string, error) {
+	var cands []Container
 	for _, c := range cs {
 		if c.Labels[labels.Kind] == labels.KindReplica && c.Created.Before(before) {
 			cands = append(cands, c)
