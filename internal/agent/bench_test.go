@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// BenchmarkNodeCall is one serving.Node call (Usage) made on this node's
+// BenchmarkNodeCall is one node.Node call (Usage) made on this node's
 // own Node (the baseline) and on another node's through its agent, over
 // real HTTP on loopback with the cluster secret.
 func BenchmarkNodeCall(b *testing.B) {

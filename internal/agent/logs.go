@@ -7,7 +7,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // tailReq asks for the last Lines lines of a replica's log at Log, a path
@@ -17,24 +17,24 @@ type tailReq struct {
 	Lines int    `json:"lines"`
 }
 
-var _ serving.LogTailer = (*Remote)(nil)
+var _ node.LogTailer = (*Remote)(nil)
 
 // TailLog reads the last n lines of the replica's log on its node (n <= 0:
 // all that the last MiB holds).
-func (r *Remote) TailLog(ctx context.Context, id, log string, n int) (serving.LogTail, error) {
+func (r *Remote) TailLog(ctx context.Context, id, log string, n int) (node.LogTail, error) {
 	var t logTail
 	err := r.post(ctx, r.path(id, "log"), tailReq{Log: log, Lines: n}, &t)
 	return t.tail(), err
 }
 
 // tailLog answers a TailLog: this node's Node reads the log.
-func (s *Server) tailLog(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) tailLog(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var q tailReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &q); err != nil {
 		s.fail(w, err)
 		return
 	}
-	lt, ok := n.(serving.LogTailer)
+	lt, ok := n.(node.LogTailer)
 	if !ok {
 		s.fail(w, errors.Join(errors.New("node "+s.Name+" cannot read replica logs"), errdefs.ErrUnavailable))
 		return

@@ -11,7 +11,6 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/node"
-	"github.com/shoal-run/shoal/internal/serving"
 )
 
 // logNode is a fake node whose replica logs are real files under dir, read
@@ -21,7 +20,7 @@ type logNode struct {
 	dir string
 }
 
-func (l logNode) TailLog(ctx context.Context, id, log string, n int) (serving.LogTail, error) {
+func (l logNode) TailLog(ctx context.Context, id, log string, n int) (node.LogTail, error) {
 	l.call("log %s %s %d", id, log, n)
 	return node.ReadLogTail(l.dir, log, n)
 }

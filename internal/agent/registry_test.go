@@ -13,7 +13,7 @@ import (
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/image/imagetest"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 func openImages(t *testing.T) *image.Store {
@@ -181,11 +181,11 @@ func TestStartFetchesImage(t *testing.T) {
 	addNode(t, st, "n2", n2)
 	r := c.Remote("n2")
 	missing := "sha256:" + strings.Repeat("cd", 32)
-	_, err := r.Start(ctx, serving.ReplicaSpec{ID: "web-0", App: "web", Digest: missing, ImageFrom: "n1", Config: manifest.Config{Port: 8080}})
+	_, err := r.Start(ctx, node.ReplicaSpec{ID: "web-0", App: "web", Digest: missing, ImageFrom: "n1", Config: manifest.Config{Port: 8080}})
 	if !errdefs.IsNotFound(err) || len(fake.log()) != 0 {
 		t.Fatalf("start with an image no node has: %v, calls %q", err, fake.log())
 	}
-	if _, err := r.Start(ctx, serving.ReplicaSpec{ID: "web-1", App: "web", Digest: img.Digest, ImageFrom: "n1", Config: manifest.Config{Port: 8080}}); err != nil {
+	if _, err := r.Start(ctx, node.ReplicaSpec{ID: "web-1", App: "web", Digest: img.Digest, ImageFrom: "n1", Config: manifest.Config{Port: 8080}}); err != nil {
 		t.Fatalf("start: %v", err)
 	}
 	if _, err := lack.Get(ctx, img.Digest); err != nil {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
-// Remote is another node's replicas as a serving.Node: each call is made
+// Remote is another node's replicas as a node.Node: each call is made
 // by that node's agent on its own local Node, bounded by the caller's
 // context. Errors keep their errdefs kind; a node that cannot be reached
 // is errdefs.ErrUnavailable.
@@ -22,9 +22,9 @@ type Remote struct {
 	node string
 }
 
-var _ serving.Node = (*Remote)(nil)
+var _ node.Node = (*Remote)(nil)
 
-// Remote returns node's replicas as a serving.Node.
+// Remote returns node's replicas as a node.Node.
 func (c *Client) Remote(node string) *Remote {
 	return &Remote{c: c, node: node}
 }
@@ -40,10 +40,10 @@ func (r *Remote) post(ctx context.Context, path string, in, out any) error {
 
 // Start starts the replica on the node (which first fetches its image if
 // it lacks it).
-func (r *Remote) Start(ctx context.Context, s serving.ReplicaSpec) (serving.Started, error) {
+func (r *Remote) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, error) {
 	var st started
 	if err := r.post(ctx, "replicas/start", toSpec(s), &st); err != nil {
-		return serving.Started{}, err
+		return node.Started{}, err
 	}
 	return st.started(r.node), nil
 }
@@ -73,17 +73,17 @@ func (r *Remote) Stop(ctx context.Context, id string, grace time.Duration) error
 
 // Wait returns when the replica's process exits: a long poll, asked again
 // each time the node answers that it still runs, until ctx ends.
-func (r *Remote) Wait(ctx context.Context, id string) (serving.ExitStatus, error) {
+func (r *Remote) Wait(ctx context.Context, id string) (node.ExitStatus, error) {
 	for {
 		var w waitResp
 		if err := r.post(ctx, r.path(id, "wait"), nil, &w); err != nil {
-			return serving.ExitStatus{}, err
+			return node.ExitStatus{}, err
 		}
 		if w.Exited {
 			return w.Status.status(), nil
 		}
 		if err := ctx.Err(); err != nil {
-			return serving.ExitStatus{}, err
+			return node.ExitStatus{}, err
 		}
 	}
 }
@@ -121,7 +121,7 @@ const (
 
 // Adopt asks the node what it has of replica k, asking again
 // (adoptTries in all) while the node cannot be reached; then the error.
-func (r *Remote) Adopt(ctx context.Context, k serving.Known) (serving.Adopted, error) {
+func (r *Remote) Adopt(ctx context.Context, k node.Known) (node.Adopted, error) {
 	var err error
 	for try := 1; try <= adoptTries; try++ {
 		var a adopted
@@ -133,11 +133,11 @@ func (r *Remote) Adopt(ctx context.Context, k serving.Known) (serving.Adopted, e
 		}
 		select {
 		case <-ctx.Done():
-			return serving.Adopted{}, fmt.Errorf("replica %s: adopt: %w", k.ID, err)
+			return node.Adopted{}, fmt.Errorf("replica %s: adopt: %w", k.ID, err)
 		case <-time.After(adoptPause):
 		}
 	}
-	return serving.Adopted{}, fmt.Errorf("replica %s: adopt: %w", k.ID, err)
+	return node.Adopted{}, fmt.Errorf("replica %s: adopt: %w", k.ID, err)
 }
 
 // Release frees the replica's place on the node.

@@ -13,22 +13,22 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
-// fakeNode is a serving.Node that records its calls; a replica it does
+// fakeNode is a node.Node that records its calls; a replica it does
 // not know is not found.
 type fakeNode struct {
 	mu      sync.Mutex
 	calls   []string
 	known   map[string]bool
-	exit    chan serving.ExitStatus // Wait returns what it gets
+	exit    chan node.ExitStatus // Wait returns what it gets
 	waits   int
 	checkOK bool
 }
 
 func newFakeNode() *fakeNode {
-	return &fakeNode{known: map[string]bool{}, exit: make(chan serving.ExitStatus, 1)}
+	return &fakeNode{known: map[string]bool{}, exit: make(chan node.ExitStatus, 1)}
 }
 
 func (f *fakeNode) call(format string, args ...any) {
@@ -46,15 +46,15 @@ func (f *fakeNode) has(id string) error {
 	return nil
 }
 
-func (f *fakeNode) Start(ctx context.Context, s serving.ReplicaSpec) (serving.Started, error) {
+func (f *fakeNode) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, error) {
 	f.call("start %s %s %s port=%d env=%v mounts=%d", s.ID, s.App, s.Digest, s.Config.Port, s.Env, len(s.Mounts))
 	if s.Config.Port == 0 {
-		return serving.Started{}, errdefs.Invalid("config.port", "0 is not a port")
+		return node.Started{}, errdefs.Invalid("config.port", "0 is not a port")
 	}
 	f.mu.Lock()
 	f.known[s.ID] = true
 	f.mu.Unlock()
-	return serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1"}, nil
+	return node.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1"}, nil
 }
 func (f *fakeNode) Freeze(_ context.Context, id string) (int64, error) {
 	f.call("freeze %s", id)
@@ -69,18 +69,18 @@ func (f *fakeNode) Stop(ctx context.Context, id string, grace time.Duration) err
 	f.call("stop %s %s", id, grace)
 	return f.has(id)
 }
-func (f *fakeNode) Wait(ctx context.Context, id string) (serving.ExitStatus, error) {
+func (f *fakeNode) Wait(ctx context.Context, id string) (node.ExitStatus, error) {
 	f.mu.Lock()
 	f.waits++
 	f.mu.Unlock()
 	if err := f.has(id); err != nil {
-		return serving.ExitStatus{}, err
+		return node.ExitStatus{}, err
 	}
 	select {
 	case st := <-f.exit:
 		return st, nil
 	case <-ctx.Done():
-		return serving.ExitStatus{}, ctx.Err()
+		return node.ExitStatus{}, ctx.Err()
 	}
 }
 func (f *fakeNode) Check(ctx context.Context, id, addr string, h manifest.Health) error {
@@ -104,12 +104,12 @@ func (f *fakeNode) Remove(ctx context.Context, id string) error {
 	delete(f.known, id)
 	return nil
 }
-func (f *fakeNode) Adopt(_ context.Context, k serving.Known) (serving.Adopted, error) {
+func (f *fakeNode) Adopt(_ context.Context, k node.Known) (node.Adopted, error) {
 	f.call("adopt %s %s %s", k.ID, k.App, k.CPUSet)
 	if f.has(k.ID) != nil {
-		return serving.Adopted{}, nil
+		return node.Adopted{}, nil
 	}
-	return serving.Adopted{Running: true, Frozen: true, Pid: 77}, nil
+	return node.Adopted{Running: true, Frozen: true, Pid: 77}, nil
 }
 func (f *fakeNode) Release(_ context.Context, id string) error { f.call("release %s", id); return nil }
 
@@ -121,7 +121,7 @@ func (f *fakeNode) log() []string {
 
 // remoteOf serves fake as node n2's agent on loopback and returns the
 // Remote that reaches it.
-func remoteOf(t *testing.T, fake serving.Node, poll time.Duration) *Remote {
+func remoteOf(t *testing.T, fake node.Node, poll time.Duration) *Remote {
 	t.Helper()
 	st := testStore(t)
 	srv := serve(t, (&Server{Name: "n2", Secret: testSecret, Node: fake, WaitPoll: poll, Log: testLog(t)}).Handler())
@@ -129,18 +129,18 @@ func remoteOf(t *testing.T, fake serving.Node, poll time.Duration) *Remote {
 	return NewClient(st, testSecret).Remote("n2")
 }
 
-// Every serving.Node call made on a Remote is made on the other node's
+// Every node.Node call made on a Remote is made on the other node's
 // own Node with the same arguments, and its results come back.
 func TestRemoteCallsTheNode(t *testing.T) {
 	ctx := context.Background()
 	fake := newFakeNode()
 	fake.checkOK = true
 	r := remoteOf(t, fake, 0)
-	spec := serving.ReplicaSpec{ID: "web-1", App: "web", Revision: 3, Digest: "sha256:abc",
+	spec := node.ReplicaSpec{ID: "web-1", App: "web", Revision: 3, Digest: "sha256:abc",
 		Config: manifest.Config{Port: 8080, Health: manifest.Health{HTTP: "/healthz", Interval: manifest.Duration{Duration: time.Second}}},
-		Env:    []string{"A=1"}, Mounts: []serving.Mount{{Source: "/v", Destination: "/data"}}}
+		Env:    []string{"A=1"}, Mounts: []node.Mount{{Source: "/v", Destination: "/data"}}}
 	st, err := r.Start(ctx, spec)
-	if err != nil || st != (serving.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1", Node: "n2"}) {
+	if err != nil || st != (node.Started{Addr: "10.77.0.5:8080", Pid: 4242, CPUSet: "1", Node: "n2"}) {
 		t.Fatalf("start: %+v, %v", st, err)
 	}
 	if mem, err := r.Freeze(ctx, "web-1"); err != nil || mem != 1<<20 {
@@ -164,7 +164,7 @@ func TestRemoteCallsTheNode(t *testing.T) {
 	if err := r.Stop(ctx, "web-1", 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1", App: "web", CPUSet: "1"}); err != nil || a != (serving.Adopted{Running: true, Frozen: true, Pid: 77}) {
+	if a, err := r.Adopt(ctx, node.Known{ID: "web-1", App: "web", CPUSet: "1"}); err != nil || a != (node.Adopted{Running: true, Frozen: true, Pid: 77}) {
 		t.Fatalf("adopt: %+v, %v", a, err)
 	}
 	if err := r.Release(ctx, "web-1"); err != nil {
@@ -208,13 +208,13 @@ func TestRemoteErrorKinds(t *testing.T) {
 	if _, err := r.Wait(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("wait: %v", err)
 	}
-	if _, err := r.Start(ctx, serving.ReplicaSpec{ID: "x", App: "web"}); errdefs.Field(err) != "config.port" {
+	if _, err := r.Start(ctx, node.ReplicaSpec{ID: "x", App: "web"}); errdefs.Field(err) != "config.port" {
 		t.Errorf("start with a bad spec: %v; want invalid config.port", err)
 	}
 	if err := r.Check(ctx, "nope", "a:1", manifest.Health{}); err == nil || errdefs.IsNotFound(err) {
 		t.Errorf("failed check: %v; want the check's error", err)
 	}
-	if a, err := r.Adopt(ctx, serving.Known{ID: "nope"}); err != nil || a.Running {
+	if a, err := r.Adopt(ctx, node.Known{ID: "nope"}); err != nil || a.Running {
 		t.Errorf("adopt of an unknown replica: %+v, %v; want not running, no error", a, err)
 	}
 }
@@ -228,7 +228,7 @@ func TestRemoteWaitLongPoll(t *testing.T) {
 	fake.known["web-1"] = true
 	r := remoteOf(t, fake, 5*time.Millisecond)
 	done := make(chan error, 1)
-	var got serving.ExitStatus
+	var got node.ExitStatus
 	go func() {
 		var err error
 		got, err = r.Wait(ctx, "web-1")
@@ -249,8 +249,8 @@ func TestRemoteWaitLongPoll(t *testing.T) {
 		t.Fatalf("wait returned before the exit: %v", err)
 	default:
 	}
-	fake.exit <- serving.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
-	if err := <-done; err != nil || got != (serving.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}) {
+	fake.exit <- node.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}
+	if err := <-done; err != nil || got != (node.ExitStatus{Code: 137, Signal: syscall.SIGKILL, OOMKilled: true, Known: true}) {
 		t.Fatalf("wait: %+v, %v", got, err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -273,10 +273,10 @@ func TestRemoteNodeUnavailable(t *testing.T) {
 		t.Fatalf("node without replicas: %v", err)
 	}
 	srv.Close()
-	if _, err := r.Start(ctx, serving.ReplicaSpec{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) {
+	if _, err := r.Start(ctx, node.ReplicaSpec{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("node gone: %v", err)
 	}
-	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) || a.Running {
+	if a, err := r.Adopt(ctx, node.Known{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) || a.Running {
 		t.Fatalf("adopt on a node gone: %+v, %v; want unavailable", a, err)
 	}
 }
@@ -304,13 +304,13 @@ func TestRemoteAdoptAsksAgain(t *testing.T) {
 	}))
 	addNode(t, st, "n2", srv)
 	r := NewClient(st, testSecret).Remote("n2")
-	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1"}); err != nil || !a.Running || a.Pid != 77 {
+	if a, err := r.Adopt(ctx, node.Known{ID: "web-1"}); err != nil || !a.Running || a.Pid != 77 {
 		t.Fatalf("adopt after %d refusals: %+v, %v", adoptTries-1, a, err)
 	}
 	mu.Lock()
 	refuse = adoptTries
 	mu.Unlock()
-	if a, err := r.Adopt(ctx, serving.Known{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) || a.Running {
+	if a, err := r.Adopt(ctx, node.Known{ID: "web-1"}); !errors.Is(err, errdefs.ErrUnavailable) || a.Running {
 		t.Fatalf("adopt refused %d times: %+v, %v; want unavailable, not running", adoptTries, a, err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // maxSpecBody bounds a replica spec sent to a node.
@@ -19,14 +19,14 @@ const maxSpecBody = 4 << 20
 // the replica still runs.
 const DefaultWaitPoll = 25 * time.Second
 
-// replicaRoutes mounts the serving.Node of this node: each route is one
+// replicaRoutes mounts the node.Node of this node: each route is one
 // call of it, made with the request's context.
 func (s *Server) replicaRoutes(mux *http.ServeMux) {
 	p := "POST " + Prefix + "replicas/"
 	mux.HandleFunc(p+"start", s.withNode(s.start))
 	mux.HandleFunc(p+"adopt", s.withNode(s.adopt))
 	mux.HandleFunc(p+"{id}/freeze", s.withNode(s.freeze))
-	mux.HandleFunc(p+"{id}/thaw", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	mux.HandleFunc(p+"{id}/thaw", s.withNode(func(w http.ResponseWriter, r *http.Request, n node.Node) {
 		s.done(w, n.Thaw(r.Context(), r.PathValue("id")))
 	}))
 	mux.HandleFunc(p+"{id}/drain", s.withNode(s.drain))
@@ -38,16 +38,16 @@ func (s *Server) replicaRoutes(mux *http.ServeMux) {
 	mux.HandleFunc(p+"{id}/log", s.withNode(s.tailLog))
 	mux.HandleFunc(p+"{id}/state", s.withNode(s.sendState))
 	mux.HandleFunc(p+"{id}/state/drop", s.withNode(s.dropState))
-	mux.HandleFunc(p+"{id}/remove", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	mux.HandleFunc(p+"{id}/remove", s.withNode(func(w http.ResponseWriter, r *http.Request, n node.Node) {
 		s.done(w, n.Remove(r.Context(), r.PathValue("id")))
 	}))
-	mux.HandleFunc(p+"{id}/release", s.withNode(func(w http.ResponseWriter, r *http.Request, n serving.Node) {
+	mux.HandleFunc(p+"{id}/release", s.withNode(func(w http.ResponseWriter, r *http.Request, n node.Node) {
 		s.done(w, n.Release(r.Context(), r.PathValue("id")))
 	}))
 }
 
-// withNode answers 503 while this node has no serving.Node to call.
-func (s *Server) withNode(h func(http.ResponseWriter, *http.Request, serving.Node)) http.HandlerFunc {
+// withNode answers 503 while this node has no node.Node to call.
+func (s *Server) withNode(h func(http.ResponseWriter, *http.Request, node.Node)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.Node == nil {
 			httperr.WriteErr(w, errors.Join(errors.New("node "+s.Name+" runs no replicas yet"), errdefs.ErrUnavailable))
@@ -73,7 +73,7 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 	httperr.WriteErr(w, err)
 }
 
-func (s *Server) start(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) start(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var ws replicaSpec
 	if err := httperr.ReadJSON(w, r, maxSpecBody, &ws); err != nil {
 		s.fail(w, err)
@@ -94,7 +94,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	httperr.WriteJSON(w, http.StatusOK, toStarted(st))
 }
 
-func (s *Server) adopt(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) adopt(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var k known
 	if err := httperr.ReadJSON(w, r, maxSpecBody, &k); err != nil {
 		s.fail(w, err)
@@ -108,7 +108,7 @@ func (s *Server) adopt(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	httperr.WriteJSON(w, http.StatusOK, toAdopted(a))
 }
 
-func (s *Server) freeze(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) freeze(w http.ResponseWriter, r *http.Request, n node.Node) {
 	mem, err := n.Freeze(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
@@ -117,7 +117,7 @@ func (s *Server) freeze(w http.ResponseWriter, r *http.Request, n serving.Node) 
 	httperr.WriteJSON(w, http.StatusOK, freezeResp{Memory: mem})
 }
 
-func (s *Server) drain(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) drain(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var g graceReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &g); err != nil {
 		s.fail(w, err)
@@ -126,7 +126,7 @@ func (s *Server) drain(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	s.done(w, n.Drain(r.Context(), r.PathValue("id"), g.Grace))
 }
 
-func (s *Server) stop(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) stop(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var g graceReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &g); err != nil {
 		s.fail(w, err)
@@ -137,7 +137,7 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request, n serving.Node) {
 
 // wait is a long poll: it holds the request until the replica exits or
 // the poll's time is up, then answers which.
-func (s *Server) wait(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) wait(w http.ResponseWriter, r *http.Request, n node.Node) {
 	poll := s.WaitPoll
 	if poll <= 0 {
 		poll = DefaultWaitPoll
@@ -155,7 +155,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	}
 }
 
-func (s *Server) check(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) check(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var c checkReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &c); err != nil {
 		s.fail(w, err)
@@ -164,7 +164,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	s.done(w, n.Check(r.Context(), r.PathValue("id"), c.Addr, c.Health))
 }
 
-func (s *Server) usage(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) usage(w http.ResponseWriter, r *http.Request, n node.Node) {
 	p, t, err := n.Usage(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
@@ -173,7 +173,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request, n serving.Node) {
 	httperr.WriteJSON(w, http.StatusOK, usageResp{Periods: p, Throttled: t})
 }
 
-func (s *Server) setCPU(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) setCPU(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var c cpuReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &c); err != nil {
 		s.fail(w, err)

@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
-// The bodies of the replica routes: what a serving.Node call takes and
+// The bodies of the replica routes: what a node.Node call takes and
 // gives, in JSON. They are the wire's own types, turned from and into
 // serving's at each end, so that serving's types carry no wire tags.
 type (
@@ -41,7 +41,7 @@ type (
 		OOMKilled bool `json:"oom_killed,omitempty"`
 		Known     bool `json:"known"`
 	}
-	// replicaSpec is a serving.ReplicaSpec.
+	// replicaSpec is a node.ReplicaSpec.
 	replicaSpec struct {
 		ID        string          `json:"id"`
 		App       string          `json:"app"`
@@ -61,13 +61,13 @@ type (
 		Options     []string `json:"options,omitempty"`
 		SizeBytes   int64    `json:"size_bytes,omitempty"`
 	}
-	// started is a serving.Started (the caller knows the node).
+	// started is a node.Started (the caller knows the node).
 	started struct {
 		Addr   string `json:"addr"`
 		Pid    int    `json:"pid"`
 		CPUSet string `json:"cpuset,omitempty"`
 	}
-	// known is a serving.Known.
+	// known is a node.Known.
 	known struct {
 		ID     string  `json:"id"`
 		App    string  `json:"app"`
@@ -77,29 +77,29 @@ type (
 		Memory int64   `json:"memory,omitempty"`
 		Port   int     `json:"port,omitempty"`
 	}
-	// adopted is a serving.Adopted.
+	// adopted is a node.Adopted.
 	adopted struct {
 		Running bool   `json:"running"`
 		Frozen  bool   `json:"frozen,omitempty"`
 		Pid     int    `json:"pid,omitempty"`
 		Addr    string `json:"addr,omitempty"`
 	}
-	// logTail is a serving.LogTail.
+	// logTail is a node.LogTail.
 	logTail struct {
 		Lines []string  `json:"lines"`
 		Mod   time.Time `json:"mod"`
 	}
 )
 
-func toExit(s serving.ExitStatus) exitStatus {
+func toExit(s node.ExitStatus) exitStatus {
 	return exitStatus{Code: s.Code, Signal: int(s.Signal), OOMKilled: s.OOMKilled, Known: s.Known}
 }
 
-func (e exitStatus) status() serving.ExitStatus {
-	return serving.ExitStatus{Code: e.Code, Signal: syscall.Signal(e.Signal), OOMKilled: e.OOMKilled, Known: e.Known}
+func (e exitStatus) status() node.ExitStatus {
+	return node.ExitStatus{Code: e.Code, Signal: syscall.Signal(e.Signal), OOMKilled: e.OOMKilled, Known: e.Known}
 }
 
-func toSpec(s serving.ReplicaSpec) replicaSpec {
+func toSpec(s node.ReplicaSpec) replicaSpec {
 	w := replicaSpec{ID: s.ID, App: s.App, Revision: s.Revision, Digest: s.Digest, Config: s.Config, Env: s.Env,
 		Log: s.Log, ImageFrom: s.ImageFrom}
 	for _, m := range s.Mounts {
@@ -109,38 +109,38 @@ func toSpec(s serving.ReplicaSpec) replicaSpec {
 	return w
 }
 
-func (w replicaSpec) spec() serving.ReplicaSpec {
-	s := serving.ReplicaSpec{ID: w.ID, App: w.App, Revision: w.Revision, Digest: w.Digest, Config: w.Config, Env: w.Env,
+func (w replicaSpec) spec() node.ReplicaSpec {
+	s := node.ReplicaSpec{ID: w.ID, App: w.App, Revision: w.Revision, Digest: w.Digest, Config: w.Config, Env: w.Env,
 		Log: w.Log, ImageFrom: w.ImageFrom}
 	for _, m := range w.Mounts {
-		s.Mounts = append(s.Mounts, serving.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly,
+		s.Mounts = append(s.Mounts, node.Mount{Source: m.Source, Destination: m.Destination, ReadOnly: m.ReadOnly,
 			Type: m.Type, Options: m.Options, SizeBytes: m.SizeBytes})
 	}
 	return s
 }
 
-func toStarted(s serving.Started) started { return started{Addr: s.Addr, Pid: s.Pid, CPUSet: s.CPUSet} }
+func toStarted(s node.Started) started { return started{Addr: s.Addr, Pid: s.Pid, CPUSet: s.CPUSet} }
 
-func (w started) started(node string) serving.Started {
-	return serving.Started{Addr: w.Addr, Pid: w.Pid, CPUSet: w.CPUSet, Node: node}
+func (w started) started(name string) node.Started {
+	return node.Started{Addr: w.Addr, Pid: w.Pid, CPUSet: w.CPUSet, Node: name}
 }
 
-func toKnown(k serving.Known) known {
+func toKnown(k node.Known) known {
 	return known{ID: k.ID, App: k.App, CPUSet: k.CPUSet, Node: k.Node, CPU: k.CPU, Memory: k.Memory, Port: k.Port}
 }
 
-func (w known) known() serving.Known {
-	return serving.Known{ID: w.ID, App: w.App, CPUSet: w.CPUSet, Node: w.Node, CPU: w.CPU, Memory: w.Memory, Port: w.Port}
+func (w known) known() node.Known {
+	return node.Known{ID: w.ID, App: w.App, CPUSet: w.CPUSet, Node: w.Node, CPU: w.CPU, Memory: w.Memory, Port: w.Port}
 }
 
-func toAdopted(a serving.Adopted) adopted {
+func toAdopted(a node.Adopted) adopted {
 	return adopted{Running: a.Running, Frozen: a.Frozen, Pid: a.Pid, Addr: a.Addr}
 }
 
-func (w adopted) adopted() serving.Adopted {
-	return serving.Adopted{Running: w.Running, Frozen: w.Frozen, Pid: w.Pid, Addr: w.Addr}
+func (w adopted) adopted() node.Adopted {
+	return node.Adopted{Running: w.Running, Frozen: w.Frozen, Pid: w.Pid, Addr: w.Addr}
 }
 
-func toLogTail(t serving.LogTail) logTail { return logTail{Lines: t.Lines, Mod: t.Mod} }
+func toLogTail(t node.LogTail) logTail { return logTail{Lines: t.Lines, Mod: t.Mod} }
 
-func (w logTail) tail() serving.LogTail { return serving.LogTail{Lines: w.Lines, Mod: w.Mod} }
+func (w logTail) tail() node.LogTail { return node.LogTail{Lines: w.Lines, Mod: w.Mod} }

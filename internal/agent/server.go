@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/httperr"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // Server answers the other nodes of the cluster. Its handler authenticates
@@ -15,9 +15,9 @@ import (
 type Server struct {
 	Name   string // this node's name
 	Secret string
-	// Node is this node's own replicas (serving's local Node), which the
+	// Node is this node's own replicas (localnode's Node), which the
 	// leader drives through the replica routes; nil: they answer 503.
-	Node serving.Node
+	Node node.Node
 	// WaitPoll bounds how long a Wait is held before the answer that the
 	// replica still runs (0: DefaultWaitPoll).
 	WaitPoll time.Duration

@@ -10,7 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/statemerge"
 )
 
@@ -20,10 +20,10 @@ type stateReq struct {
 	Area string `json:"area"`
 }
 
-var _ serving.StateCarrier = (*Remote)(nil)
+var _ node.StateCarrier = (*Remote)(nil)
 
 // FetchState streams the regular files of the replica's state area on its
-// node, as a tar, into dst (bounded by serving.StateMax).
+// node, as a tar, into dst (bounded by node.StateMax).
 func (r *Remote) FetchState(ctx context.Context, id, area, dst string) error {
 	b, _ := json.Marshal(stateReq{Area: area})
 	req, err := http.NewRequest(http.MethodPost, "http://node"+Prefix+r.path(id, "state"), strings.NewReader(string(b)))
@@ -39,7 +39,7 @@ func (r *Remote) FetchState(ctx context.Context, id, area, dst string) error {
 	if resp.StatusCode/100 != 2 {
 		return readErr(r.node, resp)
 	}
-	if _, err := statemerge.ReadTar(resp.Body, dst, serving.StateMax); err != nil {
+	if _, err := statemerge.ReadTar(resp.Body, dst, node.StateMax); err != nil {
 		return fmt.Errorf("node %s: replica %s: %w", r.node, id, err)
 	}
 	return nil
@@ -53,13 +53,13 @@ func (r *Remote) DropState(ctx context.Context, id, area string) error {
 // sendState answers a FetchState: this node's Node writes the tar. An
 // error once the tar has begun cuts the stream, which the reader sees as
 // a truncated tar.
-func (s *Server) sendState(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) sendState(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var q stateReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &q); err != nil {
 		s.fail(w, err)
 		return
 	}
-	src, ok := n.(serving.StateSource)
+	src, ok := n.(node.StateSource)
 	if !ok {
 		s.fail(w, errors.Join(errors.New("node "+s.Name+" cannot send state areas"), errdefs.ErrUnavailable))
 		return
@@ -91,13 +91,13 @@ func (c *countWriter) Write(b []byte) (int, error) {
 }
 
 // dropState answers a DropState.
-func (s *Server) dropState(w http.ResponseWriter, r *http.Request, n serving.Node) {
+func (s *Server) dropState(w http.ResponseWriter, r *http.Request, n node.Node) {
 	var q stateReq
 	if err := httperr.ReadJSON(w, r, maxErrBody, &q); err != nil {
 		s.fail(w, err)
 		return
 	}
-	src, ok := n.(serving.StateSource)
+	src, ok := n.(node.StateSource)
 	if !ok {
 		s.fail(w, errors.Join(errors.New("node "+s.Name+" cannot drop state areas"), errdefs.ErrUnavailable))
 		return

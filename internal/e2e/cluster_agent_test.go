@@ -15,7 +15,7 @@ import (
 	"github.com/shoal-run/shoal/internal/cluster/clustertest"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	mf "github.com/shoal-run/shoal/internal/manifest"
-	"github.com/shoal-run/shoal/internal/serving"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -150,7 +150,7 @@ func TestClusterAgentRemoteReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const id = "hello-e2eagent"
-	spec := serving.ReplicaSpec{ID: id, App: "hello", Revision: 1, Digest: digest, ImageFrom: "n1",
+	spec := node.ReplicaSpec{ID: id, App: "hello", Revision: 1, Digest: digest, ImageFrom: "n1",
 		Config: mf.Config{Name: "hello", Image: "hello:1", Port: 8080},
 		Log:    filepath.Join(n2.dataDir, id+".log")}
 	st, err := r.Start(ctx, spec)

@@ -15,6 +15,7 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/statemerge"
 	"github.com/shoal-run/shoal/internal/store"
@@ -173,7 +174,7 @@ func (n *countingNode) TailLog(ctx context.Context, id, log string, lines int) (
 	if err := n.muted(); err != nil {
 		return LogTail{}, err
 	}
-	return n.Node.(LogTailer).TailLog(ctx, id, log, lines)
+	return n.Node.(node.LogTailer).TailLog(ctx, id, log, lines)
 }
 func (n *countingNode) Adopt(ctx context.Context, k Known) (Adopted, error) {
 	n.count()
@@ -288,11 +289,11 @@ func (n *countingNode) FetchState(ctx context.Context, id, area, dst string) err
 		return err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(n.Node.(StateSource).SendState(ctx, id, area, pw)) }()
-	_, err := statemerge.ReadTar(pr, dst, StateMax)
+	go func() { pw.CloseWithError(n.Node.(node.StateSource).SendState(ctx, id, area, pw)) }()
+	_, err := statemerge.ReadTar(pr, dst, node.StateMax)
 	pr.Close()
 	return err
 }
 func (n *countingNode) DropState(ctx context.Context, id, area string) error {
-	return n.Node.(StateSource).DropState(ctx, id, area)
+	return n.Node.(node.StateSource).DropState(ctx, id, area)
 }

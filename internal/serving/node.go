@@ -12,17 +12,14 @@ import (
 // cluster's leader, the dispatcher over them all. serving speaks of its
 // types under these names.
 type (
-	Node         = node.Node
-	ReplicaSpec  = node.ReplicaSpec
-	Started      = node.Started
-	Known        = node.Known
-	Adopted      = node.Adopted
-	ExitStatus   = node.ExitStatus
-	Mount        = node.Mount
-	LogTail      = node.LogTail
-	LogTailer    = node.LogTailer
-	StateCarrier = node.StateCarrier
-	StateSource  = node.StateSource
+	Node        = node.Node
+	ReplicaSpec = node.ReplicaSpec
+	Started     = node.Started
+	Known       = node.Known
+	Adopted     = node.Adopted
+	ExitStatus  = node.ExitStatus
+	Mount       = node.Mount
+	LogTail     = node.LogTail
 )
 
 // Dispatcher is the nodes of a cluster as one Node, the leader's (package
@@ -48,7 +45,3 @@ type Dispatcher interface {
 	// this host is path, from the node the replica is on.
 	ReadLog(ctx context.Context, id, path string, n int) (LogTail, error)
 }
-
-// StateMax bounds the state area a replica on another node leaves: what
-// the leader fetches to merge.
-const StateMax = node.StateMax
