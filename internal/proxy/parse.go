@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"time"
 )
 
 // The fast path parses request and answer heads itself, strictly: every
@@ -128,8 +129,9 @@ type answer struct {
 	status  []byte // "200 OK"
 	cl      int64  // -1 without Content-Length
 	chunked bool
-	close   bool // the replica closes the connection after this answer
-	stream  bool // text/event-stream
+	close   bool          // the replica closes the connection after this answer
+	stream  bool          // text/event-stream
+	ka      time.Duration // Keep-Alive: timeout=N; 0 when not said
 	conn    [][]byte
 	lines   []hline
 }
@@ -191,6 +193,8 @@ func (a *answer) parse(head []byte) bool {
 			}
 		case eqFold(name, "trailer"):
 			a.lines = append(a.lines, hline{line: line, name: name})
+		case eqFold(name, "keep-alive"):
+			a.ka = keepAliveTimeout(val)
 		case hopByHopName(name):
 		default:
 			if eqFold(name, "content-type") && len(val) >= 17 && eqFold(val[:17], "text/event-stream") {

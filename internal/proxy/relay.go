@@ -54,6 +54,10 @@ func (x *fastReq) relay(bc *bconn, keepBackend *bool) outcome {
 		bc.br.Discard(n)
 	}
 	x.st.code, x.st.head = a.code, c.f.p.clock.Now()
+	bc.ka = a.ka
+	if a.stream {
+		x.st.ep.pool.uncount(bc)
+	}
 	closing := x.req.close || c.f.shutting.Load()
 	bodyless := x.req.isHead || a.code == http.StatusNoContent || a.code == http.StatusNotModified
 	c.writeTimeout()
@@ -276,6 +280,7 @@ func (x *fastReq) relaySlow(bc *bconn, keepBackend *bool) outcome {
 	// resp.Body is not closed: Close would read the rest of an unfinished
 	// body; the connection is closed instead.
 	x.st.code, x.st.head = resp.StatusCode, c.f.p.clock.Now()
+	x.st.ep.pool.answered(bc, resp)
 	closing := x.req.close || c.f.shutting.Load()
 	bodyless := x.req.isHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified
 	c.writeTimeout()

@@ -145,6 +145,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 		return sendDone, nil
 	}
 	st.code, st.head = resp.StatusCode, x.p.clock.Now()
+	st.ep.pool.answered(bc, resp)
 	h := w.Header()
 	conn := resp.Header["Connection"]
 	for k, vs := range resp.Header {

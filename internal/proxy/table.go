@@ -226,6 +226,10 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		if e == nil {
 			e = newEndpoint(re.ID, re.Addr, node)
 			e.pool.clock = t.clock
+			if node == "" {
+				// Another node's proxy bounds its own.
+				e.pool.max = maxConnsPerEndpoint
+			}
 			t.endpoints[re.ID] = e
 		}
 		e.open()

@@ -45,6 +45,7 @@ func (x *stdReq) switched(bc *bconn, resp *http.Response, want string) {
 	}
 	defer client.Close()
 	st.code, st.head = resp.StatusCode, x.p.clock.Now()
+	st.ep.pool.uncount(bc) // it is the upgraded protocol's from now on
 	var replica io.ReadWriteCloser = bconnIO{bc}
 	if strings.EqualFold(got, "websocket") {
 		ws := newWSConn(replica)
