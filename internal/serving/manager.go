@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -286,16 +285,6 @@ func MemTotal() int64 {
 	var kb int64
 	fmt.Sscanf(string(b), "MemTotal: %d kB", &kb)
 	return kb * 1024
-}
-
-// sleep waits for d on clock c, or until ctx ends.
-func sleep(ctx context.Context, c clock.Clock, d time.Duration) {
-	t := c.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C():
-	case <-ctx.Done():
-	}
 }
 
 // LocalNode is this host's Node, which the leader of a cluster drives

@@ -7,7 +7,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -307,8 +306,6 @@ func (d *driver) probeAdopted(as []adoptee) {
 
 // adoptedWhy is the reason of a replica's adopt event.
 const adoptedWhy = "running replica adopted after a daemon restart"
-
-func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
 
 // loadRevisions reads every revision of the app from the store, so that
 // the controller never waits for the store under ctl.mu: revisions are
