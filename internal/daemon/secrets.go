@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/secrets"
 )
@@ -55,13 +58,37 @@ func (a secretsAPI) Delete(ctx context.Context, app, name string) error {
 	return a.s.Delete(ctx, app, name)
 }
 
-// appsDroppingSecrets removes an app's secrets with the app.
-type appsDroppingSecrets struct {
+// appsWithSecrets refuses a deploy whose [secrets] names one not set, and
+// removes an app's secrets with the app.
+type appsWithSecrets struct {
 	api.Apps
 	s *secrets.Store
 }
 
-func (a appsDroppingSecrets) Remove(ctx context.Context, name string) error {
+func (a appsWithSecrets) Deploy(ctx context.Context, req types.DeployRequest) (types.App, error) {
+	// A manifest that does not parse gets serving's own answer.
+	if cfg, err := manifest.Parse([]byte(req.Manifest), "shoal.toml"); err == nil {
+		if names := cfg.StoredSecrets(); len(names) > 0 {
+			set, err := a.s.List(ctx, cfg.Name)
+			if err != nil {
+				return types.App{}, err
+			}
+			have := map[string]bool{}
+			for _, i := range set {
+				have[i.Name] = true
+			}
+			for _, n := range names {
+				if !have[n] {
+					return types.App{}, fmt.Errorf("shoal.toml: %w", errdefs.Invalid("secrets."+n,
+						"is not set: shoal secret set %s %s < FILE (or -f FILE), then deploy again", cfg.Name, n))
+				}
+			}
+		}
+	}
+	return a.Apps.Deploy(ctx, req)
+}
+
+func (a appsWithSecrets) Remove(ctx context.Context, name string) error {
 	if err := a.Apps.Remove(ctx, name); err != nil {
 		return err
 	}

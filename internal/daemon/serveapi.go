@@ -36,7 +36,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Logger:     d.log,
 	}
 	if srv.Apps != nil {
-		srv.Apps = appsDroppingSecrets{srv.Apps, d.secrets}
+		srv.Apps = appsWithSecrets{srv.Apps, d.secrets}
 	}
 	srv.Secrets = secretsAPI{d.secrets}
 	d.forwardApps(srv)

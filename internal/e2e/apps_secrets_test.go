@@ -34,8 +34,8 @@ SHOAL_TOKEN = { env = false }
 // the self API token a file too and, named without env, out of the
 // environment; no value is on the command line, in the store's file, in
 // `shoal secret ls`, the app's status, events or logs; a replica's
-// secrets go with it; a secret the manifest names but nobody set fails
-// the app with how to set it.
+// secrets go with it; a deploy naming a secret nobody set is refused,
+// and a secret removed later fails the replicas started after.
 func TestAppSecrets(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
@@ -132,9 +132,19 @@ missing = {}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if r := d.shoal("app", "deploy", "-f", f); r.code == 0 || !strings.Contains(r.stderr, "shoal secret set nosec missing") {
+	if r := d.shoal("app", "deploy", "-f", f); r.code == 0 || !strings.Contains(r.stderr, "secrets.missing") ||
+		!strings.Contains(r.stderr, "shoal secret set nosec missing") {
 		t.Errorf("an app whose secret is not set: deploy exit %d, %s", r.code, r.stderr)
 	}
+	if r := d.shoal("app", "status", "nosec"); r.code == 0 {
+		t.Errorf("an app whose secret is not set was deployed:\n%s", r.stdout)
+	}
+	// One removed after the deploy fails the replicas started after.
+	d.must("secret", "rm", "sec", "API_KEY")
+	d.must("app", "scale", "sec", "--min", "2", "--max", "2")
+	d.waitApp("sec", "failing for its removed secret", func(a types.App) bool {
+		return strings.Contains(a.Error, "shoal secret set sec API_KEY")
+	})
 
 	d.must("app", "rm", "sec")
 	waitFor(t, "the replica's secrets removed with it", func() bool {
