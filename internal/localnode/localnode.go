@@ -28,6 +28,7 @@ import (
 	"github.com/shoal-run/shoal/internal/placement"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/statemerge"
+	"github.com/shoal-run/shoal/internal/volume"
 )
 
 // Runtime is what a node needs of the container runtime.
@@ -80,6 +81,8 @@ type Confiner interface {
 	// Confine changes spec, a container of app, to run in app's user
 	// namespace, claiming the app's host ids the first time.
 	Confine(ctx context.Context, app string, spec *runtime.Spec) error
+	// Range is app's user namespace, claimed the first time.
+	Range(ctx context.Context, app string) (runtime.UserNS, error)
 }
 
 // Options configure a Node.
@@ -125,6 +128,7 @@ type Node struct {
 	// secretsRoot and secrets: see Options.SecretsDir and Secrets.
 	secretsRoot string
 	secrets     Secrets
+	volumes     volume.Preparer
 
 	mu  sync.Mutex
 	att map[string]*network.Attachment // replica id → its address
@@ -184,6 +188,9 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 	}
 	spec, err := n.spec(ctx, s)
 	if err != nil {
+		return st, err
+	}
+	if err := n.prepareVolumes(ctx, s, spec); err != nil {
 		return st, err
 	}
 	if n.confiner != nil {
@@ -422,7 +429,9 @@ func (n *Node) localize(s node.ReplicaSpec) (node.ReplicaSpec, error) {
 	}
 	mounts := make([]node.Mount, len(s.Mounts))
 	for i, mt := range s.Mounts {
-		if mt.Source, err = place(mt.Source, true); err != nil {
+		// A volume is made at its first start here (prepareVolumes).
+		_, isVolume := volumeOf(s.Config, mt)
+		if mt.Source, err = place(mt.Source, !isVolume); err != nil {
 			return s, fmt.Errorf("mount %s: %w", mt.Destination, err)
 		}
 		mounts[i] = mt

@@ -32,12 +32,19 @@ type Config struct {
 	StopTimeout Duration `toml:"stop_timeout" json:",omitzero"`
 	// Init runs shoal-init as the replica's pid 1, the app its child: it
 	// passes signals on and reaps orphans (default true).
-	Init      bool              `toml:"init"`
-	Scale     Scale             `toml:"scale"`
-	Resources Resources         `toml:"resources"`
-	Health    Health            `toml:"health"`
-	Volumes   map[string]string `toml:"volumes"` // volume name → path in the container
-	Env       map[string]string `toml:"env"`
+	Init      bool      `toml:"init"`
+	Scale     Scale     `toml:"scale"`
+	Resources Resources `toml:"resources"`
+	Health    Health    `toml:"health"`
+	// Volumes are the app's volumes: name → path in the container.
+	Volumes map[string]string `toml:"-"`
+	// VolumeOwners are the owners the file gives volumes' roots (the
+	// keys uid and gid); left out of the hash's JSON when none is given.
+	VolumeOwners map[string]VolumeOwner `toml:"-" json:",omitempty"`
+	// RawVolumes is the [volumes] table as decoded, before Parse turns it
+	// into Volumes and VolumeOwners.
+	RawVolumes map[string]any    `toml:"volumes" json:"-"`
+	Env        map[string]string `toml:"env"`
 	// Secrets are the secrets each replica sees as files under
 	// /run/secrets (see secrets.go); their values are never here.
 	Secrets map[string]Secret `toml:"secrets" json:",omitempty"`

@@ -68,7 +68,14 @@ func Parse(data []byte, file string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("%s: %w", file, decodeError(err))
 	}
-	if und := md.Undecoded(); len(und) > 0 {
+	var und []toml.Key
+	for _, k := range md.Undecoded() {
+		// A volume's table is decodeVolumes' to check.
+		if len(k) < 3 || k[0] != "volumes" {
+			und = append(und, k)
+		}
+	}
+	if len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
 			keys[i] = k.String()
@@ -78,9 +85,13 @@ func Parse(data []byte, file string) (Config, error) {
 	// The decoder leaves a map alone when the file gives a plain value
 	// ("env = 1"); say so instead of dropping it.
 	for _, key := range []string{"volumes", "env", "secrets"} {
-		if md.IsDefined(key) && md.Type(key) != "Hash" {
+		// "": a table given only as [volumes.NAME].
+		if md.IsDefined(key) && md.Type(key) != "Hash" && (key != "volumes" || md.Type(key) != "") {
 			return Config{}, fmt.Errorf("%s: %w", file, errdefs.Invalid(key, "must be a table ([%s] followed by name = \"value\" lines); found a value of type %s", key, strings.ToLower(md.Type(key))))
 		}
+	}
+	if err := c.decodeVolumes(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, err)
 	}
 	c.applyDefaults(&md)
 	if err := c.Validate(); err != nil {
@@ -266,6 +277,10 @@ func (c Config) Hash() string {
 	if len(n.Volumes) == 0 {
 		n.Volumes = nil
 	}
+	if len(n.VolumeOwners) == 0 {
+		n.VolumeOwners = nil
+	}
+	n.RawVolumes = nil
 	if len(n.Env) == 0 {
 		n.Env = nil
 	}

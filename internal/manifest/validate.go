@@ -78,6 +78,9 @@ func (c *Config) Validate() error {
 	if err := validateVolumes(c.Volumes); err != nil {
 		return err
 	}
+	if err := validateOwners(c.Volumes, c.VolumeOwners); err != nil {
+		return err
+	}
 	if err := c.State.validate(c.Volumes); err != nil {
 		return err
 	}
@@ -301,7 +304,7 @@ func validateEnv(env map[string]string) error {
 	return nil
 }
 
-func sortedKeys(m map[string]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

@@ -251,3 +251,11 @@ func fileType(mode uint32) string {
 	}
 	return fmt.Sprintf("mode %#o", mode&unix.S_IFMT)
 }
+
+// LookupUser is the uid and gid an image's user (its config's User: a
+// name or id, with a group or not) has in the root file system rootfs, as
+// a container of it would run.
+func LookupUser(rootfs, spec string) (uid, gid uint32, err error) {
+	u, err := resolveUser(rootfs, spec)
+	return u.UID, u.GID, err
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -41,11 +42,21 @@ func (fakeNet) SetPolicy(*network.Attachment, network.Policy) error { return nil
 
 type fakeImages struct{}
 
+// emptyLayer is the fake image's one layer, an empty folder: a volume is
+// made from the image's layers.
+var emptyLayer = sync.OnceValue(func() string {
+	d := filepath.Join(os.TempDir(), "shoal-serving-test-layer")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		panic(err)
+	}
+	return d
+})
+
 func (fakeImages) Get(_ context.Context, ref string) (image.Image, error) {
 	if ref != "hello:1" && ref != "sha256:hello" {
 		return image.Image{}, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
-	img := image.Image{Ref: "hello:1", Digest: "sha256:hello", Layers: []string{"/nonexistent"}}
+	img := image.Image{Ref: "hello:1", Digest: "sha256:hello", Layers: []string{emptyLayer()}}
 	img.Config.Entrypoint = []string{"/hello"}
 	return img, nil
 }

@@ -184,13 +184,14 @@ func (d *driver) becomeReady(r *replica, mv move, why string, inputs map[string]
 	return true
 }
 
-// mounts makes the app's volumes and the replica's state area, and
-// returns their mounts.
+// mounts makes the replica's state area and returns its mounts and the
+// app's volumes' (the node makes a volume at its first start there, from
+// the image).
 func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]Mount, error) {
 	var mounts []Mount
 	for name, dst := range cfg.Volumes {
 		src := filepath.Join(d.m.appDir(d.name), "volumes", name)
-		if err := os.MkdirAll(src, 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", name, err)
 		}
 		mounts = append(mounts, Mount{Source: src, Destination: dst})

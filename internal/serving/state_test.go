@@ -162,7 +162,7 @@ func TestStateHook(t *testing.T) {
 		t.Fatalf("merged %q", s)
 	}
 	if strings.Join(got.Args, " ") != "sh -c cat /state/* >> /data/merged" || !got.Ephemeral || got.Limits.Pids != manifest.DefaultPids ||
-		got.Layers[0] != "/nonexistent" {
+		got.Layers[0] != emptyLayer() {
 		t.Fatalf("hook container %+v", got)
 	}
 	h.rt.mu.Lock()

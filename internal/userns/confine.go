@@ -150,7 +150,7 @@ func (c *Confiner) Confine(ctx context.Context, app string, spec *runtime.Spec) 
 		if m.Type != "" && m.Type != "bind" {
 			continue
 		}
-		if err := own(m.Source, ns.HostID); err != nil {
+		if err := Own(m.Source, ns.HostID); err != nil {
 			return fmt.Errorf("app %q: mount %s: %w", app, m.Destination, err)
 		}
 	}

@@ -38,19 +38,37 @@ func shiftedCopy(src, target string, host uint32) error {
 	return os.Rename(tmp, target)
 }
 
-// own makes dir, a volume or state area, the range's: a folder not yet
-// owned by the range's root has every owner in it shifted into the range
-// (a file of host uid 0 becomes the range root's). Owners already in the
-// range stay.
-func own(dir string, host uint32) error {
+// Own makes dir, a volume or state area, the range's: a folder whose root
+// is not owned by ids of the range has every owner in it shifted into the
+// range (a file of host uid 0 becomes the range root's; one of another
+// range's id n, as a volume kept from an app deleted and deployed again,
+// the range's id n). Owners already in the range stay.
+func Own(dir string, host uint32) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
 		return err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR || (st.Uid == host && st.Gid == host) {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || (inRange(st.Uid, host) && inRange(st.Gid, host)) {
 		return nil
 	}
 	return shiftTree(dir, host, false)
+}
+
+// Shift shifts the owner of everything under root, a copy of an image's
+// files, from the container's ids into the range starting at host.
+func Shift(root string, host uint32) error { return shiftTree(root, host, true) }
+
+// inRange reports whether host id id is in the range starting at host.
+func inRange(id, host uint32) bool { return id >= host && id < host+Size }
+
+// Unshift is the container's id of host id id: its place in an app's
+// range (any app's: ranges are Size apart from Base), else id itself (a
+// host that runs apps without user namespaces).
+func Unshift(id uint32) uint32 {
+	if id >= Base {
+		return (id - Base) % Size
+	}
+	return id
 }
 
 // shiftTree shifts the owner of everything under root into the range
@@ -58,7 +76,6 @@ func own(dir string, host uint32) error {
 // (a tree shifted before); all are shifted from 0 when it is true (a copy
 // of a layer). Chown clears set-id bits: they are put back.
 func shiftTree(root string, host uint32, all bool) error {
-	inRange := func(id uint32) bool { return id >= host && id < host+Size }
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -68,11 +85,14 @@ func shiftTree(root string, host uint32, all bool) error {
 			return err
 		}
 		uid, gid := st.Uid, st.Gid
-		if all || !inRange(uid) {
-			uid = shift(uid, host)
+		if all {
+			uid, gid = shift(uid, host), shift(gid, host)
 		}
-		if all || !inRange(gid) {
-			gid = shift(gid, host)
+		if !all && !inRange(uid, host) {
+			uid = shift(Unshift(uid), host)
+		}
+		if !all && !inRange(gid, host) {
+			gid = shift(Unshift(gid), host)
 		}
 		if uid == st.Uid && gid == st.Gid {
 			return nil

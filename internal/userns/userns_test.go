@@ -156,7 +156,7 @@ func TestShiftedCopy(t *testing.T) {
 func TestOwnVolume(t *testing.T) {
 	needRoot(t)
 	dir := layerDir(t)
-	if err := own(dir, testHost); err != nil {
+	if err := Own(dir, testHost); err != nil {
 		t.Fatal(err)
 	}
 	if u, _, _ := owner(t, dir); u != testHost {
@@ -168,11 +168,45 @@ func TestOwnVolume(t *testing.T) {
 	if err := os.Chown(filepath.Join(dir, "etc/root"), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := own(dir, testHost); err != nil {
+	if err := Own(dir, testHost); err != nil {
 		t.Fatal(err)
 	}
 	if u, _, _ := owner(t, filepath.Join(dir, "etc/root")); u != 0 {
 		t.Fatal("a volume already the range's was walked again")
+	}
+}
+
+// TestOwnKeptVolume: a volume of another range (kept from an app deleted,
+// its range given back, then deployed again on a new one) keeps each
+// file's id in its new range, and a root already in the range but not
+// the range root's (a volume given to the image's user) is left alone.
+func TestOwnKeptVolume(t *testing.T) {
+	needRoot(t)
+	dir := layerDir(t)
+	old := uint32(testHost + 5*Size)
+	if err := Shift(dir, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := Own(dir, testHost); err != nil {
+		t.Fatal(err)
+	}
+	if u, _, _ := owner(t, filepath.Join(dir, "etc/www")); u != testHost+33 {
+		t.Fatalf("www-data's file of the old range owned by %d, want %d", u, testHost+33)
+	}
+	if err := os.Lchown(dir, testHost+65534, testHost+65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "etc/root"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := Own(dir, testHost); err != nil {
+		t.Fatal(err)
+	}
+	if u, _, _ := owner(t, filepath.Join(dir, "etc/root")); u != 0 {
+		t.Fatal("a volume whose root is the range's was walked again")
+	}
+	if Unshift(testHost+7) != 7 || Unshift(Base+3*Size+9) != 9 || Unshift(33) != 33 {
+		t.Fatal("Unshift")
 	}
 }
 

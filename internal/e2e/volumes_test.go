@@ -1,0 +1,134 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/image/imagetest"
+)
+
+// busyboxWith builds a busybox image tagged tag with the files files
+// (path → content, mode 0640; image build makes them root's) added to it.
+func (d *daemon) busyboxWith(tag string, files map[string]string) {
+	d.t.Helper()
+	dir := filepath.Join(d.t.TempDir(), "rootfs")
+	if err := imagetest.BusyboxDir(dir); err != nil {
+		d.t.Fatalf("busybox-static is needed: %v", err)
+	}
+	for p, body := range files {
+		p = filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			d.t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o640); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+	d.must("image", "build", dir, "--tag", tag, "--cmd", "/bin/sh")
+}
+
+// owner is the owner and mode of host path p.
+func owner(t *testing.T, p string) (uint64, uint64, os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return uint64(st.Uid), uint64(st.Gid), fi.Mode()
+}
+
+// TestVolumeCopyUp: a new volume is filled with what the image has at its
+// path (owners and modes kept, in the app's user namespace), its root
+// belongs to the volume's uid and gid, so the app's user nobody writes
+// there; a volume already there is not filled again.
+func TestVolumeCopyUp(t *testing.T) {
+	d := startDaemon(t)
+	d.busyboxWith("site:1", map[string]string{"srv/www/index.html": "from the image\n", "srv/www/sub/page.html": "page\n"})
+	d.deploy(`
+name = "site"
+image = "site:1"
+command = ["sh", "-c", "busybox su -s /bin/sh nobody -c 'id -u > /srv/www/writer' && exec httpd -f -p 8080 -h /srv/www"]
+[scale]
+min = 1
+max = 1
+idle_timeout = "300ms"
+freeze_timeout = "1s"
+[health]
+http = "/writer"
+[volumes]
+www = { path = "/srv/www", uid = 65534, gid = 65534 }
+`)
+	a := d.waitApp("site", "a ready replica", func(a types.App) bool { return a.Ready == 1 })
+	host, _ := uidMap(t, a.Replicas[0].Pid)
+	proxy := d.proxyAddr()
+	for path, want := range map[string]string{"/index.html": "from the image\n", "/sub/page.html": "page\n", "/writer": "65534\n"} {
+		if code, body, _ := get(t, proxy, "site", path); code != 200 || body != want {
+			t.Fatalf("GET %s: %d %q, want %q", path, code, body, want)
+		}
+	}
+	vol := filepath.Join(d.dataDir, "apps", "site", "volumes", "www")
+	if u, g, m := owner(t, filepath.Join(vol, "index.html")); u != host || g != host || m.Perm() != 0o640 {
+		t.Fatalf("copied file: owner %d:%d mode %v, want the image's root in the range, %d, 0640", u, g, m, host)
+	}
+	if u, g, _ := owner(t, vol); u != host+65534 || g != host+65534 {
+		t.Fatalf("volume root: owner %d:%d, want uid and gid 65534 of the range (%d)", u, g, host+65534)
+	}
+	// Filled once: what the app removed stays removed.
+	if err := os.Remove(filepath.Join(vol, "sub", "page.html")); err != nil {
+		t.Fatal(err)
+	}
+	d.must("app", "scale", "site", "--min", "0")
+	d.waitApp("site", "no replica", func(a types.App) bool { return len(a.Replicas) == 0 })
+	d.must("app", "scale", "site", "--min", "1")
+	d.waitApp("site", "a ready replica again", func(a types.App) bool { return a.Ready == 1 })
+	if code, _, _ := get(t, proxy, "site", "/sub/page.html"); code != 404 {
+		t.Fatalf("a file removed from the volume is back: %d", code)
+	}
+	left, _ := filepath.Glob(filepath.Join(vol, "..", ".*"))
+	if len(left) != 0 {
+		t.Fatalf("left beside the volume: %v", left)
+	}
+	if strings.Contains(d.must("app", "status", "site"), "failing") {
+		t.Fatal("app failing")
+	}
+}
+
+// TestVolumeImageUser: Debian's python image runs as its user nobody; a
+// volume over its app's folder is filled with the image's app and belongs
+// to nobody, who writes there, and the app runs from it.
+func TestVolumeImageUser(t *testing.T) {
+	d := startDaemon(t)
+	d.debianImage("python")
+	d.deploy(`
+name = "pyvol"
+image = "debian-python:1"
+command = ["/bin/sh", "-c", "id -u > /srv/app/whoami && exec python3 /srv/app/app.py"]
+[scale]
+min = 1
+max = 1
+[health]
+http = "/healthz"
+[volumes]
+app = "/srv/app"
+`)
+	a := d.waitApp("pyvol", "a ready replica", func(a types.App) bool { return a.Ready == 1 })
+	host, _ := uidMap(t, a.Replicas[0].Pid)
+	vol := filepath.Join(d.dataDir, "apps", "pyvol", "volumes", "app")
+	if b, err := os.ReadFile(filepath.Join(vol, "whoami")); err != nil || string(b) != "65534\n" {
+		t.Fatalf("whoami written by the app: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "app.py")); err != nil {
+		t.Fatalf("the image's app.py is not in the volume: %v", err)
+	}
+	if u, g, _ := owner(t, vol); u != host+65534 || g != host+65534 {
+		t.Fatalf("volume root: owner %d:%d, want the image's user nobody in the range (%d)", u, g, host+65534)
+	}
+	if code, _, _ := get(t, d.proxyAddr(), "pyvol", "/healthz"); code != 200 {
+		t.Fatalf("GET /healthz: %d", code)
+	}
+}

@@ -1,0 +1,125 @@
+package volume
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/userns"
+)
+
+// image makes two layers: the bottom one with /etc/passwd (user app,
+// 1000:1001) and /data/seed (app's, 0640); the top one adds /data/sub/more.
+func image(t *testing.T) []string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("these tests mount overlays: run them as root")
+	}
+	bottom, top := t.TempDir(), t.TempDir()
+	for _, f := range []struct {
+		layer, path, body string
+		uid, gid          int
+		mode              os.FileMode
+	}{
+		{bottom, "etc/passwd", "root:x:0:0::/root:/bin/sh\napp:x:1000:1001::/home/app:/bin/sh\n", 0, 0, 0o644},
+		{bottom, "data/seed", "seed\n", 1000, 1001, 0o640},
+		{top, "data/sub/more", "more\n", 0, 0, 0o600},
+	} {
+		p := filepath.Join(f.layer, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f.body), f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, f.uid, f.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []string{bottom, top} {
+		if err := os.Chmod(filepath.Join(l, "data"), 0o770); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return []string{bottom, top}
+}
+
+func ids(t *testing.T, p string) (uint32, uint32, os.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Uid, st.Gid, fi.Mode()
+}
+
+func TestPrepareCopiesUp(t *testing.T) {
+	layers := image(t)
+	for _, host := range []uint32{0, userns.Base + 9*userns.Size} {
+		apps := t.TempDir()
+		vol := filepath.Join(apps, "web", "volumes", "data")
+		empty := filepath.Join(apps, "web", "volumes", "empty")
+		var p Preparer
+		vols := []Mount{{Dir: vol, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}},
+			{Dir: empty, Path: "/nothing/here", Owner: manifest.VolumeOwner{UID: 33, GID: 34}}}
+		if err := p.Prepare(vols, Image{Layers: layers, User: "app"}, host); err != nil {
+			t.Fatal(err)
+		}
+		if b, err := os.ReadFile(filepath.Join(vol, "seed")); err != nil || string(b) != "seed\n" {
+			t.Fatalf("host %d: seed %q %v", host, b, err)
+		}
+		if b, err := os.ReadFile(filepath.Join(vol, "sub/more")); err != nil || string(b) != "more\n" {
+			t.Fatalf("host %d: the top layer's file %q %v", host, b, err)
+		}
+		if u, g, m := ids(t, filepath.Join(vol, "seed")); u != host+1000 || g != host+1001 || m.Perm() != 0o640 {
+			t.Fatalf("host %d: seed %d:%d %v", host, u, g, m)
+		}
+		if u, g, m := ids(t, vol); u != host+1000 || g != host+1001 || m.Perm() != 0o770 {
+			t.Fatalf("host %d: the volume's root %d:%d %v; want the image user's, the image's mode", host, u, g, m)
+		}
+		if u, g, m := ids(t, empty); u != host+33 || g != host+34 || m.Perm() != 0o755 {
+			t.Fatalf("host %d: the empty volume's root %d:%d %v", host, u, g, m)
+		}
+		// There already: nothing copied again; the root's owner is the
+		// app's affair but for the ids the manifest gives.
+		os.Remove(filepath.Join(vol, "seed"))
+		os.Lchown(vol, int(host+5), int(host+5))
+		os.Lchown(empty, int(host+5), int(host+5))
+		if err := p.Prepare(vols, Image{Layers: layers, User: "app"}, host); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(vol, "seed")); !os.IsNotExist(err) {
+			t.Fatalf("host %d: copied up into a volume that was there", host)
+		}
+		if u, _, _ := ids(t, vol); u != host+5 {
+			t.Fatalf("host %d: root owner %d after a second start, want the one the app gave it", host, u)
+		}
+		if u, g, _ := ids(t, empty); u != host+33 || g != host+34 {
+			t.Fatalf("host %d: root owner %d:%d after a second start, want uid and gid's", host, u, g)
+		}
+		left, _ := filepath.Glob(filepath.Join(apps, "web", "volumes", ".*"))
+		if len(left) != 0 {
+			t.Fatalf("left behind: %v", left)
+		}
+	}
+}
+
+func TestPrepareUnknownUser(t *testing.T) {
+	layers := image(t)
+	var p Preparer
+	dir := filepath.Join(t.TempDir(), "volumes", "data")
+	err := p.Prepare([]Mount{{Dir: dir, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}}}, Image{Layers: layers, User: "nobody"}, 0)
+	if err == nil {
+		t.Fatal("no error for a user the image does not have")
+	}
+	if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+		t.Fatalf("volume made though its start failed (%v)", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), ".*"))
+	if len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
