@@ -218,7 +218,7 @@ func (o Options) ExampleBinary(ctx context.Context, name, scratch string) (strin
 			return p, nil
 		}
 	}
-	root, err := moduleRoot()
+	root, err := SourceTree()
 	if err != nil {
 		return "", fmt.Errorf("example %q: not in %q and %w", name, o.Examples, err)
 	}
@@ -232,8 +232,8 @@ func (o Options) ExampleBinary(ctx context.Context, name, scratch string) (strin
 	return out, nil
 }
 
-// moduleRoot finds the shoal source tree from the working directory up.
-func moduleRoot() (string, error) {
+// SourceTree finds the shoal source tree from the working directory up.
+func SourceTree() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

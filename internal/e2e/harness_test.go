@@ -91,7 +91,7 @@ func startDaemon(t *testing.T, extra ...string) *daemon {
 	}
 	// e2e daemons take 10.181.0.0/16 (a second daemon of a test,
 	// 10.187.0.0/16): the bench packages' tests, run beside e2e by
-	// go test ./..., hold 10.182-10.186 and 10.188-10.190.
+	// go test ./..., hold 10.182-10.186 and 10.188-10.191.
 	d.bridge, d.subnet = fmt.Sprintf("shoale%d", n), fmt.Sprintf("10.181.%d.0/24", n)
 	d.cgroup = fmt.Sprintf("/shoal-e2e-%d-%d", os.Getpid(), n)
 	// Registered first, so it runs last, even after a cleanup that failed.

@@ -69,7 +69,7 @@ func (e *env) throughput(ctx context.Context, rep *bench.Report) (retErr error) 
 	results := map[string][]wrkResult{}
 	wrk := func(name string, args ...string) bench.Subject {
 		full := append([]string{"-t2", "-c32", fmt.Sprintf("-d%ds", secs), "--timeout", "5s", "--latency"}, args...)
-		return bench.Subject{Name: name, Command: "wrk " + strings.Join(quoteArgs(full), " "), Run: func(ctx context.Context, _ int) (float64, error) {
+		return bench.Subject{Name: name, Command: "wrk " + strings.Join(kit.QuoteArgs(full), " "), Run: func(ctx context.Context, _ int) (float64, error) {
 			out, err := exec.CommandContext(ctx, "wrk", full...).CombinedOutput()
 			if err != nil {
 				return 0, fmt.Errorf("wrk: %w: %s", err, out)
@@ -270,16 +270,4 @@ func wrkDuration(s string) float64 {
 		}
 	}
 	return math.NaN()
-}
-
-// quoteArgs quotes the arguments that hold spaces, for display.
-func quoteArgs(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
-		if strings.ContainsAny(a, " ;") {
-			a = "'" + a + "'"
-		}
-		out[i] = a
-	}
-	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/bench"
+	"github.com/shoal-run/shoal/internal/bench/kit"
 )
 
 // Row names of the ab table.
@@ -17,15 +18,15 @@ const (
 )
 
 // renderClassic adds the ab experiments' table, plots and text.
-func (e *env) renderClassic(rep *bench.Report, out abRun, outSamples []cpuSample, scaledAt time.Time,
-	up abRun, upSamples []cpuSample, cpuEvents, secs, conc int, path string) {
-	since := func(r abRun, t time.Time) float64 { return t.Sub(r.begin).Seconds() }
+func (e *env) renderClassic(rep *bench.Report, out kit.ABRun, outSamples []kit.AppSample, scaledAt time.Time,
+	up kit.ABRun, upSamples []kit.AppSample, cpuEvents, secs, conc int, path string) {
+	since := func(r kit.ABRun, t time.Time) float64 { return t.Sub(r.Begin).Seconds() }
 	// Scale-out: the command at tOut, the second replica ready at tReady.
 	tOut := since(out, scaledAt)
 	tReady := math.NaN()
 	for _, s := range outSamples {
-		if s.t.After(scaledAt) && s.n >= 2 {
-			tReady = since(out, s.t)
+		if s.T.After(scaledAt) && s.Ready >= 2 {
+			tReady = since(out, s.T)
 			break
 		}
 	}
@@ -33,25 +34,25 @@ func (e *env) renderClassic(rep *bench.Report, out abRun, outSamples []cpuSample
 	// starting quota.
 	startCPU, tUp, upCPU := math.NaN(), math.NaN(), math.NaN()
 	for _, s := range upSamples {
-		if math.IsNaN(startCPU) && !math.IsNaN(s.cpu) {
-			startCPU = s.cpu
+		if math.IsNaN(startCPU) && !math.IsNaN(s.CPU) {
+			startCPU = s.CPU
 		}
-		if !math.IsNaN(startCPU) && s.cpu > startCPU+1e-6 {
-			tUp, upCPU = since(up, s.t), s.cpu
+		if !math.IsNaN(startCPU) && s.CPU > startCPU+1e-6 {
+			tUp, upCPU = since(up, s.T), s.CPU
 			break
 		}
 	}
 	// ab records whole seconds: "before" is every second that ended
 	// before the action, "after" every second that began after it took
 	// effect.
-	before := func(r abRun, action float64) []float64 { return r.window(0, math.Floor(action)) }
-	after := func(r abRun, effect float64) []float64 { return r.window(math.Ceil(effect), float64(secs)+1) }
+	before := func(r kit.ABRun, action float64) []float64 { return r.Window(0, math.Floor(action)) }
+	after := func(r kit.ABRun, effect float64) []float64 { return r.Window(math.Ceil(effect), float64(secs)+1) }
 	endCPU := math.NaN()
 	if n := len(upSamples); n > 0 {
-		endCPU = upSamples[n-1].cpu
+		endCPU = upSamples[n-1].CPU
 	}
 	tab := bench.Table{Title: "Latency under ab, before and after", Unit: "ms", Baseline: svOutBefore,
-		Command: out.command,
+		Command: out.Command,
 		Note: fmt.Sprintf("cpuburn with `cpu = 0.3` (10 ms of CPU per request), %d concurrent ab clients for %d s per experiment, "+
 			"a new connection per request; the values are ab's per-request total times (`-g`, which stamps each request's start "+
 			"in whole seconds). *Before* holds the seconds that ended before the scale command; *after* the seconds that began "+
@@ -80,20 +81,20 @@ func (e *env) renderClassic(rep *bench.Report, out abRun, outSamples []cpuSample
 	}
 	rep.Table(tab)
 	e.Tables = append(e.Tables, tab)
-	xs, mean, p99 := out.perSecond(secs)
+	xs, mean, p99 := out.PerSecond(secs)
 	rep.Plot("serving-scale-out.svg", "latency per second, scale-out from 1 to 2 replicas", bench.LineChart(
 		fmt.Sprintf("Scale-out: latency per second (scale command at %.1f s)", tOut), "s", "ms", []string{"mean", "p99"}, xs, [][]float64{mean, p99}))
-	xs, mean, p99 = up.perSecond(secs)
+	xs, mean, p99 = up.PerSecond(secs)
 	title := "Scale-up: latency per second (quota not raised)"
 	if !math.IsNaN(tUp) {
 		title = fmt.Sprintf("Scale-up: latency per second (quota raised at %.1f s)", tUp)
 	}
 	rep.Plot("serving-scale-up.svg", "latency per second, scale-up from 0.3 cores", bench.LineChart(title, "s", "ms", []string{"mean", "p99"}, xs, [][]float64{mean, p99}))
-	rate := func(r abRun, from, to float64) float64 {
+	rate := func(r kit.ABRun, from, to float64) float64 {
 		if !(to > from) {
 			return math.NaN()
 		}
-		return float64(len(r.window(from, to))) / (to - from)
+		return float64(len(r.Window(from, to))) / (to - from)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Scale-out: `shoal app scale burn-out --min 2 --max 2` ran %.1f s into the run", tOut)
