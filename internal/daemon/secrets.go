@@ -88,6 +88,14 @@ func (a appsWithSecrets) Deploy(ctx context.Context, req types.DeployRequest) (t
 	return a.Apps.Deploy(ctx, req)
 }
 
+// Activate passes the proxy's wake-up on to the apps: the API serves it
+// only when its Apps can be woken.
+func (a appsWithSecrets) Activate(app string) {
+	if w, ok := a.Apps.(interface{ Activate(app string) }); ok {
+		w.Activate(app)
+	}
+}
+
 func (a appsWithSecrets) Remove(ctx context.Context, name string) error {
 	if err := a.Apps.Remove(ctx, name); err != nil {
 		return err
