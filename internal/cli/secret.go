@@ -42,8 +42,9 @@ func newSecretSetCmd(g *globals) *cobra.Command {
 		Use:   "set APP NAME [-f FILE]",
 		Short: "Set a secret of an app from standard input or a file",
 		Long: `Set secret NAME of APP (deployed or not yet) to the bytes of standard input, or
-of FILE with -f, exactly as given (printf %s leaves out a newline). Replicas
-started from then on see the new value.`,
+of FILE with -f, exactly as given (printf %s leaves out a newline). The files
+of running replicas follow within a moment; a variable (env = true) changes in
+replicas started after.`,
 		Example: `  printf %s "$DB_PASSWORD" | shoal secret set web db_password
   shoal secret set web tls.key -f server.key`,
 		Args: exactArgs(2),

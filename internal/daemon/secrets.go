@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/secrets"
+	"github.com/shoal-run/shoal/internal/store"
 )
 
 // openSecrets loads the secrets key (--secrets-key-file, else
@@ -122,6 +126,33 @@ func (d *Daemon) sweepSecrets(adopted []*runtime.Container) {
 			if err := os.RemoveAll(filepath.Join(d.secretsDir(), e.Name())); err != nil {
 				d.log.Warn("remove a gone replica's secrets", "replica", e.Name(), "err", err)
 			}
+		}
+	}
+}
+
+// followSecrets keeps the secrets of this node's replicas current until
+// ctx ends: each value set in the store is written into the running
+// replicas of its app here (all of them again after each new watch).
+func (d *Daemon) followSecrets(ctx context.Context, local *localnode.Node) {
+	for ctx.Err() == nil {
+		ch, err := d.store.Watch(ctx, store.SecretsRoot)
+		if err == nil {
+			if err := local.RefreshSecrets(ctx, "", ""); err != nil {
+				d.log.Warn("refresh replicas' secrets", "err", err)
+			}
+			for ev := range ch {
+				app, name, ok := strings.Cut(strings.TrimPrefix(ev.KV.Key, store.SecretsRoot), "/")
+				if ev.Type != store.EventPut || !ok {
+					continue
+				}
+				if err := local.RefreshSecrets(ctx, app, name); err != nil {
+					d.log.Warn("refresh replicas' secrets", "app", app, "secret", name, "err", err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
 		}
 	}
 }

@@ -115,6 +115,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		return fmt.Errorf("serving: %w", err)
 	}
 	o.Local, o.Hooks = local, local
+	go d.followSecrets(ctx, local)
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.

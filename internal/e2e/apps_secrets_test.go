@@ -18,7 +18,7 @@ import (
 const secretsApp = `
 name = "sec"
 image = "busybox:1"
-command = ["sh", "-c", "mkdir -p /www; cat /run/secrets/db_password > /www/db; cat /run/secrets/SHOAL_TOKEN > /www/token; env > /www/env; ls -ln /run/secrets > /www/ls; (echo x >> /run/secrets/db_password) 2> /www/write; exec httpd -f -p 8080 -h /www"]
+command = ["sh", "-c", "mkdir -p /www; cat /run/secrets/db_password > /www/db; cat /run/secrets/SHOAL_TOKEN > /www/token; env > /www/env; ls -ln /run/secrets > /www/ls; (echo x >> /run/secrets/db_password) 2> /www/write; ln -s /run/secrets /www/s; exec httpd -f -p 8080 -h /www"]
 [scale]
 min = 1
 max = 1
@@ -33,9 +33,10 @@ SHOAL_TOKEN = { env = false }
 // the manifest gives, in its environment only when it asks (env = true),
 // the self API token a file too and, named without env, out of the
 // environment; no value is on the command line, in the store's file, in
-// `shoal secret ls`, the app's status, events or logs; a replica's
-// secrets go with it; a deploy naming a secret nobody set is refused,
-// and a secret removed later fails the replicas started after.
+// `shoal secret ls`, the app's status, events or logs; a value set again
+// reaches the running replica's file; a replica's secrets go with it; a
+// deploy naming a secret nobody set is refused, and a secret removed later
+// fails the replicas started after.
 func TestAppSecrets(t *testing.T) {
 	d := startDaemon(t)
 	d.busybox("busybox:1")
@@ -99,6 +100,20 @@ func TestAppSecrets(t *testing.T) {
 		t.Fatalf("the replica's secrets on the host: %v", err)
 	}
 
+	// A value set while the replica runs replaces its file, with its
+	// owner and mode.
+	dbValue2 := "db2-" + rnd()
+	if r := d.shoalIn([]byte(dbValue2), "secret", "set", "sec", "db_password"); r.code != 0 {
+		t.Fatalf("secret set again: exit %d\n%s", r.code, r.stderr)
+	}
+	waitFor(t, "the running replica's file holds the new value", func() bool {
+		code, body, _ := get(t, proxy, "sec", "/s/db_password")
+		return code == 200 && body == dbValue2
+	})
+	if st, err := os.Stat(filepath.Join(onHost, "db_password")); err != nil || st.Mode().Perm() != 0o440 {
+		t.Errorf("the replaced file: %v, %v; want mode 0440", st, err)
+	}
+
 	ls = d.must("secret", "ls", "sec")
 	if !strings.Contains(ls, "API_KEY") || !strings.Contains(ls, "db_password") {
 		t.Errorf("secret ls lacks a name:\n%s", ls)
@@ -109,7 +124,7 @@ func TestAppSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range []string{dbValue, keyValue} {
+	for _, v := range []string{dbValue, dbValue2, keyValue} {
 		if strings.Contains(shown, v) {
 			t.Errorf("a secret's value is shown by the CLI or the daemon's log")
 		}

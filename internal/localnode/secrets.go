@@ -1,11 +1,14 @@
 package localnode
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -110,4 +113,80 @@ func (n *Node) dropSecrets(id string) error {
 		return nil
 	}
 	return os.RemoveAll(n.secretsDir(id))
+}
+
+// RefreshSecrets writes the current value of app's secret name into the
+// /run/secrets of each of the app's replicas on this node that has it
+// (every secret of every replica for app ""), so a running replica reads
+// a value set after it started. The file keeps its owner and mode and is
+// replaced whole (a rename), so a reader sees the old value or the new.
+// A secret removed from the store stays as it was.
+func (n *Node) RefreshSecrets(ctx context.Context, app, name string) error {
+	if n.secretsRoot == "" || n.secrets == nil {
+		return nil
+	}
+	dirs, err := os.ReadDir(n.secretsRoot)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return fmt.Errorf("secrets: %w", err)
+	}
+	var errs []error
+	for _, d := range dirs {
+		id := d.Name()
+		// A replica is <app>-<8 hex>.
+		if len(id) < 10 || id[len(id)-9] != '-' || (app != "" && id[:len(id)-9] != app) {
+			continue
+		}
+		rapp := id[:len(id)-9]
+		files, err := os.ReadDir(n.secretsDir(id))
+		if err != nil {
+			continue // removed meanwhile
+		}
+		for _, f := range files {
+			fn := f.Name()
+			if fn == manifest.TokenSecret || strings.HasPrefix(fn, ".") || (name != "" && fn != name) {
+				continue
+			}
+			v, err := n.secrets.Open(ctx, rapp, []string{fn})
+			if err != nil {
+				continue // removed from the store: the replica keeps what it had
+			}
+			if err := replaceSecret(filepath.Join(n.secretsDir(id), fn), v[fn]); err != nil {
+				errs = append(errs, fmt.Errorf("replica %s: secret %s: %w", id, fn, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// replaceSecret replaces the file at path by one holding v, with its
+// owner and mode, unless it holds v already.
+func replaceSecret(path string, v []byte) error {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file")
+	}
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, v) {
+		return nil
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("no owner")
+	}
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".new")
+	os.Remove(tmp)
+	if err := writeSecret(tmp, v, uint32(st.Mode().Perm()), int(sys.Uid), int(sys.Gid)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
