@@ -13,6 +13,10 @@
  *                     an app replica's pid 1: runs CMD as its child, passes
  *                     every signal it gets on to it, reaps orphans, and
  *                     exits as CMD does.
+ *   shoal-init log    on the host, a replica's log writer: copies stdin (the
+ *                     replica's output, a pipe) to stdout (its log file),
+ *                     each line prefixed with the time its first byte was
+ *                     read, until every writer of the pipe has closed it.
  *
  * It is C, static and single-purpose so that a step starts with a fork
  * and an exec only: a step's start-up is the job's latency.
@@ -35,6 +39,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MSG_RUN 'r'
@@ -573,8 +578,83 @@ static int init(char **argv)
 	}
 }
 
+/* write_all writes n bytes to fd; what cannot be written (a full disk) is
+ * dropped: the replica must not stall or die because its log cannot grow. */
+static void write_all(int fd, const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+#define LOG_IN (64u << 10)
+#define LOG_OUT (256u << 10)
+#define STAMP_LEN 31 /* "2006-01-02T15:04:05.000000000Z " */
+
+/* log_copy is the log mode: one read, one clock reading and one write per
+ * chunk of output, whatever its number of lines. A last line without its
+ * newline gets one at the end. */
+static int log_copy(void)
+{
+	static char in[LOG_IN], out[LOG_OUT];
+	int bol = 1;
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+	(void)fcntl(0, F_SETPIPE_SZ, 1 << 20); /* fewer wake-ups; best effort */
+	for (;;) {
+		ssize_t n = read(0, in, sizeof in);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		struct timespec ts;
+		struct tm tm;
+		char stamp[96]; /* STAMP_LEN used, room for any int */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		gmtime_r(&ts.tv_sec, &tm);
+		snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%09ldZ ", tm.tm_year + 1900,
+			 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long)ts.tv_nsec);
+		size_t o = 0, i = 0;
+		while (i < (size_t)n) {
+			if (bol) {
+				if (o + STAMP_LEN > sizeof out) {
+					write_all(1, out, o);
+					o = 0;
+				}
+				memcpy(out + o, stamp, STAMP_LEN);
+				o += STAMP_LEN;
+				bol = 0;
+			}
+			char *nl = memchr(in + i, '\n', (size_t)n - i);
+			size_t end = nl ? (size_t)(nl - in) + 1 : (size_t)n;
+			if (o + (end - i) > sizeof out) {
+				write_all(1, out, o);
+				o = 0;
+			}
+			memcpy(out + o, in + i, end - i);
+			o += end - i;
+			i = end;
+			bol = nl != NULL;
+		}
+		write_all(1, out, o);
+	}
+	if (!bol)
+		write_all(1, "\n", 1);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "log") == 0)
+		return log_copy();
 	if (argc > 1 && strcmp(argv[1], "serve") == 0)
 		return serve();
 	if (argc > 2 && strcmp(argv[1], "init") == 0)

@@ -25,6 +25,11 @@ func (l logNode) TailLog(ctx context.Context, id, log string, n int) (node.LogTa
 	return node.ReadLogTail(l.dir, log, n)
 }
 
+func (l logNode) FollowLog(ctx context.Context, id, log string, c node.LogCursor) (node.LogTail, error) {
+	l.call("follow %s %s %d", id, log, c.Offset)
+	return node.FollowLogAt(l.dir, log, c)
+}
+
 // writeLog writes lines from..to (inclusive) to path.
 func writeLog(t *testing.T, path string, from, to int) {
 	t.Helper()
@@ -70,6 +75,36 @@ func TestRemoteTailLog(t *testing.T) {
 		if _, err := r.TailLog(ctx, "web-1", bad, 5); !errors.Is(err, errdefs.ErrInvalid) || !contains(err, "log") {
 			t.Fatalf("log path %q: %v", bad, err)
 		}
+	}
+}
+
+// The leader follows a replica's log on the replica's node: from the
+// cursor its tail left, it reads only the lines written since.
+func TestRemoteFollowLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := filepath.Join("web", "logs", "web-1.log")
+	writeLog(t, filepath.Join(dir, log), 1, 3)
+	r := remoteOf(t, logNode{newFakeNode(), dir}, 0)
+	lt, err := r.TailLog(ctx, "web-1", log, 1)
+	if err != nil || fmt.Sprint(lt.Lines) != "[line 3]" || lt.Cursor.Offset == 0 {
+		t.Fatalf("tail: %+v, %v", lt, err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, log), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, "line 4")
+	f.Close()
+	ft, err := r.FollowLog(ctx, "web-1", log, lt.Cursor)
+	if err != nil || fmt.Sprint(ft.Lines) != "[line 4]" || ft.Cursor.Offset <= lt.Cursor.Offset {
+		t.Fatalf("follow: %+v, %v", ft, err)
+	}
+	if ft, err = r.FollowLog(ctx, "web-1", log, ft.Cursor); err != nil || len(ft.Lines) != 0 {
+		t.Fatalf("follow again: %+v, %v", ft, err)
+	}
+	if _, err := r.FollowLog(ctx, "web-1", "../x.log", ft.Cursor); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("follow outside the apps folder: %v", err)
 	}
 }
 

@@ -86,8 +86,9 @@ type (
 	}
 	// logTail is a node.LogTail.
 	logTail struct {
-		Lines []string  `json:"lines"`
-		Mod   time.Time `json:"mod"`
+		Lines  []string       `json:"lines"`
+		Mod    time.Time      `json:"mod"`
+		Cursor node.LogCursor `json:"cursor"`
 	}
 )
 
@@ -141,6 +142,8 @@ func (w adopted) adopted() node.Adopted {
 	return node.Adopted{Running: w.Running, Frozen: w.Frozen, Pid: w.Pid, Addr: w.Addr}
 }
 
-func toLogTail(t node.LogTail) logTail { return logTail{Lines: t.Lines, Mod: t.Mod} }
+func toLogTail(t node.LogTail) logTail { return logTail{Lines: t.Lines, Mod: t.Mod, Cursor: t.Cursor} }
 
-func (w logTail) tail() node.LogTail { return node.LogTail{Lines: w.Lines, Mod: w.Mod} }
+func (w logTail) tail() node.LogTail {
+	return node.LogTail{Lines: w.Lines, Mod: w.Mod, Cursor: w.Cursor}
+}

@@ -17,8 +17,9 @@ type Apps interface {
 	Rollback(ctx context.Context, name string, req types.RollbackRequest) (types.App, error)
 	// SetTraffic splits traffic between revisions.
 	SetTraffic(ctx context.Context, name string, req types.TrafficRequest) (types.App, error)
-	// Logs writes the last tail lines (0: all kept) of the app's replicas.
-	Logs(ctx context.Context, name string, tail int, w io.Writer) error
+	// Logs writes the lines of the app's replicas that req selects; with
+	// req.Follow, until ctx ends (w is then an http.Flusher).
+	Logs(ctx context.Context, name string, req types.LogsRequest, w io.Writer) error
 	Remove(ctx context.Context, name string) error
 }
 

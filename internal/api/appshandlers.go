@@ -167,14 +167,25 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Flush sends what was written, the headers at least.
+func (c *countingWriter) Flush() {
+	if c.n == 0 {
+		c.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		c.w.Header().Set("X-Content-Type-Options", "nosniff")
+	}
+	if f, ok := c.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
 func (s *Server) appLogs(w http.ResponseWriter, r *http.Request) {
-	tail, err := intParam(r, "tail")
+	req, err := logsRequest(r, time.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	cw := &countingWriter{w: w}
-	if err := s.Apps.Logs(r.Context(), r.PathValue("name"), int(tail), cw); err != nil {
+	if err := s.Apps.Logs(r.Context(), r.PathValue("name"), req, cw); err != nil {
 		if cw.n == 0 {
 			s.fail(w, r, err)
 			return
@@ -186,6 +197,26 @@ func (s *Server) appLogs(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusOK)
 	}
+}
+
+// logsRequest reads the query of GET /v1/apps/{name}/logs: tail, since (a
+// duration before now, or an RFC 3339 time), replica, follow, timestamps.
+func logsRequest(r *http.Request, now time.Time) (types.LogsRequest, error) {
+	var req types.LogsRequest
+	tail, err := intParam(r, "tail")
+	if err != nil {
+		return req, err
+	}
+	req.Tail = int(tail)
+	if req.Since, err = types.ParseSince(r.URL.Query().Get("since"), now); err != nil {
+		return req, errdefs.Invalid("since", "%v", err)
+	}
+	req.Replica = r.URL.Query().Get("replica")
+	if req.Follow, err = boolParam(r, "follow"); err != nil {
+		return req, err
+	}
+	req.Timestamps, err = boolParam(r, "timestamps")
+	return req, err
 }
 
 // intParam reads a query parameter that must be a whole number ≥ 0 (0 when

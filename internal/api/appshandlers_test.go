@@ -76,11 +76,12 @@ func (f *fakeApps) Scale(ctx context.Context, name string, req types.ScaleReques
 	return a, nil
 }
 
-func (f *fakeApps) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
+func (f *fakeApps) Logs(ctx context.Context, name string, req types.LogsRequest, w io.Writer) error {
 	if _, err := f.Get(ctx, name); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "tail=%d\nhello from %s\n", tail, name)
+	fmt.Fprintf(w, "tail=%d\nhello from %s\n", req.Tail, name)
+	fmt.Fprintf(w, "since=%s replica=%q follow=%v timestamps=%v\n", req.Since.Format(time.RFC3339), req.Replica, req.Follow, req.Timestamps)
 	return nil
 }
 
@@ -230,6 +231,10 @@ func TestAppRoutes(t *testing.T) {
 		{"logs", "GET", "/v1/apps/web/logs?tail=5", "", 200, "", "tail=5\nhello from web"},
 		{"logs all", "GET", "/v1/apps/web/logs", "", 200, "", "tail=0"},
 		{"logs bad tail", "GET", "/v1/apps/web/logs?tail=-1", "", 400, "tail", "whole number"},
+		{"logs since replica follow", "GET", "/v1/apps/web/logs?since=2026-01-02T15:04:05Z&replica=web-1&follow=true&timestamps=1", "", 200, "",
+			`since=2026-01-02T15:04:05Z replica="web-1" follow=true timestamps=true`},
+		{"logs bad since", "GET", "/v1/apps/web/logs?since=yesterday", "", 400, "since", "RFC 3339"},
+		{"logs bad follow", "GET", "/v1/apps/web/logs?follow=maybe", "", 400, "follow", "true or false"},
 		{"logs missing", "GET", "/v1/apps/nope/logs", "", 404, "", "not found"},
 		{"rollback", "POST", "/v1/apps/web/rollback", `{"to":1}`, 200, "", `"percent": 100`},
 		{"rollback no body", "POST", "/v1/apps/web/rollback", "", 400, "to", "no revision 0"},

@@ -299,31 +299,69 @@ them. --min 0 lets an idle app scale to zero. A bound not given is kept.`,
 }
 
 func newAppLogsCmd(g *globals) *cobra.Command {
-	var tail int
+	var (
+		tail               int
+		since, replica     string
+		follow, timestamps bool
+	)
 	cmd := &cobra.Command{
-		Use:   "logs NAME [--tail N]",
+		Use:   "logs NAME [--tail N] [--since DURATION|TIME] [--replica ID] [--follow] [--timestamps]",
 		Short: "Print what an app's replicas wrote to stdout and stderr",
+		Long: `Print what an app's replicas wrote to stdout and stderr, their lines merged
+by the time each was written, one line per line written:
+
+  REPLICA | TEXT
+  REPLICA | TIME TEXT          (with --timestamps; TIME is RFC 3339 UTC)
+
+as docker compose logs and kubectl logs --prefix show them. Each replica keeps
+its last MiB (and the MiB before it); the logs of the five replicas gone last
+are kept too. --tail counts the merged lines, after --since.`,
 		Example: `  shoal app logs hello
-  shoal app logs hello --tail 20`,
+  shoal app logs hello --tail 20
+  shoal app logs hello --since 10m --replica hello-3f2a
+  shoal app logs hello -f --tail 0`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tail < 0 {
 				return usageErrorf("--tail %d: must be 0 (all kept lines) or more", tail)
 			}
+			if _, err := types.ParseSince(since, time.Now()); err != nil {
+				return usageErrorf("--since: %v", err)
+			}
 			c, err := g.client()
 			if err != nil {
 				return err
 			}
-			resp, err := c.send(cmd.Context(), "GET", appPath(args[0], "/logs?tail=", strconv.Itoa(tail)), nil)
+			q := url.Values{"tail": {strconv.Itoa(tail)}}
+			if since != "" {
+				q.Set("since", since)
+			}
+			if replica != "" {
+				q.Set("replica", replica)
+			}
+			if follow {
+				q.Set("follow", "true")
+			}
+			if timestamps {
+				q.Set("timestamps", "true")
+			}
+			resp, err := c.send(cmd.Context(), "GET", appPath(args[0], "/logs?", q.Encode()), nil)
 			if err != nil {
 				return err
 			}
 			defer resp.Body.Close()
 			_, err = io.Copy(cmd.OutOrStdout(), resp.Body)
+			if follow && cmd.Context().Err() != nil {
+				return nil // interrupted: the normal end of --follow
+			}
 			return err
 		},
 	}
-	cmd.Flags().IntVarP(&tail, "tail", "n", 0, "only the last N lines (0: all kept)")
+	cmd.Flags().IntVarP(&tail, "tail", "n", 0, "only the last N lines, merged (0: all kept)")
+	cmd.Flags().StringVar(&since, "since", "", "only lines written since a duration ago (10m) or a time (RFC 3339)")
+	cmd.Flags().StringVar(&replica, "replica", "", "only the replicas whose id starts with this")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "then print new lines as they are written, of replicas started later too, until interrupted")
+	cmd.Flags().BoolVarP(&timestamps, "timestamps", "t", false, "print each line's time")
 	return cmd
 }
 

@@ -74,8 +74,15 @@ func (f *fakeApps) Scale(_ context.Context, name string, req types.ScaleRequest)
 	}
 	return a, nil
 }
-func (f *fakeApps) Logs(_ context.Context, name string, tail int, w io.Writer) error {
-	fmt.Fprintf(w, "line of %s, tail %d\n", name, tail)
+func (f *fakeApps) Logs(_ context.Context, name string, req types.LogsRequest, w io.Writer) error {
+	fmt.Fprintf(w, "line of %s, tail %d", name, req.Tail)
+	if !req.Since.IsZero() {
+		fmt.Fprintf(w, ", since %s ago", time.Since(req.Since).Round(time.Minute))
+	}
+	if req.Replica != "" || req.Follow || req.Timestamps {
+		fmt.Fprintf(w, ", replica %q follow %v timestamps %v", req.Replica, req.Follow, req.Timestamps)
+	}
+	fmt.Fprintln(w)
 	return nil
 }
 func (f *fakeApps) Remove(context.Context, string) error { return nil }
@@ -202,6 +209,15 @@ func TestAppScaleLogsRm(t *testing.T) {
 	code, out, _ = shoal(t, host, "app", "logs", "hello", "--tail", "7")
 	if code != 0 || out != "line of hello, tail 7\n" {
 		t.Fatalf("logs: %d %q", code, out)
+	}
+	code, out, _ = shoal(t, host, "app", "logs", "hello", "--since", "10m", "--replica", "hello-1", "-f", "-t")
+	if want := "line of hello, tail 0, since 10m0s ago, replica \"hello-1\" follow true timestamps true\n"; code != 0 || out != want {
+		t.Fatalf("logs --since 10m --replica hello-1 -f -t: %d %q, want %q", code, out, want)
+	}
+	for _, bad := range [][]string{{"--since", "yesterday"}, {"--since", "-5m"}, {"--tail", "-1"}} {
+		if code, _, errs := shoal(t, host, append([]string{"app", "logs", "hello"}, bad...)...); code != 2 || !strings.Contains(errs, bad[0]) {
+			t.Errorf("logs %v: exit %d %q; want 2 naming %s", bad, code, errs, bad[0])
+		}
 	}
 	code, out, _ = shoal(t, host, "app", "rm", "hello")
 	if code != 0 || out != "removed hello\n" {

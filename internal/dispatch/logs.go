@@ -41,5 +41,32 @@ func localTail(path string, n int) (node.LogTail, error) {
 	if err != nil {
 		return node.LogTail{}, err
 	}
-	return node.LogTail{Lines: node.TailLog(path, n), Mod: fi.ModTime()}, nil
+	t := node.LogTail{Mod: fi.ModTime()}
+	t.Lines, t.Cursor, err = node.TailLogAt(path, n)
+	return t, err
+}
+
+// FollowLog reads what replica id's log gained since c: from this host's
+// file at path, or from the node the replica is on.
+func (d *Dispatcher) FollowLog(ctx context.Context, id, path string, c node.LogCursor) (node.LogTail, error) {
+	nd, ctx, done, err := d.to(ctx, id)
+	if err != nil {
+		return node.LogTail{}, err
+	}
+	if nd == d.local {
+		var t node.LogTail
+		t.Lines, t.Cursor, err = node.ReadLogFrom(path, c)
+		return t, err
+	}
+	lf, ok := nd.(node.LogFollower)
+	if !ok {
+		done(nil)
+		return node.LogTail{}, fmt.Errorf("replica %s: its node cannot follow logs: %w", id, errdefs.ErrUnavailable)
+	}
+	t, err := lf.FollowLog(ctx, id, relocate(node.ReplicaSpec{Log: path}, d.dir).Log, c)
+	done(err)
+	if err != nil {
+		return t, fmt.Errorf("replica %s on node %s: log: %w", id, d.Where(id), err)
+	}
+	return t, nil
 }

@@ -141,6 +141,7 @@ type Node struct {
 var (
 	_ node.Node        = (*Node)(nil)
 	_ node.LogTailer   = (*Node)(nil)
+	_ node.LogFollower = (*Node)(nil)
 	_ node.StateSource = (*Node)(nil)
 )
 
@@ -224,6 +225,14 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return st, fmt.Errorf("log: %w", err)
+	}
+	if n.init != "" { // the replica writes to a pipe, its lines stamped
+		out, err := logWriter(n.init, logf)
+		logf.Close()
+		if err != nil {
+			return st, fmt.Errorf("log: %w", err)
+		}
+		logf = out
 	}
 	if err := ownLog(logf, &spec); err != nil {
 		logf.Close()
@@ -449,6 +458,16 @@ func (n *Node) TailLog(ctx context.Context, id, log string, lines int) (node.Log
 	return t, nil
 }
 
+// FollowLog reads what the log of a replica another node started here
+// gained since c.
+func (n *Node) FollowLog(ctx context.Context, id, log string, c node.LogCursor) (node.LogTail, error) {
+	t, err := node.FollowLogAt(n.dir, log, c)
+	if err != nil {
+		return t, fmt.Errorf("replica %s: %w", id, err)
+	}
+	return t, nil
+}
+
 // under is the relative path rel under the node's apps folder, or an error
 // for a path that leaves it.
 func (n *Node) under(rel string) (string, error) {
@@ -482,9 +501,9 @@ func (n *Node) DropState(ctx context.Context, id, area string) error {
 	return nil
 }
 
-// ownLog gives the log file of a container in a user namespace to the
-// container's root: a program that opens /dev/stdout or /dev/stderr (as
-// nginx does) opens the file again, as that root.
+// ownLog gives the log file (or pipe) of a container in a user namespace
+// to the container's root: a program that opens /dev/stdout or /dev/stderr
+// (as nginx does) opens it again, as that root.
 func ownLog(f *os.File, spec *runtime.Spec) error {
 	if spec.UserNS == nil {
 		return nil

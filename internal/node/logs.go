@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -24,10 +23,13 @@ type LogTailer interface {
 	TailLog(ctx context.Context, id, log string, n int) (LogTail, error)
 }
 
-// LogTail is the end of a replica's log and when the log was last written.
+// LogTail is the end of a replica's log (its lines as written, stamps
+// and all, see ParseLine), when the log was last written, and where a
+// follower reads next (see ReadLogFrom).
 type LogTail struct {
-	Lines []string
-	Mod   time.Time
+	Lines  []string
+	Mod    time.Time
+	Cursor LogCursor
 }
 
 // LogMax is the size past which a replica's log is rotated: copied to
@@ -39,18 +41,23 @@ const LogMax = 1 << 20
 // into its rotated copy as `shoal app logs` does. A log that is not there
 // is not found.
 func ReadLogTail(dir, log string, n int) (LogTail, error) {
-	if dir == "" || !filepath.IsLocal(log) || !strings.HasSuffix(log, ".log") {
-		return LogTail{}, errdefs.Invalid("log", "%q is not a replica's log under the apps folder", log)
+	p, err := logPath(dir, log)
+	if err != nil {
+		return LogTail{}, err
 	}
-	p := filepath.Join(dir, log)
 	fi, err := os.Stat(p)
+	if err == nil {
+		var t LogTail
+		t.Lines, t.Cursor, err = TailLogAt(p, n)
+		t.Mod = fi.ModTime()
+		if err == nil {
+			return t, nil
+		}
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return LogTail{}, fmt.Errorf("log %s: %w", log, errdefs.ErrNotFound)
 	}
-	if err != nil {
-		return LogTail{}, fmt.Errorf("log %s: %w", log, err)
-	}
-	return LogTail{Lines: TailLog(p, n), Mod: fi.ModTime()}, nil
+	return LogTail{}, fmt.Errorf("log %s: %w", log, err)
 }
 
 // RotateLog copies the last limit bytes (whole lines) of the log at path to
@@ -124,12 +131,18 @@ func TailFile(path string, n int) []string {
 	if err != nil {
 		return nil
 	}
+	return tailOf(f, n, fi.Size())
+}
+
+// tailOf returns the last n lines of the first size bytes of f (n <= 0: as
+// many as the last MiB holds).
+func tailOf(f *os.File, n int, size int64) []string {
 	window := int64(1 << 20)
 	if n > 0 {
 		window = min(window, int64(n)*1024)
 	}
-	start := max(fi.Size()-window, 0)
-	buf := make([]byte, fi.Size()-start)
+	start := max(size-window, 0)
+	buf := make([]byte, size-start)
 	k, _ := f.ReadAt(buf, start)
 	text := strings.TrimRight(string(buf[:k]), "\n")
 	if text == "" {

@@ -6,6 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // The leader reads the log of a replica on another node from that node:
@@ -23,13 +27,16 @@ func TestClusterRemoteLogs(t *testing.T) {
 	for id, n := range h.nodesOf() {
 		byNode[n] = id
 	}
-	for _, n := range []string{"n2", "n3"} {
-		if err := h.remote[n].rt.write(byNode[n], []byte("hello from "+n+"\n")); err != nil {
+	// Stamped as the log writer stamps them, n3's line before n2's.
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, n := range []string{"n3", "n2"} {
+		line := at.Add(time.Duration(i)*time.Millisecond).Format(node.StampLayout) + " hello from " + n + "\n"
+		if err := h.remote[n].rt.write(byNode[n], []byte(line)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var out bytes.Buffer
-	if err := h.m.Logs(ctx, "hello", 0, &out); err != nil {
+	if err := h.m.Logs(ctx, "hello", types.LogsRequest{Tail: 0}, &out); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
@@ -43,10 +50,16 @@ func TestClusterRemoteLogs(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("logs:\n got %q\nwant %q", got, want)
 	}
+	// --tail counts the lines merged by time, across the nodes.
 	out.Reset()
-	if err := h.m.Logs(ctx, "hello", 1, &out); err != nil || !strings.Contains(out.String(), byNode["n2"]+" | hello from n2\n") ||
-		strings.Contains(out.String(), byNode["n2"]+" started") {
-		t.Fatalf("logs --tail 1: %q, %v", out.String(), err)
+	want2 := byNode["n3"] + " | hello from n3\n" + byNode["n2"] + " | hello from n2\n"
+	if err := h.m.Logs(ctx, "hello", types.LogsRequest{Tail: 2}, &out); err != nil || out.String() != want2 {
+		t.Fatalf("logs --tail 2: %q, %v; want %q", out.String(), err, want2)
+	}
+	out.Reset()
+	if err := h.m.Logs(ctx, "hello", types.LogsRequest{Tail: 1, Replica: byNode["n3"][:len(byNode["n3"])-2]}, &out); err != nil ||
+		out.String() != byNode["n3"]+" | hello from n3\n" {
+		t.Fatalf("logs --tail 1 --replica %s: %q, %v", byNode["n3"], out.String(), err)
 	}
 
 	crashed := byNode["n2"]
@@ -63,7 +76,7 @@ func TestClusterRemoteLogs(t *testing.T) {
 
 	h.remote["n3"].mute.Store(true)
 	out.Reset()
-	if err := h.m.Logs(ctx, "hello", 5, &out); err != nil {
+	if err := h.m.Logs(ctx, "hello", types.LogsRequest{Tail: 5}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if s := out.String(); !strings.Contains(s, byNode["n3"]+" | (log not read: ") || !strings.Contains(s, "does not answer") {

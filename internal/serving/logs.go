@@ -1,10 +1,7 @@
 package serving
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -119,68 +116,4 @@ func (l replicaLogs) prune(known func(id string) bool) {
 			}
 		}
 	}
-}
-
-// Logs writes the last tail lines of each of the app's replica logs, least
-// recently written first, each line prefixed with the replica's id. In a
-// cluster, the log of a replica on another node is read from that node;
-// one that cannot be read says so in its place.
-func (m *Manager) Logs(ctx context.Context, name string, tail int, w io.Writer) error {
-	ctl := m.app(name)
-	if ctl == nil {
-		return m.noApp(name)
-	}
-	lfs, err := ctl.logs.files()
-	if err != nil {
-		return fmt.Errorf("app %q: logs: %w", name, err)
-	}
-	remote := map[string][]string{}
-	if m.disp != nil {
-		lfs = m.remoteLogs(ctx, ctl, tail, lfs, remote)
-	}
-	for _, lf := range lfs {
-		lines, ok := remote[lf.id]
-		if !ok {
-			lines = tailLog(ctl.logs.path(lf.id), tail)
-		}
-		for _, line := range lines {
-			if _, err := fmt.Fprintf(w, "%s | %s\n", lf.id, line); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// remoteLogs reads the ends of the logs of ctl's replicas on other nodes
-// into tails and returns lfs with them in place of any file of the same
-// replica here, least recently written first.
-func (m *Manager) remoteLogs(ctx context.Context, ctl *appCtl, tail int, lfs []logFile, tails map[string][]string) []logFile {
-	var ids []string
-	ctl.mu.Lock()
-	for id, r := range ctl.reps {
-		if r.rec.Node != "" && r.rec.Node != m.o.Node {
-			ids = append(ids, id)
-		}
-	}
-	ctl.unlock()
-	for _, id := range ids {
-		cctx, cancel := context.WithTimeout(ctx, remoteTailLimit)
-		t, err := m.disp.ReadLog(cctx, id, ctl.logs.path(id), tail)
-		cancel()
-		if err != nil {
-			t.Lines = []string{fmt.Sprintf("(log not read: %v)", err)}
-		}
-		tails[id] = t.Lines
-		lfs = append(lfs, logFile{id, t.Mod})
-	}
-	out := lfs[:0]
-	for i, lf := range lfs {
-		if _, ok := tails[lf.id]; ok && i < len(lfs)-len(ids) {
-			continue // a file here of a replica that runs elsewhere
-		}
-		out = append(out, lf)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].mod.Before(out[j].mod) })
-	return out
 }

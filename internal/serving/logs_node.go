@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // remoteTailLimit bounds a read of a replica's log on another node.
@@ -14,7 +16,7 @@ const remoteTailLimit = 5 * time.Second
 // what cannot be read is nil.
 func (d *driver) replicaTail(id string, n int) []string {
 	if d.m.disp == nil {
-		return tailLog(d.logs.path(id), n)
+		return node.Texts(tailLog(d.logs.path(id), n))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), remoteTailLimit)
 	defer cancel()
@@ -25,5 +27,5 @@ func (d *driver) replicaTail(id string, n int) []string {
 		}
 		return nil
 	}
-	return t.Lines
+	return node.Texts(t.Lines)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 // A log over the limit keeps its last whole lines in .1 and starts empty;
@@ -97,7 +99,7 @@ func TestReplicaLogsCappedAndPruned(t *testing.T) {
 	}
 	h.rt.write(first, []byte("after\n"))
 	var out bytes.Buffer
-	if err := h.m.Logs(context.Background(), "hello", 2, &out); err != nil {
+	if err := h.m.Logs(context.Background(), "hello", types.LogsRequest{Tail: 2}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if want := first + " | before\n" + first + " | after\n"; out.String() != want {
@@ -156,7 +158,7 @@ func TestReplicaLogsCappedAndPruned(t *testing.T) {
 		}
 	}
 	out.Reset()
-	if err := h.m.Logs(context.Background(), "hello", 0, &out); err != nil {
+	if err := h.m.Logs(context.Background(), "hello", types.LogsRequest{Tail: 0}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), ids[7]+" | "+ids[7]+" started") {

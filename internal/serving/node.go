@@ -20,6 +20,7 @@ type (
 	ExitStatus  = node.ExitStatus
 	Mount       = node.Mount
 	LogTail     = node.LogTail
+	LogCursor   = node.LogCursor
 )
 
 // Dispatcher is the nodes of a cluster as one Node, the leader's (package
@@ -44,4 +45,7 @@ type Dispatcher interface {
 	// ReadLog reads the last n lines of replica id's log, whose path on
 	// this host is path, from the node the replica is on.
 	ReadLog(ctx context.Context, id, path string, n int) (LogTail, error)
+	// FollowLog reads what replica id's log gained since c, from the node
+	// the replica is on.
+	FollowLog(ctx context.Context, id, path string, c LogCursor) (LogTail, error)
 }

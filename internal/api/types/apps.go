@@ -1,12 +1,44 @@
 package types
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // DeployRequest is the body of POST /v1/apps: an app's shoal.toml, as text.
 // File names the manifest in error messages (default "shoal.toml").
 type DeployRequest struct {
 	Manifest string `json:"manifest"`
 	File     string `json:"file,omitempty"`
+}
+
+// LogsRequest selects what GET /v1/apps/{name}/logs shows (its query:
+// tail, since, replica, follow, timestamps): the replicas' lines merged by
+// time, the last Tail of them (0: all kept) at or after Since (zero: all),
+// of the replicas whose id starts with Replica, with their stamps if
+// Timestamps; with Follow, then the lines written later until the request
+// ends.
+type LogsRequest struct {
+	Tail       int
+	Since      time.Time
+	Replica    string
+	Follow     bool
+	Timestamps bool
+}
+
+// ParseSince reads a LogsRequest's since: "" (zero: all), a duration
+// before now ("10m", "1h30m"), or an RFC 3339 time ("2026-01-02T15:04:05Z").
+func ParseSince(v string, now time.Time) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither a duration (10m, 1h30m) nor an RFC 3339 time (2026-01-02T15:04:05Z)", v)
 }
 
 // ScaleRequest is the body of POST /v1/apps/{name}/scale; a nil bound is
