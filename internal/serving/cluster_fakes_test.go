@@ -176,6 +176,12 @@ func (n *countingNode) TailLog(ctx context.Context, id, log string, lines int) (
 	}
 	return n.Node.(node.LogTailer).TailLog(ctx, id, log, lines)
 }
+func (n *countingNode) FollowLog(ctx context.Context, id, log string, c LogCursor) (LogTail, error) {
+	if err := n.muted(); err != nil {
+		return LogTail{}, err
+	}
+	return n.Node.(node.LogFollower).FollowLog(ctx, id, log, c)
+}
 func (n *countingNode) Adopt(ctx context.Context, k Known) (Adopted, error) {
 	n.count()
 	return n.Node.Adopt(ctx, k)

@@ -83,3 +83,36 @@ func TestClusterRemoteLogs(t *testing.T) {
 		t.Fatalf("logs with n3 silent: %q", s)
 	}
 }
+
+// `shoal app logs --follow` on the leader goes on with the lines that
+// replicas on other nodes write, read there through their nodes.
+func TestClusterFollowLogs(t *testing.T) {
+	h := newClusterHarness(t)
+	h.lead()
+	h.deploy("min = 3\nmax = 3")
+	h.wait("3 ready replicas", func() bool { return len(h.replicas()["ready"]) == 3 })
+	h.placed(3)
+	byNode := map[string]string{}
+	for id, n := range h.nodesOf() {
+		byNode[n] = id
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- h.m.Logs(ctx, "hello", types.LogsRequest{Tail: 1, Follow: true}, &out) }()
+	h.wait("the first lines", func() bool { return strings.Count(out.String(), " started\n") == 1 })
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for i, n := range []string{"n2", "n3"} {
+		line := at.Add(time.Duration(i)*time.Millisecond).Format(node.StampLayout) + " later on " + n + "\n"
+		if err := h.remote[n].rt.write(byNode[n], []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := byNode["n2"] + " | later on n2\n" + byNode["n3"] + " | later on n3\n"
+	h.advanceUntil("the other nodes' new lines followed", logPoll, func() bool { return strings.HasSuffix(out.String(), want) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("follow ended with %v", err)
+	}
+}
