@@ -86,10 +86,24 @@ func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
 	httperr.WriteJSON(w, http.StatusOK, app)
 }
 
+// removeApp removes an app; its volumes on this node go with it only with
+// ?volumes=true.
 func (s *Server) removeApp(w http.ResponseWriter, r *http.Request) {
-	if err := s.Apps.Remove(r.Context(), r.PathValue("name")); err != nil {
+	name := r.PathValue("name")
+	withVolumes := r.URL.Query().Get("volumes") == "true"
+	if withVolumes && s.Volumes == nil {
+		httperr.Write(w, http.StatusServiceUnavailable, errors.New("volumes are not served by this daemon"), "")
+		return
+	}
+	if err := s.Apps.Remove(r.Context(), name); err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if withVolumes {
+		if err := s.Volumes.RemoveApp(r.Context(), name); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

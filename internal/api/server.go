@@ -55,6 +55,7 @@ type Server struct {
 	Jobs       Jobs    // nil: no job routes
 	Nodes      Nodes   // nil: no node routes
 	Secrets    Secrets // nil: the secret routes answer 503
+	Volumes    Volumes // nil: the volume routes answer 503
 	Health     func(ctx context.Context) types.Health
 	Registry   prometheus.Gatherer
 	Logger     *slog.Logger
@@ -94,12 +95,13 @@ func (s *Server) Handler(token string) http.Handler {
 	s.routeActivate(mux)
 	s.registerJobs(mux)
 	s.nodeRoutes(mux)
+	s.routeVolumes(mux)
 	if s.Registry != nil {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		var allow []string
-		for _, m := range []string{"GET", "POST", "DELETE"} {
+		for _, m := range []string{"GET", "POST", "PUT", "DELETE"} {
 			probe := r.Clone(r.Context())
 			probe.Method = m
 			if _, pattern := mux.Handler(probe); pattern != "/" {

@@ -366,15 +366,25 @@ are kept too. --tail counts the merged lines, after --since.`,
 }
 
 func newAppRmCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:     "rm NAME...",
+	var volumes bool
+	cmd := &cobra.Command{
+		Use:     "rm NAME... [--volumes]",
 		Aliases: []string{"remove", "delete"},
 		Short:   "Remove apps: their replicas drain and stop, their records go",
-		Example: `  shoal app rm hello`,
-		Args:    minArgs(1),
+		Long: `Remove apps: their replicas drain and stop, their records, revisions, logs
+and per-replica state go. Their volumes stay (shoal volume ls lists them as
+kept) and an app of the same name deployed again mounts them again; with
+--volumes they go too (in a cluster, those on the node that removes the app).`,
+		Example: `  shoal app rm hello
+  shoal app rm hello --volumes`,
+		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			q := ""
+			if volumes {
+				q = "?volumes=true"
+			}
 			for _, name := range args {
-				if err := g.call(cmd, "DELETE", appPath(name), nil, nil); err != nil {
+				if err := g.call(cmd, "DELETE", appPath(name)+q, nil, nil); err != nil {
 					return err
 				}
 				fmt.Fprintln(cmd.OutOrStdout(), "removed", name)
@@ -382,4 +392,6 @@ func newAppRmCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&volumes, "volumes", false, "remove the apps' volumes (their data) too")
+	return cmd
 }

@@ -101,8 +101,8 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 
 // send performs the request and turns a non-2xx answer into an *APIError.
 func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
+	rd, raw := body.(io.Reader) // a stream sent as it is (a tar)
+	if body != nil && !raw {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -113,7 +113,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*http
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
+	if body != nil && !raw {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

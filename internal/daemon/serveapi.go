@@ -39,6 +39,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		srv.Apps = appsWithSecrets{srv.Apps, d.secrets}
 	}
 	srv.Secrets = secretsAPI{d.secrets}
+	srv.Volumes = d.volumesAPI()
 	d.forwardApps(srv)
 	ul, err := listenUnix(d.cfg.API)
 	if err != nil {

@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,5 +134,116 @@ app = "/srv/app"
 	}
 	if code, _, _ := get(t, d.proxyAddr(), "pyvol", "/healthz"); code != 200 {
 		t.Fatalf("GET /healthz: %d", code)
+	}
+}
+
+// tarOf is a tar of files (name → content; a name ending in "|fifo" is a
+// FIFO).
+func tarOf(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for name, body := range files {
+		h := &tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}
+		if n, ok := strings.CutSuffix(name, "|fifo"); ok {
+			h = &tar.Header{Name: n, Mode: 0o644, Typeflag: tar.TypeFifo}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(body))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestVolumeCommands: files go into a volume and come out with shoal
+// volume cp, export and import (a bad archive changes nothing); app rm
+// keeps the volume, listed as kept and mounted again by the app deployed
+// again; volume rm refuses a volume in use; app rm --volumes removes it.
+func TestVolumeCommands(t *testing.T) {
+	d := startDaemon(t)
+	d.busybox("busybox:1")
+	const app = `
+name = "notes"
+image = "busybox:1"
+command = ["httpd", "-f", "-p", "8080", "-h", "/data"]
+[scale]
+min = 1
+max = 1
+[health]
+tcp = true
+[volumes]
+data = "/data"
+`
+	d.deploy(app)
+	d.waitApp("notes", "a ready replica", func(a types.App) bool { return a.Ready == 1 })
+	proxy := d.proxyAddr()
+	vol := filepath.Join(d.dataDir, "apps", "notes", "volumes", "data")
+	local := t.TempDir()
+	if err := os.WriteFile(filepath.Join(local, "hello.txt"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.must("volume", "cp", filepath.Join(local, "hello.txt"), "notes:data:/")
+	if code, body, _ := get(t, proxy, "notes", "/hello.txt"); code != 200 || body != "hello\n" {
+		t.Fatalf("GET /hello.txt after volume cp: %d %q", code, body)
+	}
+	if ls := d.must("volume", "ls"); !regexp.MustCompile(`notes\s+data\s+/data\s+in use`).MatchString(ls) {
+		t.Fatalf("volume ls:\n%s", ls)
+	}
+	d.must("volume", "cp", "notes:data:/hello.txt", filepath.Join(local, "out.txt"))
+	if b, err := os.ReadFile(filepath.Join(local, "out.txt")); err != nil || string(b) != "hello\n" {
+		t.Fatalf("copied out: %q %v", b, err)
+	}
+	d.must("volume", "export", "notes:data", "-o", filepath.Join(local, "data.tar"))
+	if out, err := exec.Command("tar", "-tf", filepath.Join(local, "data.tar")).CombinedOutput(); err != nil || !strings.Contains(string(out), "hello.txt") {
+		t.Fatalf("exported tar: %s %v", out, err)
+	}
+	// A bad archive, or one with a FIFO, changes nothing.
+	for _, bad := range [][]byte{tarOf(t, map[string]string{"a.txt": strings.Repeat("a", 2000)})[:1000],
+		tarOf(t, map[string]string{"b.txt": "b", "pipe|fifo": ""})} {
+		if r := d.shoalIn(bad, "volume", "import", "notes:data", "-"); r.code != 1 {
+			t.Fatalf("import of a bad archive: exit %d\n%s", r.code, r.stderr)
+		}
+	}
+	ents, _ := os.ReadDir(vol)
+	if len(ents) != 1 {
+		t.Fatalf("a refused import left %v in the volume", ents)
+	}
+	if left, _ := filepath.Glob(filepath.Join(vol, "..", ".*")); len(left) != 0 {
+		t.Fatalf("left beside the volume: %v", left)
+	}
+	d.shoalIn(tarOf(t, map[string]string{"sub/imported.txt": "imported\n"}), "volume", "import", "notes:data")
+	if code, body, _ := get(t, proxy, "notes", "/sub/imported.txt"); code != 200 || body != "imported\n" {
+		t.Fatalf("GET /sub/imported.txt after import: %d %q", code, body)
+	}
+	for _, args := range [][]string{{"volume", "cp", "a", "b"}, {"volume", "rm", "notes"}, {"volume", "export"}} {
+		if r := d.shoal(args...); r.code != 2 {
+			t.Fatalf("shoal %v: exit %d, want 2 (usage)\n%s", args, r.code, r.stderr)
+		}
+	}
+	if r := d.shoal("volume", "rm", "notes:data"); r.code != 1 || !strings.Contains(r.stderr, "remove the app first") {
+		t.Fatalf("volume rm of a volume in use: exit %d\n%s", r.code, r.stderr)
+	}
+
+	d.must("app", "rm", "notes")
+	if ls := d.must("volume", "ls"); !regexp.MustCompile(`notes\s+data\s+-\s+kept`).MatchString(ls) {
+		t.Fatalf("volume ls after app rm:\n%s", ls)
+	}
+	d.deploy(app)
+	d.waitApp("notes", "a ready replica again", func(a types.App) bool { return a.Ready == 1 })
+	if code, body, _ := get(t, proxy, "notes", "/hello.txt"); code != 200 || body != "hello\n" {
+		t.Fatalf("GET /hello.txt from the app deployed again: %d %q", code, body)
+	}
+	d.must("app", "rm", "notes", "--volumes")
+	if ls := d.must("volume", "ls"); strings.Contains(ls, "notes") {
+		t.Fatalf("volume ls after app rm --volumes:\n%s", ls)
+	}
+	if _, err := os.Stat(vol); !os.IsNotExist(err) {
+		t.Fatalf("volume left after app rm --volumes: %v", err)
 	}
 }

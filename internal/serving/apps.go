@@ -234,7 +234,8 @@ func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest
 }
 
 // Remove deletes an app: its route answers 503 at once, its replicas drain
-// and stop, then its records, logs and volumes are removed.
+// and stop, then its records, logs and state are removed; its volumes
+// stay (the API removes them when asked).
 func (m *Manager) Remove(ctx context.Context, name string) error {
 	ctl := m.app(name)
 	if ctl == nil {
@@ -299,7 +300,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		}
 	}
 	errs = append(errs, ctl.lead.del(ctx, store.AppKey(ctl.name)))
-	errs = append(errs, os.RemoveAll(m.appDir(ctl.name)))
+	errs = append(errs, removeAppDir(m.appDir(ctl.name)))
 	if m.o.Confiner != nil {
 		// After the app's files: its ids are free for another app.
 		errs = append(errs, m.o.Confiner.Release(ctx, ctl.name))

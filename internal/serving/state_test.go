@@ -206,7 +206,8 @@ func TestStateOrphanMergedOnRestart(t *testing.T) {
 	}
 }
 
-// Deleting the app takes its state with its volumes, merged or not.
+// Deleting the app takes its state, merged or not, and its logs; its
+// volumes stay.
 func TestStateGoesWithTheApp(t *testing.T) {
 	h := newHarness(t)
 	h.deploy("min = 2", stateTables+"merge = \"append\"")
@@ -218,8 +219,12 @@ func TestStateGoesWithTheApp(t *testing.T) {
 	if err := h.m.Remove(context.Background(), "hello"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Fatalf("app dir left: %v", err)
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 || ents[0].Name() != "volumes" {
+		t.Fatalf("app dir holds %v (%v), want its volumes alone", ents, err)
+	}
+	if _, err := os.Stat(h.volume()); err != nil {
+		t.Fatalf("the volume went with the app: %v", err)
 	}
 	h.recorded()
 	if n := len(h.ev.of("merge")) + len(h.ev.of("merge-failed")); n != 0 {

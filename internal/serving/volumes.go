@@ -1,0 +1,54 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// DeclaredVolumes is every app's volumes in its current revision (app →
+// volume name → path), as the store has them, on any node; an app being
+// deleted declares none.
+func DeclaredVolumes(ctx context.Context, st store.Store) (map[string]map[string]string, error) {
+	kvs, err := st.List(ctx, store.AppsPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("apps: %w", err)
+	}
+	out := map[string]map[string]string{}
+	for _, kv := range kvs {
+		var rec appRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.Deleting {
+			continue
+		}
+		out[strings.TrimPrefix(kv.Key, store.AppsPrefix)] = rec.Config.Volumes
+	}
+	return out, nil
+}
+
+// removeAppDir removes an app's folder but its volumes, which stay for
+// `shoal volume` and an app of the same name deployed again.
+func removeAppDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.Name() != "volumes" {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
+	}
+	if os.Remove(filepath.Join(dir, "volumes")) == nil || len(ents) == 0 {
+		os.Remove(dir)
+	}
+	return errors.Join(errs...)
+}
