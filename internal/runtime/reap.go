@@ -112,6 +112,8 @@ func (r *Runtime) reapOrphans(id string) int {
 			got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			switch {
 			case errors.Is(err, unix.EINTR):
+			case errors.Is(err, unix.ECHILD):
+				reaped = true // the pid namespace reaper was first (pidns.go)
 			case err != nil:
 				r.log.Warn("reap orphaned runtime child", "container", id, "pid", pid, "err", err)
 				reaped = true

@@ -2,11 +2,16 @@ package runtime
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/clock"
 )
@@ -70,4 +75,54 @@ func TestStopSignalFromSpec(t *testing.T) {
 	if err != nil || st.Signal != 0 || st.Code != 3 {
 		t.Fatalf("stop: %+v %v, want exit code 3 from the QUIT trap", st, err)
 	}
+}
+
+// TestStopReapsProcessJoinedFromOutside: a process that joined the
+// container's pid namespace from outside, whose parent is this process (as
+// the process of a `runc exec` that exited before it waited for it is: left
+// to this subreaper), dies with the namespace when the container stops;
+// the container's init finishes exiting only once that process is reaped.
+// Stop must not wait for it in vain.
+func TestStopReapsProcessJoinedFromOutside(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	s := baseSpec(t, "sleep", "1000")
+	c := run(t, r, s)
+	cmd := exec.Command("sleep", "1000")
+	if err := startInPidNamespace(cmd, c.Pid); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Reaps it if Stop did not, so the container can go.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := r.Stop(ctx, s.ID, 0)
+	if err != nil || st.Signal != syscall.SIGKILL {
+		t.Fatalf("stop: %+v %v, want the init killed", st, err)
+	}
+}
+
+// startInPidNamespace starts cmd, a child of this process, in the pid
+// namespace of process pid (setns, then fork).
+func startInPidNamespace(cmd *exec.Cmd, pid int) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread stays locked: it ends with the goroutine, so no other
+		// goroutine forks into the namespace.
+		goruntime.LockOSThread()
+		fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/pid", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWPID); err != nil {
+			errc <- fmt.Errorf("setns pid %d: %w", pid, err)
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
 }

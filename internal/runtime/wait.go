@@ -141,7 +141,9 @@ func decodeChild(info childInfo) ExitStatus {
 // watch waits for c's init to exit, records the exit status with the cgroup's
 // last counters (read before anything removes the cgroup) and closes c.done.
 func (r *Runtime) watch(c *ctr) {
+	release := watchPidNamespace(c.rec.Pid, c.pidfd)
 	st, err := waitPidfd(c.pidfd)
+	release()
 	if err != nil {
 		r.log.Warn("container wait failed", "container", c.rec.ID, "pid", c.rec.Pid, "err", err)
 	}
