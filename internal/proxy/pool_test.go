@@ -208,10 +208,13 @@ func TestReplicaKeepAliveTimeout(t *testing.T) {
 func TestReplicaConnectionsBounded(t *testing.T) {
 	const bound = 32 // maxConnsPerEndpoint
 	release := make(chan struct{})
+	var once sync.Once
+	let := func() { once.Do(func() { close(release) }) }
 	be, opened, _ := countingBackend(t, func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		io.WriteString(w, "ok")
 	})
+	t.Cleanup(let) // before the replica's Close, which waits for its handlers
 	f := newFront(t, Options{})
 	f.p.SetRoute(routeTo("a", be))
 	const n = bound + 16
@@ -238,8 +241,8 @@ func TestReplicaConnectionsBounded(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "the replica to hold requests on the bounded connections", func() bool { return be.hits.Load() == bound })
-	close(release)
+	eventually(t, "the replica to hold requests on the bounded connections", func() bool { return be.hits.Load() >= bound })
+	let()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
