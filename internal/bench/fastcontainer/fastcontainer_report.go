@@ -221,7 +221,7 @@ func renderQuota(rep *bench.Report, up, out analysed) {
 		if !math.IsNaN(r.rx.held) {
 			held = fmt.Sprintf("%.0f %%", 100*r.rx.held)
 		}
-		fmt.Fprintf(&b, "In the %s run the autoscaler raised a quota %d times and lowered one %d times during the load; the ready replicas "+
+		fmt.Fprintf(&b, "In the %s run the autoscaler made %d quota raises and %d quota reductions during the load; the ready replicas "+
 			"were at %s cores in %s of the status samples", strings.SplitN(r.spec.what, ":", 2)[0], r.rx.ups, r.rx.downs,
 			bench.FormatValue(r.spec.maxCPU), held)
 		if r.cpuErr == "" {
@@ -230,21 +230,22 @@ func renderQuota(rep *bench.Report, up, out analysed) {
 		}
 		b.WriteString(".")
 	}
-	switch {
-	case up.rx.ups == 0 && out.rx.ups == 0:
-		b.WriteString(" The quota was never raised: the rule raises it when a replica is throttled in at least 80 % of its periods")
+	if up.rx.ups == 0 {
+		b.WriteString(" In the scale-up run the quota was never raised: the rule raises it when a replica is throttled in at least 80 % of its periods")
 		if up.cpuErr == "" && throttled(up) < 0.8 {
-			fmt.Fprintf(&b, ", and in the scale-up run the replica was throttled in %s %% while it used %s of its %s cores with up to %d requests in flight: "+
+			fmt.Fprintf(&b, ", and the replica was throttled in %s %% while it used %s of its %s cores with up to %d requests in flight: "+
 				"a replica that waits for a CPU the host's other work holds is not throttled, however busy it is",
 				bench.FormatValue(100*throttled(up)), bench.FormatValue(cores(up)), bench.FormatValue(baseCPU), concurrency)
 		}
-		b.WriteString(". The paper's rule judged throttling too, over 5 minutes on its own host. Measured as it is, not tuned away: a rule that " +
-			"also judged demand (requests in flight, run-queue or pressure figures) would see this replica's.")
-	case up.rx.downs > 0 || out.rx.downs > 0:
-		b.WriteString(" The quota does not stay raised while the load lasts: the rule lowers it when a replica is throttled in under 10 % of its " +
-			"periods, and a replica that waits for a CPU the host's other work holds is not throttled, however many requests it has in flight " +
-			"(the paper's platform judged 5 minutes of throttling and kept the raised limit). Measured as it is, not tuned away.")
+		b.WriteString(". The paper's rule judged throttling too, over 5 minutes on its own host; a rule that also judged demand (requests in " +
+			"flight, run-queue or pressure figures) would see this replica's.")
 	}
+	if up.rx.downs > 0 || out.rx.downs > 0 {
+		b.WriteString(" A raised quota does not stay raised while the load lasts: the rule lowers it when a replica is throttled in under 10 % of its " +
+			"periods, which a replica waiting for a CPU the host's other work holds is, however many requests it has in flight " +
+			"(the paper's platform judged 5 minutes of throttling and kept the raised limit).")
+	}
+	b.WriteString(" This is shoal's behaviour, measured as it is, not tuned away.")
 	rep.Para("%s", b.String())
 }
 
