@@ -315,11 +315,12 @@ by the time each was written, one line per line written:
 
 as docker compose logs and kubectl logs --prefix show them. Each replica keeps
 its last MiB (and the MiB before it); the logs of the five replicas gone last
-are kept too. --tail counts the merged lines, after --since.`,
+are kept too. --tail counts the merged lines, after --since; 0 means all kept
+lines, so to follow only new lines use --follow --since 0s.`,
 		Example: `  shoal app logs hello
   shoal app logs hello --tail 20
   shoal app logs hello --since 10m --replica hello-3f2a
-  shoal app logs hello -f --tail 0`,
+  shoal app logs hello -f --since 0s     # only lines written from now on`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tail < 0 {
