@@ -317,6 +317,9 @@ func (n *Node) Stop(ctx context.Context, id string, grace time.Duration) error {
 	return nil
 }
 
+// releaseTimeout bounds the release of a removed replica's network (CNI DEL).
+const releaseTimeout = 30 * time.Second
+
 func (n *Node) Remove(ctx context.Context, id string) error {
 	err := n.rt.Delete(ctx, id)
 	if errdefs.IsNotFound(err) {
@@ -344,9 +347,13 @@ func (n *Node) Remove(ctx context.Context, id string) error {
 		att, _ = n.net.Lookup(id)
 	}
 	if att != nil {
-		if rerr := n.net.Release(ctx, att); rerr != nil {
+		// Its own bound: a delete that used up ctx waiting for the exit
+		// must not keep the address and its nat rule.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		if rerr := n.net.Release(rctx, att); rerr != nil {
 			n.log.Warn("localnode: release replica network", "replica", id, "err", rerr)
 		}
+		cancel()
 	}
 	if err != nil {
 		return fmt.Errorf("replica %s: delete container: %w", id, err)

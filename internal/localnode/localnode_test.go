@@ -395,3 +395,45 @@ func TestDrain(t *testing.T) {
 		t.Fatal("drain did not end once its grace had passed")
 	}
 }
+
+// slowDeleteRuntime's Delete gives up only when its context ends, as
+// waiting for a container's init that does not exit does.
+type slowDeleteRuntime struct{ Runtime }
+
+func (slowDeleteRuntime) Delete(ctx context.Context, id string) error {
+	<-ctx.Done()
+	return fmt.Errorf("container %q: delete: wait for exit: %w", id, ctx.Err())
+}
+
+// releaseNetwork records the state of the context Release got.
+type releaseNetwork struct {
+	Network
+	released chan error
+}
+
+func (n releaseNetwork) Lookup(string) (*network.Attachment, bool) {
+	return &network.Attachment{}, true
+}
+
+func (n releaseNetwork) Release(ctx context.Context, _ *network.Attachment) error {
+	n.released <- ctx.Err()
+	return ctx.Err()
+}
+
+// TestRemoveReleasesNetworkAfterSlowDelete: a delete that uses up the
+// removal's context still leaves the release of the replica's network a
+// context of its own (before, the CNI DEL ran on an expired one and the
+// replica's address and nat rule stayed).
+func TestRemoveReleasesNetworkAfterSlowDelete(t *testing.T) {
+	n := fileHost(t, Options{})
+	rel := releaseNetwork{released: make(chan error, 1)}
+	n.rt, n.net = slowDeleteRuntime{}, rel
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := n.Remove(ctx, "r1"); err == nil {
+		t.Fatal("remove: no error though the delete failed")
+	}
+	if err := <-rel.released; err != nil {
+		t.Fatalf("the network was released on an ended context: %v", err)
+	}
+}

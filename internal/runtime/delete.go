@@ -41,12 +41,19 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	r.mu.Unlock()
 	err := r.destroy(ctx, id, c)
 	r.mu.Lock()
-	if r.ctrs[id] == entry {
+	if r.ctrs[id] == entry && !errors.Is(err, errStillRunning) {
 		delete(r.ctrs, id)
 	}
 	r.mu.Unlock()
 	return err
 }
+
+// errStillRunning: Delete gave up waiting for the container's init to exit;
+// the container is left whole and managed, for Delete to be called again.
+var errStillRunning = errors.New("still running")
+
+// recordTimeout bounds the removal of a container's record.
+const recordTimeout = 30 * time.Second
 
 // destroy removes every trace of container id; c is nil for a container
 // this Runtime does not manage (an orphan).
@@ -71,7 +78,9 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			errs = append(errs, fmt.Errorf("wait for exit: %w", ctx.Err()))
+			// Still running: everything stays (state, cgroup, mounts,
+			// record) for a later Delete to finish.
+			return fmt.Errorf("container %q: delete: wait for exit: %w: %w", id, errStillRunning, ctx.Err())
 		}
 		if err := os.RemoveAll(r.stateDir(id)); err != nil {
 			errs = append(errs, err)
@@ -113,12 +122,16 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 		}
 	}
 	if c == nil || !c.rec.Ephemeral {
-		if _, err := r.records.Get(ctx, id); err == nil {
+		// Its own bound: the record of a container whose remains are gone
+		// must go even when waiting for the exit used up most of ctx.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		if _, err := r.records.Get(rctx, id); err == nil {
 			found = true
 		}
-		if err := r.records.Delete(ctx, id); err != nil {
+		if err := r.records.Delete(rctx, id); err != nil {
 			errs = append(errs, err)
 		}
+		cancel()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("container %q: delete: %w", id, err)
