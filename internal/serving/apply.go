@@ -93,23 +93,23 @@ func (ctl *appCtl) apply(now time.Time, p plan) {
 		case stepThaw:
 			ctl.thaw(r)
 		case stepStart:
-			id := ctl.drv.startReplica(s.rev, s.why)
+			id := ctl.startReplica(s.rev, s.why)
 			if r != nil {
 				r.replacement = id
 			}
 		case stepUnreplace:
 			r.replacement = ""
 		case stepFreeze:
-			ctl.drv.freeze(r, s.why)
+			ctl.freeze(r, s.why)
 		case stepDrain:
-			ctl.drv.drain(r, s.why)
+			ctl.drain(r, s.why)
 		case stepStop:
-			ctl.drv.stopReplica(r, s.why)
+			ctl.stopReplica(r, s.why)
 		case stepRollout:
 			ctl.moveRollout(now, p.rollout)
 		}
 	}
-	ctl.drv.clearRemains() // after the starts above
+	ctl.clearRemains() // after the starts above
 }
 
 // moveRollout moves the rollout in progress on as rp says. ctl.mu is

@@ -280,7 +280,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			ctl.node.Drain(ctx, r.rec.ID, grace)
 			cancel()
-			ctl.drv.halt(r, stop)
+			ctl.halt(r, stop)
 			done <- struct{}{}
 		}()
 	}

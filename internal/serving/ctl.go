@@ -16,22 +16,30 @@ import (
 // and walks its replicas down the ladder.
 const tick = 100 * time.Millisecond
 
-// appCtl is the controller of one app: it holds the app's state on this
-// node (appState) and decides, converging the app's replicas to what its
-// config, the autoscaler and the proxy's wake-ups ask for; its driver
-// carries the decisions out through the node.
+// appCtl is the controller of one app on this node: it holds the app's
+// state (the record, its revisions and replicas, under mu), decides,
+// converging the replicas to what the config, the autoscaler and the
+// proxy's wake-ups ask for (decide.go), and carries its decisions out
+// through the node (apply.go, unlock.go), moving each replica along the
+// ladder (replica_state.go). Its methods are split by concern: the state
+// read under mu (appstate.go), the lock discipline and the actions it
+// defers (unlock.go), a replica's start and exit (replica.go), its moves
+// down and up the ladder (ladder.go), health checks (health.go), failures
+// (replica_fail.go), the store's writes (persist.go), adoption after a
+// restart (adopt.go), rollouts (rollout.go) and lost nodes (lost.go).
 type appCtl struct {
-	appState
-	m     *Manager
-	lead  *lead    // the run of the controllers it belongs to
-	node  Node     // where the app's replicas run
-	drv   *driver  // carries out what the controller decides
-	pub   routePub // orders the app's routes
-	merge *merger  // merges the state of its replicas that are gone
-	logs  replicaLogs
+	name    string
+	cluster bool // a node of a cluster runs it: endpoints name their node
+	m       *Manager
+	lead    *lead    // the run of the controllers it belongs to
+	node    Node     // where the app's replicas run
+	pub     routePub // orders the app's routes
+	merge   *merger  // merges the state of its replicas that are gone
+	logs    replicaLogs
 
 	wake    chan struct{} // the proxy has a request and no ready replica
 	changed chan struct{} // a replica changed state
+	dirty   chan struct{} // records to write
 	stop    chan struct{}
 	once    sync.Once
 
@@ -42,7 +50,15 @@ type appCtl struct {
 	// mu and holds it until its write is done.
 	recMu sync.Mutex
 
-	// Under mu:
+	mu sync.Mutex
+	// Under mu: the app's state.
+	rec        appRecord
+	gen        uint64 // counts the changes of rec (recChanged)
+	reps       map[string]*replica
+	revs       map[int]revisionRecord // the app's revisions, read at start or made by a deploy
+	unsaved    map[string]bool        // replica ids whose record must be written (or deleted)
+	appDirty   bool                   // the app record must be written
+	deleting   bool
 	scaler     *scaler
 	roFailures int       // failed replicas of the revision being rolled out
 	failures   int       // replicas that failed since one was last ready
@@ -53,17 +69,31 @@ type appCtl struct {
 	desired    int
 	floor      selfFloor // what the app asked for through the self API
 
+	// Under mu: what its holder leaves to do once it is released (unlock).
+	routeDirty bool       // the route must be published
+	thaws      []*replica // replicas to thaw
+	remains    []*replica // dead replicas whose container and address wait for clearRemains
+	acts       []action   // calls to make, goroutines to start
+
+	// Under mu: routes wait for the store after a decision that took
+	// replicas out of service (see hold): holds counts those decisions,
+	// stored how many of them the store holds, and held keeps the routes
+	// made meanwhile, with their actions, in order, for the writer to
+	// publish and do once it has written.
+	holds  uint64
+	stored uint64
+	held   []heldRoute
+
 	boots boots // replicas starting
 }
 
 func newAppCtl(m *Manager, rec appRecord, l *lead) *appCtl {
 	ctl := &appCtl{
-		appState: appState{name: rec.Config.Name, cluster: m.disp != nil, rec: rec, reps: map[string]*replica{}, unsaved: map[string]bool{},
-			revs: map[int]revisionRecord{}, deleting: rec.Deleting, dirty: make(chan struct{}, 1)},
+		name: rec.Config.Name, cluster: m.disp != nil, rec: rec, reps: map[string]*replica{}, unsaved: map[string]bool{},
+		revs: map[int]revisionRecord{}, deleting: rec.Deleting, dirty: make(chan struct{}, 1),
 		m: m, lead: l, node: m.node,
 		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
-	ctl.drv = &driver{ctl}
 	ctl.scaler = newScaler(rec, m.clock)
 	ctl.logs = replicaLogs{dir: filepath.Join(m.appDir(ctl.name), "logs"), log: m.log}
 	ctl.merge = &merger{app: ctl.name, dir: m.appDir(ctl.name), hooks: m.o.Hooks, images: m.o.Images, clock: m.clock, log: m.log,
@@ -126,7 +156,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	ctl.mu.Lock()
 	defer ctl.unlock()
 	if ctl.deleting {
-		ctl.drv.clearRemains()
+		ctl.clearRemains()
 		return 0
 	}
 	ctl.touch(now, load)

@@ -13,18 +13,18 @@ import (
 var errExitedEarly = errors.New("exited before it was ready")
 
 // check checks replica r once with the app's health check, on its node.
-func (d *driver) check(h manifest.Health, r *replica) error {
-	d.mu.Lock()
+func (ctl *appCtl) check(h manifest.Health, r *replica) error {
+	ctl.mu.Lock()
 	id, addr := r.rec.ID, r.rec.Addr
-	d.unlock()
-	return d.node.Check(d.ctx(), id, addr, h)
+	ctl.unlock()
+	return ctl.node.Check(ctl.ctx(), id, addr, h)
 }
 
 // waitReady probes a starting replica until it answers, it exits, or the
 // start timeout passes. Probes are close together at first, because most
 // apps are ready within milliseconds, and spread out later.
-func (d *driver) waitReady(r *replica, cfg manifest.Config, exited <-chan struct{}) error {
-	m := d.m
+func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan struct{}) error {
+	m := ctl.m
 	began := m.clock.Now()
 	limit := cfg.Health.StartTimeout.Duration
 	// A command check runs once the port takes connections: an exec
@@ -40,16 +40,16 @@ func (d *driver) waitReady(r *replica, cfg manifest.Config, exited <-chan struct
 			return errExitedEarly
 		default:
 		}
-		if last = d.node.Check(d.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
+		if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
 			if cfg.Health.Command == nil {
 				return nil
 			}
-			if last = d.node.Check(d.ctx(), r.rec.ID, r.rec.Addr, cfg.Health); last == nil {
+			if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, cfg.Health); last == nil {
 				return nil
 			}
 		}
-		if d.ctx().Err() != nil {
-			return d.ctx().Err()
+		if ctl.ctx().Err() != nil {
+			return ctl.ctx().Err()
 		}
 		if m.clock.Since(began) >= limit {
 			return fmt.Errorf("replica %s: not ready after %s: %v", r.rec.ID, limit, last)
@@ -67,7 +67,7 @@ func (d *driver) waitReady(r *replica, cfg manifest.Config, exited <-chan struct
 		case <-exited:
 			t.Stop()
 			return errExitedEarly
-		case <-d.stop:
+		case <-ctl.stop:
 			t.Stop()
 			return errors.New("daemon stopping")
 		}
@@ -77,41 +77,41 @@ func (d *driver) waitReady(r *replica, cfg manifest.Config, exited <-chan struct
 // healthLoop checks a replica's health every interval while it is ready.
 // It leaves the route table at the first failure; after
 // cfg.Health.Failures in a row it is replaced, drained and stopped.
-func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
-	m := d.m
+func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
+	m := ctl.m
 	fails := 0
 	for {
-		d.mu.Lock()
-		h := d.rec.Config.Health
-		if cfg, _, err := d.configOf(r.rec.Revision); err == nil {
+		ctl.mu.Lock()
+		h := ctl.rec.Config.Health
+		if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil {
 			h = cfg.Health
 		}
-		d.unlock()
+		ctl.unlock()
 		t := m.clock.NewTimer(h.Interval.Duration)
 		select {
 		case <-t.C():
 		case <-exited:
 			t.Stop()
 			return
-		case <-d.stop:
+		case <-ctl.stop:
 			t.Stop()
 			return
 		}
 		// checking keeps a freeze from stopping a command check half-way.
 		r.checking.Lock()
-		d.mu.Lock()
+		ctl.mu.Lock()
 		check := r.state == StateReady
-		d.unlock()
+		ctl.unlock()
 		if !check {
 			r.checking.Unlock()
 			fails = 0
 			continue
 		}
-		err := d.check(h, r)
+		err := ctl.check(h, r)
 		r.checking.Unlock()
 		if err == nil {
 			if fails > 0 {
-				d.setClosed(r, false)
+				ctl.setClosed(r, false)
 			}
 			fails = 0
 			continue
@@ -119,25 +119,25 @@ func (d *driver) healthLoop(r *replica, exited <-chan struct{}) {
 		// Out of the route table at the first failure; replaced after
 		// Failures in a row.
 		if fails++; fails == 1 {
-			d.setClosed(r, true)
+			ctl.setClosed(r, true)
 		}
 		if fails < h.Failures {
 			continue
 		}
-		if d.unreachable(r, err) {
+		if ctl.unreachable(r, err) {
 			return
 		}
-		d.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
+		ctl.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
 		return
 	}
 }
 
 // setClosed takes a ready replica out of the route table or puts it back.
-func (d *driver) setClosed(r *replica, closed bool) {
-	d.mu.Lock()
-	defer d.unlock()
+func (ctl *appCtl) setClosed(r *replica, closed bool) {
+	ctl.mu.Lock()
+	defer ctl.unlock()
 	if r.state == StateReady && r.closed != closed {
 		r.closed = closed
-		d.publish()
+		ctl.publish()
 	}
 }

@@ -10,39 +10,39 @@ import (
 
 // freeze takes a ready replica out of the route table, lets its last
 // requests finish and freezes it. ctl.mu is held.
-func (d *driver) freeze(r *replica, why string) {
-	if !d.move(r, mvFreeze, why, nil) {
+func (ctl *appCtl) freeze(r *replica, why string) {
+	if !ctl.move(r, mvFreeze, why, nil) {
 		return
 	}
-	d.publish()
-	d.queue(action{kind: actFreeze, r: r, why: why, grace: d.rec.Config.Scale.DrainTimeout.Duration})
+	ctl.publish()
+	ctl.queue(action{kind: actFreeze, r: r, why: why, grace: ctl.rec.Config.Scale.DrainTimeout.Duration})
 }
 
 // freezeNow lets the last requests of replica r, out of the route, finish
 // (up to grace) and freezes it; a freeze that fails leaves it ready.
-func (d *driver) freezeNow(r *replica, why string, grace time.Duration) {
-	m, id := d.m, r.rec.ID
-	err := d.node.Drain(d.ctx(), id, grace)
+func (ctl *appCtl) freezeNow(r *replica, why string, grace time.Duration) {
+	m, id := ctl.m, r.rec.ID
+	err := ctl.node.Drain(ctl.ctx(), id, grace)
 	var mem int64
 	if err == nil {
 		r.checking.Lock()
-		mem, err = d.node.Freeze(d.ctx(), id)
+		mem, err = ctl.node.Freeze(ctl.ctx(), id)
 		r.checking.Unlock()
 	}
-	d.mu.Lock()
+	ctl.mu.Lock()
 	if err != nil {
 		// Still running: back into the route table.
-		d.move(r, mvUnfrozen, "", nil)
-		d.publish()
-		d.unlock()
+		ctl.move(r, mvUnfrozen, "", nil)
+		ctl.publish()
+		ctl.unlock()
 		m.log.Warn("serving: freeze failed; replica stays ready", "replica", id, "err", err)
 		return
 	}
 	r.frozenAt, r.memory = m.clock.Now(), mem
-	d.move(r, mvFrozen, why, map[string]float64{"memory_bytes": float64(mem)})
-	d.publish() // the route counts frozen replicas
-	d.unlock()
-	d.notify()
+	ctl.move(r, mvFrozen, why, map[string]float64{"memory_bytes": float64(mem)})
+	ctl.publish() // the route counts frozen replicas
+	ctl.unlock()
+	ctl.notify()
 	m.enforceFrozenBudget()
 }
 
@@ -59,9 +59,9 @@ func (ctl *appCtl) thaw(r *replica) {
 // drain takes a running replica out of the route table, lets its
 // in-flight requests finish (up to drain_timeout), then stops it.
 // ctl.mu is held.
-func (d *driver) drain(r *replica, why string) {
-	if d.move(r, mvDrain, why, nil) {
-		d.leave(r)
+func (ctl *appCtl) drain(r *replica, why string) {
+	if ctl.move(r, mvDrain, why, nil) {
+		ctl.leave(r)
 	}
 }
 
@@ -69,57 +69,57 @@ func (d *driver) drain(r *replica, why string) {
 // service: its draining mark is stored before the route without it goes
 // out, so a daemon killed in between never routes it again (adopt drains
 // it again); then it drains and stops. ctl.mu is held.
-func (d *driver) leave(r *replica) {
-	d.hold()
-	d.publish()
-	d.drainThenHalt(r)
+func (ctl *appCtl) leave(r *replica) {
+	ctl.hold()
+	ctl.publish()
+	ctl.drainThenHalt(r)
 }
 
 // drainThenHalt lets a draining replica's in-flight requests finish, up
 // to drain_timeout, then stops it; it starts once ctl.mu is released and
 // the route without the replica is out. ctl.mu is held.
-func (d *driver) drainThenHalt(r *replica) {
-	d.queue(action{kind: actDrainHalt, r: r, grace: d.rec.Config.Scale.DrainTimeout.Duration, stop: d.rec.Config.StopGrace()})
+func (ctl *appCtl) drainThenHalt(r *replica) {
+	ctl.queue(action{kind: actDrainHalt, r: r, grace: ctl.rec.Config.Scale.DrainTimeout.Duration, stop: ctl.rec.Config.StopGrace()})
 }
 
 // drainAndHalt lets the in-flight requests of replica r, out of the
 // route, finish (up to grace), then stops it (SIGKILL after stop).
-func (d *driver) drainAndHalt(r *replica, grace, stop time.Duration) {
-	if err := d.node.Drain(d.ctx(), r.rec.ID, grace); err != nil {
-		d.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
+func (ctl *appCtl) drainAndHalt(r *replica, grace, stop time.Duration) {
+	if err := ctl.node.Drain(ctl.ctx(), r.rec.ID, grace); err != nil {
+		ctl.m.log.Warn("serving: drain timed out; stopping with requests in flight", "replica", r.rec.ID)
 	}
-	d.halt(r, stop)
+	ctl.halt(r, stop)
 }
 
 // stopReplica stops a replica that takes no traffic. ctl.mu is held.
-func (d *driver) stopReplica(r *replica, why string) {
-	if !d.move(r, mvStop, why, nil) {
+func (ctl *appCtl) stopReplica(r *replica, why string) {
+	if !ctl.move(r, mvStop, why, nil) {
 		return
 	}
-	d.publish()
-	d.queue(action{kind: actHalt, r: r, stop: d.rec.Config.StopGrace()})
+	ctl.publish()
+	ctl.queue(action{kind: actHalt, r: r, stop: ctl.rec.Config.StopGrace()})
 }
 
 // halt sends the replica's stop signal, then SIGKILL after grace (the
 // app's stop_timeout), and removes the replica.
-func (d *driver) halt(r *replica, grace time.Duration) {
+func (ctl *appCtl) halt(r *replica, grace time.Duration) {
 	if grace <= 0 {
 		grace = manifest.DefaultStopTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), grace+10*time.Second)
 	defer cancel()
-	if err := d.node.Stop(ctx, r.rec.ID, grace); err != nil {
-		d.m.log.Warn("serving: stop replica", "replica", r.rec.ID, "err", err)
+	if err := ctl.node.Stop(ctx, r.rec.ID, grace); err != nil {
+		ctl.m.log.Warn("serving: stop replica", "replica", r.rec.ID, "err", err)
 	}
-	d.mu.Lock()
+	ctl.mu.Lock()
 	mv := mvExit
-	if r.state == StateFailing && d.failures > 0 {
+	if r.state == StateFailing && ctl.failures > 0 {
 		// Listed with its reason until a replica of the app is ready.
 		mv = mvExitFailed
 	}
-	d.move(r, mv, "", nil)
-	d.unlock()
-	d.remove(r, false)
+	ctl.move(r, mv, "", nil)
+	ctl.unlock()
+	ctl.remove(r, false)
 }
 
 // enforceFrozenBudget stops frozen replicas, least recently used first,
@@ -161,7 +161,7 @@ func (m *Manager) enforceFrozenBudget() {
 			x.ctl.mu.Lock()
 			if x.r.state == StateFrozen {
 				total[node] -= x.r.memory
-				x.ctl.drv.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", budget))
+				x.ctl.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", budget))
 			}
 			x.ctl.unlock()
 		}

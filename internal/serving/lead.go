@@ -218,7 +218,7 @@ func (m *Manager) load(ctx context.Context, l *lead) error {
 			continue
 		}
 		ctl := newAppCtl(m, rec, l)
-		if err := ctl.drv.adopt(ctx); err != nil {
+		if err := ctl.adopt(ctx); err != nil {
 			m.log.Error("serving: adopt replicas", "app", rec.Config.Name, "err", err)
 		}
 		// The proxy knows the app from now on, even with no ready replica:

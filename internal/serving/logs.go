@@ -46,20 +46,20 @@ const logCheck = time.Second
 // logLoop keeps replica id's log under logMax from its start to its exit,
 // and checks it once more then: a replica that writes as fast as it can
 // leaves about a second's worth above the limit at most.
-func (d *driver) logLoop(id string, exited <-chan struct{}) {
+func (ctl *appCtl) logLoop(id string, exited <-chan struct{}) {
 	for {
-		t := d.m.clock.NewTimer(logCheck)
+		t := ctl.m.clock.NewTimer(logCheck)
 		select {
 		case <-t.C():
 		case <-exited:
 			t.Stop()
-			d.logs.trim(id)
+			ctl.logs.trim(id)
 			return
-		case <-d.stop:
+		case <-ctl.stop:
 			t.Stop()
 			return
 		}
-		d.logs.trim(id)
+		ctl.logs.trim(id)
 	}
 }
 

@@ -84,21 +84,21 @@ func (m *Manager) draining(node string) bool {
 // the node is likely lost before its lease says so. The replica is not
 // counted as failing (no back-off): it drains, and the controller replaces
 // it. It reports whether that was the case.
-func (d *driver) unreachable(r *replica, err error) bool {
-	m := d.m
+func (ctl *appCtl) unreachable(r *replica, err error) bool {
+	m := ctl.m
 	if m.disp == nil || !errors.Is(err, errdefs.ErrUnavailable) {
 		return false
 	}
-	d.mu.Lock()
+	ctl.mu.Lock()
 	node := r.rec.Node
 	if node == "" || node == m.o.Node || r.state.exiting() {
-		d.unlock()
+		ctl.unlock()
 		return node != "" && node != m.o.Node
 	}
 	why := fmt.Sprintf("node %s does not answer: %v", node, err)
-	m.emit("lost", d.name, r.rec.ID, why, nil)
-	d.drain(r, why)
-	d.unlock()
-	d.notify()
+	m.emit("lost", ctl.name, r.rec.ID, why, nil)
+	ctl.drain(r, why)
+	ctl.unlock()
+	ctl.notify()
 	return true
 }

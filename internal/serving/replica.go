@@ -44,112 +44,106 @@ func newReplicaID(app string) string {
 	return app + "-" + hex.EncodeToString(b)
 }
 
-// driver carries out what an app's controller decides for its replicas,
-// through the app's node: it starts them and watches their health and
-// exit, moves them along the ladder, takes failed ones out and removes
-// them, and reports back under the app's lock.
-type driver struct{ *appCtl }
-
 // startReplica adds a replica of revision rev, with that revision's config
 // and image, and starts it in the background; it returns the new replica's
 // id ("" when the revision cannot be read). ctl.mu is held.
-func (d *driver) startReplica(rev int, why string) string {
-	cfg, digest, err := d.configOf(rev)
+func (ctl *appCtl) startReplica(rev int, why string) string {
+	cfg, digest, err := ctl.configOf(rev)
 	if err != nil {
-		d.m.log.Error("serving: no replica started", "app", d.name, "revision", rev, "err", err)
+		ctl.m.log.Error("serving: no replica started", "app", ctl.name, "revision", rev, "err", err)
 		return ""
 	}
-	now := d.m.clock.Now()
-	id := newReplicaID(d.name)
+	now := ctl.m.clock.Now()
+	id := newReplicaID(ctl.name)
 	r := &replica{state: stateNew, lastActive: now, rec: replicaRecord{
-		ID: id, App: d.name, Revision: rev, Node: d.m.o.Node, StartedAt: now,
+		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
-	if d.m.disp != nil {
+	if ctl.m.disp != nil {
 		r.rec.Node = "" // the node is picked at its start
 	}
-	d.m.self.mint(r, d.m.o.SelfURL)
-	d.reps[id] = r
-	d.move(r, mvStart, why, nil)
+	ctl.m.self.mint(r, ctl.m.o.SelfURL)
+	ctl.reps[id] = r
+	ctl.move(r, mvStart, why, nil)
 	// Close waits for boots: one cut short by the daemon's exit would
 	// leave its namespace attached with nobody to release it.
-	d.lead.wg.Add(1)
-	d.boots.add()
-	d.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: r.selfEnv(d.m.o.SelfURL)}})
+	ctl.lead.wg.Add(1)
+	ctl.boots.add()
+	ctl.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: r.selfEnv(ctl.m.o.SelfURL)}})
 	return id
 }
 
 // boot has the node start the replica's container and waits for it to be
 // ready.
-func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []string) {
-	m, id := d.m, r.rec.ID
+func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []string) {
+	m, id := ctl.m, r.rec.ID
 	began := m.clock.Now()
 	// fail reports a start that went wrong, unless the daemon is stopping:
 	// then what was made is only removed.
 	fail := func(err error) {
-		if d.ctx().Err() != nil {
-			d.remove(r, false)
+		if ctl.ctx().Err() != nil {
+			ctl.remove(r, false)
 			return
 		}
-		d.failed(r, err, false)
+		ctl.failed(r, err, false)
 	}
-	mounts, err := d.mounts(r, cfg, digest)
+	mounts, err := ctl.mounts(r, cfg, digest)
 	if err != nil {
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
-	st, err := d.node.Start(d.ctx(), ReplicaSpec{ID: id, App: d.name, Revision: r.rec.Revision, Digest: digest,
-		Config: cfg, Env: env, Mounts: mounts, Log: d.logs.path(id)})
-	d.mu.Lock()
+	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
+		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
+	ctl.mu.Lock()
 	stopping := r.state.exiting()
 	if st.Node != "" {
 		r.rec.Node = st.Node
 	}
 	if err == nil && !stopping {
 		r.rec.Addr, r.rec.Pid, r.rec.CPUSet = st.Addr, st.Pid, st.CPUSet
-		d.markDirty(id)
-		d.move(r, mvBoot, "", nil)
+		ctl.markDirty(id)
+		ctl.move(r, mvBoot, "", nil)
 	}
-	d.unlock()
+	ctl.unlock()
 	switch {
 	case stopping:
 		// Removed (its app deleted) while it started: what the node made
 		// since is removed now.
-		d.remove(r, true)
+		ctl.remove(r, true)
 		return
 	case err != nil:
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
 	exited := make(chan struct{})
-	go d.watch(r, exited)
-	err = d.waitReady(r, cfg, exited)
-	d.mu.Lock()
+	go ctl.watch(r, exited)
+	err = ctl.waitReady(r, cfg, exited)
+	ctl.mu.Lock()
 	stopping = r.state.exiting()
-	d.unlock()
+	ctl.unlock()
 	switch {
 	case stopping:
-		d.remove(r, true) // stopped while it started (app deleted)
+		ctl.remove(r, true) // stopped while it started (app deleted)
 		return
-	case d.ctx().Err() != nil:
+	case ctl.ctx().Err() != nil:
 		return // the daemon is stopping (or the node leads no more); the next one adopts the replica
 	case err == errExitedEarly:
 		return // watch reports why
 	case err != nil:
-		d.failed(r, err, true)
+		ctl.failed(r, err, true)
 		return
 	}
-	d.mu.Lock()
+	ctl.mu.Lock()
 	now := m.clock.Now()
 	took := now.Sub(began)
-	if !d.becomeReady(r, mvReady, fmt.Sprintf("ready %s after start", took.Round(time.Millisecond)), map[string]float64{"seconds": took.Seconds()}) {
-		d.unlock() // it left while its last check ran: the move that took it out said why
+	if !ctl.becomeReady(r, mvReady, fmt.Sprintf("ready %s after start", took.Round(time.Millisecond)), map[string]float64{"seconds": took.Seconds()}) {
+		ctl.unlock() // it left while its last check ran: the move that took it out said why
 		return
 	}
-	d.unlock()
-	go d.healthLoop(r, exited)
-	m.metrics.coldStart(d.name, "start", took)
-	d.notify()
+	ctl.unlock()
+	go ctl.healthLoop(r, exited)
+	m.metrics.coldStart(ctl.name, "start", took)
+	ctl.notify()
 }
 
 // becomeReady moves replica r to ready by mv (ready after its start,
@@ -157,26 +151,26 @@ func (d *driver) boot(r *replica, cfg manifest.Config, digest string, env []stri
 // route, active from now. A replica ready after its start clears the
 // app's failures: the failed replicas listed are forgotten (once
 // removed). ctl.mu is held.
-func (d *driver) becomeReady(r *replica, mv move, why string, inputs map[string]float64) bool {
-	if !d.move(r, mv, why, inputs) {
+func (ctl *appCtl) becomeReady(r *replica, mv move, why string, inputs map[string]float64) bool {
+	if !ctl.move(r, mv, why, inputs) {
 		return false
 	}
-	now := d.m.clock.Now()
+	now := ctl.m.clock.Now()
 	r.lastActive = now
-	d.publish()
+	ctl.publish()
 	if mv != mvReady {
 		return true
 	}
 	r.rec.ReadyAt = &now
-	d.markDirty(r.rec.ID)
-	d.failures = 0
-	d.lastErr, d.lastLog = "", nil
-	for _, o := range d.reps {
+	ctl.markDirty(r.rec.ID)
+	ctl.failures = 0
+	ctl.lastErr, ctl.lastLog = "", nil
+	for _, o := range ctl.reps {
 		if o != r {
 			// Removed ones go (the app is healthy again); the others go
 			// once removed.
-			if !d.move(o, mvForget, "", nil) {
-				d.move(o, mvSupersede, "", nil)
+			if !ctl.move(o, mvForget, "", nil) {
+				ctl.move(o, mvSupersede, "", nil)
 			}
 		}
 	}
@@ -187,17 +181,17 @@ func (d *driver) becomeReady(r *replica, mv move, why string, inputs map[string]
 // mounts makes the replica's state area and returns its mounts and the
 // app's volumes' (the node makes a volume at its first start there, from
 // the image).
-func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]Mount, error) {
+func (ctl *appCtl) mounts(r *replica, cfg manifest.Config, digest string) ([]Mount, error) {
 	var mounts []Mount
 	for name, dst := range cfg.Volumes {
-		src := filepath.Join(d.m.appDir(d.name), "volumes", name)
+		src := filepath.Join(ctl.m.appDir(ctl.name), "volumes", name)
 		if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", name, err)
 		}
 		mounts = append(mounts, Mount{Source: src, Destination: dst})
 	}
 	if cfg.State.Enabled() {
-		mt, err := d.merge.mount(r.rec.ID, r.rec.Revision, cfg, digest)
+		mt, err := ctl.merge.mount(r.rec.ID, r.rec.Revision, cfg, digest)
 		if err != nil {
 			return nil, err
 		}
@@ -207,14 +201,14 @@ func (d *driver) mounts(r *replica, cfg manifest.Config, digest string) ([]Mount
 }
 
 // watch waits for the replica's container to exit.
-func (d *driver) watch(r *replica, exited chan struct{}) {
-	go d.logLoop(r.rec.ID, exited)
-	st, err := d.node.Wait(d.ctx(), r.rec.ID)
+func (ctl *appCtl) watch(r *replica, exited chan struct{}) {
+	go ctl.logLoop(r.rec.ID, exited)
+	st, err := ctl.node.Wait(ctl.ctx(), r.rec.ID)
 	close(exited)
-	d.mu.Lock()
+	ctl.mu.Lock()
 	expected := r.state.exiting()
-	d.unlock()
-	if expected || d.ctx().Err() != nil {
+	ctl.unlock()
+	if expected || ctl.ctx().Err() != nil {
 		return
 	}
 	why := fmt.Sprintf("exited with code %d", st.Code)
@@ -229,11 +223,11 @@ func (d *driver) watch(r *replica, exited chan struct{}) {
 		why = "exited"
 	}
 	err = fmt.Errorf("replica %s %s", r.rec.ID, why)
-	d.mu.Lock()
+	ctl.mu.Lock()
 	served := r.rec.ReadyAt != nil
-	d.unlock()
+	ctl.unlock()
 	if !served {
-		d.failed(r, err, false)
+		ctl.failed(r, err, false)
 		return
 	}
 	// A replica that had served is replaced at once; what is left of it
@@ -242,24 +236,24 @@ func (d *driver) watch(r *replica, exited chan struct{}) {
 	// (cgroups, mounts) that the start needs, and made the replacement
 	// about a fifth slower under load. The next reconcile round, which
 	// starts the replacement, hands the remains over (clearRemains).
-	if d.takeOut(r, err) {
-		d.mu.Lock()
-		d.remains = append(d.remains, r)
-		d.unlock()
-		d.notify()
+	if ctl.takeOut(r, err) {
+		ctl.mu.Lock()
+		ctl.remains = append(ctl.remains, r)
+		ctl.unlock()
+		ctl.notify()
 	}
 }
 
 // clearRemains removes the remains of dead replicas once the app's starts
 // are over (at most bootWait). ctl.mu is held.
-func (d *driver) clearRemains() {
-	for _, r := range d.remains {
-		if d.reps[r.rec.ID] != r {
+func (ctl *appCtl) clearRemains() {
+	for _, r := range ctl.remains {
+		if ctl.reps[r.rec.ID] != r {
 			continue // lost with its node
 		}
-		d.queue(action{kind: actRemove, r: r})
+		ctl.queue(action{kind: actRemove, r: r})
 	}
-	d.remains = nil
+	ctl.remains = nil
 }
 
 // bootWait bounds how long the remains of a dead replica wait for the

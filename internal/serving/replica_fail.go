@@ -7,33 +7,33 @@ import (
 
 // failed takes a replica that crashed or never became ready out of service,
 // backs the app off and removes what is left of it.
-func (d *driver) failed(r *replica, err error, kill bool) {
-	if d.takeOut(r, err) {
-		d.remove(r, kill)
+func (ctl *appCtl) failed(r *replica, err error, kill bool) {
+	if ctl.takeOut(r, err) {
+		ctl.remove(r, kill)
 	}
 }
 
 // takeOut marks replica r failed with err: out of the route table, its
 // failure counted, its CPU free, and the controller woken to replace it.
 // It reports false when r was already on its way out.
-func (d *driver) takeOut(r *replica, err error) bool {
-	tail := d.replicaTail(r.rec.ID, 20)
-	d.mu.Lock()
+func (ctl *appCtl) takeOut(r *replica, err error) bool {
+	tail := ctl.replicaTail(r.rec.ID, 20)
+	ctl.mu.Lock()
 	if r.state.exiting() {
-		d.unlock()
+		ctl.unlock()
 		return false
 	}
-	d.countFailure(r, err, tail)
-	d.move(r, mvFail, err.Error(), map[string]float64{"failures": float64(d.failures)})
-	d.publish()
+	ctl.countFailure(r, err, tail)
+	ctl.move(r, mvFail, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
+	ctl.publish()
 	r.settle()
-	d.unlock()
+	ctl.unlock()
 	// The replacement need not wait for the container's removal and the
 	// release of its address, and may take its CPU.
-	if err := d.node.Release(d.ctx(), r.rec.ID); err != nil {
-		d.m.log.Warn("serving: release a failed replica's place", "replica", r.rec.ID, "err", err)
+	if err := ctl.node.Release(ctl.ctx(), r.rec.ID); err != nil {
+		ctl.m.log.Warn("serving: release a failed replica's place", "replica", r.rec.ID, "err", err)
 	}
-	d.notify()
+	ctl.notify()
 	return true
 }
 
@@ -42,37 +42,37 @@ func (d *driver) takeOut(r *replica, err error) bool {
 // the replica's replacement may start at once, but the replica drains
 // first, so the requests it is serving finish (up to drain_timeout) before
 // it is stopped.
-func (d *driver) unhealthy(r *replica, err error) {
-	tail := d.replicaTail(r.rec.ID, 20)
-	d.mu.Lock()
-	defer d.unlock()
+func (ctl *appCtl) unhealthy(r *replica, err error) {
+	tail := ctl.replicaTail(r.rec.ID, 20)
+	ctl.mu.Lock()
+	defer ctl.unlock()
 	if r.state.exiting() {
 		return
 	}
-	d.countFailure(r, err, tail)
-	if !d.move(r, mvFailChecks, err.Error(), map[string]float64{"failures": float64(d.failures)}) {
+	ctl.countFailure(r, err, tail)
+	if !ctl.move(r, mvFailChecks, err.Error(), map[string]float64{"failures": float64(ctl.failures)}) {
 		return
 	}
 	// Failing, it drains as any leaving replica does.
-	d.m.emit("drain", d.name, r.rec.ID, "failed its health checks", nil)
-	d.leave(r)
-	d.notify()
+	ctl.m.emit("drain", ctl.name, r.rec.ID, "failed its health checks", nil)
+	ctl.leave(r)
+	ctl.notify()
 }
 
 // countFailure records the failure of replica r: its reason, the app's
 // failure count and back-off, and a metric; tail is the end of its log.
 // The move that takes r out emits the fail event. ctl.mu is held.
-func (d *driver) countFailure(r *replica, err error, tail []string) {
+func (ctl *appCtl) countFailure(r *replica, err error, tail []string) {
 	r.rec.Reason = err.Error()
-	d.failures++
-	if ro := d.rec.Rollout; progressing(ro) && r.rec.Revision == ro.Revision {
-		d.roFailures++
+	ctl.failures++
+	if ro := ctl.rec.Rollout; progressing(ro) && r.rec.Revision == ro.Revision {
+		ctl.roFailures++
 	}
-	now := d.m.clock.Now()
+	now := ctl.m.clock.Now()
 	if r.rec.ReadyAt != nil && now.Sub(*r.rec.ReadyAt) >= stableAfter {
-		d.strikes = 0 // it served for a while: not a crash loop
+		ctl.strikes = 0 // it served for a while: not a crash loop
 	}
-	d.strikes++
+	ctl.strikes++
 	// The back-off runs from when the replica became ready: one that
 	// served for longer than it is replaced at once, and a crash loop still
 	// starts at most one replica per back-off.
@@ -80,11 +80,11 @@ func (d *driver) countFailure(r *replica, err error, tail []string) {
 	if r.rec.ReadyAt != nil && r.rec.ReadyAt.Before(now) {
 		from = *r.rec.ReadyAt
 	}
-	d.backoff = from.Add(backoffFor(d.strikes))
-	d.lastErr = err.Error()
-	d.lastLog = tail
-	d.markDirty(r.rec.ID)
-	d.m.metrics.failures.WithLabelValues(d.name).Inc()
+	ctl.backoff = from.Add(backoffFor(ctl.strikes))
+	ctl.lastErr = err.Error()
+	ctl.lastLog = tail
+	ctl.markDirty(r.rec.ID)
+	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
 }
 
 // stableAfter is how long a replica must have been ready for its failure
@@ -100,35 +100,35 @@ func backoffFor(n int) time.Duration {
 
 // remove stops (when kill) and removes the replica's container and
 // address, and forgets it.
-func (d *driver) remove(r *replica, kill bool) {
+func (ctl *appCtl) remove(r *replica, kill bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m, id := d.m, r.rec.ID
+	m, id := ctl.m, r.rec.ID
 	if kill {
-		d.node.Stop(ctx, id, 0)
+		ctl.node.Stop(ctx, id, 0)
 	}
-	if err := d.node.Remove(ctx, id); err != nil {
+	if err := ctl.node.Remove(ctx, id); err != nil {
 		// Its state stays live: it may still be written to. A restarted
 		// daemon removes the container and merges the state.
 		m.log.Warn("serving: remove replica", "replica", id, "err", err)
 	} else {
-		d.merge.retire(id) // nothing writes to it any more
+		ctl.merge.retire(id) // nothing writes to it any more
 	}
 	m.self.forget(r.rec.TokenHash)
-	d.mu.Lock()
+	ctl.mu.Lock()
 	r.settle()
-	d.markDirty(id)
+	ctl.markDirty(id)
 	// A failed replica stays listed (with its reason) until the next one of
 	// the app is ready or fails.
-	d.move(r, mvRemove, "", nil)
+	ctl.move(r, mvRemove, "", nil)
 	if r.state == StateDead {
-		for _, o := range d.reps {
+		for _, o := range ctl.reps {
 			if o != r {
-				d.move(o, mvForget, "", nil)
+				ctl.move(o, mvForget, "", nil)
 			}
 		}
 	}
-	d.unlock()
-	d.logs.prune(d.has)
-	d.notify()
+	ctl.unlock()
+	ctl.logs.prune(ctl.has)
+	ctl.notify()
 }

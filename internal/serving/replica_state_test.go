@@ -132,7 +132,7 @@ func TestMoveQueuesActions(t *testing.T) {
 	defer ctl.unlock()
 	r := &replica{state: StateReady, rec: replicaRecord{ID: "hello-y", State: StateReady}}
 	ctl.reps[r.rec.ID] = r
-	ctl.drv.freeze(r, "idle")
+	ctl.freeze(r, "idle")
 	if len(ctl.acts) != 1 || ctl.acts[0].kind != actFreeze || ctl.acts[0].r != r || ctl.acts[0].grace != 7*time.Second {
 		t.Fatalf("after a freeze the queue holds %+v, want one actFreeze of %s for 7s", ctl.acts, r.rec.ID)
 	}

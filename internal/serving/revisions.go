@@ -102,7 +102,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 	}
 	started := 0
 	for ; active < need; active++ {
-		ctl.drv.startReplica(to, fmt.Sprintf("rollback to revision %d", to))
+		ctl.startReplica(to, fmt.Sprintf("rollback to revision %d", to))
 		started++
 	}
 	ctl.rec.Rollout.Ready = thawed

@@ -84,21 +84,21 @@ func (ctl *appCtl) ask(active int, ready []*replica, usage map[string]cpuUsage) 
 }
 
 // setCPU changes replica r's CPU quota to q on its node.
-func (d *driver) setCPU(r *replica, q float64, why string) {
+func (ctl *appCtl) setCPU(r *replica, q float64, why string) {
 	id := r.rec.ID
-	if err := d.node.SetCPU(d.ctx(), id, q); err != nil {
-		d.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
+	if err := ctl.node.SetCPU(ctl.ctx(), id, q); err != nil {
+		ctl.m.log.Warn("serving: update CPU quota", "replica", id, "cpus", q, "err", err)
 		return
 	}
-	d.mu.Lock()
-	defer d.unlock()
+	ctl.mu.Lock()
+	defer ctl.unlock()
 	dir := "up"
 	if q < r.rec.CPU {
 		dir = "down"
 	}
-	d.m.metrics.cpuChanges.WithLabelValues(d.name, dir).Inc()
-	d.m.emit("cpu", d.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, why),
+	ctl.m.metrics.cpuChanges.WithLabelValues(ctl.name, dir).Inc()
+	ctl.m.emit("cpu", ctl.name, id, fmt.Sprintf("CPU quota %s from %.2f to %.2f cores: %s", dir, r.rec.CPU, q, why),
 		map[string]float64{"from": r.rec.CPU, "to": q})
 	r.rec.CPU = q
-	d.markDirty(id)
+	ctl.markDirty(id)
 }

@@ -166,7 +166,7 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 		return appapi.Result{}, &appapi.Refusal{Reason: "backoff", RetryAfter: int(left/time.Second) + 1,
 			Msg: fmt.Sprintf("app %s is backing off after failed replicas (%s more): %s", c.App, left.Round(time.Millisecond), ctl.lastErr)}
 	}
-	id := ctl.drv.startReplica(rev, "replicate asked by "+c.Replica)
+	id := ctl.startReplica(rev, "replicate asked by "+c.Replica)
 	nr := ctl.reps[id]
 	if nr == nil {
 		ctl.unlock()
@@ -243,7 +243,7 @@ func (s selfAPI) Die(ctx context.Context, c appapi.Caller) (appapi.Result, error
 		}
 		ctl.floor.lower(n - 1)
 	}
-	ctl.drv.drain(r, "asked to die by itself")
+	ctl.drain(r, "asked to die by itself")
 	ctl.notify()
 	return appapi.Result{Replica: selfReplica(r), How: "draining"}, nil
 }

@@ -30,6 +30,34 @@ import (
 // and does their actions once it has written (release). Actions that come
 // with no route are done at once.
 
+// heldRoute is a route, numbered, and the actions that follow it, made
+// while the store did not yet hold decision upto (see hold).
+type heldRoute struct {
+	upto uint64
+	seq  uint64 // 0 (unlock only): no route
+	rt   route.Route
+	acts []action
+}
+
+// publish has the app's route published once mu is released.
+// mu is held.
+func (ctl *appCtl) publish() { ctl.routeDirty = true }
+
+// hold comes with a decision that takes replicas out of service (a
+// traffic switch, a replica's draining mark): the routes made from now on,
+// and the actions that follow them, wait until the store holds the
+// records changed so far. A daemon killed after such a route went out
+// then finds why in the store, and never routes those replicas again.
+// mu is held.
+func (ctl *appCtl) hold() {
+	ctl.holds++
+	poke(ctl.dirty)
+}
+
+// queue has action a done once mu is released and the route published.
+// mu is held.
+func (ctl *appCtl) queue(a action) { ctl.acts = append(ctl.acts, a) }
+
 // unlock releases ctl.mu and does what its holder left to do. Every
 // holder of ctl.mu releases it through unlock.
 func (ctl *appCtl) unlock() {
@@ -46,7 +74,7 @@ func (ctl *appCtl) unlock() {
 		}
 		ctl.mu.Lock()
 		for i, r := range thaws {
-			ctl.drv.thawed(r, errs[i], took[i])
+			ctl.thawed(r, errs[i], took[i])
 		}
 	}
 	var rt route.Route
@@ -112,27 +140,27 @@ type bootSpec struct {
 
 // do makes action a. ctl.mu is not held.
 func (ctl *appCtl) do(a action) {
-	d, r := ctl.drv, a.r
+	r := a.r
 	switch a.kind {
 	case actBoot:
 		go func() {
 			defer ctl.lead.wg.Done()
 			defer ctl.boots.finish()
-			d.boot(r, a.boot.cfg, a.boot.digest, a.boot.env)
+			ctl.boot(r, a.boot.cfg, a.boot.digest, a.boot.env)
 		}()
 	case actFreeze:
-		go d.freezeNow(r, a.why, a.grace)
+		go ctl.freezeNow(r, a.why, a.grace)
 	case actDrainHalt:
-		go d.drainAndHalt(r, a.grace, a.stop)
+		go ctl.drainAndHalt(r, a.grace, a.stop)
 	case actHalt:
-		go d.halt(r, a.stop)
+		go ctl.halt(r, a.stop)
 	case actRemove:
 		go func() {
 			ctl.boots.wait(ctl.m.clock, bootWait, ctl.stop)
-			d.remove(r, false)
+			ctl.remove(r, false)
 		}()
 	case actSetCPU:
-		d.setCPU(r, a.cpu, a.why)
+		ctl.setCPU(r, a.cpu, a.why)
 	}
 }
 
@@ -156,19 +184,19 @@ func (ctl *appCtl) release(upto uint64) {
 
 // thawed finishes the thaw of r, which took d and failed with err or not.
 // ctl.mu is held.
-func (d *driver) thawed(r *replica, err error, took time.Duration) {
+func (ctl *appCtl) thawed(r *replica, err error, took time.Duration) {
 	if r.state != StateThawing {
 		return // its app is being deleted, or it died: not thawed
 	}
 	if err != nil {
-		d.m.log.Warn("serving: thaw failed; stopping the replica", "replica", r.rec.ID, "err", err)
-		d.stopReplica(r, fmt.Sprintf("thaw failed: %v", err))
+		ctl.m.log.Warn("serving: thaw failed; stopping the replica", "replica", r.rec.ID, "err", err)
+		ctl.stopReplica(r, fmt.Sprintf("thaw failed: %v", err))
 		return
 	}
-	r.lastActive = d.m.clock.Now()
-	d.move(r, mvThawed, "needed to serve", map[string]float64{"seconds": took.Seconds()})
-	d.publish()
-	d.m.metrics.coldStart(d.name, "thaw", took)
+	r.lastActive = ctl.m.clock.Now()
+	ctl.move(r, mvThawed, "needed to serve", map[string]float64{"seconds": took.Seconds()})
+	ctl.publish()
+	ctl.m.metrics.coldStart(ctl.name, "thaw", took)
 }
 
 // routePub publishes an app's routes in the order they were made: a
