@@ -66,8 +66,7 @@ func (ctl *appCtl) autoscale(now time.Time, v view, load route.Load, usage map[s
 }
 
 // apply carries plan p out: its CPU changes once ctl.mu is released, its
-// count, then its steps in order, each a move on the ladder (whose node
-// calls wait for ctl.mu to be released, see unlock). ctl.mu is held.
+// count, then its steps (applySteps). ctl.mu is held.
 func (ctl *appCtl) apply(now time.Time, p plan) {
 	for id, q := range p.cpu {
 		r := ctl.reps[id]
@@ -84,6 +83,14 @@ func (ctl *appCtl) apply(now time.Time, p plan) {
 		ctl.m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, p.want, p.reason), p.inputs)
 		ctl.desired = p.want
 	}
+	ctl.applySteps(now, p)
+	ctl.clearRemains() // after the starts above
+}
+
+// applySteps carries plan p's steps out, in order, each a move on the
+// ladder (whose node calls wait for ctl.mu to be released, see unlock),
+// and returns the ids of the replicas it started. ctl.mu is held.
+func (ctl *appCtl) applySteps(now time.Time, p plan) (started []string) {
 	for _, s := range p.steps {
 		r := ctl.reps[s.id]
 		if r == nil && s.kind != stepStart && s.kind != stepRollout {
@@ -94,6 +101,9 @@ func (ctl *appCtl) apply(now time.Time, p plan) {
 			ctl.thaw(r)
 		case stepStart:
 			id := ctl.startReplica(s.rev, s.why)
+			if id != "" {
+				started = append(started, id)
+			}
 			if r != nil {
 				r.replacement = id
 			}
@@ -109,7 +119,7 @@ func (ctl *appCtl) apply(now time.Time, p plan) {
 			ctl.moveRollout(now, p.rollout)
 		}
 	}
-	ctl.clearRemains() // after the starts above
+	return started
 }
 
 // moveRollout moves the rollout in progress on as rp says. ctl.mu is

@@ -106,23 +106,6 @@ func (ctl *appCtl) saveApp() {
 	poke(ctl.dirty)
 }
 
-// activeServing counts the replicas of the revisions that take traffic,
-// ready or starting. mu is held.
-func (ctl *appCtl) activeServing() int {
-	w := ctl.weights()
-	n := 0
-	for _, r := range ctl.reps {
-		if w[r.rec.Revision] == 0 {
-			continue
-		}
-		switch r.state {
-		case StateReady, StateStarting, StatePending:
-			n++
-		}
-	}
-	return n
-}
-
 // inRoute counts the ready replicas in the route: of a revision that takes
 // traffic and passing their health check. mu is held.
 func (ctl *appCtl) inRoute() int {
@@ -144,18 +127,6 @@ func (ctl *appCtl) serving() int {
 	for _, r := range ctl.reps {
 		switch r.state {
 		case StatePending, StateStarting, StateReady:
-			n++
-		}
-	}
-	return n
-}
-
-// halted counts the replicas halted at their own request that still run.
-// mu is held.
-func (ctl *appCtl) halted() int {
-	n := 0
-	for _, r := range ctl.reps {
-		if r.state == StateHalted {
 			n++
 		}
 	}

@@ -71,7 +71,6 @@ type appCtl struct {
 
 	// Under mu: what its holder leaves to do once it is released (unlock).
 	routeDirty bool       // the route must be published
-	thaws      []*replica // replicas to thaw
 	remains    []*replica // dead replicas whose container and address wait for clearRemains
 	acts       []action   // calls to make, goroutines to start
 

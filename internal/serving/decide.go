@@ -316,6 +316,17 @@ func (pl *planner) count(active, ready, split int) {
 	pl.p.scale = want != v.desired
 }
 
+// count counts the plan's steps of kind k.
+func (p plan) count(k stepKind) int {
+	n := 0
+	for _, s := range p.steps {
+		if s.kind == k {
+			n++
+		}
+	}
+	return n
+}
+
 func (pl *planner) add(s planStep) { pl.p.steps = append(pl.p.steps, s) }
 
 // thaw plans the thaw of frozen replica r, ready (to the plan) at once.

@@ -52,7 +52,7 @@ func (ctl *appCtl) freezeNow(r *replica, why string, grace time.Duration) {
 // ctl.mu is held.
 func (ctl *appCtl) thaw(r *replica) {
 	if ctl.move(r, mvThaw, "", nil) {
-		ctl.thaws = append(ctl.thaws, r)
+		ctl.queue(action{kind: actThaw, r: r})
 	}
 }
 

@@ -63,48 +63,18 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 		return types.App{}, err
 	}
 	now := m.clock.Now()
-	need := ctl.activeServing()
-	if need == 0 && (load.InFlight > 0 || ctl.woken.Load()) {
-		need = 1
-	}
-	need = clamp(need, ctl.rec.Min, ctl.rec.Max)
+	p := decideRollback(ctl.view(), load, to)
 	from := ctl.rec.Revision
 	ctl.setCurrent(rv)
 	ctl.rec.Traffic = []trafficShare{{Revision: to, Percent: 100}}
 	ctl.rec.Updated = now
-	ctl.rec.Rollout = &rollout{Revision: to, From: from, State: rolloutDone, Want: need, StartedAt: now, DoneAt: &now,
+	ctl.rec.Rollout = &rollout{Revision: to, From: from, State: rolloutDone, Want: p.want, StartedAt: now, DoneAt: &now,
 		Reason: fmt.Sprintf("rolled back from revision %d by request", from)}
 	ctl.roFailures, ctl.failures, ctl.strikes, ctl.backoff = 0, 0, 0, time.Time{}
-	// Thaw the revision's frozen replicas, most recently used first, then
-	// start what is missing; the route changes with the first one.
-	var frozen []*replica
-	active := 0
-	for _, r := range ctl.reps {
-		if r.rec.Revision != to {
-			continue
-		}
-		switch r.state {
-		case StateFrozen:
-			frozen = append(frozen, r)
-		case StateReady, StateStarting, StatePending:
-			active++
-		}
-	}
-	sort.Slice(frozen, func(i, j int) bool { return frozen[i].lastActive.After(frozen[j].lastActive) })
-	thawed := 0
-	for _, r := range frozen {
-		if active >= need {
-			break
-		}
-		ctl.thaw(r)
-		active++
-		thawed++
-	}
-	started := 0
-	for ; active < need; active++ {
-		ctl.startReplica(to, fmt.Sprintf("rollback to revision %d", to))
-		started++
-	}
+	// The revision's frozen replicas thaw, then what is missing starts;
+	// the route changes with the first one.
+	ctl.applySteps(now, p)
+	thawed, started := p.count(stepThaw), p.count(stepStart)
 	ctl.rec.Rollout.Ready = thawed
 	ctl.publish()
 	val, err := ctl.takeRecord()

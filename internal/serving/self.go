@@ -112,47 +112,28 @@ func selfReplica(r *replica) appapi.Replica {
 }
 
 func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (appapi.Result, error) {
-	ctl, r, err := s.caller(c)
+	ctl, _, err := s.caller(c)
 	if err != nil {
 		return appapi.Result{}, err
 	}
-	if r.state.exiting() {
-		ctl.unlock()
-		return appapi.Result{}, appapi.Refuse("state", "replica %s is %s", c.Replica, r.rec.State)
-	}
-	// Halted replicas still run: they count toward max, or an app could
-	// halt and replicate its way past it.
-	n, h := ctl.serving(), ctl.halted()
-	if n+h >= ctl.rec.Max {
-		ctl.unlock()
-		return appapi.Result{}, appapi.Refuse("max", "app %s already runs %d replica(s) (%d serving, %d halted), its max is %d", c.App, n+h, n, h, ctl.rec.Max)
-	}
 	now := ctl.m.clock.Now()
-	// One more of the caller's revision while it takes traffic (a traffic
-	// split keeps its shares), else of the app's current one.
-	rev := r.rec.Revision
-	if ctl.weights()[rev] == 0 {
-		rev = ctl.rec.Revision
-	}
-	// A frozen replica is the fast way: the most recently used first. Its
-	// thaw is made once ctl.mu is released; one that fails is stopped, and
-	// the next is tried.
+	// A frozen replica is the fast way. Its thaw is made once ctl.mu is
+	// released; one that fails is stopped, and the next is tried.
+	var p plan
 	for {
-		var o *replica
-		for _, x := range ctl.reps {
-			if x.state == StateFrozen && x.rec.Revision == rev &&
-				(o == nil || x.lastActive.After(o.lastActive)) {
-				o = x
-			}
+		if p, err = decideReplicate(ctl.view(), c.Replica, now); err != nil {
+			ctl.unlock()
+			return appapi.Result{}, err
 		}
-		if o == nil {
+		if p.steps[0].kind != stepThaw {
 			break
 		}
-		ctl.thaw(o)
+		o := ctl.reps[p.steps[0].id]
+		ctl.applySteps(now, p)
 		ctl.unlock()
 		ctl.mu.Lock()
 		if o.state == StateReady {
-			ctl.floor.raise(now, n+1)
+			ctl.floor.raise(now, p.want)
 			d := ctl.m.clock.Since(now)
 			res := appapi.Result{Replica: selfReplica(o), How: "thawed", Seconds: max(d.Seconds(), 1e-6)}
 			ctl.unlock()
@@ -160,19 +141,14 @@ func (s selfAPI) Replicate(ctx context.Context, c appapi.Caller, wait bool) (app
 			return res, nil
 		}
 	}
-	if now.Before(ctl.backoff) {
-		left := ctl.backoff.Sub(now)
+	started := ctl.applySteps(now, p)
+	if len(started) == 0 {
 		ctl.unlock()
-		return appapi.Result{}, &appapi.Refusal{Reason: "backoff", RetryAfter: int(left/time.Second) + 1,
-			Msg: fmt.Sprintf("app %s is backing off after failed replicas (%s more): %s", c.App, left.Round(time.Millisecond), ctl.lastErr)}
+		return appapi.Result{}, fmt.Errorf("app %q: revision %d cannot be read; no replica started: %w", c.App, p.steps[0].rev, errdefs.ErrUnavailable)
 	}
-	id := ctl.startReplica(rev, "replicate asked by "+c.Replica)
+	id := started[0]
 	nr := ctl.reps[id]
-	if nr == nil {
-		ctl.unlock()
-		return appapi.Result{}, fmt.Errorf("app %q: revision %d cannot be read; no replica started: %w", c.App, rev, errdefs.ErrUnavailable)
-	}
-	ctl.floor.raise(now, n+1)
+	ctl.floor.raise(now, p.want)
 	settled, limit := nr.self.settled, ctl.rec.Config.Health.StartTimeout.Duration
 	res := appapi.Result{Replica: selfReplica(nr), How: "started"}
 	ctl.unlock()

@@ -16,7 +16,8 @@ import (
 // under it: a holder records what is to be done (publish, thaw, queue an
 // action) and unlock does it once ctl.mu is released, in this order:
 //
-//  1. thaws, each a node call, whose replicas then go ready under ctl.mu;
+//  1. thaws (actThaw), each a node call, whose replicas then go ready
+//     under ctl.mu;
 //  2. the app's route, made under ctl.mu and numbered, so that of two
 //     routes published at once the newer always wins (routePub);
 //  3. the actions (action, data: what and on which replica), goroutines
@@ -61,20 +62,18 @@ func (ctl *appCtl) queue(a action) { ctl.acts = append(ctl.acts, a) }
 // unlock releases ctl.mu and does what its holder left to do. Every
 // holder of ctl.mu releases it through unlock.
 func (ctl *appCtl) unlock() {
-	for len(ctl.thaws) > 0 {
-		thaws := ctl.thaws
-		ctl.thaws = nil
+	for thaws := ctl.takeThaws(); len(thaws) > 0; thaws = ctl.takeThaws() {
 		ctl.mu.Unlock()
 		errs := make([]error, len(thaws))
 		took := make([]time.Duration, len(thaws))
-		for i, r := range thaws {
+		for i, a := range thaws {
 			began := ctl.m.clock.Now()
-			errs[i] = ctl.node.Thaw(ctl.ctx(), r.rec.ID)
+			errs[i] = ctl.node.Thaw(ctl.ctx(), a.r.rec.ID)
 			took[i] = ctl.m.clock.Since(began)
 		}
 		ctl.mu.Lock()
-		for i, r := range thaws {
-			ctl.thawed(r, errs[i], took[i])
+		for i, a := range thaws {
+			ctl.thawed(a.r, errs[i], took[i])
 		}
 	}
 	var rt route.Route
@@ -109,7 +108,8 @@ func (ctl *appCtl) out(h heldRoute) {
 type actKind int
 
 const (
-	actBoot      actKind = iota // start the replica's container and wait for it to be ready (boot)
+	actThaw      actKind = iota // thaw the replica, in line, before the route (unlock)
+	actBoot                     // start the replica's container and wait for it to be ready (boot)
 	actFreeze                   // let its last requests finish, then freeze it (freezeNow)
 	actDrainHalt                // let its in-flight requests finish, then stop it (drainAndHalt)
 	actHalt                     // stop it (halt)
@@ -119,8 +119,9 @@ const (
 
 // action is a call that a holder of ctl.mu leaves for unlock to make
 // once ctl.mu is released and the route is out (see above): data, so
-// that what a decision left to do can be read. Every kind but actSetCPU
-// runs in a goroutine of its own.
+// that what a decision left to do can be read. Thaws are made first, in
+// line, before the route goes out; actSetCPU in line after it; every
+// other kind runs in a goroutine of its own.
 type action struct {
 	kind  actKind
 	r     *replica
@@ -162,6 +163,22 @@ func (ctl *appCtl) do(a action) {
 	case actSetCPU:
 		ctl.setCPU(r, a.cpu, a.why)
 	}
+}
+
+// takeThaws takes the thaws out of the actions queued, the others left
+// in order. ctl.mu is held.
+func (ctl *appCtl) takeThaws() []action {
+	var thaws []action
+	rest := ctl.acts[:0]
+	for _, a := range ctl.acts {
+		if a.kind == actThaw {
+			thaws = append(thaws, a)
+		} else {
+			rest = append(rest, a)
+		}
+	}
+	ctl.acts = rest
+	return thaws
 }
 
 // release publishes the held routes whose decisions the store now holds,
