@@ -99,6 +99,15 @@ func (ctl *appCtl) configOf(n int) (manifest.Config, string, error) {
 	return rv.Config, rv.Digest, nil
 }
 
+// configOrCurrent is the config of revision n, or the current one's
+// when n cannot be read. mu is held.
+func (ctl *appCtl) configOrCurrent(n int) manifest.Config {
+	if c, _, err := ctl.configOf(n); err == nil {
+		return c
+	}
+	return ctl.rec.Config
+}
+
 // saveApp queues the app record for the writer. mu is held.
 func (ctl *appCtl) saveApp() {
 	ctl.recChanged()
