@@ -95,8 +95,14 @@ func TestMetricsFollowTheLadder(t *testing.T) {
 		return v == 1
 	})
 	// It had served for longer than the back-off, so it is replaced at
-	// once; the failed replica is listed until its replacement is ready.
-	h.wait("the crashed replica is replaced", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	// once; the failed replica is listed until its replacement is ready
+	// and it is removed, which waits for the replacement's start to be
+	// over (it may be listed failed a moment after the replacement is
+	// ready).
+	h.wait("the crashed replica is replaced and removed", func() bool {
+		reps := h.replicas()
+		return len(reps[StateReady]) == 1 && len(reps[StateFailed]) == 0
+	})
 	if r, f := replicas(StateReady), replicas(StateFailed); r != 1 || f != 0 {
 		t.Fatalf("after the replacement: %g ready, %g failed in the metric; want 1 and 0", r, f)
 	}
