@@ -19,14 +19,20 @@ const tick = 100 * time.Millisecond
 // appCtl is the controller of one app on this node: it holds the app's
 // state (the record, its revisions and replicas, under mu), decides,
 // converging the replicas to what the config, the autoscaler and the
-// proxy's wake-ups ask for (decide.go), and carries its decisions out
-// through the node (apply.go, unlock.go), moving each replica along the
-// ladder (replica_state.go). Its methods are split by concern: the state
-// read under mu (appstate.go), the lock discipline and the actions it
-// defers (unlock.go), a replica's start and exit (replica.go), its moves
-// down and up the ladder (ladder.go), health checks (health.go), failures
-// (replica_fail.go), the store's writes (persist.go), adoption after a
-// restart (adopt.go), rollouts (rollout.go) and lost nodes (lost.go).
+// proxy's wake-ups ask for, and carries its decisions out through the
+// node, moving each replica along the ladder. Its methods, one file per
+// concern:
+//
+//   - ctl.go: its loop and reconcile round; decide.go, decide_asked.go
+//     (pure, no methods) decide; apply.go applies a plan;
+//   - appstate.go: the state read and marked under mu; unlock.go: the lock
+//     discipline and the actions it defers;
+//   - replica_state.go: the ladder's moves; replica.go: a replica's start
+//     and exit; ladder.go: its freeze, thaw, drain and stop; health.go:
+//     its checks; replica_fail.go: its failures; lost.go: lost nodes;
+//   - scaler.go: the autoscaler's inputs; rollout.go: rollouts and
+//     revisions; deploy.go: a redeploy; persist.go: the store's writes;
+//     adopt.go: adoption after a restart; logs.go, logs_node.go: logs.
 type appCtl struct {
 	name    string
 	cluster bool // a node of a cluster runs it: endpoints name their node
@@ -83,7 +89,8 @@ type appCtl struct {
 	stored uint64
 	held   []heldRoute
 
-	boots boots // replicas starting
+	boots    pending // replicas starting
+	releases pending // failed replicas whose place is being released
 }
 
 func newAppCtl(m *Manager, rec appRecord, l *lead) *appCtl {

@@ -92,6 +92,8 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
+	// A failed replica's place may be the one this one takes.
+	ctl.releases.wait(m.clock, bootWait, ctl.stop)
 	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
 		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
 	ctl.mu.Lock()
@@ -257,25 +259,27 @@ func (ctl *appCtl) clearRemains() {
 }
 
 // bootWait bounds how long the remains of a dead replica wait for the
-// app's starting replicas.
+// app's starting replicas, and a start for the release of a failed
+// replica's place.
 const bootWait = 5 * time.Second
 
-// boots counts an app's replicas that are starting (from startReplica
-// until boot returns).
-type boots struct {
+// pending counts an app's operations under way: its replicas starting
+// (from startReplica until boot returns), or the places of its failed
+// replicas being released (takeOut).
+type pending struct {
 	mu   sync.Mutex
 	n    int
 	done chan struct{} // closed when n drops to 0; nil when none waits
 }
 
-func (b *boots) add() {
+func (b *pending) add() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.n++
 }
 
 // finish counts a start as over, and wakes wait when it was the last.
-func (b *boots) finish() {
+func (b *pending) finish() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.n--; b.n == 0 && b.done != nil {
@@ -284,9 +288,9 @@ func (b *boots) finish() {
 	}
 }
 
-// wait waits until no replica of the app is starting, for at most limit on
+// wait waits until none is under way, for at most limit on
 // clock c, or until stop is closed.
-func (b *boots) wait(c clock.Clock, limit time.Duration, stop <-chan struct{}) {
+func (b *pending) wait(c clock.Clock, limit time.Duration, stop <-chan struct{}) {
 	b.mu.Lock()
 	if b.n == 0 {
 		b.mu.Unlock()

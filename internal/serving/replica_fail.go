@@ -27,12 +27,15 @@ func (ctl *appCtl) takeOut(r *replica, err error) bool {
 	ctl.move(r, mvFail, err.Error(), map[string]float64{"failures": float64(ctl.failures)})
 	ctl.publish()
 	r.settle()
+	ctl.releases.add()
 	ctl.unlock()
 	// The replacement need not wait for the container's removal and the
-	// release of its address, and may take its CPU.
+	// release of its address, and may take its CPU: its start waits for
+	// this release only (boot), which follows the route without r.
 	if err := ctl.node.Release(ctl.ctx(), r.rec.ID); err != nil {
 		ctl.m.log.Warn("serving: release a failed replica's place", "replica", r.rec.ID, "err", err)
 	}
+	ctl.releases.finish()
 	ctl.notify()
 	return true
 }
