@@ -63,6 +63,9 @@ func (fakeImages) Get(_ context.Context, ref string) (image.Image, error) {
 
 // fakeRouter records the routes it is given; its load is set by the test.
 type fakeRouter struct {
+	// gate, when set, is called with each route before it is set, outside
+	// mu: a test holds a publish there.
+	gate    atomic.Pointer[func(route.Route)]
 	mu      sync.Mutex
 	routes  map[string]route.Route
 	history []route.Route // every route set, in order
@@ -71,6 +74,9 @@ type fakeRouter struct {
 }
 
 func (r *fakeRouter) SetRoute(rt route.Route) {
+	if g := r.gate.Load(); g != nil {
+		(*g)(rt)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.routes[rt.App] = rt

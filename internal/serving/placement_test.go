@@ -2,11 +2,13 @@ package serving
 
 import (
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/placement"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // Replicas of an app whose max_cpu is at most one core are pinned, each to
@@ -77,6 +79,52 @@ func TestPlacementPinsSmallReplicas(t *testing.T) {
 			t.Fatalf("placer's load %v after the app was deleted", l)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A dead replica's replacement takes its CPU even when a round starts it
+// while the route without the dead one is still being published (the
+// dead one's place is released only then).
+func TestPlacementReplacementWaitsForTheRelease(t *testing.T) {
+	cpus := placement.NewCPUs([]int{0, 1}, nil)
+	h := newHarnessPlaced(t, 1<<40, fakeNet{}, cpus)
+	h.deploy("min = 2\nmax = 2", "[resources]\ncpu = 0.25\nmax_cpu = 1")
+	h.wait("two ready", func() bool { return len(h.replicas()[StateReady]) == 2 })
+	ready := h.replicas()[StateReady]
+	victim := ready[0]
+	if h.rt.cpuset(victim) != "1" {
+		victim = ready[1]
+	}
+	h.advance(time.Second) // it served: no back-off
+
+	// The route without the victim is held until a round has started the
+	// replacement.
+	held, proceed := make(chan struct{}), make(chan struct{})
+	var once, let sync.Once
+	t.Cleanup(func() { let.Do(func() { close(proceed) }) })
+	gate := func(rt route.Route) {
+		if rt.App == "hello" && len(rt.Endpoints) == 1 {
+			once.Do(func() { close(held); <-proceed })
+		}
+	}
+	h.r.gate.Store(&gate)
+	h.rt.exit(victim, 137)
+	<-held
+	h.advance(tick)
+	h.wait("the replacement is made", func() bool {
+		a, _ := h.m.Get(h.m.ctx, "hello")
+		return len(a.Replicas) == 3
+	})
+	time.Sleep(20 * time.Millisecond) // time for its start to go on, were it not to wait
+	let.Do(func() { close(proceed) })
+	h.wait("the replacement is ready", func() bool {
+		r := h.replicas()[StateReady]
+		return len(r) == 2 && !slices.Contains(r, victim)
+	})
+	for _, id := range h.replicas()[StateReady] {
+		if !slices.Contains(ready, id) && h.rt.cpuset(id) != "1" {
+			t.Fatalf("replacement %s pinned to %q, want the freed CPU 1", id, h.rt.cpuset(id))
+		}
 	}
 }
 
