@@ -192,11 +192,12 @@ type sentFields[T ~string | ~[]byte] struct {
 // From a trusted peer (in fw.trust, as a TLS terminator in front of the
 // proxy; or another node's proxy, hop, whose hop header authenticated) the
 // fields it sent are kept: X-Forwarded-For extended with the peer, as other
-// proxies do, so that its last entry is the one to trust, and the others
-// passed on as sent. A field it did not send is made as above, except that
-// X-Real-IP and Forwarded then name the client X-Forwarded-For gives: its
+// proxies do, so that its last entry is the one to trust, and
+// X-Forwarded-Host and -Proto passed on as sent (made as above when not
+// sent). X-Real-IP and Forwarded name the client X-Forwarded-For gives: its
 // last entry that is not a trusted proxy (nginx's real_ip_recursive), with
-// the protocol X-Forwarded-Proto gives.
+// the protocol X-Forwarded-Proto gives; only another node's proxy has its
+// own passed on, since a terminator may pass on a client's forged ones.
 //
 // The callers pass on none of these fields themselves (see forwardedHeader).
 func appendForwarded[T ~string | ~[]byte](b []byte, fw *forwarded, host T, in *sentFields[T], hop bool) []byte {
@@ -227,18 +228,22 @@ func appendForwarded[T ~string | ~[]byte](b []byte, fw *forwarded, host T, in *s
 		}
 	}
 	b = appendSent(b, "X-Forwarded-Proto: ", in.proto, proto)
+	// X-Real-IP and Forwarded are passed on only from another node's
+	// proxy, which made them itself. A TLS terminator passes on whatever
+	// its client sent in fields it does not set itself, so from it they
+	// are made from X-Forwarded-For, whose entries it did extend.
 	var client netip.Addr
-	if len(in.realIP) == 0 || len(in.fwd) == 0 {
+	if !hop || len(in.realIP) == 0 || len(in.fwd) == 0 {
 		client = realClient(fw, in.xff)
 	}
-	if len(in.realIP) > 0 {
+	if hop && len(in.realIP) > 0 {
 		b = appendLines(b, "X-Real-Ip: ", in.realIP)
 	} else {
 		b = append(b, "X-Real-Ip: "...)
 		b = appendAddr(b, client, fw.client, false)
 		b = append(b, "\r\n"...)
 	}
-	if len(in.fwd) > 0 {
+	if hop && len(in.fwd) > 0 {
 		return appendLines(b, "Forwarded: ", in.fwd)
 	}
 	b = append(b, "Forwarded: for="...)

@@ -164,10 +164,10 @@ func TestAppendForwarded(t *testing.T) {
 			in: sent{xff: []string{"2001:db9::7"}, proto: []string{"https"}},
 			want: "X-Forwarded-For: 2001:db9::7, 2001:db8::1\r\nX-Forwarded-Host: a.test\r\nX-Forwarded-Proto: https\r\n" +
 				"X-Real-Ip: 2001:db9::7\r\nForwarded: for=\"[2001:db9::7]\";proto=https\r\n"},
-		{name: "trusted, its own X-Real-IP and Forwarded", peer: "10.0.0.1",
-			in: sent{xff: []string{"203.0.113.9"}, realIP: []string{"198.51.100.1"}, fwd: []string{"for=198.51.100.1", "for=203.0.113.9"}},
+		{name: "trusted, X-Real-IP and Forwarded forged by its client", peer: "10.0.0.1",
+			in: sent{xff: []string{"203.0.113.9"}, realIP: []string{"127.0.0.1"}, fwd: []string{"for=127.0.0.1", "for=203.0.113.9"}},
 			want: "X-Forwarded-For: 203.0.113.9, 10.0.0.1\r\nX-Forwarded-Host: a.test\r\nX-Forwarded-Proto: http\r\n" +
-				"X-Real-Ip: 198.51.100.1\r\nForwarded: for=198.51.100.1\r\nForwarded: for=203.0.113.9\r\n"},
+				"X-Real-Ip: 203.0.113.9\r\nForwarded: for=203.0.113.9;proto=http\r\n"},
 		{name: "another node's proxy", peer: "203.0.113.5", hop: true,
 			in: sent{xff: []string{"198.51.100.1"}, proto: []string{"https"}, realIP: []string{"198.51.100.1"}, fwd: []string{"for=198.51.100.1;proto=https"}},
 			want: "X-Forwarded-For: 198.51.100.1, 203.0.113.5\r\nX-Forwarded-Host: a.test\r\nX-Forwarded-Proto: https\r\n" +
