@@ -23,7 +23,7 @@ const usernsApp = `
 name = "uns"
 image = "busybox:1"
 port = 80
-command = ["sh", "-c", "cat /proc/self/uid_map > /www/uidmap; for f in slabinfo vmallocinfo iomem kallsyms; do wc -c < /proc/$f >> /www/masked; done; echo $REV > /www/rev; chown -R 33:33 /www; exec httpd -f -p 80 -h /www"]
+command = ["sh", "-c", "cat /proc/self/uid_map > /www/uidmap; for f in slabinfo vmallocinfo iomem kallsyms; do wc -c < /proc/$f >> /www/masked; done; echo $REV > /www/rev.$REV; chown -R 33:33 /www; exec httpd -f -p 80 -h /www"]
 [env]
 REV = "%d"
 [scale]
@@ -123,7 +123,7 @@ func TestAppUserNamespace(t *testing.T) {
 	if h, _ := uidMap(t, fresh.Pid); h != host {
 		t.Fatalf("after a restart the app runs as host id %d, before as %d", h, host)
 	}
-	if code, body, _ := get(t, d.proxyAddr(), "uns", "/rev"); code != 200 || strings.TrimSpace(body) != "2" {
+	if code, body, _ := get(t, d.proxyAddr(), "uns", "/rev.2"); code != 200 || strings.TrimSpace(body) != "2" {
 		t.Fatalf("revision 2 over its volume: %d %q", code, body)
 	}
 }
