@@ -47,7 +47,9 @@ func removeAppDir(dir string) error {
 			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
 		}
 	}
-	if os.Remove(filepath.Join(dir, "volumes")) == nil || len(ents) == 0 {
+	// The folder goes once it holds no kept volume (none, or an empty
+	// volumes folder).
+	if err := os.Remove(filepath.Join(dir, "volumes")); err == nil || errors.Is(err, os.ErrNotExist) {
 		os.Remove(dir)
 	}
 	return errors.Join(errs...)
