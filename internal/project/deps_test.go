@@ -21,18 +21,7 @@ import (
 // column's text before a ';' is that list (notes in parentheses are ignored);
 // what follows the ';' names outside libraries and is not checked.
 func TestPartsTableMatchesImports(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	module, err := modulePath(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkgs, err := internalImports(root, module+"/internal/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, pkgs := repoImports(t)
 	if len(pkgs) < 10 {
 		t.Fatalf("found only %d packages under %s/internal", len(pkgs), root)
 	}
@@ -288,4 +277,22 @@ func withoutParens(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// repoImports is the repository's root and the internal packages each
+// internal package imports (non-test files).
+func repoImports(t *testing.T) (root string, pkgs map[string][]string) {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	module, err := modulePath(filepath.Join(root, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pkgs, err = internalImports(root, module+"/internal/"); err != nil {
+		t.Fatal(err)
+	}
+	return root, pkgs
 }

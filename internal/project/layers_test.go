@@ -1,7 +1,6 @@
 package project
 
 import (
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -22,18 +21,7 @@ var apart = map[string][]string{
 // not (or on a package below it), naming the chain of imports that leads
 // there.
 func TestLayersKeptApart(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	module, err := modulePath(filepath.Join(root, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkgs, err := internalImports(root, module+"/internal/")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pkgs := repoImports(t)
 	names := make([]string, 0, len(apart))
 	for p := range apart {
 		names = append(names, p)
