@@ -169,17 +169,7 @@ func TestReplicaKeepAliveTimeout(t *testing.T) {
 	for _, engine := range []string{"fast", "net/http"} {
 		get := func() {
 			t.Helper()
-			if engine == "fast" {
-				if code, body, _ := f.get(t, "a.localhost", "/"); code != 200 || body != "ok" {
-					t.Fatalf("%s: got %d %q", engine, code, body)
-				}
-			} else {
-				rc := f.dial(t)
-				rc.send("GET / HTTP/1.0\r\nHost: a.localhost\r\n\r\n")
-				if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "ok" {
-					t.Fatalf("%s: got %d %q", engine, resp.StatusCode, body)
-				}
-			}
+			f.getOK(t, engine)
 			eventually(t, "the replica connection back in the pool", func() bool { return idle() == 1 })
 		}
 		n := opened.Load()
@@ -394,17 +384,7 @@ func TestIdleConnectionPastDeadlineReused(t *testing.T) {
 	f.p.SetRoute(routeTo("a", be))
 	ep := (*f.p.apps.Load())["a"].eps["a-a"]
 	for _, engine := range []string{"fast", "net/http", "fast"} {
-		if engine == "fast" {
-			if code, body, _ := f.get(t, "a.localhost", "/"); code != 200 || body != "ok" {
-				t.Fatalf("%s: got %d %q", engine, code, body)
-			}
-		} else {
-			rc := f.dial(t)
-			rc.send("GET / HTTP/1.0\r\nHost: a.localhost\r\n\r\n")
-			if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "ok" {
-				t.Fatalf("%s: got %d %q", engine, resp.StatusCode, body)
-			}
-		}
+		f.getOK(t, engine)
 		var bc *bconn
 		eventually(t, "the replica connection back in the pool", func() bool {
 			ep.pool.mu.Lock()
@@ -418,5 +398,23 @@ func TestIdleConnectionPastDeadlineReused(t *testing.T) {
 	}
 	if n := opened.Load(); n != 1 {
 		t.Fatalf("%d connections opened to the replica; want the one reused", n)
+	}
+}
+
+// getOK asks app a for / through one engine: "fast" (an HTTP/1.1 request,
+// the fast path) or "net/http" (an HTTP/1.0 one, the net/http leg), and
+// wants 200 "ok".
+func (f *front) getOK(t *testing.T, engine string) {
+	t.Helper()
+	if engine == "fast" {
+		if code, body, _ := f.get(t, "a.localhost", "/"); code != 200 || body != "ok" {
+			t.Fatalf("%s: got %d %q", engine, code, body)
+		}
+		return
+	}
+	rc := f.dial(t)
+	rc.send("GET / HTTP/1.0\r\nHost: a.localhost\r\n\r\n")
+	if resp, body := rc.read("GET"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("%s: got %d %q", engine, resp.StatusCode, body)
 	}
 }
