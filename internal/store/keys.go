@@ -26,6 +26,8 @@ import (
 //	    ├── cluster/secret              the secret nodes send each other
 //	    ├── idranges/<i>                the app holding host id range i (see IDRangeKey)
 //	    ├── secrets/<app>/<name>        an app's secrets, sealed (internal/secrets)
+//	    ├── certs/<domain>              a certificate the proxy serves, key sealed (internal/certs)
+//	    ├── domains/<domain>            the app that owns a custom domain (internal/certs)
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in
@@ -59,6 +61,8 @@ const (
 	EventsPrefix     = Root + "events/"
 	RoutesPrefix     = Root + "routes/"
 	SecretsRoot      = Root + "secrets/"
+	CertsPrefix      = Root + "certs/"
+	DomainsPrefix    = Root + "domains/"
 )
 
 // ClusterSecretKey holds the secret every node of a cluster sends to the
@@ -106,6 +110,14 @@ func SecretsPrefix(app string) string { return SecretsRoot + app + "/" }
 
 // SecretKey is the key of app's secret name (sealed, never plain).
 func SecretKey(app, name string) string { return SecretsPrefix(app) + name }
+
+// CertKey is the key of the certificate added under domain (its first
+// name; "*.example.test" for a wildcard).
+func CertKey(domain string) string { return CertsPrefix + domain }
+
+// DomainKey is the key of the claim of a custom domain: its value names the
+// app that owns it.
+func DomainKey(domain string) string { return DomainsPrefix + domain }
 
 // EventKey is the key of event number seq in the event log.
 func EventKey(seq int64) string { return EventsPrefix + pad(seq) }

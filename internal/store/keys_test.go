@@ -35,6 +35,8 @@ func TestKeysStayUnderTheirPrefix(t *testing.T) {
 		{store.RouteKey("web"), store.RoutesPrefix},
 		{store.SecretKey("web", "db_password"), store.SecretsPrefix("web")},
 		{store.SecretsPrefix("web"), store.SecretsRoot},
+		{store.CertKey("*.example.test"), store.CertsPrefix},
+		{store.DomainKey("www.example.test"), store.DomainsPrefix},
 	}
 	for _, c := range cases {
 		if !strings.HasPrefix(c.key, c.prefix) || !strings.HasPrefix(c.key, store.Root) {
