@@ -55,6 +55,12 @@ type Config struct {
 	// of the hash: a change applies at the next deploy without a new
 	// revision.
 	Traffic Traffic `toml:"traffic" json:",omitzero"`
+	// Domains are the app's own host names (see domains.go): the proxy
+	// routes them to it, over HTTPS when a certificate covers them. No
+	// part of the hash, as Traffic.
+	Domains []string `toml:"domains" json:",omitempty"`
+	// HTTPS is the [https] table: redirect and HSTS for the domains.
+	HTTPS HTTPS `toml:"https" json:",omitzero"`
 	// Placement is where the app's replicas run in a cluster; a single
 	// host has one place and ignores it. Left out of the hash's JSON
 	// when unset, so that apps without it keep their revisions' hashes.

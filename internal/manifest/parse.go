@@ -145,6 +145,12 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	if def("init") {
 		c.Init = true
 	}
+	if def("https", "redirect") {
+		c.HTTPS.Redirect = true
+	}
+	if def("https", "hsts") {
+		c.HTTPS.HSTS = true
+	}
 	s := &c.Scale
 	if def("scale", "max") {
 		s.Max = max(DefaultMax, s.Min)
@@ -259,7 +265,8 @@ func bytesOf(s string) int64 {
 // Hash is a stable digest of the configuration (hex SHA-256 of its canonical
 // JSON form): two manifests that differ only in layout, key order or spelled
 // out defaults have the same hash. A new revision is made when it changes.
-// The [traffic] table is left out: it changes the route, not the replicas.
+// The [traffic] and [https] tables and domains are left out: they change
+// the route, not the replicas.
 func (c Config) Hash() string {
 	n := c
 	if len(n.Command) == 0 {
@@ -289,6 +296,7 @@ func (c Config) Hash() string {
 	}
 	// Routing changes apply without a revision of their own.
 	n.Traffic = Traffic{}
+	n.Domains, n.HTTPS = nil, HTTPS{}
 	if len(n.Placement.Nodes)+len(n.Placement.Prefer)+len(n.Placement.Apart)+len(n.Placement.With) == 0 {
 		n.Placement = Placement{}
 	}

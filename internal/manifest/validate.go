@@ -93,6 +93,9 @@ func (c *Config) Validate() error {
 	if err := c.validateSecrets(); err != nil {
 		return err
 	}
+	if err := c.validateDomains(); err != nil {
+		return err
+	}
 	return validateEnv(c.Env)
 }
 
