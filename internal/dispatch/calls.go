@@ -143,8 +143,9 @@ func (d *Dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error 
 	return d.call(ctx, id, callLimit, func(ctx context.Context, n node.Node) error { return n.SetCPU(ctx, id, cpus) })
 }
 
-// Remove removes the replica on its node and forgets it. On a node that is
-// not live nothing is called: the node removes the container itself when
+// Remove removes the replica on its node and forgets it; a removal that
+// fails keeps it placed, so that a removal made again reaches its node.
+// On a node that is not live nothing is called: the node removes the container itself when
 // it comes back and finds no record of it.
 //
 // For a replica on another node, once its container is gone, its state
@@ -152,7 +153,6 @@ func (d *Dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error 
 // error then keeps the state live here, unmerged, as for a container not
 // removed.
 func (d *Dispatcher) Remove(ctx context.Context, id string) error {
-	defer d.forget(id)
 	d.mu.Lock()
 	var app string
 	if p := d.at[id]; p != nil {
@@ -161,6 +161,7 @@ func (d *Dispatcher) Remove(ctx context.Context, id string) error {
 	d.mu.Unlock()
 	n, ctx, done, err := d.to(ctx, id)
 	if err != nil {
+		d.forget(id) // its node is lost: it removes the replica itself when back
 		return nil
 	}
 	err = n.Remove(ctx, id)
@@ -168,6 +169,11 @@ func (d *Dispatcher) Remove(ctx context.Context, id string) error {
 		err = d.fetchState(ctx, n, app, id)
 	}
 	done(err)
+	if err == nil {
+		// A removal that failed keeps the replica placed, for the
+		// removal to be made again on its node.
+		d.forget(id)
+	}
 	return err
 }
 

@@ -260,3 +260,46 @@ func TestDispatcherCheckOnLostNode(t *testing.T) {
 		t.Fatal("a check in flight to a lost node did not end")
 	}
 }
+
+// removeNode is a remote node whose first fails Removes fail.
+type removeNode struct {
+	node.Node
+	fails atomic.Int32
+	calls atomic.Int32
+}
+
+func (n *removeNode) Remove(context.Context, string) error {
+	n.calls.Add(1)
+	if n.fails.Add(-1) >= 0 {
+		return errors.New("node n2: delete container: device or resource busy")
+	}
+	return nil
+}
+
+func (n *removeNode) Adopt(context.Context, node.Known) (node.Adopted, error) {
+	return node.Adopted{Running: true}, nil
+}
+
+// TestDispatcherRemoveAgain: a removal on another node that failed keeps
+// the replica placed there, so the removal made again reaches that node
+// (it went to this host, which has no such container, and succeeded).
+func TestDispatcherRemoveAgain(t *testing.T) {
+	rn, local := &removeNode{}, &removeNode{}
+	rn.fails.Store(1)
+	d := New(Options{Self: "n1", Dir: "/apps", Local: local, Remote: func(string) node.Node { return rn },
+		Clock: clock.NewFake(time.Unix(1e9, 0)), Logger: slog.New(slog.DiscardHandler)})
+	d.SetLive([]cluster.Node{live("n1"), live("n2")})
+	d.Adopt(context.Background(), node.Known{ID: "r1", App: "", Node: "n2"})
+	if err := d.Remove(context.Background(), "r1"); err == nil {
+		t.Fatal("the failed removal succeeded")
+	}
+	if err := d.Remove(context.Background(), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, l := rn.calls.Load(), local.calls.Load(); n != 2 || l != 0 {
+		t.Fatalf("node n2 was asked to remove the replica %d times and this host %d times, want 2 and 0", n, l)
+	}
+	if w := d.Where("r1"); w != "" && w != "n1" {
+		t.Fatalf("a removed replica is still placed on %s", w)
+	}
+}

@@ -36,6 +36,9 @@ type replica struct {
 	replacement string
 	memory      int64 // bytes in use when frozen
 	self        selfState
+	// booting is set from its start until the node's Start of its
+	// container has returned: meanwhile only boot removes it (see remove).
+	booting bool
 }
 
 func newReplicaID(app string) string {
@@ -55,7 +58,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 	}
 	now := ctl.m.clock.Now()
 	id := newReplicaID(ctl.name)
-	r := &replica{state: stateNew, lastActive: now, rec: replicaRecord{
+	r := &replica{state: stateNew, lastActive: now, booting: true, rec: replicaRecord{
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
@@ -89,6 +92,14 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 	}
 	mounts, err := ctl.mounts(r, cfg, digest)
 	if err != nil {
+		ctl.mu.Lock()
+		r.booting = false
+		stopping := r.state.exiting()
+		ctl.unlock()
+		if stopping {
+			ctl.remove(r, false) // stopped meanwhile: nothing was started
+			return
+		}
 		fail(fmt.Errorf("replica %s: %w", id, err))
 		return
 	}
@@ -97,6 +108,7 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
 		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
 	ctl.mu.Lock()
+	r.booting = false
 	stopping := r.state.exiting()
 	if st.Node != "" {
 		r.rec.Node = st.Node

@@ -102,8 +102,17 @@ func backoffFor(n int) time.Duration {
 }
 
 // remove stops (when kill) and removes the replica's container and
-// address, and forgets it.
+// address, and forgets it. A replica whose container the node is still
+// making is left to boot, which removes it once the node's Start has
+// returned: a removal meanwhile would find the container being created
+// (a conflict) and leave it running.
 func (ctl *appCtl) remove(r *replica, kill bool) {
+	ctl.mu.Lock()
+	booting := r.booting
+	ctl.unlock()
+	if booting {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	m, id := ctl.m, r.rec.ID
@@ -111,9 +120,10 @@ func (ctl *appCtl) remove(r *replica, kill bool) {
 		ctl.node.Stop(ctx, id, 0)
 	}
 	if err := ctl.node.Remove(ctx, id); err != nil {
-		// Its state stays live: it may still be written to. A restarted
-		// daemon removes the container and merges the state.
-		m.log.Warn("serving: remove replica", "replica", id, "err", err)
+		// Its state stays live: it may still be written to. The removal
+		// is tried again in the background; the replica is forgotten.
+		m.log.Warn("serving: remove replica; trying again", "replica", id, "err", err)
+		ctl.retryRemove(id)
 	} else {
 		ctl.merge.retire(id) // nothing writes to it any more
 	}
@@ -134,4 +144,42 @@ func (ctl *appCtl) remove(r *replica, kill bool) {
 	ctl.unlock()
 	ctl.logs.prune(ctl.has)
 	ctl.notify()
+}
+
+// removeRetry is the wait before a failed removal of a replica's container
+// is tried again; it doubles after each failure, up to removeRetryMax.
+const (
+	removeRetry    = time.Second
+	removeRetryMax = time.Minute
+)
+
+// retryRemove tries the removal of replica id's container and address
+// again, in the background, on the manager's clock, until it succeeds or
+// the controllers stop (the daemon stops, or the node leads no more): then
+// the container, which no record names any more, is removed by the next
+// daemon at its start, or by its node's sweep of strays in a cluster.
+func (ctl *appCtl) retryRemove(id string) {
+	m, lctx := ctl.m, ctl.ctx()
+	go func() {
+		wait := removeRetry
+		for attempt := 2; ; attempt++ {
+			t := m.clock.NewTimer(wait)
+			select {
+			case <-lctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			ctx, cancel := context.WithTimeout(lctx, time.Minute)
+			err := ctl.node.Remove(ctx, id)
+			cancel()
+			if err == nil {
+				m.log.Info("serving: replica removed", "replica", id, "attempt", attempt)
+				ctl.merge.retire(id)
+				return
+			}
+			wait = min(2*wait, removeRetryMax)
+			m.log.Warn("serving: remove replica; trying again", "replica", id, "attempt", attempt, "next", wait, "err", err)
+		}
+	}()
 }
