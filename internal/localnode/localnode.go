@@ -41,6 +41,8 @@ type Runtime interface {
 	Thaw(id string) error
 	UpdateCPU(id string, cpus float64) error
 	Stats(id string) (runtime.Stats, error)
+	// Throttling reads only the CFS period counters (autoscaling).
+	Throttling(id string) (periods, throttled uint64, err error)
 	Get(id string) (*runtime.Container, error)
 	// Exec runs a process in a running container (command health checks).
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error)
@@ -382,8 +384,7 @@ func (n *Node) Check(ctx context.Context, id, addr string, h manifest.Health) er
 }
 
 func (n *Node) Usage(_ context.Context, id string) (uint64, uint64, error) {
-	st, err := n.rt.Stats(id)
-	return st.NrPeriods, st.NrThrottled, err
+	return n.rt.Throttling(id)
 }
 
 func (n *Node) SetCPU(_ context.Context, id string, cpus float64) error {

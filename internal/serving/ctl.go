@@ -89,6 +89,10 @@ type appCtl struct {
 	stored uint64
 	held   []heldRoute
 
+	// looks are the last readings of the ready replicas' throttling;
+	// only the reconcile loop uses them (usage).
+	looks map[string]usageLook
+
 	boots    pending // replicas starting
 	releases pending // failed replicas whose place is being released
 }
@@ -158,7 +162,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 	now := m.clock.Now()
 	defer ctl.roundAt.Store(now.UnixNano())
 	load := m.o.Router.Load(ctl.name)
-	usage := ctl.usage()
+	usage := ctl.usage(now, load)
 	ctl.mu.Lock()
 	defer ctl.unlock()
 	if ctl.deleting {

@@ -36,7 +36,9 @@ type fakeCtr struct {
 	cpuUpdates []float64
 	// periods and throttled are the cgroup's CFS counters (cpu.stat).
 	periods, throttled uint64
-	done               chan struct{}
+	// reads counts the reads of its counters (Stats).
+	reads int
+	done  chan struct{}
 	// sick makes its health command exit 1; execs counts the commands run.
 	sick   bool
 	execs  int
@@ -213,7 +215,23 @@ func (f *fakeRuntime) Stats(id string) (runtime.Stats, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	c.reads++
 	return runtime.Stats{MemoryBytes: 1 << 20, NrPeriods: c.periods, NrThrottled: c.throttled}, nil
+}
+
+// reads counts the reads of container id's counters so far.
+func (f *fakeRuntime) reads(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		return c.reads
+	}
+	return 0
+}
+
+func (f *fakeRuntime) Throttling(id string) (uint64, uint64, error) {
+	st, err := f.Stats(id)
+	return st.NrPeriods, st.NrThrottled, err
 }
 
 func (f *fakeRuntime) Get(id string) (*runtime.Container, error) {

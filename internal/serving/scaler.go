@@ -49,9 +49,34 @@ func (s *scaler) observe(at time.Time, l route.Load, metric float64) {
 // of them were throttled.
 type cpuUsage struct{ periods, throttled uint64 }
 
+// usageIdle is the longest a ready replica's throttling goes unread: the
+// period a replica without requests and without CPU work backs off to,
+// doubling from a tick, so that idle replicas cost the daemon next to
+// nothing however many there are.
+const usageIdle = 5 * time.Second
+
+// usageSettle is how long a replica stays read every round after its
+// last request or CPU work, before its period starts to back off.
+const usageSettle = time.Second
+
+// usageLook is the last reading of a replica's throttling, and how long
+// until the next.
+type usageLook struct {
+	u     cpuUsage
+	at    time.Time
+	every time.Duration
+	moved time.Time // the last reading that saw a request or CPU work
+}
+
 // usage reads the CPU throttling of the app's ready replicas from their
-// node, without ctl.mu.
-func (ctl *appCtl) usage() map[string]cpuUsage {
+// node, without ctl.mu: a replica that had a request since its last
+// reading, or whose CFS periods moved, every round; one that did
+// neither for usageSettle at a period that doubles up to usageIdle, the
+// decider getting
+// its last reading meanwhile (the counters are cumulative: a stale
+// reading only delays a verdict on a replica that was idle). Only the
+// reconcile loop calls it (ctl.looks is its own).
+func (ctl *appCtl) usage(now time.Time, load route.Load) map[string]cpuUsage {
 	ctl.mu.Lock()
 	var ids []string
 	for id, r := range ctl.reps {
@@ -60,10 +85,38 @@ func (ctl *appCtl) usage() map[string]cpuUsage {
 		}
 	}
 	ctl.unlock()
+	if ctl.looks == nil {
+		ctl.looks = map[string]usageLook{}
+	}
 	out := make(map[string]cpuUsage, len(ids))
+	seen := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if p, t, err := ctl.node.Usage(ctl.ctx(), id); err == nil {
-			out[id] = cpuUsage{p, t}
+		seen[id] = true
+		l, ok := ctl.looks[id]
+		el := load.Endpoints[id]
+		busy := el.InFlight > 0 || (!el.LastRequest.IsZero() && !el.LastRequest.Before(l.at))
+		if ok && !busy && now.Sub(l.at) < l.every {
+			out[id] = l.u
+			continue
+		}
+		p, t, err := ctl.node.Usage(ctl.ctx(), id)
+		if err != nil {
+			delete(ctl.looks, id)
+			continue
+		}
+		u := cpuUsage{p, t}
+		look := usageLook{u: u, at: now, every: tick, moved: l.moved}
+		if !ok || busy || u.periods != l.u.periods {
+			look.moved = now
+		} else if now.Sub(l.moved) >= usageSettle {
+			look.every = min(max(l.every*2, tick), usageIdle)
+		}
+		ctl.looks[id] = look
+		out[id] = u
+	}
+	for id := range ctl.looks {
+		if !seen[id] {
+			delete(ctl.looks, id)
 		}
 	}
 	return out

@@ -213,3 +213,23 @@ func TestRemoveMissing(t *testing.T) {
 		t.Fatal("exists")
 	}
 }
+
+// Throttling reads the same CFS counters as Stats, from cpu.stat alone.
+func TestThrottling(t *testing.T) {
+	for name, p := range map[string]Paths{
+		"v1": v1Paths(fixture(t, "v1")),
+		"v2": {Unified: fixture(t, "v2"), V2: true},
+	} {
+		s, err := p.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		per, thr, err := p.Throttling()
+		if err != nil || per != s.NrPeriods || thr != s.NrThrottled || per == 0 || thr == 0 {
+			t.Errorf("%s: Throttling = %d, %d, %v; Stats says %d, %d", name, per, thr, err, s.NrPeriods, s.NrThrottled)
+		}
+	}
+	if per, thr, err := (Paths{V1: map[string]string{}}).Throttling(); per != 0 || thr != 0 || err != nil {
+		t.Errorf("no cpu controller: %d, %d, %v", per, thr, err)
+	}
+}
