@@ -78,8 +78,13 @@ type Decider struct {
 
 	lowSince time.Time // since when the want has been below the count
 	lastDown time.Time // the last shrinking step
-	wants    []stamped // decreasing wants of the last ScaleDownDelay
-	cpu      map[string]*cpuState
+	// downTo is the count the last shrinking step decided, while the want
+	// has stayed below the count since (stepped): the count the
+	// controller converges to, which a hold must not undo.
+	downTo  int
+	stepped bool
+	wants   []stamped // decreasing wants of the last ScaleDownDelay
+	cpu     map[string]*cpuState
 }
 
 type stamped struct {
@@ -245,7 +250,7 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	if d.panicking {
 		want, bound := d.clampWhy(max(panicWant, stableWant, n, d.maxPanic), "")
 		d.maxPanic = want
-		d.lowSince = time.Time{}
+		d.lowSince, d.stepped = time.Time{}, false
 		d.record(now, want)
 		dec.Replicas, dec.Panic = want, true
 		if ratio >= p.PanicThreshold {
@@ -278,12 +283,12 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 
 	switch {
 	case want >= n:
-		d.lowSince = time.Time{}
+		d.lowSince, d.stepped = time.Time{}, false
 		dec.Replicas = want
 		return bounded(n, want, why)
 	case n > p.Max:
 		// Bounds do not wait for the delay.
-		d.lastDown = now
+		d.lastDown, d.downTo, d.stepped = now, p.Max, true
 		dec.Replicas = p.Max
 		return fmt.Sprintf("%s; %d→%d, capped at max %d", why, n, p.Max, p.Max)
 	}
@@ -295,8 +300,18 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 		since = d.lastDown
 	}
 	if held := now.Sub(since); held < p.ScaleDownDelay {
+		left := (p.ScaleDownDelay - held).Round(time.Millisecond)
+		if d.stepped && d.downTo < n {
+			// Hysteresis: the last step down stands while the count
+			// follows it (the last replica of an idle app stays ready
+			// until idle_timeout); holding n would undo it, and the next
+			// step redo it, every scale-down delay.
+			hold := max(d.downTo, want)
+			dec.Replicas = hold
+			return fmt.Sprintf("%s; keeping the step down to %d while %d run, %s more of the %s scale-down delay", why, hold, n, left, p.ScaleDownDelay)
+		}
 		dec.Replicas = n
-		return fmt.Sprintf("%s; holding %d for %s more of the %s scale-down delay", why, n, (p.ScaleDownDelay - held).Round(time.Millisecond), p.ScaleDownDelay)
+		return fmt.Sprintf("%s; holding %d for %s more of the %s scale-down delay", why, n, left, p.ScaleDownDelay)
 	}
 	target := d.recentMax()
 	floor := (n + 1) / 2
@@ -304,7 +319,7 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 		floor = 0
 	}
 	down := min(max(target, floor), n)
-	d.lastDown = now
+	d.lastDown, d.downTo, d.stepped = now, down, true
 	dec.Replicas = down
 	dec.Inputs["delay_max_want"] = float64(target)
 	if down > target {
