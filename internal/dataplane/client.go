@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -48,6 +49,7 @@ type Client struct {
 	mu     sync.Mutex
 	routes map[string]route.Route // by app, lower case
 	hop    *Hop                   // nil: not in a cluster
+	chall  []proxy.Challenge      // the ACME challenges answered
 	broken atomic.Bool            // a change failed to reach the proxy
 
 	loadMu     sync.Mutex
@@ -135,6 +137,18 @@ func (c *Client) SetHop(node string, key []byte) error {
 	return c.call(http.MethodPut, "/v1/hop", c.hop, nil)
 }
 
+// SetChallenges replaces the ACME challenges the proxy answers (HTTP-01
+// on any host, TLS-ALPN-01 on its TLS listener); Sync sends them again.
+func (c *Client) SetChallenges(ctx context.Context, list []proxy.Challenge) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.chall = slices.Clone(list)
+	if list == nil {
+		list = []proxy.Challenge{}
+	}
+	return c.do(ctx, http.MethodPut, "/v1/challenges", list, nil)
+}
+
 // RemoveRoute removes an app from the proxy.
 func (c *Client) RemoveRoute(app string) {
 	c.mu.Lock()
@@ -166,6 +180,12 @@ func (c *Client) Sync() error {
 	if err := c.call(http.MethodPut, "/v1/routes", routes, nil); err != nil {
 		c.broken.Store(true)
 		return err
+	}
+	if len(c.chall) > 0 {
+		if err := c.call(http.MethodPut, "/v1/challenges", c.chall, nil); err != nil {
+			c.broken.Store(true)
+			return err
+		}
 	}
 	c.broken.Store(false)
 	return nil

@@ -73,6 +73,7 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 //	POST   /v1/endpoints/{id}/wait-idle  answers 204 once the endpoint is idle
 //	POST   /v1/endpoints/{id}/cut        the drain's grace is over: cut what is left
 //	GET    /metrics                      the proxy's metrics (Prometheus text)
+//	PUT    /v1/challenges                the ACME challenges answered ([]proxy.Challenge)
 //	POST   /v1/shutdown?grace=30s        drain, answer, then exit
 func (c *control) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -99,6 +100,7 @@ func (c *control) handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("PUT /v1/challenges", c.setChallenges)
 	mux.HandleFunc("POST /v1/shutdown", c.shutdown)
 	return mux
 }
@@ -182,6 +184,18 @@ func (c *control) removeRoute(w http.ResponseWriter, r *http.Request) {
 	defer c.mu.Unlock()
 	c.p.RemoveRoute(name)
 	delete(c.routes, strings.ToLower(name))
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (c *control) setChallenges(w http.ResponseWriter, r *http.Request) {
+	var list []proxy.Challenge
+	if !readJSON(w, r, &list) {
+		return
+	}
+	if err := c.p.SetChallenges(list); err != nil {
+		httperr.Write(w, http.StatusBadRequest, err, "challenges")
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 

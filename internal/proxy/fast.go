@@ -40,6 +40,9 @@ func (x *fastReq) serve(n int) outcome {
 		return handOff
 	}
 	p := c.f.p
+	if p.wantsChallenge(r.uri) {
+		return handOff // answered by ServeHTTP, before routing
+	}
 	a := p.lookupHost(r.host)
 	x.buildRequest()
 	x.sticky = x.sticky[:0]

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +65,9 @@ type Proxy struct {
 	trusted   TrustList
 
 	front server // the listener side of Serve
+
+	// challenges are the ACME challenges answered (acme.go); nil: none.
+	challenges atomic.Pointer[challenges]
 }
 
 // New returns a Proxy with an empty table.
@@ -86,6 +90,9 @@ func New(o Options) *Proxy {
 
 // ServeHTTP routes r to a replica of the app its Host names.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.answerChallenge(w, r) {
+		return
+	}
 	x := &stdReq{p: p, w: w, r: r}
 	st := &x.st
 	st.Context = r.Context()
