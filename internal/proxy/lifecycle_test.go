@@ -115,6 +115,51 @@ func TestQueueTimeout(t *testing.T) {
 	}
 }
 
+// A request waits past the queue timeout while a start of its app is
+// under way; the timeout counts from when none is.
+func TestQueueTimeoutWaitsForStart(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	f := newFront(t, Options{Activator: newActivator(), Clock: fake})
+	r := coldRoute("a")
+	r.QueueTimeout = 5 * time.Second
+	f.p.SetRoute(r)
+	done := f.goDo(f.req(t, "GET", "a.localhost", "/", nil))
+	eventually(t, "the queue timer", func() bool { return fake.Timers() == 1 })
+	fake.Advance(4 * time.Second)
+	r.Starting = 1
+	f.p.SetRoute(r)
+	eventually(t, "the queue timer stopped", func() bool { return fake.Timers() == 0 })
+	fake.Advance(time.Minute)
+	select {
+	case r := <-done:
+		t.Fatalf("answered while a start was under way: %+v", r)
+	default:
+	}
+	f.p.SetRoute(routeTo("a", namedBackend(t, "started")))
+	if res := recv(t, done, "the released request"); res.code != 200 || res.body != "started" {
+		t.Fatalf("released request: %+v", res)
+	}
+}
+
+// A start that ends without a ready replica answers the requests that
+// waited for it at once, with Retry-After.
+func TestFailedStartAnswersAtOnce(t *testing.T) {
+	fake := clock.NewFake(time.Unix(0, 0))
+	f := newFront(t, Options{Activator: newActivator(), Clock: fake})
+	r := coldRoute("a")
+	r.Starting = 1
+	f.p.SetRoute(r)
+	done := f.goDo(f.req(t, "GET", "a.localhost", "/", nil))
+	eventually(t, "the request to queue", func() bool { return f.p.Load("a").Queued == 1 })
+	r.Starting = 0
+	f.p.SetRoute(r)
+	res := recv(t, done, "the request after the failed start")
+	if res.code != 503 || res.header.Get("Retry-After") == "" {
+		t.Fatalf("request after a failed start: %+v, want 503 with Retry-After", res)
+	}
+	apiError(t, res.body)
+}
+
 func TestClientCancelLeavesQueue(t *testing.T) {
 	f := newFront(t, Options{Activator: newActivator(), Clock: clock.NewFake(time.Unix(0, 0))})
 	f.p.SetRoute(coldRoute("a"))

@@ -20,8 +20,11 @@ func (e *unavailableError) Error() string { return e.msg }
 // wait holds a request for an app that has no open endpoint: it asks the
 // Activator to wake the app and waits, in the app's bounded queue, until a
 // route change gives the app an endpoint (no polling: every change closes
-// the app's wait channel), the queue timeout passes, or ctx ends. It
-// returns the endpoint with the request counted on it.
+// the app's wait channel), the queue timeout passes, or ctx ends. The
+// queue timeout runs only while no start of the app is under way (the
+// route's Starting): a request waits as long as a start progresses, and
+// one that saw a start end without an endpoint (it failed) is answered at
+// once. It returns the endpoint with the request counted on it.
 func (p *Proxy) wait(ctx context.Context, a *app) (*endpoint, error) {
 	rt := a.route.Load()
 	if rt == nil {
@@ -46,6 +49,8 @@ func (p *Proxy) wait(ctx context.Context, a *app) (*endpoint, error) {
 	}
 	timer := p.clock.NewTimer(rt.queueTimeout)
 	defer timer.Stop()
+	expired := timer.C() // nil while a start is under way
+	started := false     // a start was under way while the request waited
 	for {
 		// Take the channel before looking at the route: a change after the
 		// look closes this channel.
@@ -60,9 +65,30 @@ func (p *Proxy) wait(ctx context.Context, a *app) (*endpoint, error) {
 		if e := a.pick(nil); e != nil {
 			return e, nil
 		}
+		switch {
+		case rt.starting > 0:
+			started = true
+			if expired != nil {
+				timer.Stop()
+				expired = nil
+			}
+		case started && rt.frozen == 0:
+			return nil, &unavailableError{
+				msg:   fmt.Sprintf("app %q: its replica did not start", a.name),
+				retry: true,
+			}
+		case expired == nil:
+			// Nothing is under way any more: the timeout counts from now.
+			select {
+			case <-timer.C():
+			default:
+			}
+			timer.Reset(rt.queueTimeout)
+			expired = timer.C()
+		}
 		select {
 		case <-ch:
-		case <-timer.C():
+		case <-expired:
 			return nil, &unavailableError{
 				msg:   fmt.Sprintf("app %q has no ready replica after %s", a.name, rt.queueTimeout),
 				retry: true,

@@ -73,6 +73,7 @@ type routeSnap struct {
 	queueTimeout time.Duration
 	unavailable  string
 	frozen       int
+	starting     int
 	capacity     int64         // in flight on a near endpoint before a far one is tried; 0: no bound
 	wsTimeout    time.Duration // a WebSocket idle this long is closed
 }
@@ -191,6 +192,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		queueTimeout: r.QueueTimeout,
 		unavailable:  r.Unavailable,
 		frozen:       r.Frozen,
+		starting:     r.Starting,
 		capacity:     int64(r.Capacity),
 		wsTimeout:    r.WebSocketTimeout,
 	}

@@ -65,6 +65,11 @@ type Route struct {
 	// Frozen is how many replicas of the routed revisions are frozen: a
 	// request held while there is one waits for a thaw, not a start.
 	Frozen int
+	// Starting is how many replicas of the routed revisions are being
+	// started. While one is, a held request's queue timeout does not run;
+	// a start that ends without a ready replica answers the requests it
+	// held at once.
+	Starting int `json:",omitempty"`
 	// WebSocketTimeout closes a WebSocket through which nothing passed
 	// for this long (with a close frame, status 1001), so that its
 	// replica can go idle; 0 means DefaultWebSocketTimeout.

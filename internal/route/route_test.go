@@ -10,12 +10,12 @@ import (
 func TestWireFormat(t *testing.T) {
 	rt := Route{App: "web", Endpoints: []Endpoint{{ID: "web-1", Addr: "10.0.0.2:8080", Revision: 2}},
 		MaxBodyBytes: 1, QueueLimit: 2, QueueTimeout: time.Second, Unavailable: "gone",
-		Weights: map[int]int{2: 100}, Sticky: true, Frozen: 1}
+		Weights: map[int]int{2: 100}, Sticky: true, Frozen: 1, Starting: 3}
 	b, err := json.Marshal(rt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"App":"web","Endpoints":[{"ID":"web-1","Addr":"10.0.0.2:8080","Revision":2}],"MaxBodyBytes":1,"QueueLimit":2,"QueueTimeout":1000000000,"Unavailable":"gone","Weights":{"2":100},"Sticky":true,"Frozen":1}`
+	want := `{"App":"web","Endpoints":[{"ID":"web-1","Addr":"10.0.0.2:8080","Revision":2}],"MaxBodyBytes":1,"QueueLimit":2,"QueueTimeout":1000000000,"Unavailable":"gone","Weights":{"2":100},"Sticky":true,"Frozen":1,"Starting":3}`
 	if string(b) != want {
 		t.Fatalf("route JSON\n got %s\nwant %s", b, want)
 	}

@@ -36,6 +36,8 @@ func (ctl *appCtl) route() route.Route {
 			ids = append(ids, id)
 		} else if r.rec.State == StateFrozen {
 			rt.Frozen++
+		} else if r.state.booting() {
+			rt.Starting++
 		}
 	}
 	sort.Strings(ids)

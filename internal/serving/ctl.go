@@ -77,6 +77,7 @@ type appCtl struct {
 
 	// Under mu: what its holder leaves to do once it is released (unlock).
 	routeDirty bool       // the route must be published
+	routeSoon  bool       // the route changed in its count of starting replicas only: published without holding up the actions
 	remains    []*replica // dead replicas whose container and address wait for clearRemains
 	acts       []action   // calls to make, goroutines to start
 

@@ -67,6 +67,10 @@ func (s State) exiting() bool {
 	return false
 }
 
+// booting reports whether a replica in state s is being started: the
+// route counts it (route.Route.Starting).
+func (s State) booting() bool { return s == StatePending || s == StateStarting }
+
 // move is what takes a replica from one state to another.
 type move string
 
@@ -209,6 +213,13 @@ func (ctl *appCtl) enter(r *replica, to State) {
 	id := r.rec.ID
 	if to == StateReady {
 		r.closed = false
+	}
+	// The route counts the replicas being started (route.Starting).
+	switch {
+	case to.booting() && !r.state.booting():
+		ctl.routeSoon = true
+	case r.state.booting() && !to.booting():
+		ctl.publish()
 	}
 	r.state = to
 	if to == StateGone {

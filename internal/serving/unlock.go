@@ -78,8 +78,19 @@ func (ctl *appCtl) unlock() {
 	}
 	var rt route.Route
 	var seq uint64
-	if ctl.routeDirty {
-		ctl.routeDirty = false
+	if ctl.routeSoon && !ctl.routeDirty && ctl.holds <= ctl.stored {
+		// Only the count of starting replicas changed: no replica left
+		// the route, so the actions (a start) need not wait for it.
+		ctl.routeSoon = false
+		srt, sseq := ctl.route(), ctl.pub.next()
+		ctl.lead.wg.Add(1)
+		go func() {
+			defer ctl.lead.wg.Done()
+			ctl.pub.publish(ctl.m.o.Router, sseq, srt)
+		}()
+	}
+	if ctl.routeDirty || ctl.routeSoon {
+		ctl.routeDirty, ctl.routeSoon = false, false
 		rt, seq = ctl.route(), ctl.pub.next()
 	}
 	acts := ctl.acts
