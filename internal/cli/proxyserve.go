@@ -17,12 +17,14 @@ import (
 func init() { extraCommands = append(extraCommands, newProxyServeCmd) }
 
 // newProxyServeCmd is the daemon's proxy process: the daemon starts it with
-// the proxy's listener as fd 3 and the control socket as fd 4. It is
+// the proxy's listener as fd 3, the control socket as fd 4 and, with
+// --tls-listener, the HTTPS listener as fd 5. It is
 // hidden: people do not call it.
 func newProxyServeCmd(*globals) *cobra.Command {
 	var c dataplane.ServeConfig
 	var level, logFile string
 	var trusted []string
+	var tlsListener bool
 	cmd := &cobra.Command{
 		Use:    "proxy-serve",
 		Short:  "The daemon's HTTP proxy process (internal)",
@@ -52,6 +54,11 @@ func newProxyServeCmd(*globals) *cobra.Command {
 			if c.Control, err = inherited(4, "proxy control socket"); err != nil {
 				return err
 			}
+			if tlsListener {
+				if c.TLSListener, err = inherited(5, "proxy TLS listener"); err != nil {
+					return err
+				}
+			}
 			return dataplane.Serve(cmd.Context(), c)
 		},
 	}
@@ -63,6 +70,7 @@ func newProxyServeCmd(*globals) *cobra.Command {
 	f.IntVar(&c.Limits.MaxHeadBytes, "max-head-bytes", 0, "largest request head (0: 32 KiB)")
 	f.IntVar(&c.Limits.MaxConnsPerClient, "max-conns-per-client", 0, "connections one client address may hold (0: 256)")
 	f.StringSliceVar(&trusted, "trusted-proxies", nil, "addresses and CIDRs whose forwarded fields are kept")
+	f.BoolVar(&tlsListener, "tls-listener", false, "descriptor 5 is the HTTPS listener")
 	return cmd
 }
 

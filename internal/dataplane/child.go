@@ -20,7 +20,9 @@ import (
 // ServeConfig is the proxy process's side.
 type ServeConfig struct {
 	Listener net.Listener // requests (inherited from the daemon)
-	Control  net.Listener // the control socket (inherited from the daemon)
+	// TLSListener takes HTTPS requests (inherited; nil: none).
+	TLSListener net.Listener
+	Control     net.Listener // the control socket (inherited from the daemon)
 	// DaemonAPI is the path of the daemon's API unix socket, called to wake
 	// cold apps.
 	DaemonAPI string
@@ -63,16 +65,22 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	info := Info{Pid: os.Getpid(), Addr: c.Listener.Addr().String(), Domain: c.Domain, Version: c.Version, Started: time.Now(),
 		Trusted: strings.Join(c.TrustedProxies.Strings(), ",")}
-	ctl := newControl(p, info, reg, stop)
+	if c.TLSListener != nil {
+		info.TLSAddr = c.TLSListener.Addr().String()
+	}
+	ctl := newControl(p, info, reg, stop, log)
 	cs := &http.Server{Handler: ctl.handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := cs.Serve(c.Control); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("proxy: control socket", "err", err)
 		}
 	}()
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- p.Serve(c.Listener) }()
-	log.Info("proxy process serving", "addr", info.Addr, "pid", info.Pid, "control", c.Control.Addr().String())
+	if c.TLSListener != nil {
+		go func() { served <- p.ServeTLS(c.TLSListener) }()
+	}
+	log.Info("proxy process serving", "addr", info.Addr, "tls_addr", info.TLSAddr, "pid", info.Pid, "control", c.Control.Addr().String())
 
 	var err error
 	select {

@@ -48,6 +48,7 @@ type Client struct {
 	// proxy applies them in the order serving made them.
 	mu     sync.Mutex
 	routes map[string]route.Route // by app, lower case
+	certs  []route.Cert           // as last set; nil: never set
 	hop    *Hop                   // nil: not in a cluster
 	chall  []proxy.Challenge      // the ACME challenges answered
 	broken atomic.Bool            // a change failed to reach the proxy
@@ -149,6 +150,21 @@ func (c *Client) SetChallenges(ctx context.Context, list []proxy.Challenge) erro
 	return c.do(ctx, http.MethodPut, "/v1/challenges", list, nil)
 }
 
+// SetCerts replaces the certificates the proxy serves over TLS with
+// certs, the whole set: sent in order with the route changes, kept here
+// and pushed again at every Sync (they live only in the proxy's memory).
+func (c *Client) SetCerts(certs []route.Cert) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.certs = slices.Clone(certs)
+	if c.certs == nil {
+		c.certs = []route.Cert{}
+	}
+	if err := c.call(http.MethodPut, "/v1/certs", c.certs, nil); err != nil {
+		c.fail(err)
+	}
+}
+
 // RemoveRoute removes an app from the proxy.
 func (c *Client) RemoveRoute(app string) {
 	c.mu.Lock()
@@ -165,13 +181,20 @@ func (c *Client) fail(err error) {
 	}
 }
 
-// Sync replaces the proxy's whole table with the routes set through this
-// client: apps it has no route for are removed.
+// Sync replaces the proxy's whole table with the routes (and the
+// certificates) set through this client: apps it has no route for are
+// removed.
 func (c *Client) Sync() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.hop != nil {
 		if err := c.call(http.MethodPut, "/v1/hop", c.hop, nil); err != nil {
+			c.broken.Store(true)
+			return err
+		}
+	}
+	if c.certs != nil {
+		if err := c.call(http.MethodPut, "/v1/certs", c.certs, nil); err != nil {
 			c.broken.Store(true)
 			return err
 		}

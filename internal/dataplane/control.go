@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -33,7 +34,8 @@ import (
 // Info describes a running proxy process.
 type Info struct {
 	Pid     int       `json:"pid"`
-	Addr    string    `json:"addr"` // where it takes requests
+	Addr    string    `json:"addr"`               // where it takes requests
+	TLSAddr string    `json:"tls_addr,omitempty"` // where it takes HTTPS requests
 	Domain  string    `json:"domain,omitempty"`
 	Trusted string    `json:"trusted_proxies,omitempty"` // as --trusted-proxies
 	Version string    `json:"version,omitempty"`
@@ -51,13 +53,14 @@ type control struct {
 
 	mu     sync.Mutex
 	routes map[string]route.Route // as last pushed, by app (lower case)
+	log    *slog.Logger
 }
 
 // maxRouteBody bounds a route push (the whole table in one call).
 const maxRouteBody = 64 << 20
 
-func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(time.Duration)) *control {
-	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]route.Route{}}
+func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(time.Duration), log *slog.Logger) *control {
+	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]route.Route{}, log: log}
 }
 
 // handler returns the control API:
@@ -68,6 +71,7 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 //	PUT    /v1/routes                    replace the whole table ([]route.Route)
 //	PUT    /v1/routes/{app}              set one app's route (route.Route)
 //	DELETE /v1/routes/{app}              remove an app
+//	PUT    /v1/certs                     replace the certificates served over TLS ([]route.Cert)
 //	GET    /v1/load                      map app → route.Load, every app
 //	GET    /v1/load/{app}                one app's route.Load
 //	POST   /v1/endpoints/{id}/wait-idle  answers 204 once the endpoint is idle
@@ -83,6 +87,7 @@ func (c *control) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/routes", c.replaceRoutes)
 	mux.HandleFunc("PUT /v1/routes/{app}", c.setRoute)
 	mux.HandleFunc("DELETE /v1/routes/{app}", c.removeRoute)
+	mux.HandleFunc("PUT /v1/certs", c.setCerts)
 	mux.HandleFunc("GET /v1/load", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.p.Loads()) })
 	mux.HandleFunc("GET /v1/load/{app}", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, c.p.Load(r.PathValue("app")))
@@ -195,6 +200,21 @@ func (c *control) setChallenges(w http.ResponseWriter, r *http.Request) {
 	if err := c.p.SetChallenges(list); err != nil {
 		httperr.Write(w, http.StatusBadRequest, err, "challenges")
 		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// setCerts replaces the certificates the TLS listener serves. One that
+// the proxy cannot use is logged and left out; the others are served.
+func (c *control) setCerts(w http.ResponseWriter, r *http.Request) {
+	var certs []route.Cert
+	if !readJSON(w, r, &certs) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.p.SetCerts(certs); err != nil {
+		c.log.Warn("proxy: certificates left out", "err", err)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -22,7 +22,9 @@ import (
 
 // Options say how the daemon runs its proxy process.
 type Options struct {
-	Addr      string // where the proxy takes requests (--proxy)
+	Addr string // where the proxy takes requests (--proxy)
+	// TLSAddr is where it takes HTTPS requests (--proxy-tls; "": none).
+	TLSAddr   string
 	Domain    string
 	RunDir    string // holds the control socket and the proxy's log
 	DaemonAPI string // path of the daemon's API unix socket
@@ -94,17 +96,17 @@ func Open(ctx context.Context, o Options) (*Plane, error) {
 	info, err := pl.client.Info(ictx)
 	cancel()
 	switch {
-	case err == nil && sameAddr(o.Addr, info.Addr) && info.Domain == o.Domain && info.Trusted == pl.trusted():
+	case err == nil && sameAddr(o.Addr, info.Addr) && sameTLSAddr(o.TLSAddr, info.TLSAddr) && info.Domain == o.Domain && info.Trusted == pl.trusted():
 		if err := pl.adopt(info); err != nil {
 			return nil, err
 		}
 	case err == nil:
 		pl.log.Warn("proxy: the running proxy process serves another address, domain or trusted proxies; stopping it",
-			"pid", info.Pid, "addr", info.Addr, "domain", info.Domain, "trusted_proxies", info.Trusted)
+			"pid", info.Pid, "addr", info.Addr, "tls_addr", info.TLSAddr, "domain", info.Domain, "trusted_proxies", info.Trusted)
 		pl.stopOther(ctx, info)
 		fallthrough
 	default:
-		if err := pl.start(pl.o.Addr); err != nil {
+		if err := pl.start(pl.o.Addr, pl.o.TLSAddr); err != nil {
 			return nil, err
 		}
 	}
@@ -158,14 +160,26 @@ func (pl *Plane) adopt(info Info) error {
 	return nil
 }
 
-// start binds the listener and the control socket and starts a proxy
-// process that inherits both.
-func (pl *Plane) start(addr string) error {
+// start binds the listener (and the TLS one, when tlsAddr is set) and
+// the control socket and starts a proxy process that inherits them.
+func (pl *Plane) start(addr, tlsAddr string) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("--proxy %s: %w", pl.o.Addr, err)
 	}
 	defer l.Close()
+	var tlsFile *os.File
+	if tlsAddr != "" {
+		tl, err := net.Listen("tcp", tlsAddr)
+		if err != nil {
+			return fmt.Errorf("--proxy-tls %s: %w", pl.o.TLSAddr, err)
+		}
+		defer tl.Close()
+		if tlsFile, err = tl.(*net.TCPListener).File(); err != nil {
+			return fmt.Errorf("--proxy-tls %s: %w", pl.o.TLSAddr, err)
+		}
+		defer tlsFile.Close()
+	}
 	os.Remove(pl.ctlPath)
 	cl, err := net.Listen("unix", pl.ctlPath)
 	if err != nil {
@@ -219,6 +233,10 @@ func (pl *Plane) start(addr string) error {
 	}
 	cmd := exec.Command(pl.o.Exe, args...)
 	cmd.ExtraFiles = []*os.File{lf, cf} // fds 3 and 4
+	if tlsFile != nil {
+		cmd.Args = append(cmd.Args, "--tls-listener")
+		cmd.ExtraFiles = append(cmd.ExtraFiles, tlsFile) // fd 5
+	}
 	cmd.Stdout, cmd.Stderr = out, out
 	// A session of its own: a signal to the daemon's process group (a
 	// terminal's ^C) does not reach it.
@@ -304,7 +322,7 @@ func (pl *Plane) supervise() {
 			for {
 				// The address it had (the port chosen for ":0" included),
 				// so that clients find the new one where the old one was.
-				err := pl.start(last.Addr)
+				err := pl.start(last.Addr, last.TLSAddr)
 				if err == nil {
 					break
 				}
@@ -410,6 +428,22 @@ func sameAddr(want, actual string) bool {
 		return ai.IsLoopback()
 	}
 	return false
+}
+
+// sameTLSAddr is sameAddr for the TLS listener, which may be off on both
+// sides.
+func sameTLSAddr(want, actual string) bool {
+	if want == "" || actual == "" {
+		return want == actual
+	}
+	return sameAddr(want, actual)
+}
+
+// TLSAddr is where the proxy takes HTTPS requests; "" when it takes none.
+func (pl *Plane) TLSAddr() string {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.info.TLSAddr
 }
 
 // trusted is --trusted-proxies as the proxy process reports it back.

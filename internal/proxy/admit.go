@@ -28,6 +28,10 @@ type inbound interface {
 	stuck(rt *routeSnap) *endpoint
 	// hold returns the context a request held for a cold app waits in.
 	hold() context.Context
+	// isTLS reports whether the request came over TLS; uri is its
+	// request target (for a redirect to HTTPS).
+	isTLS() bool
+	uri() string
 }
 
 // refusal is an answer the proxy makes itself, in place of a replica's.
@@ -37,6 +41,8 @@ type refusal struct {
 	field string
 	retry bool // with Retry-After
 	close bool // the client connection closes after it
+	// location is the Location of a redirect (to HTTPS).
+	location string
 }
 
 // write writes the refusal's JSON error body.
@@ -46,6 +52,9 @@ func (f *refusal) write(w http.ResponseWriter) {
 	}
 	if f.retry {
 		w.Header().Set("Retry-After", retryAfter)
+	}
+	if f.location != "" {
+		w.Header().Set("Location", f.location)
 	}
 	httperr.Write(w, f.code, f.err, f.field)
 }
@@ -76,6 +85,13 @@ func (p *Proxy) admit(st *reqState, a *app, cl int64, in inbound) *refusal {
 	}
 	if rt == nil {
 		return &refusal{code: http.StatusNotFound, err: fmt.Errorf("no app serves host %q", in.host()), field: "host"}
+	}
+	if p.edge.httpsPort.Load() != nil {
+		redirect, hsts := p.edgeAnswer(rt, in.host(), in.isTLS())
+		if redirect {
+			return st.refuseWith(redirectRefusal(p.location(in.host(), in.uri())))
+		}
+		st.hsts = hsts
 	}
 	st.start = p.clock.Now()
 	st.app = a

@@ -58,6 +58,7 @@ type cconn struct {
 
 	client string    // the client's address
 	fw     forwarded // what the forwarded fields say of it
+	tls    bool      // c is a *tls.Conn
 
 	rdl, wdl time.Time // deadlines set on c; the zero time when unknown
 	long     []byte    // a head too long for br, read on for net/http
@@ -69,7 +70,7 @@ type cconn struct {
 
 func newCconn(f *server, c net.Conn, client string) *cconn {
 	_, isTLS := c.(*tls.Conn)
-	cc := &cconn{f: f, c: c, client: client, fw: newForwarded(client, isTLS, f.p.trusted)}
+	cc := &cconn{f: f, c: c, client: client, fw: newForwarded(client, isTLS, f.p.trusted), tls: isTLS}
 	cc.w.c = cc
 	cc.x.c = cc
 	return cc
@@ -88,6 +89,9 @@ const (
 var errHandOff = errors.New("request for net/http")
 
 func (c *cconn) serve() {
+	if c.tls && !c.handshake() {
+		return
+	}
 	c.br = readers.Get().(*bufio.Reader)
 	c.br.Reset(c.c)
 	c.bw = writers.Get().(*bufio.Writer)
@@ -305,7 +309,7 @@ func (c *cconn) skipBody(n int64) bool {
 // sends for a moment before closing, so that an answer the client has not
 // read yet is not lost to a reset.
 func (c *cconn) lingerClose() {
-	if tc, ok := c.c.(*net.TCPConn); ok {
+	if tc, ok := c.c.(interface{ CloseWrite() error }); ok {
 		tc.CloseWrite()
 	}
 	c.c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))

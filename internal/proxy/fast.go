@@ -95,6 +95,16 @@ func (x *fastReq) finish() { x.c.f.p.finish(&x.st) }
 // host returns the Host of the request, from x.out.
 func (x *fastReq) host() string { return string(x.hostBytes()) }
 
+func (x *fastReq) isTLS() bool { return x.c.tls }
+
+// uri is the request target, from the request line in x.out.
+func (x *fastReq) uri() string {
+	line := x.out[:bytes.IndexByte(x.out, '\r')]
+	_, rest, _ := bytes.Cut(line, []byte(" "))
+	target, _, _ := bytes.Cut(rest, []byte(" "))
+	return string(target)
+}
+
 // hostBytes returns the Host of the request, from x.out.
 func (x *fastReq) hostBytes() []byte {
 	const h = "\r\nHost: "
@@ -229,6 +239,8 @@ func (p *Proxy) lookupHost(host []byte) *app {
 	switch {
 	case len(h) >= len(".localhost") && string(h[len(h)-len(".localhost"):]) == ".localhost":
 		name = h[:len(h)-len(".localhost")]
+	case (*p.domains.Load())[string(h)] != nil:
+		return (*p.domains.Load())[string(h)]
 	case p.domain != "" && len(h) >= len(p.domain) && string(h[len(h)-len(p.domain):]) == p.domain:
 		name = h[:len(h)-len(p.domain)]
 	default:

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -170,7 +171,20 @@ func newForwarded(client string, tls bool, trust TrustList) forwarded {
 
 // forwardedOf is the forwarded of a request net/http read.
 func forwardedOf(r *http.Request, trust TrustList) forwarded {
-	return newForwarded(clientIP(r), r.TLS != nil, trust)
+	return newForwarded(clientIP(r), requestTLS(r), trust)
+}
+
+// requestTLS reports whether r came over TLS: net/http's own, or a TLS
+// connection the fast path handed to it.
+func requestTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	if h, ok := r.Context().Value(connKey{}).(*handedConn); ok {
+		_, isTLS := h.Conn.(*tls.Conn)
+		return isTLS
+	}
+	return false
 }
 
 // sentFields are the values of a request's own forwarded fields, as

@@ -65,6 +65,7 @@ type Proxy struct {
 	trusted   TrustList
 
 	front server // the listener side of Serve
+	edge  edge   // TLS: certificates, the listener's config, redirects
 
 	// challenges are the ACME challenges answered (acme.go); nil: none.
 	challenges atomic.Pointer[challenges]
@@ -85,6 +86,7 @@ func New(o Options) *Proxy {
 		p.domain = "." + d
 	}
 	p.front.init(p, o.Limits.withDefaults())
+	p.edge.init(p.ALPNChallenge)
 	return p
 }
 
@@ -131,7 +133,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.forward(st, x, safe, idempotent, r.ContentLength)
 }
 
-// appName returns the app a Host header names, or "".
+// appName returns the app a Host header names, or "": <app>.localhost,
+// an app's own domain, or <app>.<domain>.
 func (p *Proxy) appName(host string) string {
 	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
 		host = host[:i]
@@ -142,6 +145,9 @@ func (p *Proxy) appName(host string) string {
 	}
 	if name, ok := strings.CutSuffix(host, ".localhost"); ok {
 		return name
+	}
+	if a := (*p.domains.Load())[host]; a != nil {
+		return a.name
 	}
 	if p.domain != "" {
 		if name, ok := strings.CutSuffix(host, p.domain); ok {
@@ -184,6 +190,9 @@ type reqState struct {
 	// hop is set for a request another node's proxy sent to st.ep: it
 	// goes there or nowhere.
 	hop bool
+	// hsts: the answer carries Strict-Transport-Security (an HTTPS
+	// request for a host with a certificate).
+	hsts bool
 }
 
 // setCookie returns the Set-Cookie value the answer carries: the sticky

@@ -98,13 +98,17 @@ func (x *fastReq) relay(bc *bconn, keepBackend *bool) outcome {
 	return x.finishAnswer(res, !a.close && !(a.chunked && a.cl >= 0) && bc.clean(), closing, keepBackend)
 }
 
-// writeSetCookie adds the sticky cookie to an answer head when it is due.
+// writeSetCookie adds the sticky cookie to an answer head when it is due,
+// and HSTS when the edge wants it.
 func (x *fastReq) writeSetCookie() {
 	c := x.c
 	if v := x.st.setCookie(); v != "" {
 		c.bw.WriteString("Set-Cookie: ")
 		c.bw.WriteString(v)
 		c.bw.WriteString("\r\n")
+	}
+	if x.st.hsts {
+		c.bw.WriteString("Strict-Transport-Security: " + hstsValue + "\r\n")
 	}
 }
 

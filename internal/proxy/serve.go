@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -83,7 +84,10 @@ func (f *server) init(p *Proxy, l Limits) {
 // (an upgrade, Expect, a chunked upload, HTTP/1.0, an absolute URI, a head
 // over 8 KiB, anything malformed) is handed, with the bytes already read,
 // to a net/http server that runs the same handler for the rest of its life.
-func (p *Proxy) Serve(l net.Listener) error {
+func (p *Proxy) Serve(l net.Listener) error { return p.serve(l, false) }
+
+// serve accepts connections on l, TLS ones when isTLS (see ServeTLS).
+func (p *Proxy) serve(l net.Listener, isTLS bool) error {
 	f := &p.front
 	f.mu.Lock()
 	if f.shutting.Load() {
@@ -120,6 +124,9 @@ func (p *Proxy) Serve(l net.Listener) error {
 			continue
 		}
 		delay = 0
+		if isTLS {
+			c = tls.Server(c, p.edge.config.Load())
+		}
 		cc := f.add(c)
 		if cc == nil {
 			c.Close()

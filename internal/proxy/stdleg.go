@@ -33,6 +33,10 @@ type stdReq struct {
 
 func (x *stdReq) host() string { return x.r.Host }
 
+func (x *stdReq) isTLS() bool { return requestTLS(x.r) }
+
+func (x *stdReq) uri() string { return x.r.RequestURI }
+
 // admitted bounds a body of unknown length by the route's limit.
 func (x *stdReq) admitted(rt *routeSnap) *refusal {
 	r := x.r
@@ -158,6 +162,9 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 	}
 	if v := st.setCookie(); v != "" {
 		h.Add("Set-Cookie", v)
+	}
+	if st.hsts {
+		h.Set("Strict-Transport-Security", hstsValue)
 	}
 	w.WriteHeader(resp.StatusCode)
 	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")

@@ -3,6 +3,7 @@ package proxy
 import (
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,9 @@ import (
 // go, and every endpoint by ID.
 type table struct {
 	apps atomic.Pointer[map[string]*app]
+	// domains maps each app's own host names (route.Route.Domains) to
+	// it; rebuilt, copy-on-write, when an app's domains change.
+	domains atomic.Pointer[map[string]*app]
 
 	mu        sync.Mutex              // serializes table changes
 	endpoints map[string]*endpoint    // by ID; guarded by mu
@@ -34,6 +38,8 @@ func (t *table) init(c clock.Clock, m *metrics, log *slog.Logger) {
 	t.endpoints = map[string]*endpoint{}
 	empty := map[string]*app{}
 	t.apps.Store(&empty)
+	noDomains := map[string]*app{}
+	t.domains.Store(&noDomains)
 }
 
 // pruneAfter is how long a closed, idle endpoint keeps its counters before
@@ -76,6 +82,10 @@ type routeSnap struct {
 	starting     int
 	capacity     int64         // in flight on a near endpoint before a far one is tried; 0: no bound
 	wsTimeout    time.Duration // a WebSocket idle this long is closed
+
+	domains  []string // the app's own host names, lower case
+	redirect bool     // plain HTTP to a host with a certificate goes to HTTPS
+	hsts     bool     // HTTPS answers carry Strict-Transport-Security
 }
 
 func (a *app) waitChan() <-chan struct{} { return *a.changed.Load() }
@@ -119,6 +129,7 @@ func (t *table) Update(routes []route.Route) {
 		}
 	}
 	t.apps.Store(&next)
+	t.rebuildDomainsLocked()
 	t.closeAndWake(closing, append(wake, gone...))
 	for _, a := range gone {
 		t.metrics.forget(a.name)
@@ -141,11 +152,18 @@ func (t *table) SetRoute(r route.Route) {
 	for _, e := range r.Endpoints {
 		keep[e.ID] = true
 	}
+	var had []string
+	if rt := a.route.Load(); rt != nil {
+		had = rt.domains
+	}
 	closing := t.setLocked(a, r, keep)
 	if added {
 		next := maps.Clone(old)
 		next[name] = a
 		t.apps.Store(&next)
+	}
+	if !slices.Equal(had, a.route.Load().domains) {
+		t.rebuildDomainsLocked()
 	}
 	t.closeAndWake(closing, []*app{a})
 	t.pruneLocked()
@@ -164,8 +182,15 @@ func (t *table) RemoveRoute(name string) {
 	}
 	next := maps.Clone(old)
 	delete(next, name)
+	var had []string
+	if rt := a.route.Load(); rt != nil {
+		had = rt.domains
+	}
 	closing := t.removeLocked(a)
 	t.apps.Store(&next)
+	if len(had) > 0 {
+		t.rebuildDomainsLocked()
+	}
 	t.closeAndWake(closing, []*app{a})
 	t.metrics.forget(name)
 	t.pruneLocked()
@@ -195,6 +220,11 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		starting:     r.Starting,
 		capacity:     int64(r.Capacity),
 		wsTimeout:    r.WebSocketTimeout,
+		redirect:     !r.KeepHTTP,
+		hsts:         !r.NoHSTS,
+	}
+	for _, d := range r.Domains {
+		snap.domains = append(snap.domains, strings.ToLower(d))
 	}
 	if snap.wsTimeout <= 0 {
 		snap.wsTimeout = route.DefaultWebSocketTimeout
@@ -255,6 +285,28 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 	}
 	a.route.Store(snap)
 	return closing
+}
+
+// rebuildDomainsLocked makes the map of the apps' own host names again;
+// should two apps name one (the store lets only one own it), the first by
+// name has it.
+func (t *table) rebuildDomainsLocked() {
+	apps := *t.apps.Load()
+	names := slices.Sorted(maps.Keys(apps))
+	next := map[string]*app{}
+	for _, n := range names {
+		a := apps[n]
+		rt := a.route.Load()
+		if rt == nil {
+			continue
+		}
+		for _, d := range rt.domains {
+			if next[d] == nil {
+				next[d] = a
+			}
+		}
+	}
+	t.domains.Store(&next)
 }
 
 // removeLocked marks a removed and returns its endpoints to close.

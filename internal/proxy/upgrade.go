@@ -75,6 +75,9 @@ func (x *stdReq) switched(bc *bconn, resp *http.Response, want string) {
 	if v := st.setCookie(); v != "" {
 		b = append(append(append(b, "Set-Cookie: "...), v...), "\r\n"...)
 	}
+	if st.hsts {
+		b = append(b, "Strict-Transport-Security: "+hstsValue+"\r\n"...)
+	}
 	b = append(b, "\r\n"...)
 	brw.Writer.Write(b)
 	if brw.Writer.Flush() != nil {

@@ -1,6 +1,7 @@
 // Package route holds what serving and the proxy share of an app's routing:
 // the Route serving publishes for each app (its ready endpoints, traffic
-// weights, stickiness and limits) and the Load the proxy reports back. Both
+// weights, stickiness, limits and own domains), the certificates (Cert)
+// the proxy serves over TLS, and the Load the proxy reports back. All
 // travel as JSON over the proxy process's control socket, so their field
 // names are a wire format: a daemon and a proxy of another build read them.
 package route
@@ -74,6 +75,27 @@ type Route struct {
 	// for this long (with a close frame, status 1001), so that its
 	// replica can go idle; 0 means DefaultWebSocketTimeout.
 	WebSocketTimeout time.Duration `json:",omitempty"`
+	// Domains are the app's own host names (shoal.toml's domains): the
+	// proxy routes them to it beside <app>.localhost and <app>.<domain>.
+	Domains []string `json:",omitempty"`
+	// KeepHTTP answers plain HTTP requests to a host with a certificate
+	// as any other, without the redirect to HTTPS ([https] redirect =
+	// false); NoHSTS leaves out Strict-Transport-Security on HTTPS
+	// ([https] hsts = false).
+	KeepHTTP bool `json:",omitempty"`
+	NoHSTS   bool `json:",omitempty"`
+}
+
+// Cert is a certificate the proxy serves over TLS, as the daemon pushes
+// it to the proxy process: the names it serves (a "*.example.test"
+// wildcard among them serves one label under example.test), the chain
+// (leaf first) and its key in PEM, and an OCSP response (DER) to staple
+// when there is one.
+type Cert struct {
+	Domains []string `json:"domains"`
+	CertPEM []byte   `json:"cert_pem"`
+	KeyPEM  []byte   `json:"key_pem"`
+	OCSP    []byte   `json:"ocsp,omitempty"`
 }
 
 // Load is the proxy's view of one app's traffic.
