@@ -80,8 +80,8 @@ func (w *tailWriter) String() string {
 // the daemon's version: an operator can leave them out of access logs.
 const HealthAgent = "shoal-health"
 
-// probe checks once whether the replica at addr is healthy with an HTTP or
-// TCP check; an HTTP check says it is one with the User-Agent ua.
+// probe checks once whether the replica at addr is healthy with an HTTP,
+// gRPC (grpccheck.go) or TCP check; an HTTP check says it is one with the User-Agent ua.
 func probe(ctx context.Context, h manifest.Health, addr, ua string) error {
 	timeout := h.Timeout.Duration
 	if timeout <= 0 {
@@ -89,6 +89,9 @@ func probe(ctx context.Context, h manifest.Health, addr, ua string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if h.GRPC {
+		return grpcProbe(ctx, h, addr, ua)
+	}
 	if h.HTTP == "" {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)

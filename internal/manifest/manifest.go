@@ -17,6 +17,12 @@ type Config struct {
 	// Port is where the app listens in its container; it is also given to
 	// the app as $PORT.
 	Port int `toml:"port"`
+	// Protocol is how the proxy speaks to the replicas: "" (HTTP/1.1,
+	// written "http1"), ProtocolH2C (cleartext HTTP/2 with prior
+	// knowledge) or ProtocolGRPC (h2c for a gRPC server). Left out of the
+	// hash's JSON when unset, so that apps without it keep their
+	// revisions' hashes.
+	Protocol string `toml:"protocol" json:",omitempty"`
 	// Command replaces the image's ENTRYPOINT when set, as Kubernetes'
 	// command does: the image's CMD is then dropped unless Args is set.
 	Command []string `toml:"command"`
@@ -69,6 +75,16 @@ type Config struct {
 	// of the hash's JSON when it says the defaults.
 	Network Network `toml:"network" json:",omitzero"`
 }
+
+// Protocols of the protocol key besides HTTP/1.1 ("http1", stored as "").
+const (
+	ProtocolHTTP1 = "http1"
+	ProtocolH2C   = "h2c"
+	ProtocolGRPC  = "grpc"
+)
+
+// H2C tells whether the proxy speaks cleartext HTTP/2 to the replicas.
+func (c *Config) H2C() bool { return c.Protocol == ProtocolH2C || c.Protocol == ProtocolGRPC }
 
 // Placement is the [placement] table: the cluster nodes an app's replicas
 // may run on and prefer, and the apps they keep apart from or run with.
@@ -157,11 +173,16 @@ type Resources struct {
 	MaxBody string `toml:"max_body"`
 }
 
-// Health is the [health] table: an HTTP path, a TCP check of Port, or a
-// command run inside the replica's container.
+// Health is the [health] table: an HTTP path, a TCP check of Port, a gRPC
+// health check (grpc.health.v1.Health/Check over h2c), or a command run
+// inside the replica's container.
 type Health struct {
 	HTTP string `toml:"http"`
 	TCP  bool   `toml:"tcp"`
+	// GRPC checks with the gRPC health protocol: Check answers SERVING
+	// for GRPCService ("" asks about the server as a whole).
+	GRPC        bool   `toml:"grpc" json:",omitempty"`
+	GRPCService string `toml:"grpc_service" json:",omitempty"`
 	// Command is run in the replica's container (as its process, with its
 	// environment, limits and filters); exit code 0 is healthy. A replica
 	// with a command check is ready once its port takes a connection and

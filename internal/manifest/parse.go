@@ -199,7 +199,10 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 		r.MaxBody = DefaultMaxBody
 	}
 	h := &c.Health
-	if h.HTTP == "" && h.Command == nil && def("health", "tcp") {
+	if c.Protocol == ProtocolHTTP1 {
+		c.Protocol = ""
+	}
+	if h.HTTP == "" && h.Command == nil && !h.GRPC && def("health", "tcp") {
 		h.TCP = true
 	}
 	if def("health", "interval") {

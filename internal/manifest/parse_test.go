@@ -156,6 +156,11 @@ func TestParseErrors(t *testing.T) {
 		{"max_body bad", base + "[resources]\nmax_body = \"10 parsecs\"\n", "resources.max_body", "parsecs"},
 		{"http and tcp", base + "[health]\nhttp = \"/h\"\ntcp = true\n", "health.tcp", "exclude"},
 		{"no check", base + "[health]\ntcp = false\n", "health", "set http"},
+		{"protocol unknown", base + "protocol = \"h3\"\n", "protocol", "\"h2c\""},
+		{"grpc and tcp", base + "[health]\ngrpc = true\ntcp = true\n", "health.grpc", "excludes"},
+		{"grpc and command", base + "[health]\ngrpc = true\ncommand = [\"true\"]\n", "health.grpc", "excludes"},
+		{"grpc service alone", base + "[health]\ngrpc_service = \"echo\"\n", "health.grpc_service", "grpc = true"},
+		{"grpc service space", base + "[health]\ngrpc = true\ngrpc_service = \"a b\"\n", "health.grpc_service", "white space"},
 		{"http relative", base + "[health]\nhttp = \"healthz\"\n", "health.http", "starting with /"},
 		{"http space", base + "[health]\nhttp = \"/a b\"\n", "health.http", "white space"},
 		{"command and http", base + "[health]\nhttp = \"/h\"\ncommand = [\"true\"]\n", "health.command", "health.http"},
@@ -240,6 +245,9 @@ func TestParseValid(t *testing.T) {
 		"disk most":       "[resources]\ndisk = \"1Ti\"\n",
 		"no init":         "init = false\n",
 		"tcp check":       "[health]\ntcp = true\n",
+		"grpc":            "protocol = \"grpc\"\n[health]\ngrpc = true\ngrpc_service = \"grpcecho.Echo\"\n",
+		"h2c":             "protocol = \"h2c\"\n",
+		"http1":           "protocol = \"http1\"\n",
 		"http with query": "[health]\nhttp = \"/healthz?deep=1\"\n",
 		"command check":   "[health]\ncommand = [\"/bin/sh\", \"-c\", \"test -f /tmp/ok\"]\ninterval = \"500ms\"\n",
 		"volumes":         "[volumes]\na = \"/data\"\nb-2 = \"/var/lib/b\"\n",
@@ -331,6 +339,13 @@ tcp = true
 	// [traffic] changes the route, not the replicas: no new revision.
 	if c := parse("name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[traffic]\nsticky = true\n"); !c.Traffic.Sticky || c.Hash() != a.Hash() {
 		t.Errorf("[traffic] sticky = true: sticky %v, hash %s, want %s", c.Traffic.Sticky, c.Hash(), a.Hash())
+	}
+	// protocol = "http1" is the default, spelled out.
+	if c := parse("name = \"web\"\nimage = \"web:1\"\nprotocol = \"http1\"\n[env]\nA = \"1\"\nB = \"2\"\n"); c.Protocol != "" || c.H2C() || c.Hash() != a.Hash() {
+		t.Errorf("protocol = \"http1\": protocol %q, hash %s, want %s", c.Protocol, c.Hash(), a.Hash())
+	}
+	if c := parse("name = \"web\"\nimage = \"web:1\"\nprotocol = \"grpc\"\n[health]\ngrpc = true\n"); !c.H2C() || c.Health.TCP || c.Hash() == a.Hash() {
+		t.Errorf("protocol = \"grpc\": h2c %v, tcp %v", c.H2C(), c.Health.TCP)
 	}
 	// An empty [placement] is none.
 	if c := parse("name = \"web\"\nimage = \"web:1\"\n[env]\nA = \"1\"\nB = \"2\"\n[placement]\nnodes = []\n"); c.Hash() != a.Hash() {

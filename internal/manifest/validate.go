@@ -52,6 +52,8 @@ func (c *Config) Validate() error {
 		return errdefs.Invalid("image", "%q must not contain white space", c.Image)
 	case c.Port < 1 || c.Port > 65535:
 		return errdefs.Invalid("port", "%d must be a port number 1-65535", c.Port)
+	case c.Protocol != "" && c.Protocol != ProtocolH2C && c.Protocol != ProtocolGRPC:
+		return errdefs.Invalid("protocol", "%q must be %q, %q or %q", c.Protocol, ProtocolHTTP1, ProtocolH2C, ProtocolGRPC)
 	}
 	for i, a := range c.Command {
 		if strings.ContainsRune(a, 0) {
@@ -231,8 +233,14 @@ func (h *Health) validate() error {
 	switch {
 	case h.HTTP != "" && h.TCP:
 		return errdefs.Invalid("health.tcp", "health.http and health.tcp exclude each other; set one")
-	case h.HTTP == "" && !h.TCP && h.Command == nil:
-		return errdefs.Invalid("health", "needs a check: set http = \"/path\", tcp = true or command = [\"program\", \"arg\"...]")
+	case h.GRPC && (h.HTTP != "" || h.TCP || h.Command != nil):
+		return errdefs.Invalid("health.grpc", "health.grpc excludes health.http, health.tcp and health.command; set one")
+	case h.GRPCService != "" && !h.GRPC:
+		return errdefs.Invalid("health.grpc_service", "needs grpc = true")
+	case len(h.GRPCService) > 256 || strings.ContainsAny(h.GRPCService, " \t\r\n\x00"):
+		return errdefs.Invalid("health.grpc_service", "%q must be a service name of at most 256 characters without white space", h.GRPCService)
+	case h.HTTP == "" && !h.TCP && h.Command == nil && !h.GRPC:
+		return errdefs.Invalid("health", "needs a check: set http = \"/path\", tcp = true, grpc = true or command = [\"program\", \"arg\"...]")
 	case h.HTTP != "" && !strings.HasPrefix(h.HTTP, "/"):
 		return errdefs.Invalid("health.http", "%q must be a path starting with /", h.HTTP)
 	case strings.ContainsAny(h.HTTP, " \t\r\n#"):

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -265,7 +266,11 @@ func (c *cconn) handOff() bool {
 	c.bw.Flush()
 	client := c.client
 	gone := &countedConn{gone: func() { c.f.connGone(client) }}
-	if !c.f.handed.give(&handedConn{Conn: c.c, pre: c.long, br: c.br, io: c.f.timeouts.io, gone: gone}) {
+	to := c.f.handed
+	if b, _ := c.br.Peek(c.br.Buffered()); bytes.HasPrefix(b, h2Preface) {
+		to = c.f.h2handed
+	}
+	if !to.give(&handedConn{Conn: c.c, pre: c.long, br: c.br, io: c.f.timeouts.io, gone: gone}) {
 		return false
 	}
 	return true

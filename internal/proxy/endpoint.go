@@ -27,6 +27,9 @@ type endpoint struct {
 	last     atomic.Int64 // unix nanoseconds
 	closed   atomic.Bool
 	pool     pool
+	// h2 holds its connections when it speaks h2c (route.ProtocolH2C);
+	// nil for HTTP/1.1, pool's.
+	h2 *h2pool
 
 	closedAt int64 // unix nanoseconds; guarded by Proxy.mu
 
@@ -41,6 +44,9 @@ func newEndpoint(id, addr, node string) *endpoint {
 
 func (e *endpoint) open() {
 	e.pool.open()
+	if e.h2 != nil {
+		e.h2.open()
+	}
 	e.closed.Store(false)
 }
 
@@ -49,6 +55,9 @@ func (e *endpoint) close(now time.Time) {
 	e.closed.Store(true)
 	e.closedAt = now.UnixNano()
 	e.pool.close()
+	if e.h2 != nil {
+		e.h2.close()
+	}
 }
 
 func (e *endpoint) prunable(now time.Time) bool {
@@ -151,7 +160,11 @@ func (t *table) Cut(endpointID string) {
 	if e == nil || !e.closed.Load() {
 		return
 	}
-	if conns := e.pool.cutAll(); conns > 0 {
+	conns := e.pool.cutAll()
+	if e.h2 != nil {
+		conns += e.h2.cutAll()
+	}
+	if conns > 0 {
 		t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "replica_connections", conns)
 	}
 }

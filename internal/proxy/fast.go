@@ -44,13 +44,17 @@ func (x *fastReq) serve(n int) outcome {
 		return handOff // answered by ServeHTTP, before routing
 	}
 	a := p.lookupHost(r.host)
-	x.buildRequest()
 	x.sticky = x.sticky[:0]
-	if a != nil && len(r.cookies) > 0 {
-		if rt := a.route.Load(); rt != nil && rt.byID != nil {
+	if a != nil {
+		rt := a.route.Load()
+		if rt != nil && rt.h2c {
+			return handOff // the h2c leg is net/http's (h2leg.go)
+		}
+		if len(r.cookies) > 0 && rt != nil && rt.byID != nil {
 			x.copySticky()
 		}
 	}
+	x.buildRequest()
 	c.br.Discard(n)
 	x.unread = r.cl
 	st := &x.st

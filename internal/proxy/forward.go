@@ -144,7 +144,7 @@ func (e *dialError) Unwrap() error { return e.err }
 // cluster's live set, or its drain's grace is over), which the forwarder
 // treats alike.
 func (e *endpoint) died(err error) bool {
-	return replicaDied(err) || (errors.Is(err, net.ErrClosed) && e.pool.isCut())
+	return replicaDied(err) || (errors.Is(err, net.ErrClosed) && e.pool.isCut()) || (e.h2 != nil && e.h2.isCut())
 }
 
 // replicaDied tells whether err is a replica connection closed or reset

@@ -98,6 +98,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &stdReq{p: p, w: w, r: r}
 	st := &x.st
 	st.Context = r.Context()
+	defer p.streamEnded(r)
 	defer p.finish(st)
 	var f *refusal
 	if h, ok := r.Header[HopHeader]; ok {

@@ -47,6 +47,9 @@ type server struct {
 	stdOnce sync.Once
 	std     *http.Server
 	handed  *handoffListener
+	// h2 serves the connections that open with HTTP/2's preface (h2front.go).
+	h2       *http.Server
+	h2handed *handoffListener
 
 	timeouts timeouts // set before Serve; shorter in tests
 	limits   Limits
@@ -73,9 +76,10 @@ func (f *server) init(p *Proxy, l Limits) {
 		ReadHeaderTimeout: HeaderTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeadBytes,
-		ConnContext:       withConn,
+		ConnContext:       connContext,
 		ErrorLog:          mistakeLogger(p),
 	}
+	f.initH2()
 }
 
 // Serve accepts HTTP/1.1 connections on l and answers their requests until
@@ -101,7 +105,10 @@ func (p *Proxy) serve(l net.Listener, isTLS bool) error {
 		delete(f.listeners, &l)
 		f.mu.Unlock()
 	}()
-	f.stdOnce.Do(func() { go f.std.Serve(f.handed) })
+	f.stdOnce.Do(func() {
+		go f.std.Serve(f.handed)
+		go f.h2.Serve(f.h2handed)
+	})
 	var delay time.Duration
 	for {
 		c, err := l.Accept()
@@ -145,8 +152,9 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	f.shutting.Store(true)
 	f.closeListenersLocked()
 	f.mu.Unlock()
-	stdErr := make(chan error, 1)
+	stdErr := make(chan error, 2)
 	go func() { stdErr <- f.std.Shutdown(ctx) }()
+	go func() { stdErr <- f.h2.Shutdown(ctx) }()
 	for {
 		f.mu.Lock()
 		for c := range f.conns {
@@ -166,7 +174,7 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 		}
 	}
 	f.cancel()
-	return <-stdErr
+	return errors.Join(<-stdErr, <-stdErr)
 }
 
 // Close stops accepting and closes every client connection at once.
@@ -181,7 +189,7 @@ func (p *Proxy) Close() error {
 	}
 	f.mu.Unlock()
 	f.cancel()
-	return f.std.Close()
+	return errors.Join(f.std.Close(), f.h2.Close())
 }
 
 func (f *server) closeListenersLocked() {
@@ -189,6 +197,7 @@ func (f *server) closeListenersLocked() {
 		(*l).Close()
 	}
 	f.handed.Close()
+	f.h2handed.Close()
 }
 
 // add tracks a new client connection; nil once shutting down or when its

@@ -63,6 +63,9 @@ func (x *stdReq) fail(st *reqState, err error) { x.p.failure(st, err).write(x.w)
 
 // send sends the request on a pooled connection to st.ep.
 func (x *stdReq) send(st *reqState, fresh, stale bool) (sendResult, error) {
+	if st.ep.h2 != nil {
+		return x.sendH2(st)
+	}
 	bc, err := st.ep.pool.get(st.Context, st.ep.addr, fresh)
 	if err != nil {
 		return sendRefused, err

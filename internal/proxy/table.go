@@ -81,6 +81,7 @@ type routeSnap struct {
 	frozen       int
 	starting     int
 	capacity     int64         // in flight on a near endpoint before a far one is tried; 0: no bound
+	h2c          bool          // an endpoint speaks h2c: net/http's engine serves the requests
 	wsTimeout    time.Duration // a WebSocket idle this long is closed
 
 	domains  []string // the app's own host names, lower case
@@ -249,7 +250,8 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		seen[re.ID] = true
 		e := t.endpoints[re.ID]
 		node := hc.far(re)
-		if e != nil && (e.addr != re.Addr || e.node != node) {
+		h2c := node == "" && re.Protocol == route.ProtocolH2C
+		if e != nil && (e.addr != re.Addr || e.node != node || (e.h2 != nil) != h2c) {
 			// Same replica ID at a new address (or now reached through
 			// another node's proxy): a new endpoint; the old one drains.
 			closing = append(closing, e)
@@ -258,6 +260,9 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		if e == nil {
 			e = newEndpoint(re.ID, re.Addr, node)
 			e.pool.clock = t.clock
+			if h2c {
+				e.h2 = &h2pool{}
+			}
 			if node == "" {
 				// Another node's proxy bounds its own.
 				e.pool.max = maxConnsPerEndpoint
@@ -265,6 +270,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 			t.endpoints[re.ID] = e
 		}
 		e.open()
+		snap.h2c = snap.h2c || h2c
 		a.eps[re.ID] = e
 		snap.endpoints = append(snap.endpoints, e)
 		revs = append(revs, re.Revision)

@@ -150,6 +150,11 @@ func (p *Proxy) guardStdBody(r *http.Request, a *app) (*uploadGuard, *refusal) {
 	}
 	if rt := a.route.Load(); rt == nil || (rt.maxBody >= 0 && r.ContentLength > rt.maxBody) {
 		return nil, nil // refused at once
+	} else if rt.h2c || r.ProtoMajor == 2 {
+		// An HTTP/2 stream (a gRPC call's messages) may wait for the
+		// answer before it sends more; the client's streams are bounded
+		// by the connection's stream limit instead.
+		return nil, nil
 	}
 	c, _ := r.Context().Value(connKey{}).(net.Conn)
 	g := p.guardUpload(func() {

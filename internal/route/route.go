@@ -30,7 +30,15 @@ type Endpoint struct {
 	Revision int
 	// Node is the cluster node the replica runs on; "" on a single host.
 	Node string `json:",omitempty"`
+	// Protocol is how the proxy speaks to the replica: "" for HTTP/1.1,
+	// ProtocolH2C for cleartext HTTP/2 with prior knowledge (gRPC too).
+	// Another node's proxy is always reached over HTTP/1.1.
+	Protocol string `json:",omitempty"`
 }
+
+// ProtocolH2C is Endpoint.Protocol of a replica spoken to in cleartext
+// HTTP/2.
+const ProtocolH2C = "h2c"
 
 // Route is one app's routing entry.
 type Route struct {

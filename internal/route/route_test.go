@@ -19,6 +19,13 @@ func TestWireFormat(t *testing.T) {
 	if string(b) != want {
 		t.Fatalf("route JSON\n got %s\nwant %s", b, want)
 	}
+	b, err = json.Marshal(Endpoint{ID: "g-1", Addr: "10.0.0.3:50051", Revision: 1, Protocol: ProtocolH2C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"ID":"g-1","Addr":"10.0.0.3:50051","Revision":1,"Protocol":"h2c"}`; string(b) != want {
+		t.Fatalf("endpoint JSON\n got %s\nwant %s", b, want)
+	}
 	at := time.Unix(5, 0).UTC()
 	l := Load{InFlight: 3, Queued: 1, Requests: 9, LastRequest: at,
 		Endpoints: map[string]EndpointLoad{"web-1": {InFlight: 2, Requests: 8, LastRequest: at}}}

@@ -44,6 +44,9 @@ func (ctl *appCtl) route() route.Route {
 	for _, id := range ids {
 		r := ctl.reps[id]
 		ep := route.Endpoint{ID: id, Addr: r.rec.Addr, Revision: r.rec.Revision}
+		if c, _, err := ctl.configOf(r.rec.Revision); err == nil && c.H2C() {
+			ep.Protocol = route.ProtocolH2C
+		}
 		if ctl.cluster {
 			ep.Node = r.rec.Node
 		}
