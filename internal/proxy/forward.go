@@ -50,7 +50,9 @@ type leg interface {
 //   - a connect that fails (refused, timed out after DialTimeout, or to an
 //     endpoint whose connections were cut): nothing was sent, so any
 //     request goes to another endpoint of the app, each tried once, until
-//     one accepts; else 502;
+//     one accepts; when none is left, an endpoint still routed that timed
+//     out (a replica just thawed or started on a busy host, slow to
+//     accept) is tried again, up to maxSlowRetries times; else 502;
 //   - a reused connection closed before any byte of the answer (the
 //     replica closed it after the idle check): a safe method (GET, HEAD,
 //     OPTIONS) without a body is sent once more, on a new connection to
@@ -81,8 +83,9 @@ func (p *Proxy) forward(st *reqState, l leg, safe, idempotent bool, cl int64) {
 		case sendDone:
 			return
 		case sendRefused:
+			slow := timedOut(err)
 			err = fmt.Errorf("app %q: %w (last: %w)", st.app.name, errNoReplica, err)
-			if l.gone(st) || !st.retry() {
+			if l.gone(st) || (!st.retry() && !st.retrySlow(slow)) {
 				l.fail(st, err)
 				return
 			}
@@ -115,6 +118,30 @@ func (st *reqState) retry() bool {
 	st.ep.done()
 	st.ep = next
 	return true
+}
+
+// maxSlowRetries bounds how often a request connects again to an
+// endpoint that did not accept within DialTimeout.
+const maxSlowRetries = 2
+
+// retrySlow has the request connect again to its endpoint, which did not
+// accept in time (slow) and is the last one left, while the endpoint is
+// still routed and the request has tried so fewer than maxSlowRetries
+// times; it counts a retry.
+func (st *reqState) retrySlow(slow bool) bool {
+	if !slow || st.hop || st.slow >= maxSlowRetries || st.ep.closed.Load() {
+		return false
+	}
+	st.slow++
+	st.app.m.retries.Inc()
+	return true
+}
+
+// timedOut tells whether a connect failed for want of an answer in time,
+// rather than being refused.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // methodKind classifies a request method: safe (GET, HEAD, OPTIONS) and

@@ -122,6 +122,9 @@ var errCut = errors.New("the replica's drain is over")
 
 var dialer = &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
 
+// dial connects to a replica (a test's own stands in).
+var dial = dialer.DialContext
+
 func (p *pool) now() time.Time {
 	if p.clock == nil {
 		return time.Now()
@@ -188,7 +191,7 @@ func (p *pool) get(ctx context.Context, addr string, fresh bool) (*bconn, error)
 		p.release()
 		return nil, &dialError{err: errCut}
 	}
-	c, err := dialer.DialContext(ctx, "tcp", addr)
+	c, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		p.release()
 		return nil, &dialError{err: err}

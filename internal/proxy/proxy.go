@@ -174,6 +174,9 @@ type reqState struct {
 	app   *app // set while admit's count of the request is open
 	ep    *endpoint
 	tried []*endpoint
+	// slow counts connects tried again on an endpoint that did not accept
+	// in time (see forward).
+	slow int
 	// upload is the request body net/http reads, under its upload guard.
 	upload *guardedBody
 	code   int
