@@ -112,7 +112,7 @@ func TestEdgeSNIChoosesCertificate(t *testing.T) {
 			t.Errorf("%s: handshake without a certificate for it", sni)
 		}
 	}
-	// TLS 1.1 is refused; 1.2 and ALPN http/1.1 are spoken.
+	// TLS 1.1 is refused; 1.2 and ALPN h2 are spoken.
 	if _, err := f.dialTLS(t, "other.test", &tls.Config{MaxVersion: tls.VersionTLS11}); err == nil {
 		t.Error("TLS 1.1 accepted")
 	}
@@ -120,7 +120,7 @@ func TestEdgeSNIChoosesCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := c.ConnectionState(); st.Version != tls.VersionTLS12 || st.NegotiatedProtocol != "http/1.1" {
+	if st := c.ConnectionState(); st.Version != tls.VersionTLS12 || st.NegotiatedProtocol != "h2" {
 		t.Errorf("TLS 1.2 connection: version %x, ALPN %q", st.Version, st.NegotiatedProtocol)
 	}
 	// Replacing the set takes a certificate out of service.

@@ -3,8 +3,10 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -326,5 +328,51 @@ func TestH2StickyAndSplit(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "one" {
 		t.Fatalf("sticky to s-1 over h2: %q", body)
+	}
+}
+
+// A TLS client that offers ALPN h2 speaks HTTP/2 to the proxy, which says
+// to the replica that the request came over HTTPS; a gRPC-like call to an
+// h2c replica streams through with its trailers.
+func TestH2OverTLS(t *testing.T) {
+	f := newTLSFront(t)
+	f.p.SetCerts([]route.Cert{f.cert(t, "shop.example.test", "grpc.example.test")})
+	web := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Header.Get("X-Forwarded-Proto"))
+	})
+	rw := routeTo("web", web)
+	rw.Domains = []string{"shop.example.test"}
+	f.p.SetRoute(rw)
+	rg := h2cRouteTo("g", newH2CBackend(t, grpcEcho))
+	rg.Domains = []string{"grpc.example.test"}
+	f.p.SetRoute(rg)
+
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.ca.Pool()}, ForceAttemptHTTP2: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr}
+	_, port, _ := net.SplitHostPort(f.tlsAddr)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, f.tlsAddr)
+	}
+	tr.DialContext = dial
+	resp, err := c.Get("https://shop.example.test:" + port + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(b) != "https" {
+		t.Fatalf("GET over TLS: %s, X-Forwarded-Proto %q", resp.Proto, b)
+	}
+	req, _ := http.NewRequest("POST", "https://grpc.example.test:"+port+"/echo.Echo/Chat", strings.NewReader("hello\n"))
+	req.Header.Set("Content-Type", "application/grpc")
+	resp, err = c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || string(b) != "echo hello\n" || resp.Trailer.Get("Grpc-Status") != "0" {
+		t.Fatalf("call over TLS: %s %q, trailers %v", resp.Proto, b, resp.Trailer)
 	}
 }

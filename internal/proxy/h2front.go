@@ -12,7 +12,8 @@ import (
 // HTTP/2's preface ("PRI * HTTP/2.0", h2c with prior knowledge; always on)
 // is handed, as the fast path hands every request it does not take, to a
 // net/http server of its own (f.h2), which speaks HTTP/2 on it with the
-// limits below; its streams run ServeHTTP like any request of net/http's (the
+// limits below; so is a TLS connection that agreed on ALPN "h2" (SetALPN,
+// serveH2), past its handshake, where the same preface comes; its streams run ServeHTTP like any request of net/http's (the
 // same admission, forwarder and metrics). What one connection may cost is
 // bounded:
 //   - at most h2MaxStreams streams at once (SETTINGS_MAX_CONCURRENT_STREAMS),
@@ -57,6 +58,15 @@ func (f *server) initH2() {
 			MaxReadFrameSize:     h2MaxFrame,
 			WriteByteTimeout:     ioTimeout,
 		},
+	}
+}
+
+// serveH2 serves a TLS connection that agreed on "h2": HTTP/2 in f.h2,
+// whose requests see it as TLS (requestTLS). Closing it ends its count
+// against the client's connections (alpnConn).
+func (f *server) serveH2(c net.Conn) {
+	if !f.h2handed.give(&handedConn{Conn: c, io: f.timeouts.io}) {
+		c.Close()
 	}
 }
 

@@ -181,7 +181,8 @@ func requestTLS(r *http.Request) bool {
 		return true
 	}
 	if h, ok := r.Context().Value(connKey{}).(*handedConn); ok {
-		_, isTLS := h.Conn.(*tls.Conn)
+		// A *tls.Conn, or one that agreed on h2 (alpnConn).
+		_, isTLS := h.Conn.(interface{ ConnectionState() tls.ConnectionState })
 		return isTLS
 	}
 	return false

@@ -87,6 +87,7 @@ func New(o Options) *Proxy {
 	}
 	p.front.init(p, o.Limits.withDefaults())
 	p.edge.init(p.ALPNChallenge)
+	p.SetALPN("h2", p.front.serveH2)
 	return p
 }
 
