@@ -28,6 +28,10 @@ import (
 //	    ├── secrets/<app>/<name>        an app's secrets, sealed (internal/secrets)
 //	    ├── certs/<domain>              a certificate the proxy serves, key sealed (internal/certs)
 //	    ├── domains/<domain>            the app that owns a custom domain (internal/certs)
+//	    ├── acme/account                the ACME account, its key sealed (internal/acme)
+//	    ├── acme/orders/<domain>        a domain's ACME failures and next try (internal/acme)
+//	    ├── acme/challenges/<token>     a challenge every node's proxy answers (internal/acme)
+//	    ├── acme/wanted/<domain>        a name asked for on a TLS handshake and allowed (internal/acme)
 //	    └── events/<seq>                the event log, seq zero-padded
 //
 // Names and ids are single path elements: they never contain "/". Numbers in
@@ -63,6 +67,12 @@ const (
 	SecretsRoot      = Root + "secrets/"
 	CertsPrefix      = Root + "certs/"
 	DomainsPrefix    = Root + "domains/"
+	ACMEPrefix       = Root + "acme/"
+	// ACMEAccountKey holds the ACME account (internal/acme).
+	ACMEAccountKey       = ACMEPrefix + "account"
+	ACMEOrdersPrefix     = ACMEPrefix + "orders/"
+	ACMEChallengesPrefix = ACMEPrefix + "challenges/"
+	ACMEWantedPrefix     = ACMEPrefix + "wanted/"
 )
 
 // ClusterSecretKey holds the secret every node of a cluster sends to the
@@ -118,6 +128,16 @@ func CertKey(domain string) string { return CertsPrefix + domain }
 // DomainKey is the key of the claim of a custom domain: its value names the
 // app that owns it.
 func DomainKey(domain string) string { return DomainsPrefix + domain }
+
+// ACMEOrderKey is the key of domain's ACME order state.
+func ACMEOrderKey(domain string) string { return ACMEOrdersPrefix + domain }
+
+// ACMEChallengeKey is the key of the pending ACME challenge token.
+func ACMEChallengeKey(token string) string { return ACMEChallengesPrefix + token }
+
+// ACMEWantedKey is the key of a name a TLS handshake asked a certificate
+// for, allowed by the operator's on-demand policy.
+func ACMEWantedKey(domain string) string { return ACMEWantedPrefix + domain }
 
 // EventKey is the key of event number seq in the event log.
 func EventKey(seq int64) string { return EventsPrefix + pad(seq) }

@@ -37,6 +37,10 @@ func TestKeysStayUnderTheirPrefix(t *testing.T) {
 		{store.SecretsPrefix("web"), store.SecretsRoot},
 		{store.CertKey("*.example.test"), store.CertsPrefix},
 		{store.DomainKey("www.example.test"), store.DomainsPrefix},
+		{store.ACMEOrderKey("www.example.test"), store.ACMEOrdersPrefix},
+		{store.ACMEChallengeKey("tok"), store.ACMEChallengesPrefix},
+		{store.ACMEWantedKey("www.example.test"), store.ACMEWantedPrefix},
+		{store.ACMEOrdersPrefix, store.ACMEPrefix},
 	}
 	for _, c := range cases {
 		if !strings.HasPrefix(c.key, c.prefix) || !strings.HasPrefix(c.key, store.Root) {
