@@ -88,8 +88,9 @@ func WithWatchBuffer(n int) BoltOption { return func(o *boltConfig) { o.watchBuf
 // the file (default 5s).
 func WithLockTimeout(d time.Duration) BoltOption { return func(o *boltConfig) { o.lockTimeout = d } }
 
-// OpenBolt opens (creating if needed) the bbolt store at path. It refuses a
-// file whose schema is newer than SchemaVersion.
+// OpenBolt opens (creating if needed) the bbolt store at path, compacted
+// first when more than half of it is free pages (compactIfSparse). It
+// refuses a file whose schema is newer than SchemaVersion.
 func OpenBolt(path string, opts ...BoltOption) (*Bolt, error) {
 	cfg := boltConfig{clock: clock.Real{}, log: slog.Default(), watchBuf: 1024, lockTimeout: 5 * time.Second}
 	for _, o := range opts {
@@ -98,7 +99,16 @@ func OpenBolt(path string, opts ...BoltOption) (*Bolt, error) {
 	if cfg.watchBuf < 1 {
 		return nil, errdefs.Invalid("watch buffer", "must be at least 1, got %d", cfg.watchBuf)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.lockTimeout})
+	bo := &bolt.Options{Timeout: cfg.lockTimeout}
+	if ok, err := compactIfSparse(path, bo); err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("bolt store %s: file is locked by another process: %w", path, errdefs.ErrUnavailable)
+		}
+		cfg.log.Warn("store: not compacted", "path", path, "err", err)
+	} else if ok {
+		cfg.log.Info("store: compacted (more than half of it was free pages)", "path", path)
+	}
+	db, err := bolt.Open(path, 0o600, bo)
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("bolt store %s: file is locked by another process: %w", path, errdefs.ErrUnavailable)
