@@ -35,6 +35,10 @@ func (d *Daemon) serve(ctx context.Context) error {
 		Registry:   d.gatherers,
 		Logger:     d.log,
 	}
+	if d.apps != nil {
+		// Per-app series only for apps in service or recently asked.
+		srv.Registry = d.apps.Gatherer(d.gatherers)
+	}
 	if srv.Apps != nil {
 		srv.Apps = appsWithSecrets{srv.Apps, d.secrets}
 	}

@@ -107,3 +107,51 @@ func TestMetricsFollowTheLadder(t *testing.T) {
 		t.Fatalf("after the replacement: %g ready, %g failed in the metric; want 1 and 0", r, f)
 	}
 }
+
+// /metrics (Manager.Gatherer) shows an app's series while it has a
+// replica in service and for seriesQuiet after its last request; an app
+// whose replica froze that long ago adds none: thousands of idle apps
+// cost a scrape nothing.
+func TestMetricsOnlyForLiveApps(t *testing.T) {
+	h := newHarness(t)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "1h"`)
+	g := h.m.Gatherer(h.reg)
+	series := func() int {
+		t.Helper()
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			for _, x := range mf.GetMetric() {
+				for _, l := range x.GetLabel() {
+					if l.GetName() == "app" && l.GetValue() == "hello" {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	if n := series(); n != 0 {
+		t.Fatalf("%d series of an app never asked, want 0", n)
+	}
+	h.m.Activate("hello")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	if n := series(); n == 0 {
+		t.Fatal("no series of an app with a ready replica")
+	}
+	h.advance(30 * time.Second)
+	h.wait("the replica freezes", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	if n := series(); n == 0 {
+		t.Fatal("no series of an app asked a minute ago")
+	}
+	h.advance(seriesQuiet)
+	if n := series(); n != 0 {
+		t.Fatalf("%d series of an app frozen and not asked for %s, want 0", n, seriesQuiet)
+	}
+	if _, ok := h.metric("shoal_app_replicas", map[string]string{"app": "hello", "state": "frozen"}); !ok {
+		t.Fatal("the registry itself lost the series")
+	}
+}
