@@ -23,6 +23,7 @@ import (
 
 	// The suites register themselves with bench.
 	_ "github.com/shoal-run/shoal/internal/bench/cluster"
+	_ "github.com/shoal-run/shoal/internal/bench/density"
 	_ "github.com/shoal-run/shoal/internal/bench/fastcontainer"
 	_ "github.com/shoal-run/shoal/internal/bench/host"
 	_ "github.com/shoal-run/shoal/internal/bench/jobs"

@@ -321,3 +321,11 @@ const (
 	BenchCgroupParent       = "/shoal-bench"
 	DaemonBenchCgroupParent = "/shoal-bench-daemon"
 )
+
+// Pid is the process id of the running daemon (0 before it started).
+func (e *Daemon) Pid() int {
+	if e.daemon == nil || e.daemon.Process == nil {
+		return 0
+	}
+	return e.daemon.Process.Pid
+}
