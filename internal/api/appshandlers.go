@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -66,15 +67,39 @@ func (s *Server) deployApp(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listApps(w http.ResponseWriter, r *http.Request) {
+	page, err := appPage(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	apps, err := s.Apps.List(r.Context())
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	sort.SliceStable(apps, func(i, j int) bool { return apps[i].Name < apps[j].Name })
+	apps = page.Of(apps)
 	if apps == nil {
 		apps = []types.App{}
 	}
 	httperr.WriteJSON(w, http.StatusOK, apps)
+}
+
+// appPage reads GET /v1/apps's ?limit=, ?after= and ?state=.
+func appPage(r *http.Request) (types.AppPage, error) {
+	q := r.URL.Query()
+	p := types.AppPage{After: q.Get("after"), State: q.Get("state")}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, errdefs.Invalid("limit", "must be a whole number from 1 to %d, got %q", types.MaxAppPage, v)
+		}
+		p.Limit = n
+	}
+	if field, err := p.Check(); err != nil {
+		return p, errdefs.Invalid(field, "%v", err)
+	}
+	return p, nil
 }
 
 func (s *Server) getApp(w http.ResponseWriter, r *http.Request) {
