@@ -23,8 +23,8 @@ type Secrets interface {
 }
 
 // secretsDir is where replica id's secrets are on the host: under the run
-// dir, a tmpfs, so that no file value reaches a disk (a value asked for in
-// the environment is in the runtime bundle's config.json, on disk).
+// dir, a tmpfs, so that no value reaches a disk (one asked for in the
+// environment is in the runtime's spec, on the run dir's tmpfs too).
 func (n *Node) secretsDir(id string) string { return filepath.Join(n.secretsRoot, id) }
 
 // mountSecrets writes the secrets a replica sees, its self API token among

@@ -115,10 +115,12 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 	} else if mounted {
 		found = true
 	}
-	if _, err := os.Lstat(bundle); err == nil {
-		found = true
-		if err := os.RemoveAll(bundle); err != nil {
-			errs = append(errs, err)
+	for _, dir := range []string{bundle, r.specDir(id)} {
+		if _, err := os.Lstat(dir); err == nil {
+			found = true
+			if err := os.RemoveAll(dir); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if c == nil || !c.rec.Ephemeral {

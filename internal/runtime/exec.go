@@ -49,7 +49,13 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 	if p.Cwd != "" && !path.IsAbs(p.Cwd) {
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, errdefs.Invalid("cwd", "%q is not an absolute path", p.Cwd))
 	}
-	b, err := os.ReadFile(filepath.Join(c.rec.Bundle, "config.json"))
+	specDir := r.specDir(id)
+	b, err := os.ReadFile(filepath.Join(specDir, "config.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		// Made by a daemon that kept the spec in the bundle.
+		specDir = c.rec.Bundle
+		b, err = os.ReadFile(filepath.Join(specDir, "config.json"))
+	}
 	if err != nil {
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
 	}
@@ -73,7 +79,8 @@ func (r *Runtime) Exec(ctx context.Context, id string, p ExecSpec) (ExitStatus, 
 	if err := checkAccountFiles(filepath.Join(c.rec.Bundle, "rootfs")); err != nil {
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
 	}
-	pf, err := os.CreateTemp(c.rec.Bundle, "exec-*.json")
+	// The process spec holds the environment: beside config.json.
+	pf, err := os.CreateTemp(specDir, "exec-*.json")
 	if err != nil {
 		return ExitStatus{}, fmt.Errorf("container %q: exec: %w", id, err)
 	}

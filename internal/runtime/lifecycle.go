@@ -103,11 +103,20 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 			return nil, fmt.Errorf("container %q: %w", s.ID, err)
 		}
 	}
+	if !filepath.IsAbs(spec.Root.Path) {
+		spec.Root.Path = filepath.Join(bundle, spec.Root.Path)
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
+	// The spec, with the environment, goes to the runtime's tmpfs: the
+	// runtime's bundle is specDir, the root file system stays here.
+	specDir := r.specDir(s.ID)
+	if err := os.MkdirAll(specDir, 0o711); err != nil {
+		return nil, fmt.Errorf("container %q: %w", s.ID, err)
+	}
+	if err := os.WriteFile(filepath.Join(specDir, "config.json"), b, 0o600); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
 	tBundle := time.Now()
@@ -123,7 +132,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 		verb = []string{"run", "--detach"}
 	}
 	args := append([]string{"--log", logFile, "--log-format", "json"}, verb...)
-	args = append(args, "--bundle", bundle, "--pid-file", pidFile, s.ID)
+	args = append(args, "--bundle", specDir, "--pid-file", pidFile, s.ID)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}

@@ -2,8 +2,10 @@ package runtime
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -117,6 +119,51 @@ func TestExec(t *testing.T) {
 	}
 }
 
+// A container's environment (secrets asked for in it among them) is in no
+// file of its bundle under Root, which is on disk: the runtime's spec is
+// kept beside its state, on the runtime's tmpfs; an exec, whose process
+// spec has the environment too, still works.
+func TestEnvNotInBundle(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	s := baseSpec(t, "sleep", "300")
+	secret := "shh-" + testID(t)
+	s.Env = []string{"API_KEY=" + secret}
+	run(t, r, s)
+	var out strings.Builder
+	if _, err := r.Exec(context.Background(), s.ID, ExecSpec{Args: []string{"sh", "-c", `echo "$API_KEY"`}, Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != secret+"\n" {
+		t.Fatalf("exec saw $API_KEY %q, want %q", out.String(), secret)
+	}
+	err := filepath.WalkDir(r.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "rootfs" {
+			return filepath.SkipDir // the container's own files, through its overlay
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the environment's secret", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(r.specDir(s.ID), "config.json"))
+	if err != nil || !bytes.Contains(b, []byte(secret)) {
+		t.Fatalf("the spec beside the runtime's state has no $API_KEY: %v", err)
+	}
+}
+
 // assertGone checks that nothing of container id is left anywhere.
 func assertGone(t *testing.T, r *Runtime, id string) {
 	t.Helper()
@@ -142,6 +189,9 @@ func assertGone(t *testing.T, r *Runtime, id string) {
 	}
 	if _, err := os.Stat(bundle); err == nil {
 		t.Errorf("bundle left: %s", bundle)
+	}
+	if _, err := os.Stat(r.specDir(id)); err == nil {
+		t.Errorf("spec left: %s", r.specDir(id))
 	}
 	if _, err := r.records.Get(context.Background(), id); !errdefs.IsNotFound(err) {
 		t.Errorf("record left: %v", err)

@@ -16,7 +16,7 @@ import (
 // RuntimeRoot is adopted with its PID (not restarted); its exit status will be
 // unknown, as it is no longer this process's child. A record whose container
 // is gone is removed with everything left of it. Runtime state, bundles,
-// overlay mounts and cgroups under shoal's roots that no record names are
+// specs, overlay mounts and cgroups under shoal's roots that no record names are
 // orphans and are deleted completely.
 func (r *Runtime) Recover(ctx context.Context) (adopted []*Container, removed []string, err error) {
 	recs, lerr := r.records.List(ctx)
@@ -70,10 +70,12 @@ func (r *Runtime) Recover(ctx context.Context) (adopted []*Container, removed []
 			orphans[s.ID] = true
 		}
 	}
-	if entries, err := os.ReadDir(r.root); err == nil {
-		for _, e := range entries {
-			if !known[e.Name()] && validID(e.Name()) == nil {
-				orphans[e.Name()] = true
+	for _, dir := range []string{r.root, r.specRoot()} {
+		if entries, err := os.ReadDir(dir); err == nil {
+			for _, e := range entries {
+				if !known[e.Name()] && validID(e.Name()) == nil {
+					orphans[e.Name()] = true
+				}
 			}
 		}
 	}

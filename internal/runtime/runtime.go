@@ -20,7 +20,9 @@
 //
 // Layout on disk:
 //
-//	<Root>/<id>/config.json   OCI runtime spec
+//	<RuntimeRoot>.spec/<id>/config.json
+//	                          OCI runtime spec, on the runtime's tmpfs:
+//	                          the environment (secrets too) never on disk
 //	<Root>/<id>/rootfs        overlay mount point
 //	<Root>/<id>/upper, work   the container's writable layer, or with a
 //	                          disk: <Root>/<id>/disk.img mounted at disk/,
@@ -204,7 +206,7 @@ func New(ctx context.Context, o Options) (*Runtime, error) {
 	if _, err := os.Stat("/proc/self/ns/cgroup"); err == nil {
 		r.host.cgroupNS = true
 	}
-	for _, d := range []string{r.root, r.runtimeRoot} {
+	for _, d := range []string{r.root, r.runtimeRoot, r.specRoot()} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("runtime: %w", err)
 		}
@@ -251,6 +253,17 @@ func (r *Runtime) cgroupPaths(id string) cgroups.Paths { return r.layout.Paths(r
 const DefaultCgroupParent = "/shoal"
 
 func (r *Runtime) bundle(id string) string { return filepath.Join(r.root, id) }
+
+// specRoot holds the containers' OCI runtime specs (the runtime's
+// --bundle), beside RuntimeRoot: on a tmpfs (/run/shoal/runc.spec), as
+// they hold each container's environment, secrets asked for in it among
+// them. The root file system, the writable layer and the logs stay in
+// the bundle under Root.
+func (r *Runtime) specRoot() string { return r.runtimeRoot + ".spec" }
+
+// specDir is container id's runtime bundle: its config.json, and an
+// exec's process spec while the exec starts.
+func (r *Runtime) specDir(id string) string { return filepath.Join(r.specRoot(), id) }
 
 // get returns the live container id or ErrNotFound.
 func (r *Runtime) get(id string) (*ctr, error) {
