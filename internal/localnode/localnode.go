@@ -414,7 +414,13 @@ func (n *Node) Adopt(_ context.Context, rec node.Known) (node.Adopted, error) {
 	if rec.CPUSet != "" {
 		n.placer.Adopt(rec.ID, rec.App, rec.CPUSet)
 	}
-	return node.Adopted{Running: true, Frozen: c.Status == runtime.StatusPaused, Pid: c.Pid, Addr: addr}, nil
+	ad := node.Adopted{Running: true, Frozen: c.Status == runtime.StatusPaused, Pid: c.Pid, Addr: addr}
+	if ad.Frozen {
+		if st, err := n.rt.Stats(rec.ID); err == nil {
+			ad.Memory = int64(st.MemoryBytes)
+		}
+	}
+	return ad, nil
 }
 
 func (n *Node) Release(_ context.Context, id string) error {

@@ -132,6 +132,9 @@ type Adopted struct {
 	Frozen  bool
 	Pid     int
 	Addr    string // its address, where the node can tell it
+	// Memory is what a frozen one holds, in bytes, where the node can
+	// tell it.
+	Memory int64
 }
 
 // ExitStatus is how a replica's process ended.

@@ -155,7 +155,18 @@ func (ctl *appCtl) adoptOne(f found, now time.Time) (adoptee, bool) {
 	ctl.mu.Lock()
 	ctl.adoptAs(r, as)
 	if as == StateFrozen {
+		// Its freeze timer runs on from when it froze, and it counts in
+		// the frozen-memory budget at what it holds (as its node tells,
+		// for a record of a daemon that kept none); it was last active
+		// then.
 		r.frozenAt = now
+		if at := f.rec.FrozenAt; at != nil && !at.After(now) {
+			r.frozenAt, r.lastActive = *at, *at
+		}
+		r.memory = f.rec.Memory
+		if r.memory == 0 {
+			r.memory = f.ad.Memory
+		}
 	}
 	ctl.unlock()
 	exited := make(chan struct{})

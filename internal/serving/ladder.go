@@ -39,6 +39,8 @@ func (ctl *appCtl) freezeNow(r *replica, why string, grace time.Duration) {
 		return
 	}
 	r.frozenAt, r.memory = m.clock.Now(), mem
+	at := r.frozenAt
+	r.rec.FrozenAt, r.rec.Memory = &at, mem
 	ctl.move(r, mvFrozen, why, map[string]float64{"memory_bytes": float64(mem)})
 	ctl.publish() // the route counts frozen replicas
 	ctl.unlock()
@@ -124,7 +126,13 @@ func (ctl *appCtl) halt(r *replica, grace time.Duration) {
 
 // enforceFrozenBudget stops frozen replicas, least recently used first,
 // while the memory they hold on a node is above that node's budget.
+//
+// One runs at a time: each counts what the one before it stopped, so that
+// freezes at once (many apps going idle together, or a restart) never
+// stop more than the budget needs.
 func (m *Manager) enforceFrozenBudget() {
+	m.budgetMu.Lock()
+	defer m.budgetMu.Unlock()
 	type cand struct {
 		ctl *appCtl
 		r   *replica

@@ -237,5 +237,7 @@ func (m *Manager) load(ctx context.Context, l *lead) error {
 			go m.finishRemove(ctl)
 		}
 	}
+	// The frozen replicas adopted count in the budget at what they hold.
+	m.enforceFrozenBudget()
 	return nil
 }

@@ -90,7 +90,9 @@ type Manager struct {
 	clock   clock.Clock
 	metrics *metrics
 	ctx     context.Context
-	cancel  context.CancelFunc
+	// budgetMu runs one enforceFrozenBudget at a time.
+	budgetMu sync.Mutex
+	cancel   context.CancelFunc
 
 	mu   sync.Mutex
 	apps map[string]*appCtl

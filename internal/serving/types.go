@@ -84,7 +84,12 @@ type replicaRecord struct {
 	CPUSet    string     `json:"cpuset,omitempty"` // CPUs it is pinned to
 	StartedAt time.Time  `json:"started_at"`
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`
-	Reason    string     `json:"reason,omitempty"`
+	// FrozenAt and Memory (bytes in use) are a frozen replica's, kept so
+	// that a restarted daemon keeps its freeze timer and counts it in the
+	// frozen-memory budget at what it holds.
+	FrozenAt *time.Time `json:"frozen_at,omitempty"`
+	Memory   int64      `json:"memory,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
 	// TokenHash is the SHA-256 of the replica's $SHOAL_TOKEN; the token
 	// itself is never stored.
 	TokenHash string `json:"token_hash,omitempty"`

@@ -222,6 +222,7 @@ func (ctl *appCtl) thawed(r *replica, err error, took time.Duration) {
 		return
 	}
 	r.lastActive = ctl.m.clock.Now()
+	r.rec.FrozenAt, r.rec.Memory = nil, 0
 	ctl.move(r, mvThawed, "needed to serve", map[string]float64{"seconds": took.Seconds()})
 	ctl.publish()
 	ctl.m.metrics.coldStart(ctl.name, "thaw", took)
