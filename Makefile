@@ -23,7 +23,7 @@ build:
 
 # Example apps: one static binary per folder, ready for
 # `shoal image build bin/examples/NAME --tag NAME:1 --entrypoint /NAME --port 8080`.
-EXAMPLES := hello slowboot cpuburn selfscale
+EXAMPLES := hello slowboot cpuburn selfscale grpcecho
 examples:
 	@for e in $(EXAMPLES); do \
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o bin/examples/$$e/$$e ./examples/$$e || exit 1; \

@@ -36,7 +36,7 @@ func examples(t *testing.T) string {
 		if examplesErr != nil {
 			return
 		}
-		for _, e := range []string{"hello", "slowboot", "cpuburn", "selfscale"} {
+		for _, e := range []string{"hello", "slowboot", "cpuburn", "selfscale", "grpcecho"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(examplesDir, e, e), "github.com/shoal-run/shoal/examples/"+e)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {

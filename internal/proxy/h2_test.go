@@ -376,3 +376,28 @@ func TestH2OverTLS(t *testing.T) {
 		t.Fatalf("call over TLS: %s %q, trailers %v", resp.Proto, b, resp.Trailer)
 	}
 }
+
+// A gRPC error answered in headers alone (trailers-only: one HEADERS frame
+// that ends the stream) reaches the client with its status in trailers,
+// where gRPC clients read it once the headers went out on their own.
+func TestH2CGRPCTrailersOnlyStatus(t *testing.T) {
+	f := newFront(t, Options{})
+	f.p.SetRoute(h2cRouteTo("g", newH2CBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Grpc-Status", "3")
+		w.Header().Set("Grpc-Message", "count -1: must be 0-1000")
+		w.WriteHeader(200)
+	})))
+	req := f.req(t, "POST", "g.localhost", "/grpcecho.Echo/Count", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/grpc")
+	resp, err := h2cClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Grpc-Status") != "" || resp.Trailer.Get("Grpc-Status") != "3" ||
+		resp.Trailer.Get("Grpc-Message") != "count -1: must be 0-1000" {
+		t.Fatalf("headers %v, trailers %v", resp.Header, resp.Trailer)
+	}
+}

@@ -74,11 +74,15 @@ func (x *stdReq) sendH2(st *reqState) (sendResult, error) {
 	for k := range resp.Trailer {
 		h.Add("Trailer", k)
 	}
+	grpc := isGRPC(resp.Header)
+	if grpc {
+		trailersOnly(h)
+	}
 	if v := st.setCookie(); v != "" {
 		h.Add("Set-Cookie", v)
 	}
 	w.WriteHeader(resp.StatusCode)
-	if f, ok := w.(http.Flusher); ok && isGRPC(resp.Header) {
+	if f, ok := w.(http.Flusher); ok && grpc {
 		f.Flush() // a gRPC stream's headers go before its first message
 	}
 	complete, backendErr := copyBody(w, resp.Body, true)
@@ -86,7 +90,7 @@ func (x *stdReq) sendH2(st *reqState) (sendResult, error) {
 		if !backendErr || r.Context().Err() != nil {
 			return sendDone, nil
 		}
-		if isGRPC(resp.Header) {
+		if grpc {
 			// A cut (the replica's drain is over) or a replica gone:
 			// the call ends with a status a gRPC client retries.
 			h[http.TrailerPrefix+"Grpc-Status"] = []string{grpcUnavailable}
@@ -157,6 +161,19 @@ func addLines(h http.Header, b []byte) {
 func unsent(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "client conn not usable") || strings.Contains(s, "client conn is closed")
+}
+
+// trailersOnly moves the status of a gRPC answer that came in its headers
+// (a "trailers-only" answer: one HEADERS frame that ends the stream) to
+// the trailers of h, where a gRPC client reads it once the answer's
+// headers went out on their own.
+func trailersOnly(h http.Header) {
+	for _, k := range [...]string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"} {
+		if vs, ok := h[k]; ok {
+			delete(h, k)
+			h[http.TrailerPrefix+k] = vs
+		}
+	}
 }
 
 // isGRPC tells whether an answer is a gRPC call's.
