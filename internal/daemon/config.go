@@ -128,6 +128,9 @@ func (c *Config) Validate() error {
 			c.Logger.Warn("the dashboard is not on loopback: its token and cookie travel in clear text; put it behind TLS", "addr", c.UI)
 		}
 	}
+	if err := c.ACME.validate(c.Proxy == "off"); err != nil {
+		return err
+	}
 	if c.APITCP != "" {
 		host, _, err := net.SplitHostPort(c.APITCP)
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/shoal-run/shoal/internal/acme"
 	"github.com/shoal-run/shoal/internal/agent"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/containers"
@@ -83,8 +84,10 @@ type Config struct {
 	// gateway (the CLI's default is appapi.DefaultPort; 0: any free port;
 	// -1: no self API).
 	SelfAPIPort int
-	Version     string
-	Logger      *slog.Logger
+	// ACME gets apps' domains their certificates (off without a CA).
+	ACME    ACMEConfig
+	Version string
+	Logger  *slog.Logger
 	// Ready, if set, is called once the API is being served.
 	Ready func(d *Daemon)
 }
@@ -112,6 +115,7 @@ type Daemon struct {
 	locks    []*os.File
 
 	events    *events.Log
+	acme      *acme.Manager    // nil without --acme-ca
 	plane     *dataplane.Plane // the proxy process; nil with --proxy off
 	proxyAddr string
 	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
@@ -247,6 +251,9 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	if err := d.openServing(ctx); err != nil {
+		return err
+	}
+	if err := d.openACME(ctx); err != nil {
 		return err
 	}
 	if err := d.openCluster(ctx); err != nil {
