@@ -55,6 +55,7 @@ type Server struct {
 	Jobs       Jobs    // nil: no job routes
 	Nodes      Nodes   // nil: no node routes
 	Secrets    Secrets // nil: the secret routes answer 503
+	Certs      Certs   // nil: /v1/certs answers 503
 	Volumes    Volumes // nil: the volume routes answer 503
 	Health     func(ctx context.Context) types.Health
 	Registry   prometheus.Gatherer
@@ -92,6 +93,7 @@ func (s *Server) Handler(token string) http.Handler {
 	mux.HandleFunc("DELETE /v1/containers/{id}", s.removeContainer)
 	s.routeApps(mux)
 	s.routeSecrets(mux)
+	s.routeCerts(mux)
 	s.routeActivate(mux)
 	s.registerJobs(mux)
 	s.nodeRoutes(mux)

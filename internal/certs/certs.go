@@ -196,6 +196,9 @@ func New(st store.Store, key *secrets.Key, c clock.Clock) *Store {
 	return &Store{st: st, key: key, clock: c}
 }
 
+// Now is the time of the store's clock.
+func (s *Store) Now() time.Time { return s.clock.Now() }
+
 // Put stores c under its name, replacing the one there.
 func (s *Store) Put(ctx context.Context, c Cert) error {
 	b, err := s.encode(c)

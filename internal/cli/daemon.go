@@ -83,6 +83,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Subnet, "subnet", "10.77.0.0/16", "subnet for --network bridge containers")
 	f.StringVar(&cfg.Proxy, "proxy", "127.0.0.1:8080", "where the app proxy listens (Host: <app>.localhost), or off")
 	f.StringVar(&cfg.Domain, "domain", "", "also route Host: <app>.<domain> to app")
+	f.StringVar(&cfg.ProxyTLS, "proxy-tls", "", "where the app proxy takes HTTPS requests, e.g. :443, with the certificates of shoal cert (default: none)")
 	f.IntVar(&cfg.ProxyLimits.MaxHeadBytes, "proxy-max-head", proxy.DefaultMaxHeadBytes, "largest request head the proxy takes, in bytes (431 beyond it)")
 	f.IntVar(&cfg.ProxyLimits.MaxConnsPerClient, "proxy-max-conns", proxy.DefaultMaxConnsPerClient, "connections one client address may hold to the proxy")
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses and CIDRs of proxies in front of the app proxy (a TLS terminator) whose X-Forwarded-For/-Proto/-Host and Forwarded fields are kept; anyone else's are replaced")

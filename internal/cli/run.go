@@ -180,6 +180,9 @@ func newInfoCmd(g *globals) *cobra.Command {
 			if h.Proxy != "" {
 				fmt.Fprintf(w, "proxy:       %s\n", h.Proxy)
 			}
+			if h.ProxyTLS != "" {
+				fmt.Fprintf(w, "proxy tls:   %s\n", h.ProxyTLS)
+			}
 			for _, n := range h.Notes {
 				fmt.Fprintf(w, "note:        %s\n", n)
 			}

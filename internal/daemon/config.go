@@ -76,6 +76,14 @@ func (c *Config) Validate() error {
 			return errdefs.Invalid("--proxy", "%q is not host:port (or off)", c.Proxy)
 		}
 	}
+	if c.ProxyTLS != "" {
+		if c.Proxy == "off" {
+			return errdefs.Invalid("--proxy-tls", "%q: this daemon runs no proxy (--proxy off)", c.ProxyTLS)
+		}
+		if _, _, err := net.SplitHostPort(c.ProxyTLS); err != nil {
+			return errdefs.Invalid("--proxy-tls", "%q is not host:port", c.ProxyTLS)
+		}
+	}
 	if _, err := proxy.ParseTrustList(c.TrustedProxies); err != nil {
 		return errdefs.Invalid("--trusted-proxies", "%v", err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/acme"
 	"github.com/shoal-run/shoal/internal/agent"
+	"github.com/shoal-run/shoal/internal/certs"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/containers"
 	"github.com/shoal-run/shoal/internal/dataplane"
@@ -66,6 +67,9 @@ type Config struct {
 	// "off": no proxy). Domain also routes <app>.<Domain>.
 	Proxy  string
 	Domain string
+	// ProxyTLS is where the proxy takes HTTPS requests ("": none), with
+	// the certificates of `shoal cert`.
+	ProxyTLS string
 	// ProxyLimits bound what one client can hold of the proxy (zero
 	// fields: its defaults).
 	ProxyLimits proxy.Limits
@@ -121,6 +125,7 @@ type Daemon struct {
 	gatherers prometheus.Gatherers // /metrics: the daemon's and the proxy's
 	apps      *serving.Manager
 	secrets   *secrets.Store
+	certs     *certs.Store    // the certificates the proxy serves
 	route     serving.Router  // the proxy's table, for the dashboard's counters
 	cluster   *clusterNode    // nil on bolt: single host
 	lead      *leadership     // the leadership every leader-only subsystem follows; nil on bolt

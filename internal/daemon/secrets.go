@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/certs"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/localnode"
@@ -20,7 +21,8 @@ import (
 )
 
 // openSecrets loads the secrets key (--secrets-key-file, else
-// <data-dir>/secrets.key, made on first use) and opens apps' secrets.
+// <data-dir>/secrets.key, made on first use) and opens apps' secrets and
+// the proxy's certificates, whose keys it seals too.
 func (d *Daemon) openSecrets() error {
 	path := d.cfg.SecretsKeyFile
 	if path == "" {
@@ -31,6 +33,7 @@ func (d *Daemon) openSecrets() error {
 		return err
 	}
 	d.secrets = secrets.New(d.store, key, clock.Real{})
+	d.certs = certs.New(d.store, key, clock.Real{})
 	return nil
 }
 

@@ -40,9 +40,10 @@ func (d *Daemon) serve(ctx context.Context) error {
 		srv.Registry = d.apps.Gatherer(d.gatherers)
 	}
 	if srv.Apps != nil {
-		srv.Apps = appsWithSecrets{srv.Apps, d.secrets}
+		srv.Apps = appsWithDomains{appsWithSecrets{srv.Apps, d.secrets}, d.store}
 	}
 	srv.Secrets = secretsAPI{d.secrets}
+	srv.Certs = certsAPI{d.certs}
 	srv.Volumes = d.volumesAPI()
 	d.forwardApps(srv)
 	ul, err := listenUnix(d.cfg.API)
@@ -95,6 +96,7 @@ func (d *Daemon) health(ctx context.Context) types.Health {
 		}
 		h.Notes = append(slices.Clone(d.notes), fmt.Sprintf("proxy: process %d on %s since %s (%s)",
 			in.Pid, in.Addr, in.Started.UTC().Format(time.RFC3339), how))
+		h.ProxyTLS = in.TLSAddr
 	}
 	if note := d.clusterNote(); note != "" {
 		h.Notes = append(slices.Clone(h.Notes), note)

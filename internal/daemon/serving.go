@@ -44,7 +44,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		// The proxy is a process of its own (the data plane): it outlives a
 		// crash of this one, which adopts it again at its next start.
 		pl, err := dataplane.Open(ctx, dataplane.Options{
-			Addr: cfg.Proxy, Domain: cfg.Domain, RunDir: cfg.RunDir, DaemonAPI: unixPath(cfg.API),
+			Addr: cfg.Proxy, TLSAddr: cfg.ProxyTLS, Domain: cfg.Domain, RunDir: cfg.RunDir, DaemonAPI: unixPath(cfg.API),
 			Version: cfg.Version, Logger: d.log, Limits: cfg.ProxyLimits,
 			TrustedProxies: cfg.TrustedProxies,
 		})
@@ -116,6 +116,9 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	}
 	o.Local, o.Hooks = local, local
 	go d.followSecrets(ctx, local)
+	if d.plane != nil {
+		go d.followCerts(ctx)
+	}
 	if _, ok := d.store.(*store.Etcd); ok {
 		// A node of a cluster: the apps run on the leader, which reaches
 		// the other nodes through their agents.

@@ -7,11 +7,23 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
+// DomainOwnedError refuses a claim of a domain another app owns; it is an
+// errdefs.ErrConflict.
+type DomainOwnedError struct{ Domain, Owner string }
+
+func (e *DomainOwnedError) Error() string {
+	return fmt.Sprintf("domain %s belongs to app %q", e.Domain, e.Owner)
+}
+
+// Is makes the error an errdefs.ErrConflict.
+func (e *DomainOwnedError) Is(target error) bool { return target == errdefs.ErrConflict }
+
 // ClaimDomains makes app the owner of each of domains (DomainKey), with
 // create-only writes: of two apps that claim one domain at once, one wins
-// and the other gets errdefs.ErrConflict naming the owner, and gives back
+// and the other gets a *DomainOwnedError naming the owner, and gives back
 // what it claimed in this call. Domains app owns already stay its own.
-func ClaimDomains(ctx context.Context, s Store, app string, domains []string) error {
+// It returns the domains this call claimed.
+func ClaimDomains(ctx context.Context, s Store, app string, domains []string) ([]string, error) {
 	var claimed []string
 	undo := func() {
 		for _, d := range claimed {
@@ -26,7 +38,7 @@ func ClaimDomains(ctx context.Context, s Store, app string, domains []string) er
 		}
 		if !errdefs.IsConflict(err) {
 			undo()
-			return fmt.Errorf("domain %s: %w", d, err)
+			return nil, fmt.Errorf("domain %s: %w", d, err)
 		}
 		kv, gerr := s.Get(ctx, DomainKey(d))
 		switch {
@@ -34,13 +46,24 @@ func ClaimDomains(ctx context.Context, s Store, app string, domains []string) er
 			continue
 		case gerr == nil:
 			undo()
-			return fmt.Errorf("domain %s belongs to app %q: %w", d, kv.Value, errdefs.ErrConflict)
+			return nil, &DomainOwnedError{Domain: d, Owner: string(kv.Value)}
 		default:
 			undo()
-			return fmt.Errorf("domain %s: %w", d, gerr)
+			return nil, fmt.Errorf("domain %s: %w", d, gerr)
 		}
 	}
-	return nil
+	return claimed, nil
+}
+
+// ReleaseClaimed gives back domains claimed for app (those a deploy that
+// failed claimed). A claim is only ever written while its key is absent,
+// so one that names app stays app's until deleted.
+func ReleaseClaimed(ctx context.Context, s Store, app string, domains []string) {
+	for _, d := range domains {
+		if kv, err := s.Get(ctx, DomainKey(d)); err == nil && string(kv.Value) == app {
+			s.Delete(ctx, DomainKey(d))
+		}
+	}
 }
 
 // ReleaseDomains gives back the domains app owns that are not in keep.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -19,15 +20,16 @@ func TestClaimDomains(t *testing.T) {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	if err := store.ClaimDomains(ctx, st, "web", []string{"a.test", "b.test"}); err != nil {
+	if got, err := store.ClaimDomains(ctx, st, "web", []string{"a.test", "b.test"}); err != nil || len(got) != 2 {
 		t.Fatal(err)
 	}
 	// Claiming again is a no-op; another app is refused and keeps none.
-	if err := store.ClaimDomains(ctx, st, "web", []string{"a.test"}); err != nil {
-		t.Fatal(err)
+	if got, err := store.ClaimDomains(ctx, st, "web", []string{"a.test"}); err != nil || len(got) != 0 {
+		t.Fatal(got, err)
 	}
-	err = store.ClaimDomains(ctx, st, "shop", []string{"c.test", "b.test"})
-	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), `app "web"`) {
+	_, err = store.ClaimDomains(ctx, st, "shop", []string{"c.test", "b.test"})
+	var owned *store.DomainOwnedError
+	if !errdefs.IsConflict(err) || !errors.As(err, &owned) || owned.Owner != "web" || owned.Domain != "b.test" || !strings.Contains(err.Error(), `app "web"`) {
 		t.Fatalf("b.test claimed by shop: %v", err)
 	}
 	if _, err := st.Get(ctx, store.DomainKey("c.test")); !errdefs.IsNotFound(err) {
@@ -36,8 +38,14 @@ func TestClaimDomains(t *testing.T) {
 	if err := store.ReleaseDomains(ctx, st, "web", []string{"a.test"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.ClaimDomains(ctx, st, "shop", []string{"b.test"}); err != nil {
+	got, err := store.ClaimDomains(ctx, st, "shop", []string{"b.test"})
+	if err != nil {
 		t.Fatalf("b.test after web let it go: %v", err)
+	}
+	store.ReleaseClaimed(ctx, st, "web", got) // not web's: kept
+	store.ReleaseClaimed(ctx, st, "shop", got)
+	if _, err := st.Get(ctx, store.DomainKey("b.test")); !errdefs.IsNotFound(err) {
+		t.Fatalf("b.test after shop's claim was given back: %v", err)
 	}
 	// Of many apps claiming one domain at once, one wins.
 	var wg sync.WaitGroup
@@ -47,7 +55,7 @@ func TestClaimDomains(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			app := fmt.Sprintf("app%d", i)
-			if store.ClaimDomains(ctx, st, app, []string{"race.test"}) == nil {
+			if _, err := store.ClaimDomains(ctx, st, app, []string{"race.test"}); err == nil {
 				wins <- app
 			}
 		}()

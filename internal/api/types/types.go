@@ -21,6 +21,7 @@ type Health struct {
 	Store      string   `json:"store"`
 	DataDir    string   `json:"data_dir"`
 	Proxy      string   `json:"proxy,omitempty"`
+	ProxyTLS   string   `json:"proxy_tls,omitempty"` // the proxy's HTTPS listener
 	Containers int      `json:"containers"`
 	Images     int      `json:"images"`
 	Notes      []string `json:"notes,omitempty"`
