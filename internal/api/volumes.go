@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/httperr"
 )
 
@@ -20,8 +22,9 @@ type Volumes interface {
 	// Export writes path of a volume as a tar.
 	Export(ctx context.Context, app, name, path string, w io.Writer) error
 	// Import unpacks a tar into directory path of a volume, all or
-	// nothing.
-	Import(ctx context.Context, app, name, path string, r io.Reader) error
+	// nothing: refused when its files hold more than limit bytes (0: the
+	// service's default).
+	Import(ctx context.Context, app, name, path string, r io.Reader, limit int64) error
 }
 
 // routeVolumes registers the volume routes; without a Volumes service
@@ -77,7 +80,16 @@ func (s *Server) routeVolumes(mux *http.ServeMux) {
 		}
 	}))
 	mux.HandleFunc("PUT /v1/volumes/{app}/{name}/archive", vols(func(w http.ResponseWriter, r *http.Request, app, name string) {
-		if err := s.Volumes.Import(r.Context(), app, name, r.URL.Query().Get("path"), r.Body); err != nil {
+		var limit int64
+		if v := r.URL.Query().Get("max_bytes"); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				s.fail(w, r, errdefs.Invalid("max_bytes", "%q is not a positive number of bytes", v))
+				return
+			}
+			limit = n
+		}
+		if err := s.Volumes.Import(r.Context(), app, name, r.URL.Query().Get("path"), r.Body, limit); err != nil {
 			s.fail(w, r, err)
 			return
 		}

@@ -57,3 +57,14 @@ func TestUnknownSubcommand(t *testing.T) {
 		t.Errorf("shoal app: exit %d, stdout %q; want 0 and its help", code, out.String())
 	}
 }
+
+// A --max-size of volume import that is not a size is a usage error
+// (exit 2), made before anything is sent.
+func TestVolumeImportMaxSize(t *testing.T) {
+	for _, v := range []string{"lots", "0", "-5"} {
+		var out, errOut bytes.Buffer
+		if code := Main([]string{"volume", "import", "--max-size", v, "web:data", "-"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--max-size") {
+			t.Errorf("--max-size %s: exit %d, stderr %q; want 2 naming --max-size", v, code, errOut.String())
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -148,14 +149,16 @@ stdout or, with -o, to FILE, which is written only once the whole tar has come.`
 }
 
 func newVolumeImportCmd(g *globals) *cobra.Command {
+	var maxSize string
 	cmd := &cobra.Command{
 		Use:   "import APP:VOLUME [FILE|-]",
 		Short: "Unpack a tar from a file or stdin into a volume",
 		Long: `Unpack a tar (as export writes) into a volume: its files are added to the
 volume's, replacing those of the same name; owners are kept, as ids in the
 app's container. The daemon reads the whole tar before the volume changes, so
-a bad or cut tar changes nothing. A volume the app declares but that is not
-on this node yet is made.`,
+a bad or cut tar changes nothing, as does one whose files hold more than
+--max-size (default 4GiB). A volume the app declares but that is not on this
+node yet is made.`,
 		Example: `  shoal volume import web:data data.tar
   tar -C site -c . | shoal volume import web:www -`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -169,6 +172,14 @@ on this node yet is made.`,
 			if !ok {
 				return usageErrorf("%q: name a volume as APP:VOLUME", args[0])
 			}
+			u := v.url("/archive", "/")
+			if maxSize != "" {
+				n, err := units.ParseBytes(maxSize)
+				if err != nil || n <= 0 {
+					return usageErrorf("--max-size %q: a size such as 500MiB or 2GiB", maxSize)
+				}
+				u += "&max_bytes=" + strconv.FormatInt(n, 10)
+			}
 			var in io.Reader = cmd.InOrStdin()
 			if len(args) == 2 && args[1] != "-" {
 				f, err := os.Open(args[1])
@@ -178,13 +189,14 @@ on this node yet is made.`,
 				defer f.Close()
 				in = f
 			}
-			if err := g.call(cmd, "PUT", v.url("/archive", "/"), in, nil); err != nil {
+			if err := g.call(cmd, "PUT", u, in, nil); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "imported into %s:%s\n", v.app, v.name)
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&maxSize, "max-size", "", "refuse a tar whose files hold more than this (default 4GiB)")
 	return cmd
 }
 

@@ -210,6 +210,11 @@ data = "/data"
 			t.Fatalf("import of a bad archive: exit %d\n%s", r.code, r.stderr)
 		}
 	}
+	// One whose files hold more than --max-size changes nothing either
+	// (bad input, exit 2).
+	if r := d.shoalIn(tarOf(t, map[string]string{"c.txt": strings.Repeat("c", 2000)}), "volume", "import", "--max-size", "1KiB", "notes:data", "-"); r.code != 2 || !strings.Contains(r.stderr, "more than 1Ki") {
+		t.Fatalf("import above --max-size: exit %d\n%s", r.code, r.stderr)
+	}
 	ents, _ := os.ReadDir(vol)
 	if len(ents) != 1 {
 		t.Fatalf("a refused import left %v in the volume", ents)

@@ -45,7 +45,8 @@ func (n *Node) prepareVolumes(ctx context.Context, s node.ReplicaSpec, spec runt
 		}
 		host = ns.HostID
 	}
-	if err := n.volumes.Prepare(vols, volume.Image{Layers: spec.Layers, User: spec.User}, host); err != nil {
+	limit := s.Config.Resources.DiskBytes() // 0: the default
+	if err := n.volumes.Prepare(ctx, vols, volume.Image{Layers: spec.Layers, User: spec.User}, host, limit); err != nil {
 		return fmt.Errorf("app %q: %w", s.App, err)
 	}
 	return nil

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/units"
 	"github.com/shoal-run/shoal/internal/userns"
 )
 
@@ -85,8 +87,14 @@ func writeTar(ctx context.Context, root *os.Root, r string, w io.Writer) error {
 // readTar unpacks the tar rd into dir, a new folder, with owners shifted
 // into the range starting at host (0: none). Entries must stay under dir
 // and be directories, regular files, symbolic links or hard links to an
-// earlier entry; anything else is refused, naming it.
-func readTar(ctx context.Context, rd io.Reader, dir string, host uint32) error {
+// earlier entry; anything else is refused, naming it. Files of more than
+// limit bytes in all (0: DefaultMaxBytes) are refused too, once the one
+// that passes it is reached.
+func readTar(ctx context.Context, rd io.Reader, dir string, host uint32, limit int64) error {
+	if limit <= 0 {
+		limit = DefaultMaxBytes
+	}
+	left := limit
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -138,6 +146,10 @@ func readTar(ctx context.Context, rd io.Reader, dir string, host uint32) error {
 			dirs = append(dirs, dirMeta{name, h})
 			continue
 		case tar.TypeReg:
+			if left -= h.Size; left < 0 {
+				return fmt.Errorf("archive entry %q: its files hold more than %s, the limit (--max-size, or %s): %w",
+					h.Name, units.FormatBytes(limit), units.FormatBytes(DefaultMaxBytes), errdefs.ErrInvalid)
+			}
 			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 			if err != nil {
 				return fmt.Errorf("archive entry %q: %w", h.Name, err)

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/units"
 )
 
 func tarBytes(t *testing.T, hs ...*tar.Header) []byte {
@@ -54,18 +57,31 @@ func TestImportRefusesAndMerges(t *testing.T) {
 		tarBytes(t, &tar.Header{Name: "dev", Typeflag: tar.TypeChar, Mode: 0o600}),
 		tarBytes(t, &tar.Header{Name: "l", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"}),
 	} {
-		if err := s.Import(ctx, "web", "data", "/", bytes.NewReader(bad)); err == nil {
+		if err := s.Import(ctx, "web", "data", "/", bytes.NewReader(bad), 0); err == nil {
 			t.Fatal("a bad archive was imported")
 		}
 		if _, err := os.Stat(filepath.Join(vol, "ok.txt")); !os.IsNotExist(err) {
 			t.Fatal("a refused archive changed the volume")
 		}
 	}
+	// Above its limit: refused, naming it, nothing changed or left.
+	big := tarBytes(t, &tar.Header{Name: "ok.txt", Typeflag: tar.TypeReg, Linkname: "1234", Mode: 0o644},
+		&tar.Header{Name: "big.txt", Typeflag: tar.TypeReg, Linkname: "56789", Mode: 0o644})
+	if err := s.Import(ctx, "web", "data", "/", bytes.NewReader(big), 8); !errdefs.IsInvalid(err) || !strings.Contains(err.Error(), "big.txt") ||
+		!strings.Contains(err.Error(), "more than "+units.FormatBytes(8)) {
+		t.Fatalf("an archive above the limit: %v, want invalid, naming the entry and the limit", err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "ok.txt")); !os.IsNotExist(err) {
+		t.Fatal("an archive above the limit changed the volume")
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(vol), ".*")); len(left) != 0 {
+		t.Fatalf("an archive above the limit left %v", left)
+	}
 	good := tarBytes(t,
 		&tar.Header{Name: "sub/", Typeflag: tar.TypeDir, Mode: 0o750, Uid: 33, Gid: 33},
 		&tar.Header{Name: "sub/new.txt", Typeflag: tar.TypeReg, Linkname: "new", Mode: 0o600, Uid: 33, Gid: 33},
 		&tar.Header{Name: "keep.txt", Typeflag: tar.TypeReg, Linkname: "replaced", Mode: 0o644})
-	if err := s.Import(ctx, "web", "data", "/", bytes.NewReader(good)); err != nil {
+	if err := s.Import(ctx, "web", "data", "/", bytes.NewReader(good), 0); err != nil {
 		t.Fatal(err)
 	}
 	for p, want := range map[string]string{"keep.txt": "replaced", "sub/old.txt": "old", "sub/new.txt": "new"} {

@@ -9,6 +9,7 @@
 package volume
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -22,10 +23,17 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/units"
 	"github.com/shoal-run/shoal/internal/userns"
 )
+
+// DefaultMaxBytes bounds what a copy-up or an import writes into a volume
+// when nothing else does (an app without a disk limit, an import without
+// --max-size): the bytes of its files.
+const DefaultMaxBytes = 4 << 30
 
 // Mount is a volume of a replica about to start.
 type Mount struct {
@@ -55,8 +63,10 @@ type Preparer struct {
 // range when it belongs to another (kept from an app deployed again). A
 // new volume's root is given to its owner (the image's user, or the
 // manifest's uid and gid); one there already to the ids the manifest
-// gives, if any.
-func (p *Preparer) Prepare(vols []Mount, img Image, host uint32) error {
+// gives, if any. A copy-up stops when ctx ends, and is refused when the
+// image's files at the path hold more than limit bytes (0: DefaultMaxBytes);
+// nothing of it is left.
+func (p *Preparer) Prepare(ctx context.Context, vols []Mount, img Image, host uint32, limit int64) error {
 	if len(vols) == 0 {
 		return nil
 	}
@@ -104,7 +114,7 @@ func (p *Preparer) Prepare(vols []Mount, img Image, host uint32) error {
 				ids = [2]uint32{uid, gid}
 			}
 			for _, i := range missing {
-				if err := copyUp(rootfs, vols[i].Path, tmps[i]); err != nil {
+				if err := copyUp(ctx, rootfs, vols[i].Path, tmps[i], limit); err != nil {
 					return fmt.Errorf("volume %s: copy the image's %s: %w", filepath.Base(vols[i].Dir), vols[i].Path, err)
 				}
 			}
@@ -193,8 +203,9 @@ func tempName(dir, what string) string {
 
 // copyUp makes tmp, a copy of the image's directory at path (an empty
 // folder if the image has none there), with the owners, modes, times and
-// extended attributes of the image's files.
-func copyUp(rootfs, path, tmp string) error {
+// extended attributes of the image's files. Files of more than limit
+// bytes in all (0: DefaultMaxBytes) are refused before anything is copied.
+func copyUp(ctx context.Context, rootfs, path, tmp string, limit int64) error {
 	root, err := unix.Open(rootfs, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -218,13 +229,48 @@ func copyUp(rootfs, path, tmp string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkSize(ctx, src, limit); err != nil {
+		return err
+	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return err
 	}
-	if out, err := exec.Command("cp", "-a", "--reflink=auto", "--", src+"/.", tmp+"/").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src+"/.", tmp+"/").CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return os.Chmod(tmp, os.FileMode(st.Mode&0o777)|modeBits(st.Mode))
+}
+
+// checkSize fails when the regular files under dir hold more than limit
+// bytes (0: DefaultMaxBytes), or when ctx ends.
+func checkSize(ctx context.Context, dir string, limit int64) error {
+	if limit <= 0 {
+		limit = DefaultMaxBytes
+	}
+	var total int64
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if total += fi.Size(); total > limit {
+			return fmt.Errorf("its files hold more than %s, the limit (the app's resources.disk, or %s without one): %w",
+				units.FormatBytes(limit), units.FormatBytes(DefaultMaxBytes), errdefs.ErrInvalid)
+		}
+		return nil
+	})
 }
 
 // modeBits is the sticky and set-id bits of a stat mode as an os.FileMode.

@@ -1,12 +1,17 @@
 package volume
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/units"
 	"github.com/shoal-run/shoal/internal/userns"
 )
 
@@ -65,7 +70,7 @@ func TestPrepareCopiesUp(t *testing.T) {
 		var p Preparer
 		vols := []Mount{{Dir: vol, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}},
 			{Dir: empty, Path: "/nothing/here", Owner: manifest.VolumeOwner{UID: 33, GID: 34}}}
-		if err := p.Prepare(vols, Image{Layers: layers, User: "app"}, host); err != nil {
+		if err := p.Prepare(context.Background(), vols, Image{Layers: layers, User: "app"}, host, 0); err != nil {
 			t.Fatal(err)
 		}
 		if b, err := os.ReadFile(filepath.Join(vol, "seed")); err != nil || string(b) != "seed\n" {
@@ -88,7 +93,7 @@ func TestPrepareCopiesUp(t *testing.T) {
 		os.Remove(filepath.Join(vol, "seed"))
 		os.Lchown(vol, int(host+5), int(host+5))
 		os.Lchown(empty, int(host+5), int(host+5))
-		if err := p.Prepare(vols, Image{Layers: layers, User: "app"}, host); err != nil {
+		if err := p.Prepare(context.Background(), vols, Image{Layers: layers, User: "app"}, host, 0); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := os.Stat(filepath.Join(vol, "seed")); !os.IsNotExist(err) {
@@ -111,7 +116,7 @@ func TestPrepareUnknownUser(t *testing.T) {
 	layers := image(t)
 	var p Preparer
 	dir := filepath.Join(t.TempDir(), "volumes", "data")
-	err := p.Prepare([]Mount{{Dir: dir, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}}}, Image{Layers: layers, User: "nobody"}, 0)
+	err := p.Prepare(context.Background(), []Mount{{Dir: dir, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}}}, Image{Layers: layers, User: "nobody"}, 0, 0)
 	if err == nil {
 		t.Fatal("no error for a user the image does not have")
 	}
@@ -121,5 +126,49 @@ func TestPrepareUnknownUser(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), ".*"))
 	if len(left) != 0 {
 		t.Fatalf("left behind: %v", left)
+	}
+}
+
+// A copy-up above its limit (the app's disk, or DefaultMaxBytes) is
+// refused before anything is copied, and one whose context ends stops:
+// neither leaves a volume or anything beside it.
+func TestPrepareCopyUpBounded(t *testing.T) {
+	layers := image(t)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, c := range map[string]struct {
+		ctx   context.Context
+		limit int64
+		want  error
+	}{
+		"above the limit": {context.Background(), 4, errdefs.ErrInvalid},
+		"cancelled":       {cancelled, 0, context.Canceled},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var p Preparer
+			dir := filepath.Join(t.TempDir(), "volumes", "data")
+			err := p.Prepare(c.ctx, []Mount{{Dir: dir, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}}},
+				Image{Layers: layers, User: "app"}, 0, c.limit)
+			if !errors.Is(err, c.want) {
+				t.Fatalf("copy-up: %v, want %v", err, c.want)
+			}
+			if c.limit > 0 && !strings.Contains(err.Error(), "more than "+units.FormatBytes(4)) {
+				t.Fatalf("copy-up above the limit: %v, want the limit named", err)
+			}
+			if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+				t.Fatalf("volume made though its copy-up failed (%v)", err)
+			}
+			left, _ := filepath.Glob(filepath.Join(filepath.Dir(dir), ".*"))
+			if len(left) != 0 {
+				t.Fatalf("left behind: %v", left)
+			}
+		})
+	}
+	// Within the limit (the image's two files, 10 bytes): made.
+	var p Preparer
+	dir := filepath.Join(t.TempDir(), "volumes", "data")
+	if err := p.Prepare(context.Background(), []Mount{{Dir: dir, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}}},
+		Image{Layers: layers, User: "app"}, 0, 10); err != nil {
+		t.Fatal(err)
 	}
 }

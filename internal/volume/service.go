@@ -219,8 +219,9 @@ func (s *Service) Export(ctx context.Context, app, name, p string, w io.Writer) 
 
 // Import reads a tar from rd into directory p of a volume (made if it is
 // the root of a volume the app declares). The whole archive is unpacked
-// beside the volume first: a bad archive changes nothing.
-func (s *Service) Import(ctx context.Context, app, name, p string, rd io.Reader) error {
+// beside the volume first: a bad archive, or one whose files hold more
+// than limit bytes (0: DefaultMaxBytes), changes nothing.
+func (s *Service) Import(ctx context.Context, app, name, p string, rd io.Reader, limit int64) error {
 	r, err := rel(p)
 	if err != nil {
 		return err
@@ -255,7 +256,7 @@ func (s *Service) Import(ctx context.Context, app, name, p string, rd io.Reader)
 	host := rangeOf(uid)
 	stage := tempName(d, "import")
 	defer os.RemoveAll(stage)
-	if err := readTar(ctx, rd, stage, host); err != nil {
+	if err := readTar(ctx, rd, stage, host, limit); err != nil {
 		return fmt.Errorf("volume %s of app %s: %w", name, app, err)
 	}
 	if err := mergeInto(stage, root, r); err != nil {
