@@ -72,6 +72,7 @@ var hostTools = map[string]tool{
 	"chromium":           {pkg: "chromium"},
 	"ab":                 {pkg: "apache2-utils"},
 	"wrk":                {pkg: "wrk"},
+	"h2load":             {pkg: "nghttp2-client"},
 	"nginx":              {pkg: "nginx"},
 	"sqlite3":            {pkg: "sqlite3"},
 	"sysbench":           {pkg: "sysbench"},

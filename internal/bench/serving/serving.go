@@ -38,7 +38,7 @@ func Serving(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	se, err := kit.NewServingEnv(ctx, o, dir, servingNet, "hello", "slowboot", "cpuburn")
+	se, err := kit.NewServingEnv(ctx, o, dir, servingNet, "hello", "slowboot", "cpuburn", "grpcecho")
 	if err != nil {
 		return nil, fmt.Errorf("serving: %w", err)
 	}
@@ -50,13 +50,14 @@ func Serving(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 	}()
 	rep.Para("Every figure here comes from one run of the real `shoal daemon` (runc, an embedded store, replicas on its own bridge) " +
 		"and its proxy on loopback, with the example apps *hello* (answers at once), *slowboot* (listens only after a 1.5 s boot) " +
-		"and *cpuburn* (`/?ms=N` burns N ms of CPU per request). Requests name the app in their `Host` header (`<app>.localhost`).")
+		"and *cpuburn* (`/?ms=N` burns N ms of CPU per request), and *grpcecho* (a gRPC server) for HTTP/2. Requests name the app in their `Host` header (`<app>.localhost`).")
 	for _, part := range []struct {
 		name string
 		run  func(context.Context, *bench.Report) error
 	}{
 		{"cold start and thaw", e.coldAndThaw},
 		{"proxy throughput", e.throughput},
+		{"HTTP/2 and gRPC", e.edge},
 		{"load step", e.loadStep},
 		{"scale-out and scale-up", e.classic},
 	} {

@@ -18,11 +18,13 @@ func TestQuick(t *testing.T) {
 // must have numbers on any host, and that the targets section is there.
 func checkQuickServing(t *testing.T, rep *bench.Report, _ string) {
 	must := map[string][]string{
-		"Cold start to first byte":                  {svColdHello, svColdSlowboot},
-		"Thaw to first byte, beside a warm request": {svThawHello, svThawSlowboot, svWarm},
-		"Requests per second":                       {svShoal, svNginx, svDirect},
-		"Latency p99 under load":                    {svShoal, svNginx, svDirect},
-		"Latency under ab, before and after":        {svOutBefore},
+		"Cold start to first byte":                    {svColdHello, svColdSlowboot},
+		"Thaw to first byte, beside a warm request":   {svThawHello, svThawSlowboot, svWarm},
+		"Requests per second":                         {svShoal, svNginx, svDirect},
+		"Latency p99 under load":                      {svShoal, svNginx, svDirect},
+		"HTTP/2 requests per second, one connection":  {svH2Shoal, svH2Nginx},
+		"gRPC unary calls per second, one connection": {svGRPCShoal, svGRPCNginx},
+		"Latency under ab, before and after":          {svOutBefore},
 	}
 	benchtest.CheckTables(t, rep, must)
 }
@@ -52,6 +54,33 @@ Transfer/sec:      1.90MB
 	}
 	if _, err := parseWrk("unable to connect"); err == nil {
 		t.Error("parseWrk of an error message: no error")
+	}
+}
+
+func TestParseH2load(t *testing.T) {
+	out := `starting benchmark...
+spawning thread #0: 1 total client(s). Timing-based test with 1s of warm-up time and 5s of main duration for measurements.
+Warm-up started for thread #0.
+progress: 10% of clients started
+Warm-up phase is over for thread #0.
+Main benchmark duration is started for thread #0.
+Main benchmark duration is over for thread #0. Stopping all clients.
+Stopped all clients for thread #0
+
+finished in 6.00s, 21330.60 req/s, 2.31MB/s
+requests: 106653 total, 106753 started, 106653 done, 106650 succeeded, 3 failed, 1 errored, 2 timeout
+status codes: 106650 2xx, 0 3xx, 4 4xx, 0 5xx
+traffic: 11.53MB (12091466) total, 418.71KB (428762) headers (space savings 96.03%), 10.17MB (10665300) data
+`
+	r, err := parseH2load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rps != 21330.6 || r.done != 106653 || r.failed != 10 {
+		t.Errorf("parseH2load = %+v", r)
+	}
+	if _, err := parseH2load("connect: refused"); err == nil {
+		t.Error("parseH2load of an error message: no error")
 	}
 }
 
