@@ -38,6 +38,7 @@ type rig struct {
 	clk           *clock.Fake
 	pebble        *pebbletest.Pebble
 	m             *Manager
+	stopRun       func() // stops m's Run
 	tlsHandshakes chan string
 }
 
@@ -113,8 +114,10 @@ func newRig(t *testing.T, challenges ...string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runCtx, stopRun := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); r.m.Run(ctx) }()
+	go func() { defer close(done); r.m.Run(runCtx) }()
+	r.stopRun = func() { stopRun(); <-done }
 	t.Cleanup(func() { cancel(); <-done })
 	return r
 }
