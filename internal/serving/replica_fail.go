@@ -155,12 +155,15 @@ const (
 
 // retryRemove tries the removal of replica id's container and address
 // again, in the background, on the manager's clock, until it succeeds or
-// the controllers stop (the daemon stops, or the node leads no more): then
-// the container, which no record names any more, is removed by the next
-// daemon at its start, or by its node's sweep of strays in a cluster.
+// the controllers stop (the daemon stops, or the node leads no more; the
+// lead's end waits for it): then the container, which no record names any
+// more, is removed by the next daemon at its start, or by its node's sweep
+// of strays in a cluster.
 func (ctl *appCtl) retryRemove(id string) {
-	m, lctx := ctl.m, ctl.ctx()
+	m, l, lctx := ctl.m, ctl.lead, ctl.ctx()
+	l.wg.Add(1) // the lead's end waits for it, as for a start
 	go func() {
+		defer l.wg.Done()
 		wait := removeRetry
 		for attempt := 2; ; attempt++ {
 			t := m.clock.NewTimer(wait)

@@ -100,6 +100,14 @@ func OpenBolt(path string, opts ...BoltOption) (*Bolt, error) {
 		return nil, errdefs.Invalid("watch buffer", "must be at least 1, got %d", cfg.watchBuf)
 	}
 	bo := &bolt.Options{Timeout: cfg.lockTimeout}
+	lock, err := openLock(path, cfg.lockTimeout)
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("bolt store %s: file is locked by another process: %w", path, errdefs.ErrUnavailable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bolt store %s: %w", path, err)
+	}
+	defer lock.Close()
 	if ok, err := compactIfSparse(path, bo); err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
 			return nil, fmt.Errorf("bolt store %s: file is locked by another process: %w", path, errdefs.ErrUnavailable)

@@ -2,12 +2,17 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -66,4 +71,29 @@ func size(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return st.Size()
+}
+
+// An opener waits for the open lock that another opener holds from before
+// its compaction until its file is open (bbolt's own lock is on the inode
+// a compaction replaces), and gives up after its lock timeout.
+func TestBoltOpenWaitsForTheOpenLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shoal.db")
+	f, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	_, err = store.OpenBolt(path, store.WithLockTimeout(50*time.Millisecond))
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("OpenBolt while another opener holds the open lock: %v, want ErrUnavailable", err)
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	b, err := store.OpenBolt(path, store.WithLockTimeout(time.Second))
+	if err != nil {
+		t.Fatalf("OpenBolt once the open lock is free: %v", err)
+	}
+	b.Close()
 }

@@ -47,6 +47,9 @@ func (z ZipfLoad) Run(ctx context.Context, proxy string) (ZipfResult, error) {
 	if s == 0 {
 		s = 1.1
 	}
+	if s <= 1 {
+		return res, fmt.Errorf("zipf load: s must be more than 1, got %g", s)
+	}
 	if inflight == 0 {
 		inflight = 256
 	}
