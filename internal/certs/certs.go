@@ -283,6 +283,25 @@ func (s *Store) List(ctx context.Context) ([]Cert, error) {
 	return out, nil
 }
 
+// ListInfo returns every certificate by name without its key (never
+// opened): what may be shown.
+func (s *Store) ListInfo(ctx context.Context) ([]Cert, error) {
+	kvs, err := s.st.List(ctx, store.CertsPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("certificates: %w", err)
+	}
+	out := make([]Cert, 0, len(kvs))
+	for _, kv := range kvs {
+		var r record
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return nil, fmt.Errorf("certificate record %s: %w", kv.Key, err)
+		}
+		out = append(out, Cert{Domains: r.Domains, CertPEM: r.CertPEM, OCSP: r.OCSP, Source: r.Source, Issuer: r.Issuer,
+			NotBefore: r.NotBefore, NotAfter: r.NotAfter, RenewedAt: r.RenewedAt, LastError: r.LastError, LastErrorAt: r.LastErrorAt})
+	}
+	return out, nil
+}
+
 // Delete removes the certificate named name (not found when there is
 // none).
 func (s *Store) Delete(ctx context.Context, name string) error {

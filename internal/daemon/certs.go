@@ -23,7 +23,7 @@ func wireCert(c certs.Cert) types.Cert {
 }
 
 func (a certsAPI) List(ctx context.Context) ([]types.Cert, error) {
-	list, err := a.s.List(ctx)
+	list, err := a.s.ListInfo(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -34,6 +34,9 @@ func (d *Daemon) serveUI(ctx context.Context) error {
 	if d.cluster != nil {
 		o.Nodes = nodeService{d}
 	}
+	if d.certs != nil {
+		o.Certs = certsAPI{d.certs}
+	}
 	if d.jobs != nil && d.jobs.Queue != nil {
 		o.Jobs = dashJobs{d.jobs.Queue}
 	}

@@ -1,7 +1,8 @@
 // Package dashboard is the daemon's web page for operators (`shoal daemon
 // --ui ADDR`): apps with their replicas, revisions and traffic split, charts
 // of requests per second, concurrency, replicas and CPU quota over the last
-// minutes, the event log as it grows, and the job queue by tenant.
+// minutes, the event log as it grows, the job queue by tenant, and the
+// certificates the proxy serves with their expiry and last renewal error.
 //
 // The daemon's state is sampled every second into bounded histories (a ring
 // of Options.History points per app) through the small interfaces below.
@@ -70,6 +71,11 @@ type Nodes interface {
 	List(ctx context.Context) ([]types.Node, error)
 }
 
+// Certs lists the certificates the proxy serves (never a key).
+type Certs interface {
+	List(ctx context.Context) ([]types.Cert, error)
+}
+
 // Options configure a Dashboard. Any of Apps, Loads, Events and Jobs may
 // be nil: its part of the page is then empty. Nodes is nil on a single
 // host: the page then has no nodes section.
@@ -79,6 +85,7 @@ type Options struct {
 	Events Events
 	Jobs   Jobs
 	Nodes  Nodes
+	Certs  Certs // nil: the certificates section says none
 	// Token is the bearer token that opens the page; it must not be empty.
 	Token string
 	// Interval is the time between samples (default a second) and History

@@ -39,7 +39,7 @@ func staticFiles() http.Handler {
 // the id of its element and the name of its template (nodes only in a
 // cluster). The apps section is sent whole when the list of apps changes,
 // else app by app.
-var sectionNames = []string{"summary", "jobs", "nodes"}
+var sectionNames = []string{"summary", "jobs", "nodes", "certs"}
 
 // pageView is what the templates draw.
 type pageView struct {
@@ -53,6 +53,7 @@ type pageView struct {
 	JobHist chartView
 	Cluster bool // the page has a nodes section
 	Nodes   []types.Node
+	Certs   []types.Cert
 	Events  []eventView
 	After   int64 // the last event shown
 	Spans   []spanChoice
@@ -95,7 +96,7 @@ const maxCharted = 12
 // span for the busiest apps.
 func view(s Snapshot, span time.Duration) pageView {
 	v := pageView{Time: s.Time, Err: s.Err, Tenants: s.Tenants, Jobs: s.Jobs, JobHist: jobChart(s.JobHist, s.Time, span),
-		Cluster: s.Cluster, Nodes: s.Nodes}
+		Cluster: s.Cluster, Nodes: s.Nodes, Certs: s.Certs}
 	charted := busiest(s.Apps, s.Time, span, maxCharted)
 	v.Uncharted, v.ChartedMax = len(s.Apps)-len(charted), maxCharted
 	for _, a := range s.Apps {

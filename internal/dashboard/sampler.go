@@ -75,6 +75,7 @@ type Snapshot struct {
 	JobHist []JobPoint    `json:"job_history"`
 	Cluster bool          `json:"cluster"`         // the daemon is a node of a cluster
 	Nodes   []types.Node  `json:"nodes,omitempty"` // the cluster's nodes
+	Certs   []types.Cert  `json:"certs,omitempty"` // the certificates the proxy serves
 	Err     string        `json:"error,omitempty"` // why the last sample is incomplete
 }
 
@@ -96,6 +97,7 @@ type sampler struct {
 	stats  JobStats
 	tenant []Tenant
 	nodes  []types.Node
+	certs  []types.Cert
 	err    string
 	tick   chan struct{} // closed and replaced after each sample
 }
@@ -142,6 +144,13 @@ func (s *sampler) sample(ctx context.Context) {
 			errText = strings.TrimPrefix(errText+"; nodes: "+err.Error(), "; ")
 		}
 	}
+	var certs []types.Cert
+	if s.o.Certs != nil {
+		var err error
+		if certs, err = s.o.Certs.List(ctx); err != nil {
+			errText = strings.TrimPrefix(errText+"; certificates: "+err.Error(), "; ")
+		}
+	}
 	var stats JobStats
 	var tenants []Tenant
 	if s.o.Jobs != nil {
@@ -174,7 +183,7 @@ func (s *sampler) sample(ctx context.Context) {
 			delete(s.series, name)
 		}
 	}
-	s.apps, s.stats, s.tenant, s.nodes, s.err = apps, stats, tenants, nodes, errText
+	s.apps, s.stats, s.tenant, s.nodes, s.certs, s.err = apps, stats, tenants, nodes, certs, errText
 	s.jobs.add(JobPoint{Time: now, Queued: stats.Queued, Running: stats.Running})
 	s.seq++
 	close(s.tick)
@@ -207,7 +216,7 @@ func (s *sampler) snapshot() (Snapshot, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	snap := Snapshot{Seq: s.seq, Tenants: s.tenant, Jobs: s.stats, JobHist: s.jobs.slice(), Err: s.err,
-		Cluster: s.o.Nodes != nil, Nodes: s.nodes}
+		Cluster: s.o.Nodes != nil, Nodes: s.nodes, Certs: s.certs}
 	for _, a := range s.apps {
 		as := AppSnapshot{App: a}
 		if ser := s.series[a.Name]; ser != nil {

@@ -168,7 +168,7 @@ func TestStream(t *testing.T) {
 	sse := sseReader{bufio.NewReader(resp.Body)}
 	_, name, data := sse.next(t)
 	var secs map[string]string
-	if err := json.Unmarshal([]byte(data), &secs); name != "sections" || err != nil || len(secs) != 3 ||
+	if err := json.Unmarshal([]byte(data), &secs); name != "sections" || err != nil || len(secs) != 4 || secs["certs"] == "" ||
 		!strings.Contains(secs["apps"], `data-state="ready"`) {
 		t.Fatalf("first message: %s %v %q", name, err, data)
 	}
@@ -254,5 +254,40 @@ func TestNodesInACluster(t *testing.T) {
 	r, err := d.render.get(snap, 5*time.Second)
 	if err != nil || !strings.Contains(r.sections["nodes"], `data-node="n2"`) {
 		t.Fatalf("the stream's nodes section: %v %q", err, r.sections["nodes"])
+	}
+}
+
+type fakeCerts []types.Cert
+
+func (f fakeCerts) List(context.Context) ([]types.Cert, error) { return f, nil }
+
+// The page lists the certificates with their expiry and last error, and
+// the stream carries that section.
+func TestCertsSection(t *testing.T) {
+	get := func(d *Dashboard) string {
+		d.s.sample(context.Background())
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("Authorization", "Bearer sesame")
+		d.Handler().ServeHTTP(rec, req)
+		return rec.Body.String()
+	}
+	if page := get(newTestDashboard(newFakeDaemon(), clock.NewFake(t0))); !strings.Contains(page, "No certificate") {
+		t.Fatal("a page without certificates does not say so")
+	}
+	certs := fakeCerts{{Domains: []string{"www.example.test", "example.test"}, Source: "file", Issuer: "Test CA", NotAfter: t0.Add(90 * 24 * time.Hour)},
+		{Domains: []string{"shop.example.test"}, Source: "acme", Pending: true, LastError: "rate limited"}}
+	d := New(Options{Certs: certs, Token: "sesame", Clock: clock.NewFake(t0), History: 5})
+	page := get(d)
+	for _, want := range []string{`id="certs"`, `data-cert="www.example.test"`, `<code>example.test</code>`, "Test CA",
+		t0.Add(90 * 24 * time.Hour).UTC().Format("2006-01-02 15:04"), `data-cert="shop.example.test"`, "pending", "rate limited"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	snap, _ := d.s.snapshot()
+	r, err := d.render.get(snap, 5*time.Second)
+	if err != nil || !strings.Contains(r.sections["certs"], "rate limited") {
+		t.Fatalf("the stream's certs section: %v %q", err, r.sections["certs"])
 	}
 }
