@@ -34,6 +34,7 @@ type cniNet struct {
 	list   *libcni.NetworkConfigList
 	bridge string
 	ipam   string // host-local's data dir: one file per reserved address
+	gate   cniGate
 }
 
 // conflist renders the bundled configuration: one bridge with the gateway
@@ -119,6 +120,7 @@ func newCNINet(o *Options, subnet netip.Prefix, mtu int) (*cniNet, error) {
 		list:   list,
 		bridge: o.Bridge,
 		ipam:   filepath.Join(ipamDir, name),
+		gate:   newCNIGate(),
 	}, nil
 }
 
@@ -143,9 +145,14 @@ func (c *cniNet) rt(id, nsPath string) *libcni.RuntimeConf {
 // and the host side of its veth pair (a port of the bridge). A failed add
 // is undone.
 func (c *cniNet) add(ctx context.Context, id, nsPath string) (ip, gw net.IP, port string, err error) {
+	ctx, leave, err := c.gate.enter(ctx)
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
+	}
+	defer leave()
 	res, err := c.conf.AddNetworkList(ctx, c.list, c.rt(id, nsPath))
 	if err != nil {
-		if derr := c.del(context.WithoutCancel(ctx), id, nsPath); derr != nil {
+		if derr := c.delIn(context.WithoutCancel(ctx), id, nsPath); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
@@ -155,7 +162,7 @@ func (c *cniNet) add(ctx context.Context, id, nsPath string) (ip, gw net.IP, por
 		port, err = hostPort(res, c.bridge)
 	}
 	if err != nil {
-		if derr := c.del(context.WithoutCancel(ctx), id, nsPath); derr != nil {
+		if derr := c.delIn(context.WithoutCancel(ctx), id, nsPath); derr != nil {
 			err = errors.Join(err, derr)
 		}
 		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
@@ -181,6 +188,16 @@ func hostPort(r types.Result, bridge string) (string, error) {
 // del detaches the attachment id. nsPath may be "" when the namespace is
 // gone; the plugins then release the address and the masquerade rules only.
 func (c *cniNet) del(ctx context.Context, id, nsPath string) error {
+	ctx, leave, err := c.gate.enter(ctx)
+	if err != nil {
+		return fmt.Errorf("cni del %s: %w", id, err)
+	}
+	defer leave()
+	return c.delIn(ctx, id, nsPath)
+}
+
+// delIn is del for a caller that has its turn at the gate.
+func (c *cniNet) delIn(ctx context.Context, id, nsPath string) error {
 	if err := c.conf.DelNetworkList(ctx, c.list, c.rt(id, nsPath)); err != nil {
 		return fmt.Errorf("cni del %s: %w", id, err)
 	}

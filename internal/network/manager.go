@@ -77,7 +77,8 @@ type PoolStats struct {
 	PolicyRebuilds uint64
 }
 
-// opTimeout bounds one background creation or teardown.
+// opTimeout bounds one CNI operation of a background creation or
+// teardown, from when it gets its turn at the gate (cniGate).
 const opTimeout = 30 * time.Second
 
 // entry is one namespace the Manager knows about.

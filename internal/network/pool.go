@@ -30,7 +30,7 @@ func (m *Manager) fill() {
 					return
 				default:
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+				ctx, cancel := context.WithCancel(withOpLimit(context.Background(), opTimeout))
 				e, err := m.create(ctx, mode)
 				cancel()
 				if err != nil {
@@ -42,7 +42,7 @@ func (m *Manager) fill() {
 					break
 				}
 				if !m.addFresh(e) {
-					ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+					ctx, cancel := context.WithCancel(withOpLimit(context.Background(), opTimeout))
 					if err := m.destroy(ctx, e.name, e.mode); err != nil {
 						m.log.Warn("network pool: destroy surplus namespace", "netns", e.name, "err", err)
 					}
