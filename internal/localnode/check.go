@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -43,10 +44,16 @@ func (n *Node) runCheck(parent context.Context, h manifest.Health, id string) er
 	return nil
 }
 
-// probeClient checks HTTP health. It keeps no idle connection, so a frozen
-// replica holds no socket of the daemon's.
+// probeTransport keeps one idle connection per replica between its HTTP
+// checks: a busy replica is not asked to accept a new connection each
+// interval. A freeze, stop or removal drops the idle connections, so a
+// frozen or gone replica holds no socket of the daemon's, nor does a
+// later replica at its address get a dead one.
+var probeTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
+
+// probeClient checks HTTP health.
 var probeClient = &http.Client{
-	Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	Transport: probeTransport,
 	CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	},
@@ -109,6 +116,8 @@ func probe(ctx context.Context, h manifest.Health, addr, ua string) error {
 	if err != nil {
 		return err
 	}
+	// Read to the end (a bounded check body), so the connection is kept.
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode >= 400 {
 		return fmt.Errorf("GET %s: %s", h.HTTP, resp.Status)

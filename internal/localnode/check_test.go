@@ -2,13 +2,18 @@ package localnode
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // Stand-ins for the parts a check does not use.
@@ -45,5 +50,59 @@ func TestHTTPCheckUserAgent(t *testing.T) {
 		if got := <-agents; got != c.want {
 			t.Errorf("version %q: User-Agent %q, want %q", c.version, got, c.want)
 		}
+	}
+}
+
+// freezeOnly is a runtime that freezes and has no stats.
+type freezeOnly struct{ Runtime }
+
+func (freezeOnly) Freeze(string) error { return nil }
+func (freezeOnly) Stats(string) (runtime.Stats, error) {
+	return runtime.Stats{}, errors.New("no stats")
+}
+
+// HTTP checks of a replica reuse one kept-alive connection; a freeze drops
+// it, so a frozen replica holds no socket of the daemon's.
+func TestHTTPCheckKeepsItsConnection(t *testing.T) {
+	var mu sync.Mutex
+	states := map[http.ConnState]int{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		mu.Lock()
+		states[s]++
+		mu.Unlock()
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	count := func(s http.ConnState) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return states[s]
+	}
+	n, err := New(Options{Runtime: freezeOnly{}, Images: noImages{}, Network: noNetwork{}, Router: noRouter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	h := manifest.Health{HTTP: "/healthz", Timeout: manifest.Duration{Duration: 30 * time.Second}}
+	for range 3 {
+		if err := n.Check(context.Background(), "r1", addr, h); err != nil {
+			t.Fatalf("check: %v", err)
+		}
+	}
+	if got := count(http.StateNew); got != 1 {
+		t.Fatalf("3 checks opened %d connections, want 1", got)
+	}
+	if _, err := n.Freeze(context.Background(), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for count(http.StateClosed) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the check's connection is still open after a freeze")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -287,6 +287,7 @@ func (n *Node) spec(ctx context.Context, s node.ReplicaSpec) (runtime.Spec, erro
 }
 
 func (n *Node) Freeze(_ context.Context, id string) (int64, error) {
+	probeTransport.CloseIdleConnections()
 	if err := n.rt.Freeze(id); err != nil {
 		return 0, err
 	}
@@ -313,6 +314,7 @@ func (n *Node) Drain(ctx context.Context, id string, grace time.Duration) error 
 }
 
 func (n *Node) Stop(ctx context.Context, id string, grace time.Duration) error {
+	defer probeTransport.CloseIdleConnections()
 	if _, err := n.rt.Stop(ctx, id, grace); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("replica %s: stop: %w", id, err)
 	}
@@ -323,6 +325,7 @@ func (n *Node) Stop(ctx context.Context, id string, grace time.Duration) error {
 const releaseTimeout = 30 * time.Second
 
 func (n *Node) Remove(ctx context.Context, id string) error {
+	defer probeTransport.CloseIdleConnections()
 	err := n.rt.Delete(ctx, id)
 	if errdefs.IsNotFound(err) {
 		err = nil

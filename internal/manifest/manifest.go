@@ -190,7 +190,12 @@ type Health struct {
 	Command  []string `toml:"command" json:",omitempty"`
 	Interval Duration `toml:"interval"`
 	Timeout  Duration `toml:"timeout"`
-	// Failures in a row that take a ready replica out of the route table.
+	// FailureThreshold failed checks in a row take a ready replica out of
+	// the route table (readiness); SuccessThreshold passed ones put it
+	// back. 0 (a record written before them): the defaults.
+	FailureThreshold int `toml:"failure_threshold" json:",omitempty"`
+	SuccessThreshold int `toml:"success_threshold" json:",omitempty"`
+	// Failures more in a row, out of the route, replace it (liveness).
 	Failures int `toml:"failures"`
 	// StartTimeout bounds how long a new replica may take to become ready.
 	StartTimeout Duration `toml:"start_timeout"`

@@ -37,6 +37,8 @@ const (
 	DefaultHealthInterval    = time.Second
 	DefaultHealthTimeout     = time.Second
 	DefaultHealthFailures    = 3
+	DefaultFailureThreshold  = 3
+	DefaultSuccessThreshold  = 1
 	DefaultStartTimeout      = 60 * time.Second
 )
 
@@ -214,6 +216,12 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	if def("health", "failures") {
 		h.Failures = DefaultHealthFailures
 	}
+	if def("health", "failure_threshold") {
+		h.FailureThreshold = DefaultFailureThreshold
+	}
+	if def("health", "success_threshold") {
+		h.SuccessThreshold = DefaultSuccessThreshold
+	}
 	if def("health", "start_timeout") {
 		h.StartTimeout.Duration = DefaultStartTimeout
 	}
@@ -283,6 +291,12 @@ func (c Config) Hash() string {
 	}
 	if len(n.Health.Command) == 0 {
 		n.Health.Command = nil
+	}
+	if n.Health.FailureThreshold == DefaultFailureThreshold {
+		n.Health.FailureThreshold = 0
+	}
+	if n.Health.SuccessThreshold == DefaultSuccessThreshold {
+		n.Health.SuccessThreshold = 0
 	}
 	if len(n.Volumes) == 0 {
 		n.Volumes = nil

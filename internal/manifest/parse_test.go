@@ -54,9 +54,9 @@ func TestParseDefaults(t *testing.T) {
 			RollbackGrace: Duration{10 * time.Minute}},
 		Resources: Resources{CPU: 0.5, MaxCPU: 0.5, Memory: "256Mi", Pids: 256, Disk: "1Gi", MaxBody: "10Mi"},
 		Health: Health{TCP: true, Interval: Duration{time.Second}, Timeout: Duration{time.Second},
-			Failures: 3, StartTimeout: Duration{time.Minute}},
+			Failures: 3, FailureThreshold: 3, SuccessThreshold: 1, StartTimeout: Duration{time.Minute}},
 	}
-	if c.Hash() != want.Hash() {
+	if c.Hash() != want.Hash() || !reflect.DeepEqual(c.Health, want.Health) {
 		t.Fatalf("defaults:\n got %+v\nwant %+v", c, want)
 	}
 	if c.Resources.MaxBodyBytes() != 10<<20 {
@@ -173,6 +173,8 @@ func TestParseErrors(t *testing.T) {
 		{"interval 0", base + "[health]\ninterval = \"0s\"\n", "health.interval", "more than 0"},
 		{"timeout 0", base + "[health]\ntimeout = \"0s\"\n", "health.timeout", "more than 0"},
 		{"failures 0", base + "[health]\nfailures = 0\n", "health.failures", "at least 1"},
+		{"failure threshold 0", base + "[health]\nfailure_threshold = 0\n", "health.failure_threshold", "at least 1"},
+		{"success threshold 0", base + "[health]\nsuccess_threshold = 0\n", "health.success_threshold", "at least 1"},
 		{"start timeout 0", base + "[health]\nstart_timeout = \"0s\"\n", "health.start_timeout", "more than 0"},
 		{"volume name", base + "[volumes]\nData = \"/data\"\n", "volumes.Data", "DNS label"},
 		{"volume relative", base + "[volumes]\ndata = \"data\"\n", "volumes.data", "absolute"},

@@ -251,6 +251,10 @@ func (h *Health) validate() error {
 		return errdefs.Invalid("health.timeout", "%s must be more than 0", h.Timeout.Duration)
 	case h.Failures < 1:
 		return errdefs.Invalid("health.failures", "%d must be at least 1", h.Failures)
+	case h.FailureThreshold < 1:
+		return errdefs.Invalid("health.failure_threshold", "%d must be at least 1", h.FailureThreshold)
+	case h.SuccessThreshold < 1:
+		return errdefs.Invalid("health.success_threshold", "%d must be at least 1", h.SuccessThreshold)
 	case h.StartTimeout.Duration <= 0:
 		return errdefs.Invalid("health.start_timeout", "%s must be more than 0", h.StartTimeout.Duration)
 	}

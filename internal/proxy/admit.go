@@ -186,7 +186,7 @@ func (p *Proxy) finish(st *reqState) {
 	}
 	now := p.clock.Now()
 	if st.ep != nil {
-		st.ep.release(now)
+		st.ep.finish(st, now)
 	}
 	a.inFlight.Add(-1)
 	a.last.Store(now.UnixNano())

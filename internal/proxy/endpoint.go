@@ -24,7 +24,8 @@ type endpoint struct {
 	inFlight atomic.Int64
 	hopIn    atomic.Int64 // of inFlight, the hops other nodes' proxies sent
 	requests atomic.Uint64
-	last     atomic.Int64 // unix nanoseconds
+	answered atomic.Uint64 // of requests, those it answered below 500
+	last     atomic.Int64  // unix nanoseconds
 	closed   atomic.Bool
 	pool     pool
 	// h2 holds its connections when it speaks h2c (route.ProtocolH2C);
@@ -78,6 +79,15 @@ func (e *endpoint) acquire() bool {
 	return true
 }
 
+// finish ends request st on e at now, counting an answer of the
+// replica's with a status below 500.
+func (e *endpoint) finish(st *reqState, now time.Time) {
+	if !st.head.IsZero() && st.code < 500 {
+		e.answered.Add(1)
+	}
+	e.release(now)
+}
+
 // release ends a request on e at now.
 func (e *endpoint) release(now time.Time) {
 	e.last.Store(now.UnixNano())
@@ -99,6 +109,7 @@ func (e *endpoint) stats() route.EndpointLoad {
 	return route.EndpointLoad{
 		InFlight:    int(max(e.inFlight.Load()-e.hopIn.Load(), 0)),
 		Requests:    e.requests.Load(),
+		Answered:    e.answered.Load(),
 		LastRequest: unixTime(e.last.Load()),
 	}
 }

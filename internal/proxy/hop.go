@@ -160,7 +160,7 @@ func (p *Proxy) admitHop(st *reqState, host, hop, remote string) *refusal {
 func (p *Proxy) finishHop(st *reqState) {
 	e := st.ep
 	e.hopIn.Add(-1)
-	e.release(p.clock.Now())
+	e.finish(st, p.clock.Now())
 	st.app, st.ep = nil, nil
 }
 

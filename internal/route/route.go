@@ -121,7 +121,10 @@ type Load struct {
 // EndpointLoad is the proxy's view of one endpoint's traffic. It survives
 // route changes.
 type EndpointLoad struct {
-	InFlight    int
-	Requests    uint64
+	InFlight int
+	Requests uint64
+	// Answered counts the requests the replica answered with a status
+	// below 500: the proof, between health checks, that it is alive.
+	Answered    uint64    `json:",omitempty"`
 	LastRequest time.Time // when a request to it last started or ended
 }

@@ -74,12 +74,14 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 	}
 }
 
-// healthLoop checks a replica's health every interval while it is ready.
-// It leaves the route table at the first failure; after
-// cfg.Health.Failures in a row it is replaced, drained and stopped.
+// healthLoop checks a replica's health every interval while it is ready
+// (verdicts in healthCount). A check is skipped while the replica proves
+// itself alive: the proxy had answers from it since the last interval,
+// which pass as that interval's check.
 func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	m := ctl.m
-	fails := 0
+	var c healthCount
+	answered := ctl.answered(r)
 	for {
 		ctl.mu.Lock()
 		h := ctl.rec.Config.Health
@@ -88,6 +90,7 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 		}
 		ctl.unlock()
 		t := m.clock.NewTimer(h.Interval.Duration)
+		r.armedAt.Store(m.clock.Now().UnixNano())
 		select {
 		case <-t.C():
 		case <-exited:
@@ -97,47 +100,117 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 			t.Stop()
 			return
 		}
-		// checking keeps a freeze from stopping a command check half-way.
-		r.checking.Lock()
-		ctl.mu.Lock()
-		check := r.state == StateReady
-		ctl.unlock()
-		if !check {
-			r.checking.Unlock()
-			fails = 0
-			continue
-		}
-		err := ctl.check(h, r)
-		r.checking.Unlock()
-		if err == nil {
-			if fails > 0 {
-				ctl.setClosed(r, false)
-			}
-			fails = 0
-			continue
-		}
-		// Out of the route table at the first failure; replaced after
-		// Failures in a row.
-		if fails++; fails == 1 {
-			ctl.setClosed(r, true)
-		}
-		if fails < h.Failures {
-			continue
-		}
-		if ctl.unreachable(r, err) {
+		if ctl.healthTick(r, h, &c, &answered) {
 			return
 		}
-		ctl.unhealthy(r, fmt.Errorf("replica %s failed %d health checks: %v", r.rec.ID, fails, err))
-		return
 	}
 }
 
-// setClosed takes a ready replica out of the route table or puts it back.
-func (ctl *appCtl) setClosed(r *replica, closed bool) {
+// healthTick is one interval of r's health loop: a check, unless r
+// answered traffic since the last interval (answered counts its answers),
+// counted by c. It returns true once r is replaced.
+func (ctl *appCtl) healthTick(r *replica, h manifest.Health, c *healthCount, answered *uint64) bool {
+	// checking keeps a freeze from stopping a command check half-way.
+	r.checking.Lock()
+	ctl.mu.Lock()
+	check, closed := r.state == StateReady, r.closed
+	ctl.unlock()
+	if !check {
+		r.checking.Unlock()
+		*c = healthCount{}
+		return false
+	}
+	var err error
+	if a := ctl.answered(r); a == *answered {
+		err = ctl.check(h, r)
+	} else {
+		*answered = a
+	}
+	r.checking.Unlock()
+	c.out = closed
+	switch c.observe(err == nil, h) {
+	case healthLeave:
+		ctl.setClosed(r, true, fmt.Sprintf("out of the route: %d health checks failed in a row: %v", c.fails, err))
+	case healthBack:
+		ctl.setClosed(r, false, fmt.Sprintf("back in the route: %d health checks passed in a row", c.passes))
+	case healthReplace:
+		if !ctl.unreachable(r, err) {
+			ctl.unhealthy(r, fmt.Errorf("replica %s failed %d health checks in a row: %v", r.rec.ID, c.fails, err))
+		}
+		return true
+	}
+	return false
+}
+
+// answered is how many requests the proxy had answered by replica r.
+func (ctl *appCtl) answered(r *replica) uint64 {
+	return ctl.m.o.Router.Load(ctl.name).Endpoints[r.rec.ID].Answered
+}
+
+// healthCount counts a ready replica's health checks in a row.
+// Readiness: FailureThreshold failed ones take it out of the route table,
+// SuccessThreshold passed ones put it back. Liveness: out of the route,
+// Failures more failed ones replace it.
+type healthCount struct {
+	out    bool // out of the route table
+	fails  int  // failed checks in a row
+	passes int  // passed checks in a row
+	failed int  // of fails, those since it left the route
+}
+
+// healthVerdict is what a check's result does to its replica.
+type healthVerdict int
+
+const (
+	healthStay    healthVerdict = iota // nothing changes
+	healthLeave                        // it leaves the route table
+	healthBack                         // it is back in the route table
+	healthReplace                      // it is replaced
+)
+
+// observe counts one check, passed or not, by h's thresholds (0: the
+// defaults, as in a record written before they were) and returns its
+// verdict.
+func (c *healthCount) observe(passed bool, h manifest.Health) healthVerdict {
+	leaveAt, backAt := h.FailureThreshold, h.SuccessThreshold
+	if leaveAt < 1 {
+		leaveAt = manifest.DefaultFailureThreshold
+	}
+	if backAt < 1 {
+		backAt = manifest.DefaultSuccessThreshold
+	}
+	if passed {
+		c.fails, c.failed = 0, 0
+		c.passes++
+		if c.out && c.passes >= backAt {
+			c.out = false
+			return healthBack
+		}
+		return healthStay
+	}
+	c.passes = 0
+	c.fails++
+	if c.out {
+		if c.failed++; c.failed >= h.Failures {
+			return healthReplace
+		}
+		return healthStay
+	}
+	if c.fails >= leaveAt {
+		c.out = true
+		return healthLeave
+	}
+	return healthStay
+}
+
+// setClosed takes a ready replica out of the route table or puts it back,
+// with an event saying why.
+func (ctl *appCtl) setClosed(r *replica, closed bool, why string) {
 	ctl.mu.Lock()
 	defer ctl.unlock()
 	if r.state == StateReady && r.closed != closed {
 		r.closed = closed
+		ctl.m.emit("health", ctl.name, r.rec.ID, why, nil)
 		ctl.publish()
 	}
 }

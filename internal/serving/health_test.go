@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/route"
 )
@@ -139,12 +140,12 @@ func TestUnhealthyReplicaDrains(t *testing.T) {
 
 // A command check runs in the replica's container: a new replica is routed
 // once its port answers and the command passes; a ready replica whose
-// command fails leaves the route at the first failure, comes back when it
-// passes, and after failures in a row is replaced, with the command's exit
-// code and output in the reason.
+// command fails leaves the route at the first failure (failure_threshold
+// 1), comes back when it passes, and after failures more in a row is
+// replaced, with the command's exit code and output in the reason.
 func TestCommandHealthCheck(t *testing.T) {
 	h := newHarness(t)
-	h.deploy("min = 1\nmax = 1", "[health]\ncommand = [\"/bin/check\", \"-q\"]\ninterval = \"1s\"\nfailures = 2")
+	h.deploy("min = 1\nmax = 1", "[health]\ncommand = [\"/bin/check\", \"-q\"]\ninterval = \"1s\"\nfailures = 2\nfailure_threshold = 1")
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	old := h.replicas()[StateReady][0]
 	if n := h.rt.execs(old); n != 1 {
@@ -166,5 +167,134 @@ func TestCommandHealthCheck(t *testing.T) {
 	h.wait("the failure is recorded", func() bool { return len(h.ev.of("fail")) == 1 })
 	if e := h.ev.of("fail")[0]; e.Replica != old || !strings.Contains(e.Reason, `command "/bin/check" exited with code 1: /bin/check: no`) {
 		t.Fatalf("fail event %+v", e)
+	}
+}
+
+// A ready replica leaves the route only after failure_threshold failed
+// checks in a row, with an event saying so, and is back after
+// success_threshold passed ones, with an event too; out of the route, it
+// is replaced after failures more. Answers it gave to real traffic since
+// the last interval pass as that interval's check, without one: a busy
+// replica whose checks fail in between stays routed.
+func TestHealthThresholds(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1\nmax = 1", "[health]\ncommand = [\"/bin/check\"]\ninterval = \"1s\"\nfailures = 2\nsuccess_threshold = 2")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	ctl := h.m.app("hello")
+	ctl.mu.Lock()
+	r := ctl.reps[id]
+	ctl.mu.Unlock()
+	h.wait("the health loop", func() bool { return r.armedAt.Load() > 0 })
+	var answered uint64
+	// step moves the clock one interval and waits until the health loop is
+	// done with it; a check runs unless the replica answered since the
+	// last one.
+	step := func(answer bool) {
+		t.Helper()
+		n := h.rt.execs(id)
+		if answer {
+			answered++
+			h.r.setLoad(route.Load{Endpoints: map[string]route.EndpointLoad{id: {Answered: answered}}})
+		}
+		h.clock.Advance(time.Second)
+		at := h.clock.Now().UnixNano()
+		h.wait("the health loop's interval", func() bool { return r.armedAt.Load() >= at })
+		want := n + 1
+		if answer {
+			want = n
+		}
+		if got := h.rt.execs(id); got != want {
+			t.Fatalf("%d health checks in an interval (answered traffic: %v)", got-n, answer)
+		}
+	}
+	routed := func() bool { return slices.Equal(h.r.endpoints("hello"), []string{id}) }
+	healthEvents := func() []string {
+		h.recorded()
+		var out []string
+		for _, e := range h.ev.of("health") {
+			if e.Replica != id {
+				t.Fatalf("health event of %s: %+v", e.Replica, e)
+			}
+			out = append(out, e.Reason)
+		}
+		return out
+	}
+
+	h.rt.setSick(id, true)
+	step(false)
+	step(false)
+	if !routed() {
+		t.Fatalf("the replica left the route after 2 failed checks; route %v", h.r.endpoints("hello"))
+	}
+	// Busy: checks fail between intervals in which it answered requests.
+	for range 4 {
+		step(true)
+		step(false)
+		step(false)
+		if !routed() {
+			t.Fatalf("a replica answering traffic left the route; route %v", h.r.endpoints("hello"))
+		}
+	}
+	if evs := healthEvents(); len(evs) != 0 {
+		t.Fatalf("health events of a routed replica: %q", evs)
+	}
+	step(false)
+	h.wait("the replica leaves the route", func() bool { return len(h.r.endpoints("hello")) == 0 })
+	if evs := healthEvents(); len(evs) != 1 || !strings.Contains(evs[0], "out of the route: 3 health checks failed in a row") {
+		t.Fatalf("health events: %q", evs)
+	}
+	h.rt.setSick(id, false)
+	step(false)
+	if routed() {
+		t.Fatalf("back in the route after 1 passed check of success_threshold 2")
+	}
+	step(false)
+	h.wait("the replica is back in the route", routed)
+	if evs := healthEvents(); len(evs) != 2 || !strings.Contains(evs[1], "back in the route: 2 health checks passed") {
+		t.Fatalf("health events: %q", evs)
+	}
+	// Out of the route, failures (2) more failed checks replace it.
+	h.rt.setSick(id, true)
+	for range 4 {
+		step(false)
+	}
+	if !slices.Contains(h.replicas()[StateReady], id) || len(h.ev.of("fail")) != 0 {
+		t.Fatalf("replaced after 4 failed checks, want 3 (out of the route) + 2; replicas %v", h.replicas())
+	}
+	h.clock.Advance(time.Second)
+	h.wait("the replica is replaced", func() bool { return len(h.ev.of("fail")) == 1 })
+	if e := h.ev.of("fail")[0]; e.Replica != id || !strings.Contains(e.Reason, "failed 5 health checks") {
+		t.Fatalf("fail event %+v", e)
+	}
+}
+
+// healthCount's verdicts, check by check ("+" passed, "-" failed).
+func TestHealthCountVerdicts(t *testing.T) {
+	v := map[healthVerdict]string{healthStay: ".", healthLeave: "L", healthBack: "B", healthReplace: "R"}
+	cases := []struct {
+		name                     string
+		leaveAt, backAt, replace int
+		checks, want             string
+	}{
+		{"defaults of an old record", 0, 0, 3, "--+---+---", ".....LB..L"},
+		{"a failure between passes", 3, 1, 3, "-+-+-+--+", "........."},
+		{"back after success_threshold", 2, 3, 9, "--++-+++", ".L.....B"},
+		{"replaced after failures more", 2, 1, 3, "-----", ".L..R"},
+		{"a pass out of the route restarts liveness", 1, 2, 2, "-+-+--", "L....R"},
+		{"threshold 1", 1, 1, 1, "-+-", "LBL"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := manifest.Health{FailureThreshold: c.leaveAt, SuccessThreshold: c.backAt, Failures: c.replace}
+			var hc healthCount
+			got := ""
+			for _, ch := range c.checks {
+				got += v[hc.observe(ch == '+', h)]
+			}
+			if got != c.want {
+				t.Fatalf("checks %s: verdicts %s, want %s", c.checks, got, c.want)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/manifest"
@@ -29,7 +30,10 @@ type replica struct {
 	closed bool
 	// checking is held while a health check runs, and by a freeze, so a
 	// command check is never frozen half-way.
-	checking   sync.Mutex
+	checking sync.Mutex
+	// armedAt is the clock (UnixNano) when its health loop last waited for
+	// the next interval, for tests.
+	armedAt    atomic.Int64
 	lastActive time.Time
 	frozenAt   time.Time
 	// replacement is the fresh replica that will take this one's place.
