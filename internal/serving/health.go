@@ -75,9 +75,9 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 }
 
 // healthLoop checks a replica's health every interval while it is ready
-// (verdicts in healthCount). A check is skipped while the replica proves
-// itself alive: the proxy had answers from it since the last interval,
-// which pass as that interval's check.
+// (verdicts in healthCount). While the replica proves itself alive (the
+// proxy had answers from it since the last interval) the check is made
+// rarer: one in provenEvery intervals; the others count neither way.
 func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	m := ctl.m
 	var c healthCount
@@ -106,9 +106,13 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	}
 }
 
-// healthTick is one interval of r's health loop: a check, unless r
-// answered traffic since the last interval (answered counts its answers),
-// counted by c. It returns true once r is replaced.
+// provenEvery: while a replica answers traffic, one interval in this many
+// has a health check.
+const provenEvery = 10
+
+// healthTick is one interval of r's health loop: a check, counted by c,
+// unless r answered traffic since the last interval (answered counts its
+// answers) and its check is not due. It returns true once r is replaced.
 func (ctl *appCtl) healthTick(r *replica, h manifest.Health, c *healthCount, answered *uint64) bool {
 	// checking keeps a freeze from stopping a command check half-way.
 	r.checking.Lock()
@@ -120,12 +124,20 @@ func (ctl *appCtl) healthTick(r *replica, h manifest.Health, c *healthCount, ans
 		*c = healthCount{}
 		return false
 	}
-	var err error
-	if a := ctl.answered(r); a == *answered {
-		err = ctl.check(h, r)
-	} else {
+	// The proxy lists no endpoint out of the route with nothing in
+	// flight (0); its count is the same when it is routed again.
+	a := ctl.answered(r)
+	proven := a != 0 && a != *answered
+	if proven {
 		*answered = a
 	}
+	if proven && c.skipped < provenEvery-1 {
+		c.skipped++
+		r.checking.Unlock()
+		return false
+	}
+	c.skipped = 0
+	err := ctl.check(h, r)
 	r.checking.Unlock()
 	c.out = closed
 	switch c.observe(err == nil, h) {
@@ -156,6 +168,9 @@ type healthCount struct {
 	fails  int  // failed checks in a row
 	passes int  // passed checks in a row
 	failed int  // of fails, those since it left the route
+	// skipped counts the intervals since the last check, which it skipped
+	// while the replica answered traffic.
+	skipped int
 }
 
 // healthVerdict is what a check's result does to its replica.

@@ -173,9 +173,9 @@ func TestCommandHealthCheck(t *testing.T) {
 // A ready replica leaves the route only after failure_threshold failed
 // checks in a row, with an event saying so, and is back after
 // success_threshold passed ones, with an event too; out of the route, it
-// is replaced after failures more. Answers it gave to real traffic since
-// the last interval pass as that interval's check, without one: a busy
-// replica whose checks fail in between stays routed.
+// is replaced after failures more. While it answers real traffic only
+// one interval in provenEvery has a check: a busy replica whose checks
+// time out stays routed ten times as long.
 func TestHealthThresholds(t *testing.T) {
 	h := newHarness(t)
 	h.deploy("min = 1\nmax = 1", "[health]\ncommand = [\"/bin/check\"]\ninterval = \"1s\"\nfailures = 2\nsuccess_threshold = 2")
@@ -187,10 +187,10 @@ func TestHealthThresholds(t *testing.T) {
 	ctl.mu.Unlock()
 	h.wait("the health loop", func() bool { return r.armedAt.Load() > 0 })
 	var answered uint64
-	// step moves the clock one interval and waits until the health loop is
-	// done with it; a check runs unless the replica answered since the
-	// last one.
-	step := func(answer bool) {
+	// step moves the clock one interval, in which the replica answered
+	// traffic or not, and waits until the health loop is done with it;
+	// checked says whether the interval had a check.
+	step := func(answer, checked bool) {
 		t.Helper()
 		n := h.rt.execs(id)
 		if answer {
@@ -200,12 +200,12 @@ func TestHealthThresholds(t *testing.T) {
 		h.clock.Advance(time.Second)
 		at := h.clock.Now().UnixNano()
 		h.wait("the health loop's interval", func() bool { return r.armedAt.Load() >= at })
-		want := n + 1
-		if answer {
-			want = n
+		want := n
+		if checked {
+			want++
 		}
 		if got := h.rt.execs(id); got != want {
-			t.Fatalf("%d health checks in an interval (answered traffic: %v)", got-n, answer)
+			t.Fatalf("%d health checks in an interval (answered traffic: %v), want %d", got-n, answer, want-n)
 		}
 	}
 	routed := func() bool { return slices.Equal(h.r.endpoints("hello"), []string{id}) }
@@ -222,42 +222,56 @@ func TestHealthThresholds(t *testing.T) {
 	}
 
 	h.rt.setSick(id, true)
-	step(false)
-	step(false)
+	step(false, true)
+	step(false, true)
 	if !routed() {
 		t.Fatalf("the replica left the route after 2 failed checks; route %v", h.r.endpoints("hello"))
 	}
-	// Busy: checks fail between intervals in which it answered requests.
-	for range 4 {
-		step(true)
-		step(false)
-		step(false)
+	h.rt.setSick(id, false)
+	step(false, true)
+	h.rt.setSick(id, true)
+	// Busy: while it answers traffic, one interval in provenEvery has a
+	// check; the others count neither way.
+	for range 2 {
+		for range provenEvery - 1 {
+			step(true, false)
+		}
+		step(true, true)
 		if !routed() {
-			t.Fatalf("a replica answering traffic left the route; route %v", h.r.endpoints("hello"))
+			t.Fatalf("a replica answering traffic left the route after a failed check; route %v", h.r.endpoints("hello"))
 		}
 	}
 	if evs := healthEvents(); len(evs) != 0 {
 		t.Fatalf("health events of a routed replica: %q", evs)
 	}
-	step(false)
+	// The third check failed in a row takes it out, answers or not.
+	for range provenEvery - 1 {
+		step(true, false)
+	}
+	step(true, true)
 	h.wait("the replica leaves the route", func() bool { return len(h.r.endpoints("hello")) == 0 })
 	if evs := healthEvents(); len(evs) != 1 || !strings.Contains(evs[0], "out of the route: 3 health checks failed in a row") {
 		t.Fatalf("health events: %q", evs)
 	}
+	// Out of the route with nothing in flight, the proxy lists it no more;
+	// listed again, its count is the one before: no answer, no proof.
+	h.r.setLoad(route.Load{})
 	h.rt.setSick(id, false)
-	step(false)
+	step(false, true)
 	if routed() {
 		t.Fatalf("back in the route after 1 passed check of success_threshold 2")
 	}
-	step(false)
+	h.r.setLoad(route.Load{Endpoints: map[string]route.EndpointLoad{id: {Answered: answered}}})
+	step(false, true)
 	h.wait("the replica is back in the route", routed)
 	if evs := healthEvents(); len(evs) != 2 || !strings.Contains(evs[1], "back in the route: 2 health checks passed") {
 		t.Fatalf("health events: %q", evs)
 	}
 	// Out of the route, failures (2) more failed checks replace it.
+	h.r.setLoad(route.Load{})
 	h.rt.setSick(id, true)
 	for range 4 {
-		step(false)
+		step(false, true)
 	}
 	if !slices.Contains(h.replicas()[StateReady], id) || len(h.ev.of("fail")) != 0 {
 		t.Fatalf("replaced after 4 failed checks, want 3 (out of the route) + 2; replicas %v", h.replicas())
