@@ -265,3 +265,15 @@ func TestEdgeAnswersTLSALPN01(t *testing.T) {
 		t.Fatal("an ordinary handshake got the challenge's certificate")
 	}
 }
+
+// A long domain (up to 253 characters) is routed by the fast path too.
+func TestEdgeLongDomainRouted(t *testing.T) {
+	f := newFront(t, Options{})
+	long := strings.Repeat(strings.Repeat("a", 60)+".", 3) + "example.test" // 195 characters
+	r := routeTo("web", namedBackend(t, "web"))
+	r.Domains = []string{long}
+	f.p.SetRoute(r)
+	if code, b, _ := f.get(t, long, "/"); code != 200 || b != "web" {
+		t.Fatalf("http://%s/: %d %q", long, code, b)
+	}
+}

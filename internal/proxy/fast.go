@@ -228,7 +228,7 @@ func (p *Proxy) lookupHost(host []byte) *app {
 	if n := len(host); n > 0 && host[n-1] == '.' {
 		host = host[:n-1]
 	}
-	var low [128]byte
+	var low [256]byte // a host name has at most 253
 	if len(host) > len(low) {
 		return nil
 	}
@@ -243,12 +243,14 @@ func (p *Proxy) lookupHost(host []byte) *app {
 	switch {
 	case len(h) >= len(".localhost") && string(h[len(h)-len(".localhost"):]) == ".localhost":
 		name = h[:len(h)-len(".localhost")]
-	case (*p.domains.Load())[string(h)] != nil:
-		return (*p.domains.Load())[string(h)]
-	case p.domain != "" && len(h) >= len(p.domain) && string(h[len(h)-len(p.domain):]) == p.domain:
-		name = h[:len(h)-len(p.domain)]
 	default:
-		return nil
+		if a := (*p.domains.Load())[string(h)]; a != nil {
+			return a // an app's own domain
+		}
+		if p.domain == "" || len(h) < len(p.domain) || string(h[len(h)-len(p.domain):]) != p.domain {
+			return nil
+		}
+		name = h[:len(h)-len(p.domain)]
 	}
 	return (*p.apps.Load())[string(name)]
 }
