@@ -171,13 +171,18 @@ http {
     uwsgi_temp_path %[1]s/uwsgi;
     scgi_temp_path %[1]s/scgi;
     http2_max_concurrent_streams 128;
+    # Its default of 1000 requests a connection ends h2load's one
+    # connection within the first second.
+    keepalive_requests 10000000;
     upstream web {
         server %[2]s;
         keepalive 64;
+        keepalive_requests 10000000;
     }
     upstream rpc {
         server %[3]s;
         keepalive 64;
+        keepalive_requests 10000000;
     }
     server {
         listen 127.0.0.1:%[4]d http2;
