@@ -152,6 +152,10 @@ type Scale struct {
 	// WebSocketTimeout closes a WebSocket idle this long (0: the
 	// proxy's default, 5m).
 	WebSocketTimeout Duration `toml:"websocket_timeout" json:",omitzero"`
+	// MaxConnections bounds the connections carrying requests that a
+	// proxy opens to one replica on its node; requests beyond them wait
+	// in the proxy, in order (0: the proxy's default, 32).
+	MaxConnections int `toml:"max_connections" json:",omitzero"`
 	// DrainTimeout bounds how long a draining replica's in-flight requests
 	// may take before it is sent SIGTERM.
 	DrainTimeout Duration `toml:"drain_timeout"`

@@ -126,6 +126,8 @@ func TestParseErrors(t *testing.T) {
 		{"concurrency 0", base + "[scale]\ntarget_concurrency = 0\n", "scale.target_concurrency", "more than 0"},
 		{"concurrency nan", base + "[scale]\ntarget_concurrency = nan\n", "scale.target_concurrency", "more than 0"},
 		{"queue negative", base + "[scale]\nqueue = -1\n", "scale.queue", "0 or more"},
+		{"max connections negative", base + "[scale]\nmax_connections = -1\n", "scale.max_connections", "1-4096"},
+		{"max connections too many", base + "[scale]\nmax_connections = 4097\n", "scale.max_connections", "1-4096"},
 		{"metric name", base + "[scale]\nmetric = \"Queue Depth\"\n", "scale.metric", "lowercase"},
 		{"target without metric", base + "[scale]\ntarget = 10\n", "scale.target", "needs scale.metric"},
 		{"metric target 0", base + "[scale]\nmetric = \"queue\"\ntarget = 0\n", "scale.target", "more than 0"},

@@ -165,6 +165,8 @@ func (s *Scale) validate() error {
 		return errdefs.Invalid("scale.target_concurrency", "%v must be more than 0 (in-flight requests per replica)", s.TargetConcurrency)
 	case s.Queue < 0:
 		return errdefs.Invalid("scale.queue", "%d must be 0 or more", s.Queue)
+	case s.MaxConnections < 0 || s.MaxConnections > MaxConnections:
+		return errdefs.Invalid("scale.max_connections", "%d must be 1-%d (or unset: 32)", s.MaxConnections, MaxConnections)
 	case s.Metric != "" && !appapi.ValidMetricName(s.Metric):
 		return errdefs.Invalid("scale.metric", "%q must be lowercase letters, digits and _, starting with a letter, at most 63", s.Metric)
 	case s.Metric == "" && s.Target != 0:
@@ -190,6 +192,9 @@ func (s *Scale) validate() error {
 	}
 	return nil
 }
+
+// MaxConnections is the most [scale] max_connections may be.
+const MaxConnections = 4096
 
 func (r *Resources) validate() error {
 	switch {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // DialTimeout bounds a connect to a replica; a replica that does not accept
@@ -34,8 +35,10 @@ const maxIdlePerEndpoint = 512
 // connection per process or thread (Apache's prefork) leaves connections
 // it has no worker for in its accept queue, where a request waits until a
 // worker's keep-alive connection ends, while later requests are served on
-// the connections it has; waiting here keeps them in order.
-const maxConnsPerEndpoint = 32
+// the connections it has; waiting here keeps them in order. A route's
+// MaxConns (shoal.toml's [scale] max_connections) replaces it, for apps
+// whose requests wait long (long polls).
+const maxConnsPerEndpoint = route.DefaultMaxConns
 
 // idleTimeout is how long a replica connection stays in the pool unused
 // before it is closed.

@@ -193,10 +193,18 @@ func TestReplicaKeepAliveTimeout(t *testing.T) {
 }
 
 // At most maxConnsPerEndpoint connections to a replica carry requests at
-// once; more requests wait in the proxy for one of them and are all
+// once, or the route's MaxConns (an app's [scale] max_connections), fewer
+// or more; more requests wait in the proxy for one of them and are all
 // answered, on either engine.
 func TestReplicaConnectionsBounded(t *testing.T) {
-	const bound = 32 // maxConnsPerEndpoint
+	for _, c := range []struct{ maxConns, bound int }{{0, 32}, {4, 4}, {64, 64}} {
+		t.Run(fmt.Sprintf("max_connections %d", c.maxConns), func(t *testing.T) {
+			testReplicaConnectionsBounded(t, c.maxConns, c.bound)
+		})
+	}
+}
+
+func testReplicaConnectionsBounded(t *testing.T, maxConns, bound int) {
 	release := make(chan struct{})
 	var once sync.Once
 	let := func() { once.Do(func() { close(release) }) }
@@ -206,8 +214,10 @@ func TestReplicaConnectionsBounded(t *testing.T) {
 	})
 	t.Cleanup(let) // before the replica's Close, which waits for its handlers
 	f := newFront(t, Options{})
-	f.p.SetRoute(routeTo("a", be))
-	const n = bound + 16
+	rt := routeTo("a", be)
+	rt.MaxConns = maxConns
+	f.p.SetRoute(rt)
+	n := bound + 16
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -231,14 +241,14 @@ func TestReplicaConnectionsBounded(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "the replica to hold requests on the bounded connections", func() bool { return be.hits.Load() >= bound })
+	eventually(t, "the replica to hold requests on the bounded connections", func() bool { return be.hits.Load() >= int64(bound) })
 	let()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	if got := opened.Load(); got > bound {
+	if got := opened.Load(); got > int64(bound) {
 		t.Fatalf("%d connections opened to the replica for %d requests; want at most %d", got, n, bound)
 	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"log/slog"
 	"maps"
 	"slices"
@@ -265,7 +266,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 			}
 			if node == "" {
 				// Another node's proxy bounds its own.
-				e.pool.max = maxConnsPerEndpoint
+				e.pool.max = cmp.Or(r.MaxConns, maxConnsPerEndpoint)
 			}
 			t.endpoints[re.ID] = e
 		}

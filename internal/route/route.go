@@ -15,6 +15,9 @@ const (
 	DefaultQueueTimeout = 30 * time.Second
 	// DefaultWebSocketTimeout closes a WebSocket idle this long.
 	DefaultWebSocketTimeout = 5 * time.Minute
+	// DefaultMaxConns bounds the connections carrying requests to one
+	// replica on the proxy's node.
+	DefaultMaxConns = 32
 )
 
 // StickyCookie is the name of the cookie that keeps a client on a replica
@@ -79,6 +82,11 @@ type Route struct {
 	// a start that ends without a ready replica answers the requests it
 	// held at once.
 	Starting int `json:",omitempty"`
+	// MaxConns bounds the connections carrying requests that a proxy
+	// opens to one replica on its own node (shoal.toml's [scale]
+	// max_connections), fixed when the replica's endpoint is made; 0
+	// means DefaultMaxConns.
+	MaxConns int `json:",omitempty"`
 	// WebSocketTimeout closes a WebSocket through which nothing passed
 	// for this long (with a close frame, status 1001), so that its
 	// replica can go idle; 0 means DefaultWebSocketTimeout.

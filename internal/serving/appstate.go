@@ -15,7 +15,7 @@ import (
 func (ctl *appCtl) route() route.Route {
 	cfg := ctl.rec.Config
 	rt := route.Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
-		QueueTimeout: cfg.Scale.QueueTimeout.Duration, WebSocketTimeout: cfg.Scale.WebSocketTimeout.Duration,
+		QueueTimeout: cfg.Scale.QueueTimeout.Duration, WebSocketTimeout: cfg.Scale.WebSocketTimeout.Duration, MaxConns: cfg.Scale.MaxConnections,
 		Domains: cfg.Domains, KeepHTTP: !cfg.HTTPS.Redirect, NoHSTS: !cfg.HTTPS.HSTS}
 	if ctl.deleting {
 		rt.Unavailable = "app " + ctl.name + " is being deleted"
