@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,36 @@ var parts = []part{
 	{"restart", (*env).restart},
 	{"idle frozen", (*env).idleFrozen},
 	{"zipf", (*env).zipf},
+}
+
+// alone are the parts that need none of the apps grow deploys.
+var alone = map[string]bool{}
+
+// selected are the parts to run: those BENCH_DENSITY_PARTS names
+// (comma-separated), else all.
+func selected() ([]part, error) {
+	v := os.Getenv("BENCH_DENSITY_PARTS")
+	if v == "" {
+		return parts, nil
+	}
+	var out []part
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		i := slices.IndexFunc(parts, func(p part) bool { return p.name == f })
+		if i < 0 {
+			return nil, fmt.Errorf("BENCH_DENSITY_PARTS: %q is not a part (%s)", f, partNames())
+		}
+		out = append(out, parts[i])
+	}
+	return out, nil
+}
+
+func partNames() string {
+	var ns []string
+	for _, p := range parts {
+		ns = append(ns, p.name)
+	}
+	return strings.Join(ns, ", ")
 }
 
 // sizes are the app counts measured: BENCH_DENSITY_N (comma-separated),
@@ -106,6 +137,11 @@ func Density(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 	if err != nil {
 		return nil, err
 	}
+	sel, err := selected()
+	if err != nil {
+		return nil, err
+	}
+	grown := slices.ContainsFunc(sel, func(p part) bool { return !alone[p.name] })
 	rep := bench.NewReport(ctx, "density", "Density: thousands of small apps on one host", o)
 	dir, err := o.ScratchDir("density")
 	if err != nil {
@@ -118,6 +154,7 @@ func Density(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 	}
 	e := &env{ServingEnv: se, o: o, window: 60 * time.Second, rows: map[string]*sizeRow{}}
 	last = e
+	bursts = nil
 	if o.Quick {
 		e.window = 10 * time.Second
 	}
@@ -145,11 +182,13 @@ func Density(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 	var done []int
 	for _, n := range ns {
 		o.Logf("density: %d apps", n)
-		if err := e.grow(ctx, n); err != nil {
+		if !grown {
+			// No part selected needs the apps.
+		} else if err := e.grow(ctx, n); err != nil {
 			e.summary(rep, done)
 			return rep, fmt.Errorf("density: %d apps: %w", n, err)
 		}
-		for _, p := range parts {
+		for _, p := range sel {
 			o.Logf("density: %d apps: %s", n, p.name)
 			if err := p.run(e, ctx, n, rep); err != nil {
 				e.summary(rep, done)

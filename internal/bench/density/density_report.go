@@ -16,6 +16,7 @@ const (
 
 // summary writes the idle table and the table by size for the sizes done.
 func (e *env) summary(rep *bench.Report, done []int) {
+	defer burstSummary(rep)
 	note := "% of one core used by the `shoal daemon` process (utime + stime from /proc) in 10 s windows, no request; " +
 		"ready: every app has one ready replica (`min = 1`); frozen: every app scaled to `min = 0`, its replica frozen after `idle_timeout`."
 	if b := os.Getenv("BENCH_DENSITY_BASELINE"); b != "" {

@@ -18,6 +18,9 @@ func TestQuick(t *testing.T) {
 		if !containsAll(section, summaryTitle, "| 20 |") {
 			t.Errorf("no %q table with a row for 20 apps:\n%s", summaryTitle, section)
 		}
+		if !containsAll(section, burstTitle, "| 20 | this build |") {
+			t.Errorf("no %q table with a row for 20 apps:\n%s", burstTitle, section)
+		}
 		if r := rowOf(rep); r != nil && (r.zipfFailed != 0 || r.zipfOK == 0) {
 			t.Errorf("Zipf run: %d ok, %d failed (%s)", r.zipfOK, r.zipfFailed, r.zipfCodes)
 		}
