@@ -437,3 +437,45 @@ func TestRemoveReleasesNetworkAfterSlowDelete(t *testing.T) {
 		t.Fatalf("the network was released on an ended context: %v", err)
 	}
 }
+
+// failOnceDelete fails its first Delete, then finds nothing to delete.
+type failOnceDelete struct {
+	Runtime
+	failed *bool
+}
+
+func (f failOnceDelete) Delete(_ context.Context, id string) error {
+	if !*f.failed {
+		*f.failed = true
+		return fmt.Errorf("container %q: delete: device or resource busy", id)
+	}
+	return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+}
+
+// A replica whose delete failed keeps its secrets folder (it may still
+// run, reading them); the removal made again once the delete succeeds
+// (serving tries it again with back-off) removes the folder.
+func TestRemoveDropsSecretsOnceDeleted(t *testing.T) {
+	n := fileHost(t, Options{})
+	n.secretsRoot = t.TempDir()
+	n.rt, n.net = failOnceDelete{failed: new(bool)}, releaseNetwork{released: make(chan error, 2)}
+	dir := n.secretsDir("r1")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "API_KEY"), []byte("k"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Remove(context.Background(), "r1"); err == nil {
+		t.Fatal("remove: no error though the delete failed")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the secrets of a replica not deleted went: %v", err)
+	}
+	if err := n.Remove(context.Background(), "r1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the secrets folder stays after the replica was deleted: %v", err)
+	}
+}

@@ -212,6 +212,8 @@ type harness struct {
 	remote func(node string) Node
 	// lrt is the runtime its local node runs on (rt, or a wrapper).
 	lrt localnode.Runtime
+	// secrets is its local node's SecretsDir ("": none).
+	secrets string
 }
 
 // testOpts are a harness Manager's options and its local node's.
@@ -221,8 +223,10 @@ type testOpts struct {
 	Placer  localnode.Placer
 	// Remote reaches the other nodes of a cluster (with Cluster).
 	Remote func(node string) Node
-	// Runtime is the local node's.
-	Runtime localnode.Runtime
+	// Runtime is the local node's; SecretsDir its replicas' secrets
+	// ("": none).
+	Runtime    localnode.Runtime
+	SecretsDir string
 }
 
 // withLocal returns o with a local node (also its hook runner) on o's
@@ -232,7 +236,7 @@ type testOpts struct {
 func (h *harness) withLocal(o Options) Options {
 	h.t.Helper()
 	n, err := localnode.New(localnode.Options{Runtime: h.lrt, Images: o.Images, Network: h.netw, Router: o.Router,
-		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger})
+		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger, SecretsDir: h.secrets})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -289,7 +293,7 @@ func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg},
 		Network: fakeNet{}, Runtime: h.rt}
 	opt(&o)
-	h.netw, h.placer, h.remote, h.lrt = o.Network, o.Placer, o.Remote, o.Runtime
+	h.netw, h.placer, h.remote, h.lrt, h.secrets = o.Network, o.Placer, o.Remote, o.Runtime, o.SecretsDir
 	h.m, err = New(h.withLocal(o.Options))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package serving
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,9 +46,10 @@ func (f *flakyDelete) tries() []time.Time {
 // until it succeeds, not only by the next daemon at its start.
 func TestRemoveRetriedWithBackoff(t *testing.T) {
 	var fd *flakyDelete
+	secrets := t.TempDir()
 	h := newHarnessOpts(t, func(o *testOpts) {
 		fd = &flakyDelete{Runtime: o.Runtime, clock: o.Clock}
-		o.Runtime = fd
+		o.Runtime, o.SecretsDir = fd, secrets
 	})
 	h.deploy("min = 1\nmax = 1")
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
@@ -56,6 +59,9 @@ func TestRemoveRetriedWithBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := func() bool { _, err := h.rt.get(id); return err != nil }
+	if _, err := os.Stat(filepath.Join(secrets, id)); err != nil {
+		t.Fatalf("the secrets of a replica whose delete failed went: %v", err)
+	}
 	if len(fd.tries()) != 1 || gone() {
 		t.Fatalf("%d removals tried, container gone %v: want the one that failed", len(fd.tries()), gone())
 	}
@@ -68,6 +74,10 @@ func TestRemoveRetriedWithBackoff(t *testing.T) {
 	if !gone() {
 		t.Fatalf("the container is not removed after %d attempts in a minute of the clock", len(fd.tries()))
 	}
+	h.wait("its secrets folder is removed", func() bool {
+		_, err := os.Stat(filepath.Join(secrets, id))
+		return os.IsNotExist(err)
+	})
 	at := fd.tries()
 	if len(at) != 4 {
 		t.Fatalf("%d removals tried, want 4", len(at))
