@@ -49,8 +49,9 @@ func edgeGet(c *http.Client, url string) (int, string, http.Header, error) {
 // from files (a CA the test made), by a client that trusts that CA alone;
 // plain HTTP to the domain is redirected, HTTPS answers carry HSTS, a
 // wildcard serves the apps under --domain, another app cannot take the
-// domain, and a daemon killed with SIGKILL leaves HTTPS served, before and
-// after its restart.
+// domain, a daemon killed with SIGKILL leaves HTTPS served, before and
+// after its restart, and a proxy process that dies is replaced with its
+// TLS listener and certificates.
 func TestEdgeHTTPSWithOwnDomain(t *testing.T) {
 	d := startDaemon(t, "--proxy-tls", "127.0.0.1:0", "--domain", "apps.test")
 	d.exampleImage("hello")
@@ -124,6 +125,22 @@ func TestEdgeHTTPSWithOwnDomain(t *testing.T) {
 	if err := json.Unmarshal([]byte(d.must("info", "--output", "json")), &h2); err != nil || h2.ProxyTLS != h.ProxyTLS {
 		t.Fatalf("HTTPS listener after the restart: %q, %v; want %s", h2.ProxyTLS, err, h.ProxyTLS)
 	}
+	// A proxy process that dies is replaced on the same addresses, and
+	// the new one gets the certificates again.
+	procs := d.proxyProcs()
+	if len(procs) != 1 {
+		t.Fatalf("proxy processes: %v, want one", procs)
+	}
+	syscall.Kill(procs[0], syscall.SIGKILL)
+	waitFor(t, "HTTPS served by a new proxy process", func() bool {
+		now := d.proxyProcs()
+		if len(now) != 1 || now[0] == procs[0] {
+			return false
+		}
+		code, _, _, err := edgeGet(secure, "https://www.example.test/")
+		return err == nil && code == 200
+	})
+	checkHTTPS("from the new proxy process")
 	// A certificate removed is no longer served.
 	d.must("cert", "rm", "*.apps.test")
 	waitFor(t, "hello.apps.test without a certificate", func() bool {
