@@ -196,7 +196,7 @@ func TestIssueByHTTP01AndRenew(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	const domain = "www.shoal.test"
-	if err := store.ClaimDomains(ctx, r.st, "web", []string{domain}); err != nil {
+	if _, err := store.ClaimDomains(ctx, r.st, "web", []string{domain}); err != nil {
 		t.Fatal(err)
 	}
 	r.m.poke()
@@ -237,7 +237,7 @@ func TestRefusalBacksOff(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	domain := pebbletest.Blocked
-	if err := store.ClaimDomains(ctx, r.st, "shop", []string{domain}); err != nil {
+	if _, err := store.ClaimDomains(ctx, r.st, "shop", []string{domain}); err != nil {
 		t.Fatal(err)
 	}
 	r.m.poke()
@@ -269,7 +269,7 @@ func TestRefusalBacksOff(t *testing.T) {
 	// Before the back-off ends, a pass (a change in the store wakes one)
 	// orders nothing.
 	r.clk.Advance(30 * time.Second)
-	if err := store.ClaimDomains(ctx, r.st, "other", []string{"unrelated.shoal.test"}); err != nil {
+	if _, err := store.ClaimDomains(ctx, r.st, "other", []string{"unrelated.shoal.test"}); err != nil {
 		t.Fatal(err)
 	}
 	r.issued(t, "unrelated.shoal.test", time.Time{})
@@ -290,7 +290,7 @@ func TestIssueByTLSALPN01(t *testing.T) {
 	r := newRig(t, proxy.TLSALPN01)
 	ctx := context.Background()
 	const domain = "tls.shoal.test"
-	if err := store.ClaimDomains(ctx, r.st, "web", []string{domain}); err != nil {
+	if _, err := store.ClaimDomains(ctx, r.st, "web", []string{domain}); err != nil {
 		t.Fatal(err)
 	}
 	r.m.poke()
@@ -321,4 +321,31 @@ func TestOnDemandPolicy(t *testing.T) {
 	if (OnDemand{}).Enabled() || !o.Enabled() {
 		t.Error("Enabled")
 	}
+}
+
+// A name asked for on a handshake is ordered when the on-demand policy
+// allows it; another is refused and leaves nothing in the store.
+func TestOnDemandOrders(t *testing.T) {
+	r := newRig(t)
+	r.stopRun()
+	o := r.m.o
+	o.OnDemand = OnDemand{Allow: []string{"*.sites.shoal.test"}}
+	m, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	if err := m.Demand(ctx, "evil.test"); err == nil {
+		t.Fatal("a name outside the policy was taken")
+	}
+	if kvs, _ := r.st.List(ctx, store.ACMEWantedPrefix); len(kvs) != 0 {
+		t.Fatalf("a refused name left %v", kvs)
+	}
+	if err := m.Demand(ctx, "Shop.sites.shoal.test"); err != nil {
+		t.Fatal(err)
+	}
+	r.issued(t, "shop.sites.shoal.test", time.Time{})
 }

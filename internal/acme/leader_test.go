@@ -96,7 +96,7 @@ func TestLeaderOrdersAndTheNextRenews(t *testing.T) {
 	t.Cleanup(cancel)
 	r.stopRun()
 	const domain = "lead.shoal.test"
-	if err := store.ClaimDomains(ctx, r.st, "web", []string{domain}); err != nil {
+	if _, err := store.ClaimDomains(ctx, r.st, "web", []string{domain}); err != nil {
 		t.Fatal(err)
 	}
 	node := func() (*elections, *Manager) {

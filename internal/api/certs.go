@@ -17,6 +17,12 @@ type Certs interface {
 	Remove(ctx context.Context, domain string) error
 }
 
+// Demander is a Certs service that orders certificates on demand (ACME):
+// a TLS handshake asked for domain, which no certificate serves.
+type Demander interface {
+	Demand(ctx context.Context, domain string) error
+}
+
 // routeCerts registers /v1/certs; without a Certs service it answers 503.
 func (s *Server) routeCerts(mux *http.ServeMux) {
 	on := func(h http.HandlerFunc) http.HandlerFunc {
@@ -51,6 +57,18 @@ func (s *Server) routeCerts(mux *http.ServeMux) {
 			return
 		}
 		httperr.WriteJSON(w, http.StatusCreated, c)
+	}))
+	mux.HandleFunc("POST /v1/certs/{domain}/demand", on(func(w http.ResponseWriter, r *http.Request) {
+		d, ok := s.Certs.(Demander)
+		if !ok {
+			httperr.Write(w, http.StatusConflict, errors.New("certificates on demand need ACME (--acme-ca)"), "domain")
+			return
+		}
+		if err := d.Demand(r.Context(), r.PathValue("domain")); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
 	}))
 	mux.HandleFunc("DELETE /v1/certs/{domain}", on(func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Certs.Remove(r.Context(), r.PathValue("domain")); err != nil {

@@ -137,3 +137,14 @@ func orDefault(s []string, def string) []string {
 	}
 	return s
 }
+
+// certsWithACME is the certificates' API with orders on demand: the
+// proxy asks for a name a TLS handshake wanted and no certificate serves.
+type certsWithACME struct {
+	certsAPI
+	m *acme.Manager
+}
+
+func (c certsWithACME) Demand(ctx context.Context, domain string) error {
+	return c.m.Demand(ctx, domain)
+}

@@ -44,6 +44,9 @@ func (d *Daemon) serve(ctx context.Context) error {
 	}
 	srv.Secrets = secretsAPI{d.secrets}
 	srv.Certs = certsAPI{d.certs}
+	if d.acme != nil {
+		srv.Certs = certsWithACME{certsAPI{d.certs}, d.acme}
+	}
 	srv.Volumes = d.volumesAPI()
 	d.forwardApps(srv)
 	ul, err := listenUnix(d.cfg.API)

@@ -29,6 +29,8 @@ type activator struct {
 
 	mu    sync.Mutex
 	state map[string]*wake
+	// asked holds when each name was last asked for on demand.
+	asked map[string]time.Time
 }
 
 type wake struct {
@@ -106,6 +108,38 @@ func (a *activator) call(app string) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// demandEvery is how often one name a handshake wanted is asked for.
+const demandEvery = time.Minute
+
+// CertMissing asks the daemon to order a certificate for name on demand
+// (POST /v1/certs/{name}/demand; the daemon's policy decides), at most
+// once a minute per name.
+func (a *activator) CertMissing(name string) {
+	if a.hc == nil {
+		return
+	}
+	now := time.Now()
+	a.mu.Lock()
+	if a.asked == nil || len(a.asked) > 4096 {
+		a.asked = map[string]time.Time{}
+	}
+	if t, ok := a.asked[name]; ok && now.Sub(t) < demandEvery {
+		a.mu.Unlock()
+		return
+	}
+	a.asked[name] = now
+	a.mu.Unlock()
+	req, err := http.NewRequestWithContext(a.ctx, http.MethodPost, "http://daemon/v1/certs/"+url.PathEscape(name)+"/demand", nil)
+	if err != nil {
+		return
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return
+	}
+	resp.Body.Close()
 }
 
 func (a *activator) close() { a.cancel() }

@@ -47,7 +47,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	act := newActivator(c.DaemonAPI, log)
 	reg := prometheus.NewRegistry()
 	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits,
-		TrustedProxies: c.TrustedProxies})
+		TrustedProxies: c.TrustedProxies, CertMissing: act.CertMissing})
 	act.queued = func(app string) bool { return p.Load(app).Queued > 0 }
 
 	var once sync.Once

@@ -104,3 +104,28 @@ func TestALPNChallengeCertificate(t *testing.T) {
 func parseLeaf(c *tls.Certificate) (*x509.Certificate, error) {
 	return x509.ParseCertificate(c.Certificate[0])
 }
+
+// A handshake for a name no certificate serves is told to CertMissing
+// (ACME may order it on demand); a served name, a nameless handshake and
+// a TLS-ALPN-01 validation are not.
+func TestCertMissingTold(t *testing.T) {
+	told := make(chan string, 4)
+	p := New(Options{CertMissing: func(name string) { told <- name }})
+	for _, h := range []*tls.ClientHelloInfo{
+		{ServerName: ""},
+		{ServerName: "x.test", SupportedProtos: []string{ALPNProto}},
+		{ServerName: "Shop.Example.test."},
+	} {
+		if c, err := p.edge.getCertificate(h); c != nil || err == nil {
+			t.Fatalf("%q: a certificate", h.ServerName)
+		}
+	}
+	if got := <-told; got != "shop.example.test" {
+		t.Fatalf("told %q", got)
+	}
+	select {
+	case got := <-told:
+		t.Fatalf("told %q as well", got)
+	default:
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,8 @@ type edge struct {
 	// challenge answers a TLS-ALPN-01 validation (Proxy.ALPNChallenge);
 	// asked first.
 	challenge func(*tls.ClientHelloInfo) *tls.Certificate
+	// missing is told a name no certificate serves (Options.CertMissing).
+	missing func(name string)
 }
 
 func (e *edge) init(challenge func(*tls.ClientHelloInfo) *tls.Certificate) {
@@ -165,6 +168,9 @@ func (e *edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
 	if cert := e.certs.Load().certFor(name); cert != nil {
 		return cert, nil
+	}
+	if e.missing != nil && name != "" && !slices.Contains(hello.SupportedProtos, ALPNProto) {
+		go e.missing(name)
 	}
 	return nil, fmt.Errorf("%w: %q", errNoCert, hello.ServerName)
 }

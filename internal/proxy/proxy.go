@@ -50,6 +50,10 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-* and Forwarded
 	// fields are kept (see appendForwarded); anyone else's are replaced.
 	TrustedProxies TrustList
+	// CertMissing, if set, is told (in a goroutine of its own) the name a
+	// TLS handshake asked for that no certificate serves: ACME may order
+	// it on demand.
+	CertMissing func(name string)
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -87,6 +91,7 @@ func New(o Options) *Proxy {
 	}
 	p.front.init(p, o.Limits.withDefaults())
 	p.edge.init(p.ALPNChallenge)
+	p.edge.missing = o.CertMissing
 	p.SetALPN("h2", p.front.serveH2)
 	return p
 }
