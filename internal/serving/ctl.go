@@ -16,6 +16,13 @@ import (
 // and walks its replicas down the ladder.
 const tick = 100 * time.Millisecond
 
+// quietRound is how often an app whose replicas are all ready (or
+// frozen) and that has had no request for quietAfter is looked at.
+const (
+	quietRound = time.Second
+	quietAfter = 2 * time.Second
+)
+
 // appCtl is the controller of one app on this node: it holds the app's
 // state (the record, its revisions and replicas, under mu), decides,
 // converging the replicas to what the config, the autoscaler and the

@@ -560,11 +560,16 @@ func (pl *planner) retire(sets map[int]*revView, weights map[int]int, surge int)
 }
 
 // next is when the next round is due: every tick while the app has
-// traffic or replicas in service, at the next freeze_timeout (or
-// rollback_grace) while it only has frozen replicas (thousands of idle
-// apps cost nothing), and never (0) when it has none.
+// traffic or replicas on the move; every quietRound (or at the next
+// idle_timeout, if sooner) while its replicas are ready or frozen and it
+// has had no request for quietAfter, so that thousands of idle ready
+// apps cost little (a request to a ready replica needs no round); at the
+// next freeze_timeout (or rollback_grace) while it only has frozen
+// replicas (thousands of idle apps cost nothing), and never (0) when it
+// has none.
 func (pl *planner) next(reps []*repView, weights map[int]int) time.Duration {
-	if pl.obs.load.InFlight > 0 {
+	load := pl.obs.load
+	if load.InFlight > 0 {
 		return tick
 	}
 	for _, s := range pl.p.steps {
@@ -573,8 +578,20 @@ func (pl *planner) next(reps []*repView, weights map[int]int) time.Duration {
 		}
 	}
 	cfg := pl.v.cfg
+	quiet := load.Queued == 0 && !pl.v.woken && len(pl.p.steps) == 0 && !pl.p.scale && len(pl.p.cpu) == 0 &&
+		pl.now.Sub(load.LastRequest) >= quietAfter
 	var next time.Duration
 	for _, r := range reps {
+		if r.state == StateReady && quiet && r.replacement == "" {
+			left := quietRound
+			if idle := cfg.Scale.IdleTimeout.Duration - pl.now.Sub(r.active); idle < left {
+				left = max(idle, tick)
+			}
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
 		if r.state != StateFrozen {
 			return tick
 		}

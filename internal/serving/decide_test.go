@@ -79,7 +79,21 @@ func TestDecide(t *testing.T) {
 			v:     view{max: 10, revision: 1, traffic: one, desired: 1, reps: []repView{ready("a", 1, time.Second)}},
 			load:  quiet,
 			scale: autoscale.Decision{Replicas: 3},
-			want:  want{n: 1, cause: causeIdle, next: tick},
+			want:  want{n: 1, cause: causeIdle, next: quietRound},
+		},
+		{
+			name:  "quiet and ready: the next round at its idle_timeout when that is sooner than quietRound",
+			v:     view{max: 10, revision: 1, traffic: one, desired: 1, reps: []repView{ready("a", 1, 30*time.Second-300*time.Millisecond)}},
+			load:  quiet,
+			scale: autoscale.Decision{Replicas: 1},
+			want:  want{n: 1, cause: causeAutoscaler, next: 300 * time.Millisecond},
+		},
+		{
+			name:  "ready with a request under quietAfter ago: every tick",
+			v:     view{max: 10, revision: 1, traffic: one, desired: 1, reps: []repView{ready("a", 1, time.Second)}},
+			load:  route.Load{LastRequest: t0.Add(-time.Second)},
+			scale: autoscale.Decision{Replicas: 1},
+			want:  want{n: 1, cause: causeAutoscaler, next: tick},
 		},
 		{
 			name:  "idle for idle_timeout: the replica freezes",
