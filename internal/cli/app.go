@@ -153,16 +153,41 @@ func (g *globals) appURL(cmd *cobra.Command, name string) string {
 
 func newAppLsCmd(g *globals) *cobra.Command {
 	var out string
+	var page types.AppPage
 	cmd := &cobra.Command{
-		Use:     "ls",
+		Use:     "ls [--limit N] [--after NAME] [--state STATE]",
 		Aliases: []string{"list"},
 		Short:   "List apps",
+		Long: `List apps by name. --limit N shows at most N (a page); --after NAME starts after
+that name (the last one of the page before); --state keeps the apps in one state
+(idle, running, failing, deleting).`,
 		Example: `  shoal app ls
+  shoal app ls --limit 50 --after shop --state running
   shoal app ls --output json`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("limit") && page.Limit < 1 {
+				return usageErrorf("--limit: must be from 1 to %d, got %d", types.MaxAppPage, page.Limit)
+			}
+			if field, err := page.Check(); err != nil {
+				return usageErrorf("--%s: %v", field, err)
+			}
+			q := url.Values{}
+			if page.Limit > 0 {
+				q.Set("limit", strconv.Itoa(page.Limit))
+			}
+			if page.After != "" {
+				q.Set("after", page.After)
+			}
+			if page.State != "" {
+				q.Set("state", page.State)
+			}
+			path := "/v1/apps"
+			if len(q) > 0 {
+				path += "?" + q.Encode()
+			}
 			var apps []types.App
-			if err := g.get(cmd, out, "/v1/apps", &apps); err != nil {
+			if err := g.get(cmd, out, path, &apps); err != nil {
 				return err
 			}
 			if out == "json" {
@@ -174,10 +199,16 @@ func newAppLsCmd(g *globals) *cobra.Command {
 					fmt.Sprintf("%d/%d", a.Ready, len(a.Replicas)), fmt.Sprintf("%d-%d", a.Min, a.Max), orDash(a.URL), ago(a.CreatedAt)})
 			}
 			table(cmd.OutOrStdout(), []string{"NAME", "IMAGE", "REVISION", "ROLLOUT", "STATE", "READY", "SCALE", "URL", "CREATED"}, rows)
+			if page.Limit > 0 && len(apps) == page.Limit {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more: shoal app ls --limit %d --after %s\n", page.Limit, apps[len(apps)-1].Name)
+			}
 			return nil
 		},
 	}
 	outputFlag(cmd, &out)
+	cmd.Flags().IntVar(&page.Limit, "limit", 0, "show at most N apps")
+	cmd.Flags().StringVar(&page.After, "after", "", "start after this app name")
+	cmd.Flags().StringVar(&page.State, "state", "", "only apps in this state (idle, running, failing, deleting)")
 	return cmd
 }
 

@@ -285,3 +285,25 @@ func TestAppStatusNode(t *testing.T) {
 		t.Fatalf("row %q; want node n2 after its state", row)
 	}
 }
+
+// shoal app ls pages (--limit, --after) and filters (--state) through the
+// API; a bad flag is a usage error (exit 2) naming it, sent nowhere.
+func TestAppLsPaged(t *testing.T) {
+	host, _ := appDaemon(t)
+	code, out, errs := shoal(t, host, "app", "ls", "--limit", "1")
+	if code != 0 || !strings.Contains(out, "hello:1") || !strings.Contains(errs, "more: shoal app ls --limit 1 --after hello") {
+		t.Fatalf("ls --limit 1: %d %q %q", code, out, errs)
+	}
+	if code, out, errs := shoal(t, host, "app", "ls", "--after", "hello"); code != 0 || strings.Contains(out, "hello:1") {
+		t.Fatalf("ls --after hello: %d %q %q; want no app", code, out, errs)
+	}
+	if code, out, errs := shoal(t, host, "app", "ls", "--state", "failing"); code != 0 || strings.Contains(out, "hello:1") {
+		t.Fatalf("ls --state failing: %d %q %q; want no app", code, out, errs)
+	}
+	for _, args := range [][]string{{"--limit", "0"}, {"--limit", "-3"}, {"--limit", "10001"}, {"--state", "asleep"}, {"--limit", "x"}} {
+		code, _, errs := shoal(t, host, append([]string{"app", "ls"}, args...)...)
+		if code != 2 || !strings.Contains(errs, strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("ls %v: exit %d %q; want 2 naming the flag", args, code, errs)
+		}
+	}
+}
