@@ -25,10 +25,29 @@ func init() {
 }
 
 // The suite's daemon network and cgroup parent; the baseline daemon's.
+// BENCH_DENSITY_NET=K (1 to 9) moves both to bridges shoalbd(2K) and
+// shoalbd(2K+1), subnets 10.(200+2K).0.0/16 and the next, and cgroup
+// parents ending in -K, so that two runs on one host stay apart.
 var (
 	densityNet  = kit.DaemonNet{Bridge: "shoalbd0", Subnet: "10.187.0.0/16", CgroupParent: "/shoal-bench-density"}
 	baselineNet = kit.DaemonNet{Bridge: "shoalbd1", Subnet: "10.188.0.0/16", CgroupParent: "/shoal-bench-density-base"}
 )
+
+// nets returns the daemon's and the baseline's networks (BENCH_DENSITY_NET).
+func nets() (test, base kit.DaemonNet, err error) {
+	v := os.Getenv("BENCH_DENSITY_NET")
+	if v == "" {
+		return densityNet, baselineNet, nil
+	}
+	k, err := strconv.Atoi(v)
+	if err != nil || k < 1 || k > 9 {
+		return test, base, fmt.Errorf("BENCH_DENSITY_NET: %q is not a number from 1 to 9", v)
+	}
+	at := func(i int, cg string) kit.DaemonNet {
+		return kit.DaemonNet{Bridge: fmt.Sprintf("shoalbd%d", i), Subnet: fmt.Sprintf("10.%d.0.0/16", 200+i), CgroupParent: fmt.Sprintf("%s-%d", cg, k)}
+	}
+	return at(2*k, densityNet.CgroupParent), at(2*k+1, baselineNet.CgroupParent), nil
+}
 
 // part is one measurement at size n, on env e, writing into rep.
 type part struct {
@@ -106,6 +125,7 @@ type env struct {
 	*kit.ServingEnv
 	base   *kit.ServingEnv
 	o      bench.Options
+	net    kit.DaemonNet // the daemon's
 	window time.Duration // an idle measurement's length
 	apps   int           // deployed so far, named d0001...
 	rows   map[string]*sizeRow
@@ -148,31 +168,38 @@ func Density(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	se, err := kit.NewServingEnv(ctx, o, filepath.Join(dir, "test"), densityNet, "hello")
+	testNet, baseNet, err := nets()
+	if err != nil {
+		return nil, err
+	}
+	se, err := kit.NewServingEnv(ctx, o, filepath.Join(dir, "test"), testNet, "hello")
 	if err != nil {
 		return nil, fmt.Errorf("density: %w", err)
 	}
-	e := &env{ServingEnv: se, o: o, window: 60 * time.Second, rows: map[string]*sizeRow{}}
+	e := &env{ServingEnv: se, o: o, net: testNet, window: 60 * time.Second, rows: map[string]*sizeRow{}}
 	last = e
 	bursts = nil
 	if o.Quick {
 		e.window = 10 * time.Second
 	}
 	defer func() {
+		// A cleanup that leaves something behind is said, in the log and
+		// under the figures, which it does not spoil.
 		for _, x := range []*kit.ServingEnv{e.ServingEnv, e.base} {
 			if x == nil {
 				continue
 			}
-			if err := x.Daemon.Close(context.WithoutCancel(ctx)); err != nil && retErr == nil {
-				retErr = fmt.Errorf("density: %w", err)
+			if err := x.Daemon.Close(context.WithoutCancel(ctx)); err != nil {
+				o.Logf("density: %v", err)
+				rep.Para("Cleanup after the run: %v", err)
 			}
 		}
-		kit.RemoveCgroups(densityNet.CgroupParent, baselineNet.CgroupParent)
+		kit.RemoveCgroups(testNet.CgroupParent, baseNet.CgroupParent)
 	}()
 	if b := os.Getenv("BENCH_DENSITY_BASELINE"); b != "" {
 		bo := o
 		bo.ShoalBin = b
-		if e.base, err = kit.NewServingEnv(ctx, bo, filepath.Join(dir, "base"), baselineNet, "hello"); err != nil {
+		if e.base, err = kit.NewServingEnv(ctx, bo, filepath.Join(dir, "base"), baseNet, "hello"); err != nil {
 			return nil, fmt.Errorf("density: baseline %s: %w", b, err)
 		}
 	}

@@ -272,9 +272,10 @@ func (e *env) idleReady(ctx context.Context, n int, _ *bench.Report) error {
 // daemon's resident memory, per replica.
 func (e *env) memory(ctx context.Context, n int, _ *bench.Report) error {
 	r := e.row(n)
+	cg := e.net.CgroupParent
 	for _, f := range []string{
-		filepath.Join("/sys/fs/cgroup/memory", densityNet.CgroupParent, "memory.usage_in_bytes"),
-		filepath.Join("/sys/fs/cgroup", densityNet.CgroupParent, "memory.current"),
+		filepath.Join("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"),
+		filepath.Join("/sys/fs/cgroup", cg, "memory.current"),
 	} {
 		if b, err := os.ReadFile(f); err == nil {
 			v, _ := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
@@ -332,10 +333,10 @@ func (e *env) idleFrozen(ctx context.Context, n int, _ *bench.Report) error {
 	return nil
 }
 
-// zipfLoad is the Zipf run at each size: 100 requests/s for 60 s (quick:
+// zipfLoad is the Zipf run at each size: 100 requests/s for 30 s (quick:
 // 20/s for 5 s), s = 1.1, seed 1, from the apps frozen.
 func (e *env) zipfLoad() kit.ZipfLoad {
-	z := kit.ZipfLoad{Rate: 100, Duration: 60 * time.Second, S: 1.1, Seed: 1, InFlight: 512}
+	z := kit.ZipfLoad{Rate: 100, Duration: 30 * time.Second, S: 1.1, Seed: 1, InFlight: 512}
 	if e.o.Quick {
 		z.Rate, z.Duration = 20, 5*time.Second
 	}
