@@ -104,6 +104,9 @@ func (d *Daemon) health(ctx context.Context) types.Health {
 	if note := d.clusterNote(); note != "" {
 		h.Notes = append(slices.Clone(h.Notes), note)
 	}
+	if d.net != nil {
+		h.Notes = append(slices.Clone(h.Notes), d.net.Ceiling())
+	}
 	if cs, err := d.ctrs.List(ctx); err == nil {
 		h.Containers = len(cs)
 	}
