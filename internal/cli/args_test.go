@@ -3,9 +3,13 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/api/types"
 )
 
 func TestCommandArgs(t *testing.T) {
@@ -65,6 +69,29 @@ func TestVolumeImportMaxSize(t *testing.T) {
 		var out, errOut bytes.Buffer
 		if code := Main([]string{"volume", "import", "--max-size", v, "web:data", "-"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "--max-size") {
 			t.Errorf("--max-size %s: exit %d, stderr %q; want 2 naming --max-size", v, code, errOut.String())
+		}
+	}
+}
+
+// `shoal secret set -f` of a file it cannot read (missing, or a folder) is
+// a usage error (exit 2) saying "cannot read", as the other commands'
+// files are; a value above the daemon's bound is refused before it is
+// sent, at the same bound the daemon has.
+func TestSecretSetFile(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, types.MaxSecretValue+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(dir, "missing"), dir, big} {
+		var out, errOut bytes.Buffer
+		code := Main([]string{"secret", "set", "web", "k", "-f", f}, &out, &errOut)
+		want := "cannot read"
+		if f == big {
+			want = "larger than"
+		}
+		if code != 2 || !strings.Contains(errOut.String(), want) {
+			t.Errorf("secret set -f %s: exit %d, stderr %q; want 2 and %q", f, code, errOut.String(), want)
 		}
 	}
 }

@@ -14,9 +14,8 @@ import (
 
 func init() { extraCommands = append(extraCommands, newSecretCmd) }
 
-// maxSecretRead bounds what `shoal secret set` reads; the daemon refuses
-// a value over its own limit (512 KiB) by name.
-const maxSecretRead = 1 << 20
+// maxSecretRead bounds what `shoal secret set` reads: the daemon's bound.
+const maxSecretRead = types.MaxSecretValue
 
 func newSecretCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -79,15 +78,18 @@ func readSecret(cmd *cobra.Command, file string) ([]byte, error) {
 	} else {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, usageErrorf("-f %s: %v", file, err)
+			return nil, usageErrorf("-f %s: cannot read: %v", file, unwrapPathErr(err))
 		}
 		defer f.Close()
 		in = f
 	}
 	b, err := io.ReadAll(io.LimitReader(in, maxSecretRead+1))
 	switch {
+	case err != nil && file != "-":
+		// A folder, or a read that failed: as a file that cannot be opened.
+		return nil, usageErrorf("-f %s: cannot read: %v", file, unwrapPathErr(err))
 	case err != nil:
-		return nil, fmt.Errorf("read the secret from %s: %w", file, err)
+		return nil, fmt.Errorf("read the secret from standard input: %w", err)
 	case len(b) > maxSecretRead:
 		return nil, usageErrorf("-f %s: larger than %d bytes", file, maxSecretRead)
 	}

@@ -8,14 +8,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
-// MaxValue bounds a secret's value.
-const MaxValue = 512 << 10
+// MaxValue bounds a secret's value (the API's, which the CLI reads up to).
+const MaxValue = types.MaxSecretValue
 
 // Info is what may be shown of a secret: never its value.
 type Info struct {

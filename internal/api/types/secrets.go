@@ -10,6 +10,10 @@ type Secret struct {
 	Size    int       `json:"size"`
 }
 
+// MaxSecretValue bounds a secret's value: the daemon refuses a larger one,
+// and `shoal secret set` reads no more.
+const MaxSecretValue = 512 << 10
+
 // SecretRequest is the body of PUT /v1/apps/{name}/secrets/{secret}: the
 // value (base64 in JSON), stored sealed.
 type SecretRequest struct {
