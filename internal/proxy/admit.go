@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/shoal-run/shoal/internal/httperr"
 )
@@ -40,7 +41,9 @@ type refusal struct {
 	err   error // nil: no answer, the client went away
 	field string
 	retry bool // with Retry-After
-	close bool // the client connection closes after it
+	// retryAfter is Retry-After's seconds; 0: retryAfter's.
+	retryAfter int
+	close      bool // the client connection closes after it
 	// location is the Location of a redirect (to HTTPS).
 	location string
 }
@@ -51,7 +54,11 @@ func (f *refusal) write(w http.ResponseWriter) {
 		return
 	}
 	if f.retry {
-		w.Header().Set("Retry-After", retryAfter)
+		ra := retryAfter
+		if f.retryAfter > 0 {
+			ra = strconv.Itoa(f.retryAfter)
+		}
+		w.Header().Set("Retry-After", ra)
 	}
 	if f.location != "" {
 		w.Header().Set("Location", f.location)
@@ -141,7 +148,7 @@ func waitFailed(st *reqState, err error, in inbound) *refusal {
 	switch {
 	case errors.As(err, &ue):
 		f := st.refuse(http.StatusServiceUnavailable, err, "")
-		f.retry = ue.retry
+		f.retry, f.retryAfter = ue.retry, ue.retryAfter
 		return f
 	case errors.Is(err, errRemoved):
 		return st.refuse(http.StatusNotFound, fmt.Errorf("no app serves host %q", in.host()), "host")

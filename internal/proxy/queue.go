@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // errRemoved is returned to a waiting request whose app was removed.
 var errRemoved = errors.New("app removed")
 
-// unavailableError is a 503 answer; retry says whether to send Retry-After.
+// unavailableError is a 503 answer; retry says whether to send
+// Retry-After, retryAfter its seconds (0: retryAfter's).
 type unavailableError struct {
-	msg   string
-	retry bool
+	msg        string
+	retry      bool
+	retryAfter int
 }
 
 func (e *unavailableError) Error() string { return e.msg }
@@ -65,6 +68,9 @@ func (p *Proxy) wait(ctx context.Context, a *app) (*endpoint, error) {
 		if e := a.pick(nil); e != nil {
 			return e, nil
 		}
+		if err := p.failing(a, rt); err != nil {
+			return nil, err
+		}
 		switch {
 		case rt.starting > 0:
 			started = true
@@ -97,4 +103,20 @@ func (p *Proxy) wait(ctx context.Context, a *app) (*endpoint, error) {
 			return nil, fmt.Errorf("app %q: waiting for a replica: %w", a.name, ctx.Err())
 		}
 	}
+}
+
+// failing is the answer to a request that finds app a without an endpoint
+// while its route says it is failing, with nothing starting or frozen and
+// its next start still to come; nil otherwise.
+func (p *Proxy) failing(a *app, rt *routeSnap) *unavailableError {
+	if rt.failing == "" || rt.starting > 0 || rt.frozen > 0 {
+		return nil
+	}
+	left := rt.retryAt.Sub(p.clock.Now())
+	if left <= 0 {
+		return nil
+	}
+	secs := int((left + time.Second - 1) / time.Second)
+	return &unavailableError{retry: true, retryAfter: secs,
+		msg: fmt.Sprintf("app %q has no ready replica and its next start is in %ds: %s", a.name, secs, rt.failing)}
 }

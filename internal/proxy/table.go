@@ -81,6 +81,8 @@ type routeSnap struct {
 	unavailable  string
 	frozen       int
 	starting     int
+	failing      string        // why the app has no replica before retryAt
+	retryAt      time.Time     // its next start
 	capacity     int64         // in flight on a near endpoint before a far one is tried; 0: no bound
 	h2c          bool          // an endpoint speaks h2c: net/http's engine serves the requests
 	wsTimeout    time.Duration // a WebSocket idle this long is closed
@@ -220,6 +222,8 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		unavailable:  r.Unavailable,
 		frozen:       r.Frozen,
 		starting:     r.Starting,
+		failing:      r.Failing,
+		retryAt:      r.RetryAt,
 		capacity:     int64(r.Capacity),
 		wsTimeout:    r.WebSocketTimeout,
 		redirect:     !r.KeepHTTP,

@@ -87,6 +87,13 @@ type Route struct {
 	// max_connections), fixed when the replica's endpoint is made; 0
 	// means DefaultMaxConns.
 	MaxConns int `json:",omitempty"`
+	// Failing, when not empty, says why the app has no replica and none
+	// can be ready soon: its replicas fail, and the next start waits for
+	// its back-off until RetryAt. Until then a request that finds no
+	// endpoint, none starting and none frozen is answered 503 at once,
+	// with this reason and Retry-After set to the seconds until RetryAt.
+	Failing string    `json:",omitempty"`
+	RetryAt time.Time `json:",omitzero"`
 	// WebSocketTimeout closes a WebSocket through which nothing passed
 	// for this long (with a close frame, status 1001), so that its
 	// replica can go idle; 0 means DefaultWebSocketTimeout.

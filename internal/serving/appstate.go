@@ -5,11 +5,17 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/route"
 )
+
+// failFastAfter: an app whose next start is this far off, with no
+// replica ready, starting or frozen, has its requests answered 503 at
+// once (route.Route.Failing) rather than held for a start.
+const failFastAfter = time.Second
 
 // route is the app's route: its ready replicas. mu is held.
 func (ctl *appCtl) route() route.Route {
@@ -39,6 +45,12 @@ func (ctl *appCtl) route() route.Route {
 			rt.Frozen++
 		} else if r.state.booting() {
 			rt.Starting++
+		}
+	}
+	if len(ids) == 0 && rt.Starting == 0 && rt.Frozen == 0 && ctl.lastErr != "" {
+		// Failing: no replica can be ready before the back-off ends.
+		if now := ctl.m.clock.Now(); ctl.backoff.Sub(now) >= failFastAfter {
+			rt.Failing, rt.RetryAt = ctl.lastErr, ctl.backoff
 		}
 	}
 	sort.Strings(ids)

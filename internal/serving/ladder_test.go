@@ -262,3 +262,41 @@ func TestIdleFreezeDoesNotOscillate(t *testing.T) {
 		}
 	}
 }
+
+// A crash loop whose next start is a second or more away says so in the
+// route (Failing, with the crash's reason, and RetryAt, the end of the
+// back-off), so that the proxy answers at once rather than hold requests;
+// a shorter back-off does not, nor does the route once a start is under
+// way.
+func TestCrashLoopRouteSaysFailing(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	for i, backoff := range []time.Duration{100, 200, 400, 800, 1600} {
+		backoff *= time.Millisecond
+		id := h.replicas()[StateReady][0]
+		h.rt.exit(id, 3)
+		h.wait("the crash is seen and the container removed", func() bool {
+			r := h.replicas()
+			return len(r[StateFailed]) == 1 && len(r) == 1 && h.rt.count() == 0
+		})
+		if backoff < time.Second {
+			if rt := h.r.route("hello"); rt.Failing != "" {
+				t.Fatalf("crash %d, back-off %s: the route says failing: %q", i+1, backoff, rt.Failing)
+			}
+		} else {
+			h.wait("the route says failing", func() bool { return h.r.route("hello").Failing != "" })
+			rt := h.r.route("hello")
+			if !strings.Contains(rt.Failing, "exited with code 3") || !rt.RetryAt.Equal(h.clock.Now().Add(backoff)) {
+				t.Fatalf("crash %d, back-off %s: route failing %q until %v, want the reason until %v", i+1, backoff, rt.Failing, rt.RetryAt, h.clock.Now().Add(backoff))
+			}
+		}
+		for h.rt.count() == 0 && len(h.replicas()) == 1 {
+			h.advance(50 * time.Millisecond)
+		}
+		h.wait("the next replica is ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+		if rt := h.r.route("hello"); rt.Failing != "" {
+			t.Fatalf("route of a ready replica says failing: %q", rt.Failing)
+		}
+	}
+}

@@ -85,6 +85,7 @@ func (ctl *appCtl) countFailure(r *replica, err error, tail []string) {
 	}
 	ctl.backoff = from.Add(backoffFor(ctl.strikes))
 	ctl.lastErr = err.Error()
+	ctl.publish() // the route says when the next start is due
 	ctl.lastLog = tail
 	ctl.markDirty(r.rec.ID)
 	ctl.m.metrics.failures.WithLabelValues(ctl.name).Inc()
