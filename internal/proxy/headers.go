@@ -112,6 +112,10 @@ func ParseTrustList(list []string) (TrustList, error) {
 				if p.Addr().Is4In6() {
 					return nil, fmt.Errorf("%q: write an IPv4 CIDR as such", v)
 				}
+				if p.Bits() == 0 {
+					// Every client could then forge its address and scheme.
+					return nil, fmt.Errorf("%q trusts every client's forwarded fields: name the proxies in front (their addresses or CIDRs)", v)
+				}
 				l = append(l, p.Masked())
 				continue
 			}

@@ -200,7 +200,9 @@ func TestParseTrustList(t *testing.T) {
 	if got := strings.Join(l.Strings(), " "); got != "10.0.0.0/8 192.0.2.1/32 192.0.2.9/32 2001:db8::/32 10.0.0.0/8" {
 		t.Errorf("parsed %q", got)
 	}
-	for _, bad := range []string{"10.0.0.0/33", "example.org", "10.0.0", "::ffff:10.0.0.0/104"} {
+	// Everyone (0.0.0.0/0, ::/0) is refused: any client could forge its
+	// address and scheme.
+	for _, bad := range []string{"10.0.0.0/33", "example.org", "10.0.0", "::ffff:10.0.0.0/104", "0.0.0.0/0", "::/0", "10.0.0.0/0"} {
 		if _, err := ParseTrustList([]string{bad}); err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("%q: err %v", bad, err)
 		}
