@@ -47,7 +47,7 @@ func (e *env) summary(rep *bench.Report, done []int) {
 			f(r.memCgroup), f(r.memDaemon), f(r.restartAPI), f(r.restartAll), r.zipfSent, r.zipfFailed, codes(r.zipfCodes),
 			f(r.zipfP50), f(r.zipfP99), f(r.firstP50), f(r.firstP99))
 	}
-	rep.Markdown(b.String())
+	rep.Markdown(b.String() + "\n") // a blank line ends the table
 	for _, n := range done {
 		r := e.row(n)
 		if r.readyBase > 0 {
