@@ -103,6 +103,7 @@ func (bc *bconn) idleFor() time.Duration {
 // slot to dial.
 type pool struct {
 	clock  clock.Clock // nil: the wall clock
+	dial   dialFunc    // nil: dialer's
 	max    int         // counted connections at most; 0: no bound
 	mu     sync.Mutex
 	idle   []*bconn
@@ -125,8 +126,8 @@ var errCut = errors.New("the replica's drain is over")
 
 var dialer = &net.Dialer{Timeout: DialTimeout, KeepAlive: 30 * time.Second}
 
-// dial connects to a replica (a test's own stands in).
-var dial = dialer.DialContext
+// dialFunc connects to a replica: Options.Dial, or dialer's.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 func (p *pool) now() time.Time {
 	if p.clock == nil {
@@ -193,6 +194,10 @@ func (p *pool) get(ctx context.Context, addr string, fresh bool) (*bconn, error)
 	if p.isCut() {
 		p.release()
 		return nil, &dialError{err: errCut}
+	}
+	dial := p.dial
+	if dial == nil {
+		dial = dialer.DialContext
 	}
 	c, err := dial(ctx, "tcp", addr)
 	if err != nil {

@@ -16,6 +16,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -54,6 +55,9 @@ type Options struct {
 	// TLS handshake asked for that no certificate serves: ACME may order
 	// it on demand.
 	CertMissing func(name string)
+	// Dial, if set, connects to replicas over HTTP/1.1 in place of a
+	// net.Dialer with DialTimeout (a test's slow connects).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -86,6 +90,7 @@ func New(o Options) *Proxy {
 		c = clock.Real{}
 	}
 	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log), p.log)
+	p.table.dial = o.Dial
 	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
 		p.domain = "." + d
 	}

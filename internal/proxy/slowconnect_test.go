@@ -17,27 +17,25 @@ func (slowErr) Error() string   { return "i/o timeout" }
 func (slowErr) Timeout() bool   { return true }
 func (slowErr) Temporary() bool { return true }
 
-// slowDials makes the first n connects time out, then connects for real;
-// it counts the connects.
-func slowDials(t *testing.T, n int32) *atomic.Int32 {
+// slowDials is an Options.Dial whose first n connects time out, then
+// connect for real; it counts the connects. It is the proxy's own (no
+// package variable swapped), so other tests' pools never see it.
+func slowDials(n int32) (dialFunc, *atomic.Int32) {
 	var calls atomic.Int32
-	old := dial
-	dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if calls.Add(1) <= n {
 			return nil, &net.OpError{Op: "dial", Net: network, Err: slowErr{}}
 		}
-		return old(ctx, network, addr)
-	}
-	t.Cleanup(func() { dial = old })
-	return &calls
+		return dialer.DialContext(ctx, network, addr)
+	}, &calls
 }
 
 // A replica that does not accept within DialTimeout (just thawed on a busy
 // host) is the only one: the request connects to it again rather than
 // getting 502.
 func TestSlowConnectRetried(t *testing.T) {
-	calls := slowDials(t, maxSlowRetries)
-	f := newFront(t, Options{Clock: clock.NewFake(time.Unix(0, 0))})
+	dial, calls := slowDials(maxSlowRetries)
+	f := newFront(t, Options{Clock: clock.NewFake(time.Unix(0, 0)), Dial: dial})
 	f.p.SetRoute(routeTo("a", namedBackend(t, "thawed")))
 	code, body, _ := f.get(t, "a.localhost", "/")
 	if code != 200 || body != "thawed" {
@@ -53,8 +51,8 @@ func TestSlowConnectRetried(t *testing.T) {
 
 // Connects that keep timing out end in 502 after maxSlowRetries more.
 func TestSlowConnectGivesUp(t *testing.T) {
-	calls := slowDials(t, 1000)
-	f := newFront(t, Options{Clock: clock.NewFake(time.Unix(0, 0))})
+	dial, calls := slowDials(1000)
+	f := newFront(t, Options{Clock: clock.NewFake(time.Unix(0, 0)), Dial: dial})
 	f.p.SetRoute(routeTo("a", namedBackend(t, "never")))
 	if code, body, _ := f.get(t, "a.localhost", "/"); code != 502 {
 		t.Fatalf("request to a replica that never accepts: %d %q, want 502", code, body)

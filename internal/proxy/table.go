@@ -30,6 +30,7 @@ type table struct {
 	hop       atomic.Pointer[hopConf] // nil: not in a cluster
 
 	clock   clock.Clock
+	dial    dialFunc // the endpoints' pools' (Options.Dial); nil: dialer's
 	metrics *metrics
 	log     *slog.Logger
 }
@@ -264,7 +265,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		}
 		if e == nil {
 			e = newEndpoint(re.ID, re.Addr, node)
-			e.pool.clock = t.clock
+			e.pool.clock, e.pool.dial = t.clock, t.dial
 			if h2c {
 				e.h2 = &h2pool{}
 			}
