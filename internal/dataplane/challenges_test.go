@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/proxy"
@@ -40,5 +41,24 @@ func TestChallengesThroughControl(t *testing.T) {
 	}
 	if code, _ := get(); code != 404 {
 		t.Fatalf("after the challenges went: %d", code)
+	}
+	// A challenge the proxy holds that this client did not set (left by
+	// the daemon before a restart that adopted the proxy) goes at Sync,
+	// though this client's set is empty.
+	req, _ := http.NewRequest(http.MethodPut, "http://proxy/v1/challenges",
+		strings.NewReader(`[{"type":"http-01","domain":"www.example.test","token":"tok","key_auth":"tok.k"}]`))
+	resp, err := s.client.hc.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("put a challenge behind the client's back: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	if code, body := get(); code != 200 || body != "tok.k" {
+		t.Fatalf("challenge put behind the client's back: %d %q", code, body)
+	}
+	if err := s.client.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(); code != 404 {
+		t.Fatalf("after Sync, a challenge the client did not set is answered: %d", code)
 	}
 }

@@ -144,10 +144,10 @@ func (c *Client) SetChallenges(ctx context.Context, list []proxy.Challenge) erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.chall = slices.Clone(list)
-	if list == nil {
-		list = []proxy.Challenge{}
+	if c.chall == nil {
+		c.chall = []proxy.Challenge{}
 	}
-	return c.do(ctx, http.MethodPut, "/v1/challenges", list, nil)
+	return c.do(ctx, http.MethodPut, "/v1/challenges", c.chall, nil)
 }
 
 // SetCerts replaces the certificates the proxy serves over TLS with
@@ -182,8 +182,9 @@ func (c *Client) fail(err error) {
 }
 
 // Sync replaces the proxy's whole table with the routes (and the
-// certificates) set through this client: apps it has no route for are
-// removed.
+// certificates and ACME challenges, once set) set through this client:
+// apps it has no route for are removed, challenges it holds that this
+// client did not set are dropped.
 func (c *Client) Sync() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -204,7 +205,7 @@ func (c *Client) Sync() error {
 		c.broken.Store(true)
 		return err
 	}
-	if len(c.chall) > 0 {
+	if c.chall != nil { // the empty set too: a proxy adopted may hold some
 		if err := c.call(http.MethodPut, "/v1/challenges", c.chall, nil); err != nil {
 			c.broken.Store(true)
 			return err
