@@ -78,7 +78,9 @@ type Route struct {
 	// request held while there is one waits for a thaw, not a start.
 	Frozen int
 	// Starting is how many replicas of the routed revisions are being
-	// started. While one is, a held request's queue timeout does not run;
+	// started, 0 while the app is failing (its replicas failed since the
+	// last one was ready). While one is, a held request's queue timeout
+	// does not run;
 	// a start that ends without a ready replica answers the requests it
 	// held at once.
 	Starting int `json:",omitempty"`

@@ -35,6 +35,7 @@ func (ctl *appCtl) route() route.Route {
 		rt.Capacity = int(math.Ceil(cfg.Scale.TargetConcurrency))
 	}
 	ids := make([]string, 0, len(ctl.reps))
+	booting := 0
 	for id, r := range ctl.reps {
 		if weights[r.rec.Revision] == 0 {
 			continue
@@ -44,10 +45,16 @@ func (ctl *appCtl) route() route.Route {
 		} else if r.rec.State == StateFrozen {
 			rt.Frozen++
 		} else if r.state.booting() {
-			rt.Starting++
+			booting++
 		}
 	}
-	if len(ids) == 0 && rt.Starting == 0 && rt.Frozen == 0 && ctl.lastErr != "" {
+	if ctl.failures == 0 {
+		// A start holds requests past their queue timeout only while the
+		// app is not failing: a start tried again after failed replicas is
+		// no sign that one will be ready.
+		rt.Starting = booting
+	}
+	if len(ids) == 0 && booting == 0 && rt.Frozen == 0 && ctl.lastErr != "" {
 		// Failing: no replica can be ready before the back-off ends.
 		if now := ctl.m.clock.Now(); ctl.backoff.Sub(now) >= failFastAfter {
 			rt.Failing, rt.RetryAt = ctl.lastErr, ctl.backoff

@@ -3,7 +3,9 @@ package serving
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -41,4 +43,45 @@ func TestRouteCountsStartingReplicas(t *testing.T) {
 	if rt := h.r.route("hello"); rt.Starting != 0 {
 		t.Fatalf("route with the ready replica counts %d starting, want 0", rt.Starting)
 	}
+}
+
+// gatedRuntime holds a container's start while gate is set, until hold
+// closes.
+type gatedRuntime struct {
+	localnode.Runtime
+	gate *atomic.Bool
+	hold <-chan struct{}
+}
+
+func (r gatedRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Container, error) {
+	if r.gate.Load() {
+		<-r.hold
+	}
+	return r.Runtime.Run(ctx, s)
+}
+
+// A start tried again after a crash does not hold requests past their
+// queue timeout: while the app is failing the route counts no start, so a
+// replica that may never be healthy cannot hold a request for its whole
+// start timeout (e2e TestAppHealthCheckFailure's request got no answer).
+func TestRouteCountsNoStartWhileFailing(t *testing.T) {
+	var gate atomic.Bool
+	hold := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold) }) }
+	h := newHarnessOpts(t, func(o *testOpts) { o.Runtime = gatedRuntime{o.Runtime, &gate, hold} })
+	t.Cleanup(release)
+	h.deploy("min = 1")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	gate.Store(true)
+	h.rt.exit(h.replicas()[StateReady][0], 3)
+	h.wait("the crash is seen", func() bool { return len(h.replicas()[StateFailed]) == 1 })
+	for len(h.replicas()[StatePending])+len(h.replicas()[StateStarting]) == 0 {
+		h.advance(50 * time.Millisecond)
+	}
+	if rt := h.r.route("hello"); rt.Starting != 0 {
+		t.Fatalf("a failing app's route counts %d starting, want 0", rt.Starting)
+	}
+	release()
+	h.wait("the next replica is ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 }
