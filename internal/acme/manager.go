@@ -90,6 +90,8 @@ type Manager struct {
 	mu     sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
+
+	asked askCache // the on-demand policy's recent answers
 }
 
 // New returns a Manager; nothing runs until Run or Establish.
@@ -116,6 +118,12 @@ func New(o Options) (*Manager, error) {
 	}
 	if o.OrderTimeout == 0 {
 		o.OrderTimeout = 2 * time.Minute
+	}
+	if o.OnDemand.Max <= 0 {
+		o.OnDemand.Max = DefaultOnDemandMax
+	}
+	if o.OnDemand.MaxFailures <= 0 {
+		o.OnDemand.MaxFailures = DefaultOnDemandFailures
 	}
 	return &Manager{o: o, kick: make(chan struct{}, 1)}, nil
 }
@@ -151,14 +159,25 @@ func (m *Manager) Revoke() {
 }
 
 // Demand is a TLS handshake's ask for a certificate for name, which no
-// app claims: allowed by the on-demand policy, name is recorded as wanted
-// (on any node) and the leader orders it; refused, the error says why.
+// app claims: allowed by the on-demand policy (its answer kept for
+// askCacheFor), name is recorded as wanted (on any node) and the leader
+// orders it; refused, the error says why. At most OnDemand.Max names are
+// wanted at once.
 func (m *Manager) Demand(ctx context.Context, name string) error {
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
-	if err := m.o.OnDemand.Check(ctx, name); err != nil {
+	if err := m.asked.check(ctx, m.o.OnDemand, name, m.o.Clock.Now()); err != nil {
 		return err
 	}
-	_, err := m.o.Store.CompareAndSwap(ctx, store.ACMEWantedKey(name), 0, []byte(m.o.Clock.Now().UTC().Format(time.RFC3339)))
+	kvs, err := m.o.Store.List(ctx, store.ACMEWantedPrefix)
+	if err != nil {
+		return fmt.Errorf("certificate for %s on demand: %w", name, err)
+	}
+	if len(kvs) >= m.o.OnDemand.Max && !slices.ContainsFunc(kvs, func(kv store.KV) bool { return kv.Key == store.ACMEWantedKey(name) }) {
+		err := fmt.Errorf("%s: already %d names wanted on demand, the most allowed: %w", name, len(kvs), errdefs.ErrInvalid)
+		m.o.Logger.Warn("acme: a certificate on demand refused", "domain", name, "err", err)
+		return err
+	}
+	_, err = m.o.Store.CompareAndSwap(ctx, store.ACMEWantedKey(name), 0, []byte(m.o.Clock.Now().UTC().Format(time.RFC3339)))
 	if err != nil && !errdefs.IsConflict(err) {
 		return fmt.Errorf("certificate for %s on demand: %w", name, err)
 	}
@@ -471,8 +490,28 @@ func (r *runner) failed(ctx context.Context, domain, app string, o order, err er
 		m.o.Logger.Warn("acme: a certificate's last error could not be stored", "domain", domain, "err", uerr)
 	}
 	msg := fmt.Sprintf("certificate for %s: %s (try %d; next at %s)", domain, o.LastError, o.Failures, o.NextTry.UTC().Format(time.RFC3339))
+	if app == "" && o.Failures >= m.o.OnDemand.MaxFailures {
+		msg = fmt.Sprintf("certificate for %s: %s (try %d; no longer wanted on demand)", domain, o.LastError, o.Failures)
+		r.dropWanted(ctx, domain)
+	}
 	m.o.Logger.Warn("acme: " + msg)
 	r.event(ctx, app, msg)
+}
+
+// dropWanted forgets a name wanted on demand whose orders keep failing:
+// the wanted record, the order's state, and the pending certificate
+// record (one that never held a certificate).
+func (r *runner) dropWanted(ctx context.Context, domain string) {
+	for _, k := range []string{store.ACMEWantedKey(domain), store.ACMEOrderKey(domain)} {
+		if err := r.w.Delete(ctx, k); err != nil && !errdefs.IsNotFound(err) {
+			r.m.o.Logger.Warn("acme: a name wanted on demand could not be dropped", "domain", domain, "key", k, "err", err)
+		}
+	}
+	if c, err := r.certs.Get(ctx, domain); err == nil && c.Source == certs.SourceACME && c.Pending() {
+		if err := r.certs.Delete(ctx, domain); err != nil && !errdefs.IsNotFound(err) {
+			r.m.o.Logger.Warn("acme: a pending certificate could not be dropped", "domain", domain, "err", err)
+		}
+	}
 }
 
 func (r *runner) event(ctx context.Context, app, msg string) {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -24,6 +25,64 @@ type OnDemand struct {
 	Ask   string
 	// Client asks Ask (default: a client with a 5 s timeout).
 	Client *http.Client
+	// Max bounds the names wanted on demand at once (default
+	// DefaultOnDemandMax); a name beyond it is refused.
+	Max int
+	// MaxFailures is how many orders in a row may fail before a name
+	// wanted on demand is dropped (default DefaultOnDemandFailures).
+	MaxFailures int
+}
+
+// Defaults of OnDemand's bounds, and how long the Ask URL's answer for a
+// name (yes or no) is kept, so that a stranger's handshakes cannot hammer
+// it.
+const (
+	DefaultOnDemandMax      = 100
+	DefaultOnDemandFailures = 5
+	askCacheFor             = 5 * time.Minute
+	askCacheMax             = 10000
+)
+
+// askAnswer is the Ask URL's answer for a name (nil: yes), and when.
+type askAnswer struct {
+	err error
+	at  time.Time
+}
+
+// askCache keeps the policy's answers for askCacheFor.
+type askCache struct {
+	mu sync.Mutex
+	m  map[string]askAnswer
+}
+
+// check is o.Check(name), answered from the cache when the same name was
+// answered less than askCacheFor ago. Only the policy's answers are kept,
+// not an Ask URL that could not be reached.
+func (c *askCache) check(ctx context.Context, o OnDemand, name string, now time.Time) error {
+	c.mu.Lock()
+	a, ok := c.m[name]
+	c.mu.Unlock()
+	if ok && now.Sub(a.at) < askCacheFor {
+		return a.err
+	}
+	err := o.Check(ctx, name)
+	if err != nil && !errdefs.IsInvalid(err) {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= askCacheMax {
+		for n, a := range c.m {
+			if now.Sub(a.at) >= askCacheFor {
+				delete(c.m, n)
+			}
+		}
+		if c.m == nil || len(c.m) >= askCacheMax {
+			c.m = map[string]askAnswer{}
+		}
+	}
+	c.m[name] = askAnswer{err: err, at: now}
+	return err
 }
 
 // Enabled reports whether any name may be ordered on demand.

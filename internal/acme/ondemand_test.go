@@ -1,0 +1,136 @@
+package acme
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/certs"
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/secrets"
+	"github.com/shoal-run/shoal/internal/store"
+)
+
+// onDemandManager is a Manager with policy o on a store of its own and a
+// fake clock; nothing runs.
+func onDemandManager(t *testing.T, o OnDemand) (*Manager, store.Store, *clock.Fake) {
+	t.Helper()
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	kb := make([]byte, secrets.KeySize)
+	rand.Read(kb)
+	key, err := secrets.NewKey(kb, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	m, err := New(Options{CA: "https://ca.invalid/dir", Store: st, Key: key, OnDemand: o,
+		Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, st, clk
+}
+
+// The ask URL's answers, yes and no, are kept for askCacheFor: a
+// stranger's handshakes for one name ask it once.
+func TestOnDemandAskCached(t *testing.T) {
+	var asks atomic.Int32
+	ask := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asks.Add(1)
+		if r.URL.Query().Get("domain") != "yes.example.test" {
+			w.WriteHeader(http.StatusForbidden)
+		}
+	}))
+	t.Cleanup(ask.Close)
+	m, _, clk := onDemandManager(t, OnDemand{Ask: ask.URL})
+	ctx := context.Background()
+	for range 20 {
+		if err := m.Demand(ctx, "no.example.test"); !errdefs.IsInvalid(err) {
+			t.Fatalf("a name the ask URL refuses: %v", err)
+		}
+		if err := m.Demand(ctx, "yes.example.test"); err != nil {
+			t.Fatalf("a name the ask URL allows: %v", err)
+		}
+	}
+	if n := asks.Load(); n != 2 {
+		t.Fatalf("the ask URL was asked %d times for two names, want 2", n)
+	}
+	clk.Advance(askCacheFor)
+	if err := m.Demand(ctx, "no.example.test"); !errdefs.IsInvalid(err) {
+		t.Fatalf("a name the ask URL refuses: %v", err)
+	}
+	if n := asks.Load(); n != 3 {
+		t.Fatalf("after askCacheFor the ask URL was asked %d times, want 3", n)
+	}
+}
+
+// No more than OnDemand.Max names are wanted at once; one already wanted
+// may be asked for again.
+func TestOnDemandCapped(t *testing.T) {
+	m, st, _ := onDemandManager(t, OnDemand{Allow: []string{"*.example.test"}, Max: 3})
+	ctx := context.Background()
+	for i := range 3 {
+		if err := m.Demand(ctx, fmt.Sprintf("n%d.example.test", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Demand(ctx, "n3.example.test"); !errdefs.IsInvalid(err) {
+		t.Fatalf("a name beyond the cap: %v", err)
+	}
+	if err := m.Demand(ctx, "n1.example.test"); err != nil {
+		t.Fatalf("a name already wanted: %v", err)
+	}
+	if kvs, _ := st.List(ctx, store.ACMEWantedPrefix); len(kvs) != 3 {
+		t.Fatalf("%d names wanted, want 3", len(kvs))
+	}
+}
+
+// A name wanted on demand whose orders fail MaxFailures times in a row is
+// dropped with its order's state and its pending certificate record; a
+// name an app claims is kept.
+func TestOnDemandDroppedAfterFailures(t *testing.T) {
+	m, st, clk := onDemandManager(t, OnDemand{Allow: []string{"*.example.test"}, MaxFailures: 3})
+	ctx := context.Background()
+	if err := m.Demand(ctx, "gone.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{m: m, w: st, certs: certs.New(st, m.o.Key, clk)}
+	boom := errors.New("no answer to the challenge")
+	for i := range 3 {
+		o, err := r.order(ctx, "gone.example.test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.failed(ctx, "gone.example.test", "", o, boom)
+		if i < 2 {
+			for _, k := range []string{store.ACMEWantedKey("gone.example.test"), store.CertKey("gone.example.test")} {
+				if _, err := st.Get(ctx, k); err != nil {
+					t.Fatalf("%s after %d failures: %v", k, i+1, err)
+				}
+			}
+		}
+	}
+	for _, k := range []string{store.ACMEWantedKey("gone.example.test"), store.ACMEOrderKey("gone.example.test"), store.CertKey("gone.example.test")} {
+		if _, err := st.Get(ctx, k); !errdefs.IsNotFound(err) {
+			t.Errorf("%s after 3 failed orders: %v, want not found", k, err)
+		}
+	}
+	// An app's domain is never dropped.
+	r.failed(ctx, "app.example.test", "web", order{Failures: 10}, boom)
+	if kv, err := st.Get(ctx, store.ACMEOrderKey("app.example.test")); err != nil {
+		t.Fatalf("an app's domain's order: %v %v", kv, err)
+	}
+}
