@@ -33,6 +33,8 @@ type inbound interface {
 	// request target (for a redirect to HTTPS).
 	isTLS() bool
 	uri() string
+	// sni is the server name the TLS handshake asked for.
+	sni() string
 }
 
 // refusal is an answer the proxy makes itself, in place of a replica's.
@@ -79,13 +81,19 @@ func (st *reqState) refuse(code int, err error, field string) *refusal {
 }
 
 // admit routes a request for app a (nil when its Host names none) whose
-// body is cl bytes (-1: unknown). It counts the request on the app (st.app
+// body is cl bytes (-1: unknown). A request over TLS whose Host the
+// connection's certificate does not cover is refused with 421 (see
+// misdirected). It counts the request on the app (st.app
 // is then set, and finish must end it), refuses it when the route says so
 // (503 while the app is unavailable, 413 for a body over the limit), and
 // chooses its endpoint into st.ep: the one its sticky cookie names, else
 // one picked by weight and load, else, while the app has none, one the
 // activator wakes while the request is held in the app's queue.
 func (p *Proxy) admit(st *reqState, a *app, cl int64, in inbound) *refusal {
+	if in.isTLS() && p.misdirected(in.sni(), in.host()) {
+		return &refusal{code: http.StatusMisdirectedRequest, field: "host",
+			err: fmt.Errorf("host %q is not served by this connection's certificate (server name %q)", in.host(), in.sni())}
+	}
 	var rt *routeSnap
 	if a != nil {
 		rt = a.route.Load()

@@ -60,6 +60,7 @@ type cconn struct {
 	client string    // the client's address
 	fw     forwarded // what the forwarded fields say of it
 	tls    bool      // c is a *tls.Conn
+	sni    string    // the server name its handshake asked for (TLS)
 
 	rdl, wdl time.Time // deadlines set on c; the zero time when unknown
 	long     []byte    // a head too long for br, read on for net/http

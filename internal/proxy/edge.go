@@ -197,6 +197,7 @@ func (cc *cconn) handshake() bool {
 	cancel()
 	proto := tc.ConnectionState().NegotiatedProtocol
 	if err == nil && (proto == "" || proto == "http/1.1") {
+		cc.sni = tc.ConnectionState().ServerName
 		return true
 	}
 	var serve func(net.Conn)
@@ -248,6 +249,23 @@ func (p *Proxy) edgeAnswer(rt *routeSnap, host string, isTLS bool) (redirect boo
 		return false, rt.hsts
 	}
 	return rt.redirect, false
+}
+
+// misdirected reports whether a request for host (as the client sent it)
+// on a TLS connection whose handshake asked for sni must be refused with
+// 421 Misdirected Request: the certificate serving sni does not cover
+// host, so the client reached this connection for another name (one app's
+// connection used for another app's Host). A connection whose certificate
+// covers both (a wildcard, several names) may carry either, as HTTP/2
+// clients coalesce.
+func (p *Proxy) misdirected(sni, host string) bool {
+	name := hostOnly(host)
+	sni = strings.ToLower(strings.TrimSuffix(sni, "."))
+	if name == sni || sni == "" {
+		return false
+	}
+	cert := p.edge.certs.Load().certFor(sni)
+	return cert == nil || cert.Leaf == nil || cert.Leaf.VerifyHostname(name) != nil
 }
 
 // location is where a redirect to HTTPS sends a request for host and uri.

@@ -100,6 +100,7 @@ func (x *fastReq) finish() { x.c.f.p.finish(&x.st) }
 func (x *fastReq) host() string { return string(x.hostBytes()) }
 
 func (x *fastReq) isTLS() bool { return x.c.tls }
+func (x *fastReq) sni() string { return x.c.sni }
 
 // uri is the request target, from the request line in x.out.
 func (x *fastReq) uri() string {

@@ -192,6 +192,20 @@ func requestTLS(r *http.Request) bool {
 	return false
 }
 
+// requestSNI is the server name the TLS handshake of r's connection asked
+// for ("" when none or not TLS).
+func requestSNI(r *http.Request) string {
+	if r.TLS != nil {
+		return r.TLS.ServerName
+	}
+	if h, ok := r.Context().Value(connKey{}).(*handedConn); ok {
+		if cs, ok := h.Conn.(interface{ ConnectionState() tls.ConnectionState }); ok {
+			return cs.ConnectionState().ServerName
+		}
+	}
+	return ""
+}
+
 // sentFields are the values of a request's own forwarded fields, as
 // received (net/http's or the fast path's parser's): appendForwarded keeps
 // them when they come from a trusted peer.

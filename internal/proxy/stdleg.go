@@ -34,6 +34,7 @@ type stdReq struct {
 func (x *stdReq) host() string { return x.r.Host }
 
 func (x *stdReq) isTLS() bool { return requestTLS(x.r) }
+func (x *stdReq) sni() string { return requestSNI(x.r) }
 
 func (x *stdReq) uri() string { return x.r.RequestURI }
 
