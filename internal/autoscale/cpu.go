@@ -12,12 +12,27 @@ import (
 // kernel's default 100 ms period.
 const minPeriods = 5
 
+// cpuLowerAfter is how long a replica whose quota was raised must show
+// no demand for CPU before its quota is lowered: raised at once when
+// throttled, lowered only after sustained low demand, so that a loaded
+// replica's quota does not swing back and forth.
+const cpuLowerAfter = 10 * time.Second
+
+// busyInFlight is how many requests in flight on a replica count as
+// demand for its CPU although it is not throttled: a replica starved by
+// its neighbours on a busy CPU cannot use its quota, so it is not
+// throttled, yet lowering its quota would slow it further.
+const busyInFlight = 2
+
 // cpuState is one replica's counters at its last verdict.
 type cpuState struct {
 	periods, throttled uint64
 	at                 time.Time
 	// saturated: throttled at or above ThrottleHigh at its ceiling.
 	saturated bool
+	// demand is when the replica last showed demand for CPU: throttled
+	// at or above ThrottleHigh, or busyInFlight requests in flight.
+	demand time.Time
 }
 
 // decideCPU judges each replica's throttling, puts quota changes in dec.CPU,
@@ -48,6 +63,9 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 			d.cpu[r.ID] = &cpuState{periods: r.Periods, throttled: r.Throttled, at: now}
 			continue
 		}
+		if r.InFlight >= busyInFlight {
+			st.demand = now
+		}
 		dp := r.Periods - st.periods
 		dt := min(r.Throttled-st.throttled, dp)
 		idle := dp < minPeriods
@@ -62,9 +80,10 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 			ratio = float64(dt) / float64(dp)
 		}
 		held := now.Sub(st.at)
-		*st = cpuState{periods: r.Periods, throttled: r.Throttled, at: now}
+		*st = cpuState{periods: r.Periods, throttled: r.Throttled, at: now, demand: st.demand}
 		switch {
 		case !idle && ratio >= p.ThrottleHigh:
+			st.demand = now
 			throttled++
 			if p.vertical() && quota < p.MaxCPU {
 				next := min(round2(quota*2), p.MaxCPU)
@@ -78,7 +97,7 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 				dec.Inputs["throttled/"+r.ID] = ratio
 				notes = append(notes, fmt.Sprintf("replica %s throttled in %.0f%% of %d periods at its ceiling of %g cpu", r.ID, ratio*100, dp, quota))
 			}
-		case p.vertical() && quota > p.CPU && (idle || ratio < p.ThrottleLow):
+		case p.vertical() && quota > p.CPU && (idle || ratio < p.ThrottleLow) && now.Sub(st.demand) >= cpuLowerAfter:
 			next := p.CPU
 			why := fmt.Sprintf("idle (%d periods in %s)", dp, held.Round(time.Millisecond))
 			if !idle {

@@ -191,3 +191,51 @@ func TestSaturatedReplicasScaleOut(t *testing.T) {
 		})
 	}
 }
+
+// A raised quota is lowered only after cpuLowerAfter without demand:
+// neither throttled nor busyInFlight requests in flight. A replica starved
+// of CPU by its neighbours is not throttled while 50 requests wait on it;
+// it kept its raised quota for under 2 s before (the quota swung 0.3 →
+// 0.6 → 0.3 under load).
+func TestCPUHysteresis(t *testing.T) {
+	cases := []struct {
+		name     string
+		inFlight []int // requests in flight at each step after the raise
+		lowerAt  int   // the step (from 1) whose decision lowers the quota; 0: none
+	}{
+		{"in flight holds the quota", []int{50, 80, 50, 60, 70, 50, 90, 50, 60, 50, 50, 70, 50, 50, 50}, 0},
+		{"one request in flight is no demand", []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 10},
+		{"lowered after the hold once the requests end", []int{50, 50, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 13},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clock.NewFake(t0)
+			d, err := New(Policy{CPU: 0.3, MaxCPU: 0.6}, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &replica{id: "r1", quota: 0.3, periods: 1000}
+			decideCPU(c, d, 1, r)
+			r.tick(10, 0.9)
+			decideCPU(c, d, 1, r)
+			if r.quota != 0.6 {
+				t.Fatalf("throttled in 90%% of its periods: quota %g, want 0.6", r.quota)
+			}
+			for i, n := range tc.inFlight {
+				r.tick(10, 0)
+				cur := Current{Replicas: 1, CPU: []ReplicaCPU{{ID: r.id, Quota: r.quota, Periods: r.periods, Throttled: r.throttled, InFlight: n}}}
+				c.Advance(time.Second)
+				dec := d.Decide(cur)
+				q, lowered := dec.CPU[r.id]
+				switch {
+				case lowered && i+1 != tc.lowerAt:
+					t.Fatalf("step %d (%d in flight): quota lowered to %g, want it lowered at step %d: %s", i+1, n, q, tc.lowerAt, dec.Reason)
+				case !lowered && i+1 == tc.lowerAt:
+					t.Fatalf("step %d: quota not lowered: %s", i+1, dec.Reason)
+				case lowered:
+					return
+				}
+			}
+		})
+	}
+}

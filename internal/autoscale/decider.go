@@ -36,6 +36,9 @@ type ReplicaCPU struct {
 	// Quota is the replica's quota in cores now; 0 means the policy's CPU.
 	Quota              float64
 	Periods, Throttled uint64
+	// InFlight is how many requests the replica is serving now: demand
+	// for its CPU even when it is not throttled.
+	InFlight int
 }
 
 // Current is what the app runs now.

@@ -47,7 +47,10 @@ func (s *scaler) observe(at time.Time, l route.Load, metric float64) {
 
 // cpuUsage is a replica's CPU throttling: its CFS periods, and how many
 // of them were throttled.
-type cpuUsage struct{ periods, throttled uint64 }
+type cpuUsage struct {
+	periods, throttled uint64
+	inFlight           int // requests in flight now, from the proxy's load
+}
 
 // usageIdle is the longest a ready replica's throttling goes unread: the
 // period a replica without requests and without CPU work backs off to,
@@ -96,7 +99,9 @@ func (ctl *appCtl) usage(now time.Time, load route.Load) map[string]cpuUsage {
 		el := load.Endpoints[id]
 		busy := el.InFlight > 0 || (!el.LastRequest.IsZero() && !el.LastRequest.Before(l.at))
 		if ok && !busy && now.Sub(l.at) < l.every {
-			out[id] = l.u
+			u := l.u
+			u.inFlight = el.InFlight
+			out[id] = u
 			continue
 		}
 		p, t, err := ctl.node.Usage(ctl.ctx(), id)
@@ -104,7 +109,7 @@ func (ctl *appCtl) usage(now time.Time, load route.Load) map[string]cpuUsage {
 			delete(ctl.looks, id)
 			continue
 		}
-		u := cpuUsage{p, t}
+		u := cpuUsage{periods: p, throttled: t, inFlight: el.InFlight}
 		look := usageLook{u: u, at: now, every: tick, moved: l.moved}
 		if !ok || busy || u.periods != l.u.periods {
 			look.moved = now
@@ -131,7 +136,7 @@ func (ctl *appCtl) ask(active int, ready []*replica, usage map[string]cpuUsage) 
 		if !ok {
 			continue
 		}
-		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: u.periods, Throttled: u.throttled})
+		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: u.periods, Throttled: u.throttled, InFlight: u.inFlight})
 	}
 	return ctl.scaler.d.Decide(cur)
 }

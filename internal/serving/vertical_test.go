@@ -10,7 +10,8 @@ import (
 
 // A replica throttled in most of its CPU periods gets its quota raised
 // live, doubling up to max_cpu and no further; with little throttling it
-// gives half the extra back, and once idle for the stable window it goes
+// gives half the extra back, once it has shown no demand for
+// autoscale's hold (10 s), and once idle for the stable window it goes
 // back to the base quota. Each change is a cpu event with its reason.
 func TestLadderVerticalCPU(t *testing.T) {
 	h := newHarness(t)
@@ -24,18 +25,19 @@ func TestLadderVerticalCPU(t *testing.T) {
 		t.Fatalf("before any work: quota %g, updates %v; want 0.5 and none", q, ups)
 	}
 
-	// step does work on the replica each tick until its quota changes.
+	// step does work on the replica each tick until its quota changes
+	// (within 15 s: a quota is lowered 10 s after the last demand).
 	step := func(what string, periods, throttled uint64) float64 {
 		t.Helper()
 		before, _ := h.rt.cpu(id)
-		for i := 0; i < 20; i++ {
+		for i := 0; i < 150; i++ {
 			h.rt.work(id, periods, throttled)
 			h.advance(tick)
 			if q, _ := h.rt.cpu(id); q != before {
 				return q
 			}
 		}
-		t.Fatalf("%s: quota still %g after 20 ticks", what, before)
+		t.Fatalf("%s: quota still %g after 150 ticks", what, before)
 		return 0
 	}
 	if q := step("throttled 90%", 10, 9); q != 1 {
