@@ -99,8 +99,11 @@ func New(o Options) (*Manager, error) {
 	if o.CA == "" {
 		return nil, errdefs.Invalid("--acme-ca", "no ACME directory URL")
 	}
-	if o.Store == nil || o.Key == nil {
-		return nil, errors.New("acme: a store and a secrets key are needed")
+	if o.Store == nil {
+		return nil, errdefs.Invalid("store", "the ACME manager needs a store")
+	}
+	if o.Key == nil {
+		return nil, errdefs.Invalid("--secrets-key-file", "the ACME manager needs a secrets key (the account's and certificates' keys are sealed with it)")
 	}
 	if len(o.Challenges) == 0 {
 		o.Challenges = []string{proxy.HTTP01}

@@ -134,3 +134,16 @@ func TestOnDemandDroppedAfterFailures(t *testing.T) {
 		t.Fatalf("an app's domain's order: %v %v", kv, err)
 	}
 }
+
+// New names the option it is missing.
+func TestNewNamesMissingOption(t *testing.T) {
+	_, st, _ := onDemandManager(t, OnDemand{})
+	for field, o := range map[string]Options{
+		"store":              {CA: "https://ca.invalid/dir"},
+		"--secrets-key-file": {CA: "https://ca.invalid/dir", Store: st},
+	} {
+		if _, err := New(o); !errdefs.IsInvalid(err) || errdefs.Field(err) != field {
+			t.Errorf("New without %s: %v (field %q)", field, err, errdefs.Field(err))
+		}
+	}
+}

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -56,6 +58,8 @@ type edge struct {
 	challenge func(*tls.ClientHelloInfo) *tls.Certificate
 	// missing is told a name no certificate serves (Options.CertMissing).
 	missing func(name string)
+	// clock tells a certificate past its NotAfter, which is not served.
+	clock clock.Clock
 }
 
 func (e *edge) init(challenge func(*tls.ClientHelloInfo) *tls.Certificate) {
@@ -98,14 +102,18 @@ func (p *Proxy) SetCerts(certs []route.Cert) error {
 	return errors.Join(errs...)
 }
 
-// certFor returns the certificate that serves host: one for the name
-// itself, else a wildcard for its parent domain; nil when none does.
-func (c *edgeCerts) certFor(host string) *tls.Certificate {
-	if cert := c.byName[host]; cert != nil {
+// certFor returns the certificate that serves host at now: one for the
+// name itself, else a wildcard for its parent domain; nil when none does.
+// A certificate past its NotAfter serves nothing (the wildcard, or none,
+// is used instead).
+func (c *edgeCerts) certFor(host string, now time.Time) *tls.Certificate {
+	if cert := c.byName[host]; cert != nil && !now.After(cert.Leaf.NotAfter) {
 		return cert
 	}
 	if i := strings.IndexByte(host, '.'); i > 0 {
-		return c.byName["*"+host[i:]]
+		if cert := c.byName["*"+host[i:]]; cert != nil && !now.After(cert.Leaf.NotAfter) {
+			return cert
+		}
 	}
 	return nil
 }
@@ -116,7 +124,7 @@ func (p *Proxy) covered(host string) bool {
 	if p.edge.httpsPort.Load() == nil || strings.HasSuffix(host, ".localhost") {
 		return false
 	}
-	return p.edge.certs.Load().certFor(host) != nil
+	return p.edge.certs.Load().certFor(host, p.edge.clock.Now()) != nil
 }
 
 // SetALPN offers proto (an ALPN name such as "h2") on the TLS listener,
@@ -166,7 +174,7 @@ func (e *edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 		return cert, nil
 	}
 	name := strings.ToLower(strings.TrimSuffix(hello.ServerName, "."))
-	if cert := e.certs.Load().certFor(name); cert != nil {
+	if cert := e.certs.Load().certFor(name, e.clock.Now()); cert != nil {
 		return cert, nil
 	}
 	if e.missing != nil && name != "" && !slices.Contains(hello.SupportedProtos, ALPNProto) {
@@ -264,7 +272,7 @@ func (p *Proxy) misdirected(sni, host string) bool {
 	if name == sni || sni == "" {
 		return false
 	}
-	cert := p.edge.certs.Load().certFor(sni)
+	cert := p.edge.certs.Load().certFor(sni, p.edge.clock.Now())
 	return cert == nil || cert.Leaf == nil || cert.Leaf.VerifyHostname(name) != nil
 }
 

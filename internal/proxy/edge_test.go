@@ -24,7 +24,13 @@ type tlsFront struct {
 
 func newTLSFront(t *testing.T) *tlsFront {
 	t.Helper()
-	f := newFront(t, Options{Domain: "apps.test"})
+	return newTLSFrontWith(t, Options{Domain: "apps.test"})
+}
+
+// newTLSFrontWith is newTLSFront with the proxy's options o.
+func newTLSFrontWith(t *testing.T, o Options) *tlsFront {
+	t.Helper()
+	f := newFront(t, o)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

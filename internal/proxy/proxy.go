@@ -96,6 +96,7 @@ func New(o Options) *Proxy {
 	}
 	p.front.init(p, o.Limits.withDefaults())
 	p.edge.init(p.ALPNChallenge)
+	p.edge.clock = c
 	p.edge.missing = o.CertMissing
 	p.SetALPN("h2", p.front.serveH2)
 	return p
