@@ -133,7 +133,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f.close {
 			w.Header().Set("Connection", "close")
 		}
-		f.write(w)
+		f.writeFor(w, r)
 		return
 	}
 	if len(r.TransferEncoding) > 0 {

@@ -60,7 +60,7 @@ func (x *stdReq) hold() context.Context { return x.st.Context }
 
 func (x *stdReq) gone(st *reqState) bool { return st.Context.Err() != nil }
 
-func (x *stdReq) fail(st *reqState, err error) { x.p.failure(st, err).write(x.w) }
+func (x *stdReq) fail(st *reqState, err error) { x.p.failure(st, err).writeFor(x.w, x.r) }
 
 // send sends the request on a pooled connection to st.ep.
 func (x *stdReq) send(st *reqState, fresh, stale bool) (sendResult, error) {
@@ -116,7 +116,7 @@ func (x *stdReq) exchange(bc *bconn, mayRetry bool) (sendResult, error) {
 			x.fail(st, be.err) // 413
 		case errors.As(err, &be):
 			w.Header().Set("Connection", "close")
-			st.refuseWith(x.p.badBody(r.RemoteAddr, be.err)).write(w)
+			st.refuseWith(x.p.badBody(r.RemoteAddr, be.err)).writeFor(w, r)
 		case st.ep.died(err):
 			return sendDied, err
 		default:
