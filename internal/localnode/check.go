@@ -44,20 +44,41 @@ func (n *Node) runCheck(parent context.Context, h manifest.Health, id string) er
 	return nil
 }
 
-// probeTransport keeps one idle connection per replica between its HTTP
-// checks: a busy replica is not asked to accept a new connection each
-// interval. A freeze, stop or removal drops the idle connections, so a
-// frozen or gone replica holds no socket of the daemon's, nor does a
-// later replica at its address get a dead one.
-var probeTransport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
-
-// probeClient checks HTTP health.
-var probeClient = &http.Client{
-	Transport: probeTransport,
-	CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	},
+// probeClient returns the HTTP client of replica id's checks. Each replica
+// has its own transport, which keeps one idle connection between its checks:
+// a busy replica is not asked to accept a new connection each interval. A
+// freeze, stop or removal of the replica drops its idle connection only
+// (dropProbe), so a frozen or gone replica holds no socket of the daemon's,
+// nor does a later replica at its address get a dead one, and the other
+// replicas keep theirs.
+func (n *Node) probeClient(id string) *http.Client {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	t := n.probes[id]
+	if t == nil {
+		t = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}
+		if n.probes == nil {
+			n.probes = map[string]*http.Transport{}
+		}
+		n.probes[id] = t
+	}
+	return &http.Client{Transport: t, CheckRedirect: noRedirect}
 }
+
+// dropProbe closes the idle check connection of replica id and forgets its
+// transport (a later check makes a new one).
+func (n *Node) dropProbe(id string) {
+	n.mu.Lock()
+	t := n.probes[id]
+	delete(n.probes, id)
+	n.mu.Unlock()
+	if t != nil {
+		t.CloseIdleConnections()
+	}
+}
+
+// noRedirect makes a check answer a redirect as is.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // tailWriter keeps the last max bytes written to it.
 type tailWriter struct {
@@ -88,8 +109,9 @@ func (w *tailWriter) String() string {
 const HealthAgent = "shoal-health"
 
 // probe checks once whether the replica at addr is healthy with an HTTP,
-// gRPC (grpccheck.go) or TCP check; an HTTP check says it is one with the User-Agent ua.
-func probe(ctx context.Context, h manifest.Health, addr, ua string) error {
+// gRPC (grpccheck.go) or TCP check; an HTTP check goes through c and says it
+// is one with the User-Agent ua.
+func probe(ctx context.Context, c *http.Client, h manifest.Health, addr, ua string) error {
 	timeout := h.Timeout.Duration
 	if timeout <= 0 {
 		timeout = time.Second
@@ -112,7 +134,7 @@ func probe(ctx context.Context, h manifest.Health, addr, ua string) error {
 		return err
 	}
 	req.Header.Set("User-Agent", ua)
-	resp, err := probeClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}

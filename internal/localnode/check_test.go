@@ -106,3 +106,64 @@ func TestHTTPCheckKeepsItsConnection(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A freeze drops the frozen replica's check connection only: another
+// replica's next check reuses its own.
+func TestFreezeKeepsOtherReplicasCheckConnection(t *testing.T) {
+	type server struct {
+		mu     sync.Mutex
+		states map[http.ConnState]int
+		addr   string
+	}
+	start := func() *server {
+		s := &server{states: map[http.ConnState]int{}}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "ok")
+		}))
+		srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+			s.mu.Lock()
+			s.states[st]++
+			s.mu.Unlock()
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		s.addr = strings.TrimPrefix(srv.URL, "http://")
+		return s
+	}
+	count := func(s *server, st http.ConnState) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.states[st]
+	}
+	a, b := start(), start()
+	n, err := New(Options{Runtime: freezeOnly{}, Images: noImages{}, Network: noNetwork{}, Router: noRouter{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := manifest.Health{HTTP: "/healthz", Timeout: manifest.Duration{Duration: 30 * time.Second}}
+	check := func(id string, s *server) {
+		t.Helper()
+		if err := n.Check(context.Background(), id, s.addr, h); err != nil {
+			t.Fatalf("check of %s: %v", id, err)
+		}
+	}
+	check("a", a)
+	check("b", b)
+	if _, err := n.Freeze(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for count(a, http.StateClosed) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the frozen replica's check connection is still open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	check("b", b)
+	if got := count(b, http.StateNew); got != 1 {
+		t.Errorf("replica b's checks opened %d connections after a's freeze, want 1 (its kept-alive one)", got)
+	}
+	if got := count(b, http.StateClosed); got != 0 {
+		t.Errorf("replica b's check connection was closed %d times by a's freeze", got)
+	}
+}

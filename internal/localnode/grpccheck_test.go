@@ -33,7 +33,7 @@ func TestGRPCHealthCheck(t *testing.T) {
 
 	check := func(service string) error {
 		h := manifest.Health{GRPC: true, GRPCService: service, Timeout: manifest.Duration{Duration: 10 * time.Second}}
-		return probe(context.Background(), h, addr, "shoal-health/test")
+		return probe(context.Background(), nil, h, addr, "shoal-health/test")
 	}
 	for _, s := range []string{"", "echo.Echo"} {
 		if err := check(s); err != nil {

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,6 +139,8 @@ type Node struct {
 	// here: this node trims them at each check and removes them with the
 	// replica (the leader's own are its driver's to keep).
 	logs map[string]string
+	// probes are the replicas' HTTP check transports (check.go).
+	probes map[string]*http.Transport
 }
 
 var (
@@ -287,7 +290,7 @@ func (n *Node) spec(ctx context.Context, s node.ReplicaSpec) (runtime.Spec, erro
 }
 
 func (n *Node) Freeze(_ context.Context, id string) (int64, error) {
-	probeTransport.CloseIdleConnections()
+	n.dropProbe(id)
 	if err := n.rt.Freeze(id); err != nil {
 		return 0, err
 	}
@@ -314,7 +317,7 @@ func (n *Node) Drain(ctx context.Context, id string, grace time.Duration) error 
 }
 
 func (n *Node) Stop(ctx context.Context, id string, grace time.Duration) error {
-	defer probeTransport.CloseIdleConnections()
+	defer n.dropProbe(id)
 	if _, err := n.rt.Stop(ctx, id, grace); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("replica %s: stop: %w", id, err)
 	}
@@ -325,7 +328,7 @@ func (n *Node) Stop(ctx context.Context, id string, grace time.Duration) error {
 const releaseTimeout = 30 * time.Second
 
 func (n *Node) Remove(ctx context.Context, id string) error {
-	defer probeTransport.CloseIdleConnections()
+	defer n.dropProbe(id)
 	err := n.rt.Delete(ctx, id)
 	if errdefs.IsNotFound(err) {
 		err = nil
@@ -383,7 +386,11 @@ func (n *Node) Check(ctx context.Context, id, addr string, h manifest.Health) er
 	if h.Command != nil {
 		return n.runCheck(ctx, h, id)
 	}
-	return probe(ctx, h, addr, n.agent)
+	var c *http.Client
+	if h.HTTP != "" && !h.GRPC {
+		c = n.probeClient(id)
+	}
+	return probe(ctx, c, h, addr, n.agent)
 }
 
 func (n *Node) Usage(_ context.Context, id string) (uint64, uint64, error) {
