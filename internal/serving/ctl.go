@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // tick is how often an app with running or frozen replicas samples its load
@@ -141,10 +143,15 @@ func poke(ch chan struct{}) {
 func (ctl *appCtl) close() { ctl.once.Do(func() { close(ctl.stop) }) }
 
 // loop runs reconcile whenever something happens, and every tick while the
-// app has replicas.
+// app has replicas. Between the rounds of a quiet app (every quietRound) it
+// reads the proxy's load every tick and runs a round at once when a request
+// came (quietEnded): the proxy wakes an app only when no endpoint is free,
+// so a burst onto a ready replica would otherwise go unseen by the
+// autoscaler for up to quietRound.
 func (ctl *appCtl) loop() {
 	t := ctl.m.clock.NewTimer(tick)
 	defer t.Stop()
+	var roundAt, quietUntil time.Time
 	for {
 		select {
 		case <-ctl.stop:
@@ -152,13 +159,29 @@ func (ctl *appCtl) loop() {
 		case <-ctl.wake:
 		case <-ctl.changed:
 		case <-t.C():
+			if now := ctl.m.clock.Now(); now.Before(quietUntil) && !quietEnded(ctl.m.o.Router.Load(ctl.name), roundAt) {
+				t.Reset(min(tick, quietUntil.Sub(now)))
+				continue
+			}
 		}
+		roundAt = ctl.m.clock.Now()
 		next := ctl.reconcile()
 		t.Stop()
-		if next > 0 {
+		quietUntil = time.Time{}
+		switch {
+		case next > tick && next <= quietRound:
+			quietUntil = roundAt.Add(next)
+			t.Reset(tick)
+		case next > 0:
 			t.Reset(next)
 		}
 	}
+}
+
+// quietEnded reports whether load shows traffic the round at at did not
+// see: a request in flight or queued, or one that arrived or ended since.
+func quietEnded(load route.Load, at time.Time) bool {
+	return load.InFlight > 0 || load.Queued > 0 || load.LastRequest.After(at)
 }
 
 // reconcile converges the app's replicas one step: it observes the app's

@@ -563,7 +563,8 @@ func (pl *planner) retire(sets map[int]*revView, weights map[int]int, surge int)
 // traffic or replicas on the move; every quietRound (or at the next
 // idle_timeout, if sooner) while its replicas are ready or frozen and it
 // has had no request for quietAfter, so that thousands of idle ready
-// apps cost little (a request to a ready replica needs no round); at the
+// apps cost little (the loop reads the load each tick meanwhile and runs a
+// round at once when a request comes, ctl.go); at the
 // next freeze_timeout (or rollback_grace) while it only has frozen
 // replicas (thousands of idle apps cost nothing), and never (0) when it
 // has none.
