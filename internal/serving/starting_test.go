@@ -79,6 +79,18 @@ func TestRouteCountsNoStartWhileFailing(t *testing.T) {
 	for len(h.replicas()[StatePending])+len(h.replicas()[StateStarting]) == 0 {
 		h.advance(50 * time.Millisecond)
 	}
+	// The route is published after mu is released: read one made after
+	// the new replica exists, not an older one still on its way.
+	ctl := h.m.app("hello")
+	ctl.mu.Lock()
+	ctl.publish()
+	want := ctl.pub.seq + 1
+	ctl.unlock()
+	h.wait("a route made after the new replica exists", func() bool {
+		ctl.pub.mu.Lock()
+		defer ctl.pub.mu.Unlock()
+		return ctl.pub.done >= want
+	})
 	if rt := h.r.route("hello"); rt.Starting != 0 {
 		t.Fatalf("a failing app's route counts %d starting, want 0", rt.Starting)
 	}
