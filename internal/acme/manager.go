@@ -165,9 +165,19 @@ func (m *Manager) Revoke() {
 // app claims: allowed by the on-demand policy (its answer kept for
 // askCacheFor), name is recorded as wanted (on any node) and the leader
 // orders it; refused, the error says why. At most OnDemand.Max names are
-// wanted at once.
+// wanted at once. A name dropped after MaxFailures is refused until its
+// tombstone's RefusedUntil.
 func (m *Manager) Demand(ctx context.Context, name string) error {
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	if kv, err := m.o.Store.Get(ctx, store.ACMEOrderKey(name)); err == nil {
+		var o order
+		if json.Unmarshal(kv.Value, &o) == nil && m.o.Clock.Now().Before(o.RefusedUntil) {
+			return fmt.Errorf("%s: dropped after %d failed orders, refused until %s: %w",
+				name, o.Failures, o.RefusedUntil.UTC().Format(time.RFC3339), errdefs.ErrInvalid)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("certificate for %s on demand: %w", name, err)
+	}
 	if err := m.asked.check(ctx, m.o.OnDemand, name, m.o.Clock.Now()); err != nil {
 		return err
 	}
@@ -495,20 +505,28 @@ func (r *runner) failed(ctx context.Context, domain, app string, o order, err er
 	msg := fmt.Sprintf("certificate for %s: %s (try %d; next at %s)", domain, o.LastError, o.Failures, o.NextTry.UTC().Format(time.RFC3339))
 	if app == "" && o.Failures >= m.o.OnDemand.MaxFailures {
 		msg = fmt.Sprintf("certificate for %s: %s (try %d; no longer wanted on demand)", domain, o.LastError, o.Failures)
-		r.dropWanted(ctx, domain)
+		r.dropWanted(ctx, domain, o)
 	}
 	m.o.Logger.Warn("acme: " + msg)
 	r.event(ctx, app, msg)
 }
 
+// refuseFor is how long a name dropped from on demand is refused.
+const refuseFor = 6 * time.Hour
+
 // dropWanted forgets a name wanted on demand whose orders keep failing:
-// the wanted record, the order's state, and the pending certificate
-// record (one that never held a certificate).
-func (r *runner) dropWanted(ctx context.Context, domain string) {
-	for _, k := range []string{store.ACMEWantedKey(domain), store.ACMEOrderKey(domain)} {
-		if err := r.w.Delete(ctx, k); err != nil && !errdefs.IsNotFound(err) {
-			r.m.o.Logger.Warn("acme: a name wanted on demand could not be dropped", "domain", domain, "key", k, "err", err)
+// the wanted record and the pending certificate record (one that never
+// held a certificate). Its order o stays as a tombstone, its failures
+// kept, and Demand refuses the name for refuseFor.
+func (r *runner) dropWanted(ctx context.Context, domain string, o order) {
+	o.RefusedUntil = r.m.o.Clock.Now().Add(refuseFor)
+	if b, err := json.Marshal(o); err == nil {
+		if _, err := r.w.Put(ctx, store.ACMEOrderKey(domain), b); err != nil {
+			r.m.o.Logger.Warn("acme: a dropped name's tombstone could not be stored", "domain", domain, "err", err)
 		}
+	}
+	if err := r.w.Delete(ctx, store.ACMEWantedKey(domain)); err != nil && !errdefs.IsNotFound(err) {
+		r.m.o.Logger.Warn("acme: a name wanted on demand could not be dropped", "domain", domain, "err", err)
 	}
 	if c, err := r.certs.Get(ctx, domain); err == nil && c.Source == certs.SourceACME && c.Pending() {
 		if err := r.certs.Delete(ctx, domain); err != nil && !errdefs.IsNotFound(err) {

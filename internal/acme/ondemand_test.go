@@ -123,10 +123,29 @@ func TestOnDemandDroppedAfterFailures(t *testing.T) {
 			}
 		}
 	}
-	for _, k := range []string{store.ACMEWantedKey("gone.example.test"), store.ACMEOrderKey("gone.example.test"), store.CertKey("gone.example.test")} {
+	for _, k := range []string{store.ACMEWantedKey("gone.example.test"), store.CertKey("gone.example.test")} {
 		if _, err := st.Get(ctx, k); !errdefs.IsNotFound(err) {
 			t.Errorf("%s after 3 failed orders: %v, want not found", k, err)
 		}
+	}
+	// The dropped name does not come straight back: Demand refuses it
+	// until its tombstone expires, and its failures are kept.
+	if err := m.Demand(ctx, "gone.example.test"); !errdefs.IsInvalid(err) {
+		t.Fatalf("a dropped name demanded again: %v, want refused", err)
+	}
+	if _, err := st.Get(ctx, store.ACMEWantedKey("gone.example.test")); !errdefs.IsNotFound(err) {
+		t.Fatalf("a dropped name is wanted again: %v", err)
+	}
+	clk.Advance(refuseFor - time.Minute)
+	if err := m.Demand(ctx, "gone.example.test"); !errdefs.IsInvalid(err) {
+		t.Fatalf("a dropped name demanded before its tombstone expired: %v, want refused", err)
+	}
+	clk.Advance(time.Minute)
+	if err := m.Demand(ctx, "gone.example.test"); err != nil {
+		t.Fatalf("a dropped name demanded after its tombstone expired: %v", err)
+	}
+	if o, err := r.order(ctx, "gone.example.test"); err != nil || o.Failures != 3 {
+		t.Fatalf("the tombstone's order: %+v %v, want its 3 failures kept", o, err)
 	}
 	// An app's domain is never dropped.
 	r.failed(ctx, "app.example.test", "web", order{Failures: 10}, boom)

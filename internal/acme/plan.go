@@ -37,10 +37,13 @@ func Backoff(failures int, retryAfter time.Duration) time.Duration {
 
 // order is a domain's state between tries, in the store
 // (store.ACMEOrderKey): failures in a row and when it may be tried again.
+// A name dropped from on demand keeps its order as a tombstone: Demand
+// refuses it until RefusedUntil.
 type order struct {
-	Failures  int       `json:"failures"`
-	NextTry   time.Time `json:"next_try,omitzero"`
-	LastError string    `json:"last_error,omitempty"`
+	Failures     int       `json:"failures"`
+	NextTry      time.Time `json:"next_try,omitzero"`
+	LastError    string    `json:"last_error,omitempty"`
+	RefusedUntil time.Time `json:"refused_until,omitzero"`
 }
 
 // covered reports whether a certificate from files serves domain: an
