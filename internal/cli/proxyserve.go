@@ -70,6 +70,7 @@ func newProxyServeCmd(*globals) *cobra.Command {
 	f.IntVar(&c.Limits.MaxHeadBytes, "max-head-bytes", 0, "largest request head (0: 32 KiB)")
 	f.IntVar(&c.Limits.MaxConnsPerClient, "max-conns-per-client", 0, "connections one client address may hold (0: 256)")
 	f.StringSliceVar(&trusted, "trusted-proxies", nil, "addresses and CIDRs whose forwarded fields are kept")
+	f.BoolVar(&c.OnDemand, "on-demand", false, "ask the daemon for a certificate on a handshake no certificate serves")
 	f.BoolVar(&tlsListener, "tls-listener", false, "descriptor 5 is the HTTPS listener")
 	return cmd
 }

@@ -47,6 +47,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 			Addr: cfg.Proxy, TLSAddr: cfg.ProxyTLS, Domain: cfg.Domain, RunDir: cfg.RunDir, DaemonAPI: unixPath(cfg.API),
 			Version: cfg.Version, Logger: d.log, Limits: cfg.ProxyLimits,
 			TrustedProxies: cfg.TrustedProxies,
+			OnDemand:       cfg.ACME.CA != "" && (len(cfg.ACME.OnDemandAllow) > 0 || cfg.ACME.OnDemandAsk != ""),
 		})
 		if err != nil {
 			return err

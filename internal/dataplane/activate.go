@@ -31,6 +31,8 @@ type activator struct {
 	state map[string]*wake
 	// asked holds when each name was last asked for on demand.
 	asked map[string]time.Time
+	// demands holds a slot per demand on the wire (maxDemands).
+	demands chan struct{}
 }
 
 type wake struct {
@@ -38,7 +40,8 @@ type wake struct {
 }
 
 func newActivator(socket string, log *slog.Logger) *activator {
-	a := &activator{log: log, state: map[string]*wake{}, queued: func(string) bool { return false }}
+	a := &activator{log: log, state: map[string]*wake{}, queued: func(string) bool { return false },
+		asked: map[string]time.Time{}, demands: make(chan struct{}, maxDemands)}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.hc = unixClient(socket, 2*time.Second)
 	return a
@@ -110,24 +113,46 @@ func (a *activator) call(app string) error {
 	return nil
 }
 
-// demandEvery is how often one name a handshake wanted is asked for.
-const demandEvery = time.Minute
+const (
+	// demandEvery is how often one name a handshake wanted is asked for.
+	demandEvery = time.Minute
+	// maxAsked is how many names asked for within demandEvery are kept;
+	// a name beyond is not asked for.
+	maxAsked = 4096
+	// maxDemands is how many demands may be on the wire at once; a
+	// handshake's beyond is dropped.
+	maxDemands = 4
+)
 
 // CertMissing asks the daemon to order a certificate for name on demand
 // (POST /v1/certs/{name}/demand; the daemon's policy decides), at most
-// once a minute per name.
+// once a minute per name and maxDemands at once; the rest are dropped.
 func (a *activator) CertMissing(name string) {
 	if a.hc == nil {
 		return
 	}
+	select {
+	case a.demands <- struct{}{}:
+		defer func() { <-a.demands }()
+	default:
+		return
+	}
 	now := time.Now()
 	a.mu.Lock()
-	if a.asked == nil || len(a.asked) > 4096 {
-		a.asked = map[string]time.Time{}
-	}
 	if t, ok := a.asked[name]; ok && now.Sub(t) < demandEvery {
 		a.mu.Unlock()
 		return
+	}
+	if len(a.asked) >= maxAsked {
+		for n, t := range a.asked {
+			if now.Sub(t) >= demandEvery {
+				delete(a.asked, n)
+			}
+		}
+		if len(a.asked) >= maxAsked {
+			a.mu.Unlock()
+			return
+		}
 	}
 	a.asked[name] = now
 	a.mu.Unlock()

@@ -32,6 +32,8 @@ type ServeConfig struct {
 	Limits    proxy.Limits
 	// TrustedProxies are the peers whose forwarded fields are kept.
 	TrustedProxies proxy.TrustList
+	// OnDemand: a handshake no certificate serves asks the daemon for one.
+	OnDemand bool
 }
 
 // Serve runs the proxy process until ctx ends (then it drains for up to
@@ -46,8 +48,12 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	}
 	act := newActivator(c.DaemonAPI, log)
 	reg := prometheus.NewRegistry()
-	p := proxy.New(proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits,
-		TrustedProxies: c.TrustedProxies, CertMissing: act.CertMissing})
+	o := proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits,
+		TrustedProxies: c.TrustedProxies}
+	if c.OnDemand {
+		o.CertMissing = act.CertMissing
+	}
+	p := proxy.New(o)
 	act.queued = func(app string) bool { return p.Load(app).Queued > 0 }
 
 	var once sync.Once
@@ -64,7 +70,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		})
 	}
 	info := Info{Pid: os.Getpid(), Addr: c.Listener.Addr().String(), Domain: c.Domain, Version: c.Version, Started: time.Now(),
-		Trusted: strings.Join(c.TrustedProxies.Strings(), ",")}
+		Trusted: strings.Join(c.TrustedProxies.Strings(), ","), OnDemand: c.OnDemand}
 	if c.TLSListener != nil {
 		info.TLSAddr = c.TLSListener.Addr().String()
 	}

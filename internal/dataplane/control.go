@@ -33,13 +33,16 @@ import (
 
 // Info describes a running proxy process.
 type Info struct {
-	Pid     int       `json:"pid"`
-	Addr    string    `json:"addr"`               // where it takes requests
-	TLSAddr string    `json:"tls_addr,omitempty"` // where it takes HTTPS requests
-	Domain  string    `json:"domain,omitempty"`
-	Trusted string    `json:"trusted_proxies,omitempty"` // as --trusted-proxies
-	Version string    `json:"version,omitempty"`
-	Started time.Time `json:"started"`
+	Pid     int    `json:"pid"`
+	Addr    string `json:"addr"`               // where it takes requests
+	TLSAddr string `json:"tls_addr,omitempty"` // where it takes HTTPS requests
+	Domain  string `json:"domain,omitempty"`
+	Trusted string `json:"trusted_proxies,omitempty"` // as --trusted-proxies
+	Version string `json:"version,omitempty"`
+	// OnDemand is --on-demand: handshakes without a certificate ask the
+	// daemon for one.
+	OnDemand bool      `json:"on_demand,omitempty"`
+	Started  time.Time `json:"started"`
 }
 
 // control serves the control API of one proxy process.

@@ -40,6 +40,9 @@ type Options struct {
 	// TrustedProxies are the peers whose forwarded fields the proxy keeps
 	// (proxy.ParseTrustList reads them; checked by the caller).
 	TrustedProxies []string
+	// OnDemand tells the proxy to ask the daemon for a certificate on a
+	// handshake no certificate serves (certificates on demand are on).
+	OnDemand bool
 }
 
 // Files in the run dir.
@@ -96,7 +99,7 @@ func Open(ctx context.Context, o Options) (*Plane, error) {
 	info, err := pl.client.Info(ictx)
 	cancel()
 	switch {
-	case err == nil && sameAddr(o.Addr, info.Addr) && sameTLSAddr(o.TLSAddr, info.TLSAddr) && info.Domain == o.Domain && info.Trusted == pl.trusted():
+	case err == nil && sameAddr(o.Addr, info.Addr) && sameTLSAddr(o.TLSAddr, info.TLSAddr) && info.Domain == o.Domain && info.Trusted == pl.trusted() && info.OnDemand == pl.o.OnDemand:
 		if err := pl.adopt(info); err != nil {
 			return nil, err
 		}
@@ -227,6 +230,9 @@ func (pl *Plane) start(addr, tlsAddr string) error {
 	}
 	if t := pl.trusted(); t != "" {
 		args = append(args, "--trusted-proxies", t)
+	}
+	if pl.o.OnDemand {
+		args = append(args, "--on-demand")
 	}
 	if pl.o.LogLevel != "" {
 		args = append(args, "--log-level", pl.o.LogLevel)
