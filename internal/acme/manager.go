@@ -19,6 +19,7 @@
 package acme
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -194,8 +195,37 @@ func (m *Manager) Demand(ctx context.Context, name string) error {
 	if err != nil && !errdefs.IsConflict(err) {
 		return fmt.Errorf("certificate for %s on demand: %w", name, err)
 	}
+	if err == nil {
+		if err := m.reserved(ctx, name); err != nil {
+			return err
+		}
+	}
 	m.poke()
 	return nil
+}
+
+// reserved checks the wanted record Demand just made for name is among
+// the first OnDemand.Max by creation: racing Demands each made theirs
+// after the count above, and those beyond the cap take theirs back.
+func (m *Manager) reserved(ctx context.Context, name string) error {
+	kvs, err := m.o.Store.List(ctx, store.ACMEWantedPrefix)
+	if err != nil {
+		return fmt.Errorf("certificate for %s on demand: %w", name, err)
+	}
+	if len(kvs) <= m.o.OnDemand.Max {
+		return nil
+	}
+	slices.SortFunc(kvs, func(a, b store.KV) int { return cmp.Compare(a.CreateRev, b.CreateRev) })
+	i := slices.IndexFunc(kvs, func(kv store.KV) bool { return kv.Key == store.ACMEWantedKey(name) })
+	if i < m.o.OnDemand.Max {
+		return nil
+	}
+	if err := m.o.Store.Delete(ctx, store.ACMEWantedKey(name)); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("certificate for %s on demand: %w", name, err)
+	}
+	err = fmt.Errorf("%s: already %d names wanted on demand, the most allowed: %w", name, m.o.OnDemand.Max, errdefs.ErrInvalid)
+	m.o.Logger.Warn("acme: a certificate on demand refused", "domain", name, "err", err)
+	return err
 }
 
 func (m *Manager) poke() {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,6 +96,32 @@ func TestOnDemandCapped(t *testing.T) {
 	}
 	if kvs, _ := st.List(ctx, store.ACMEWantedPrefix); len(kvs) != 3 {
 		t.Fatalf("%d names wanted, want 3", len(kvs))
+	}
+}
+
+// Demands racing for the last slots reserve no more than OnDemand.Max
+// names between them.
+func TestOnDemandCapRace(t *testing.T) {
+	m, st, _ := onDemandManager(t, OnDemand{Allow: []string{"*.example.test"}, Max: 3})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var ok atomic.Int32
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if m.Demand(ctx, fmt.Sprintf("r%d.example.test", i)) == nil {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	kvs, err := st.List(ctx, store.ACMEWantedPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kvs) != 3 || ok.Load() != 3 {
+		t.Fatalf("%d names wanted, %d demands allowed; want 3 and 3", len(kvs), ok.Load())
 	}
 }
 
