@@ -84,9 +84,15 @@ func (ctl *appCtl) fetchRevision(ctx context.Context, n int) error {
 	return nil
 }
 
-// setCurrent makes rv the app's current revision. ctl.mu is held.
+// setCurrent makes rv the app's current revision. The app's domains and
+// [https] stay as they are: they are the app's routing state, claimed in
+// the store by the deploy that set them, not the revision's (they are
+// left out of its hash), so going back to a revision never takes back a
+// domain the app gave away. ctl.mu is held.
 func (ctl *appCtl) setCurrent(rv revisionRecord) {
-	ctl.rec.Revision, ctl.rec.Config, ctl.rec.Manifest = rv.N, rv.Config, rv.Manifest
+	cfg := rv.Config
+	cfg.Domains, cfg.HTTPS = ctl.rec.Config.Domains, ctl.rec.Config.HTTPS
+	ctl.rec.Revision, ctl.rec.Config, ctl.rec.Manifest = rv.N, cfg, rv.Manifest
 	ctl.rec.Digest, ctl.rec.Hash = rv.Digest, rv.Hash
 	ctl.recChanged()
 	if err := ctl.scaler.d.SetPolicy(policy(ctl.rec)); err != nil {
