@@ -245,10 +245,18 @@ func (p *Proxy) lookupHost(host []byte) *app {
 	case len(h) >= len(".localhost") && string(h[len(h)-len(".localhost"):]) == ".localhost":
 		name = h[:len(h)-len(".localhost")]
 	default:
+		under := p.domain != "" && len(h) >= len(p.domain) && string(h[len(h)-len(p.domain):]) == p.domain
+		if under {
+			// <app>.<domain> is that app's, when it exists, before any
+			// app's own domains (as appName).
+			if a := (*p.apps.Load())[string(h[:len(h)-len(p.domain)])]; a != nil {
+				return a
+			}
+		}
 		if a := (*p.domains.Load())[string(h)]; a != nil {
 			return a // an app's own domain
 		}
-		if p.domain == "" || len(h) < len(p.domain) || string(h[len(h)-len(p.domain):]) != p.domain {
+		if !under {
 			return nil
 		}
 		name = h[:len(h)-len(p.domain)]

@@ -159,13 +159,20 @@ func (p *Proxy) appName(host string) string {
 	if name, ok := strings.CutSuffix(host, ".localhost"); ok {
 		return name
 	}
+	// <app>.<domain> is that app's, when it exists, before any app's
+	// own domains: no app takes another's name under --domain.
+	name, under := "", false
+	if p.domain != "" {
+		name, under = strings.CutSuffix(host, p.domain)
+		if under && (*p.apps.Load())[name] != nil {
+			return name
+		}
+	}
 	if a := (*p.domains.Load())[host]; a != nil {
 		return a.name
 	}
-	if p.domain != "" {
-		if name, ok := strings.CutSuffix(host, p.domain); ok {
-			return name
-		}
+	if under {
+		return name
 	}
 	return ""
 }
