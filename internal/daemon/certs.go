@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/shoal-run/shoal/internal/api"
 	"github.com/shoal-run/shoal/internal/api/types"
@@ -74,6 +75,23 @@ func (d *Daemon) followCerts(ctx context.Context) {
 type appsWithDomains struct {
 	api.Apps
 	st store.Store
+	// domain is the daemon's --domain: names equal to or under it are
+	// <app>.<domain>, each app's own, never an app's domains.
+	domain string
+}
+
+// checkDaemonDomain refuses a domain equal to or under base (--domain).
+func checkDaemonDomain(domains []string, base string) error {
+	base = strings.Trim(strings.ToLower(base), ".")
+	if base == "" {
+		return nil
+	}
+	for _, d := range domains {
+		if d == base || strings.HasSuffix(d, "."+base) {
+			return errdefs.Invalid("domains", "%s is under the daemon's --domain %s, where <app>.%s is app <app>'s host; an app cannot take it as its own domain", d, base, base)
+		}
+	}
+	return nil
 }
 
 func (a appsWithDomains) Deploy(ctx context.Context, req types.DeployRequest) (types.App, error) {
@@ -81,6 +99,9 @@ func (a appsWithDomains) Deploy(ctx context.Context, req types.DeployRequest) (t
 	if err != nil {
 		// serving's own answer.
 		return a.Apps.Deploy(ctx, req)
+	}
+	if err := checkDaemonDomain(cfg.Domains, a.domain); err != nil {
+		return types.App{}, fmt.Errorf("shoal.toml: %w", err)
 	}
 	claimed, err := store.ClaimDomains(ctx, a.st, cfg.Name, cfg.Domains)
 	if err != nil {

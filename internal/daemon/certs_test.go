@@ -33,7 +33,7 @@ func TestDeployClaimsDomains(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	inner := &deployApps{}
-	a := appsWithDomains{inner, st}
+	a := appsWithDomains{inner, st, ""}
 	deploy := func(name string, domains ...string) error {
 		m := "name = \"" + name + "\"\nimage = \"x:1\"\n"
 		if len(domains) > 0 {
@@ -74,5 +74,32 @@ func TestDeployClaimsDomains(t *testing.T) {
 	}
 	if err := a.Remove(ctx, "web"); err != nil || owner("www.example.test") != "" {
 		t.Fatalf("remove: %v, www owned by %q", err, owner("www.example.test"))
+	}
+}
+
+// A domain equal to or under the daemon's --domain is <app>.<domain>, an
+// app's own host: no deploy may list it, nor claim it.
+func TestDeployRefusesDaemonDomain(t *testing.T) {
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	a := appsWithDomains{&deployApps{}, st, ".Apps.Example.test."}
+	for _, d := range []string{"b.apps.example.test", "apps.example.test", "x.y.apps.example.test"} {
+		m := "name = \"a\"\nimage = \"x:1\"\ndomains = [\"ok.example.test\", \"" + d + "\"]\n"
+		_, err := a.Deploy(ctx, types.DeployRequest{Manifest: m})
+		if !errdefs.IsInvalid(err) || errdefs.Field(err) != "domains" || !strings.Contains(err.Error(), d) || !strings.Contains(err.Error(), "--domain") {
+			t.Fatalf("deploy listing %s: %v; want invalid domains naming it and --domain", d, err)
+		}
+		if _, err := st.Get(ctx, store.DomainKey("ok.example.test")); err == nil {
+			t.Fatalf("deploy listing %s claimed ok.example.test", d)
+		}
+	}
+	// Near names are an app's to take.
+	m := "name = \"a\"\nimage = \"x:1\"\ndomains = [\"xapps.example.test\", \"example.test\"]\n"
+	if _, err := a.Deploy(ctx, types.DeployRequest{Manifest: m}); err != nil {
+		t.Fatalf("deploy of names beside --domain: %v", err)
 	}
 }

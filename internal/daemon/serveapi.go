@@ -40,7 +40,7 @@ func (d *Daemon) serve(ctx context.Context) error {
 		srv.Registry = d.apps.Gatherer(d.gatherers)
 	}
 	if srv.Apps != nil {
-		srv.Apps = appsWithDomains{appsWithSecrets{srv.Apps, d.secrets}, d.store}
+		srv.Apps = appsWithDomains{appsWithSecrets{srv.Apps, d.secrets}, d.store, d.cfg.Domain}
 	}
 	srv.Secrets = secretsAPI{d.secrets}
 	srv.Certs = certsAPI{d.certs}
