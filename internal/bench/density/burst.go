@@ -3,7 +3,6 @@ package density
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -111,17 +110,7 @@ func fire(ctx context.Context, proxy string, apps []string) burstRow {
 			defer wg.Done()
 			<-gate
 			began := time.Now()
-			code := 0
-			req, err := http.NewRequestWithContext(ctx, "GET", "http://"+proxy+"/", nil)
-			if err == nil {
-				req.Host = app + ".localhost"
-				var resp *http.Response
-				if resp, err = client.Do(req); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-			}
+			code := kit.GetCode(ctx, client, proxy, app)
 			mu.Lock()
 			defer mu.Unlock()
 			ms = append(ms, float64(time.Since(began))/float64(time.Millisecond))

@@ -41,36 +41,20 @@ func deployAll(ctx context.Context, x *kit.ServingEnv, from, to int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				path := filepath.Join(dir, appName(i)+".toml")
-				err := os.WriteFile(path, []byte(fmt.Sprintf("name = %q\n", appName(i))+manifest), 0o644)
-				if err == nil {
-					_, err = x.Daemon.CLI(ctx, "app", "deploy", "-f", path, "--detach")
-				}
-				if err != nil {
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("deploy %s: %w", appName(i), err)
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+	apps := make([]string, 0, max(to-from+1, 0))
 	for i := from; i <= to; i++ {
-		next <- i
+		apps = append(apps, appName(i))
 	}
-	close(next)
-	wg.Wait()
-	return first
+	return eachApp(apps, func(name string) error {
+		path := filepath.Join(dir, name+".toml")
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("name = %q\n", name)+manifest), 0o644); err != nil {
+			return fmt.Errorf("deploy: %w", err)
+		}
+		if _, err := x.Daemon.CLI(ctx, "app", "deploy", "-f", path, "--detach"); err != nil {
+			return fmt.Errorf("deploy: %w", err)
+		}
+		return nil
+	})
 }
 
 // list returns every app of x.

@@ -99,17 +99,7 @@ func (z ZipfLoad) Run(ctx context.Context, proxy string) (ZipfResult, error) {
 			defer wg.Done()
 			defer func() { <-slots }()
 			t0 := time.Now()
-			code := 0
-			req, err := http.NewRequestWithContext(ctx, "GET", "http://"+proxy+"/", nil)
-			if err == nil {
-				req.Host = app + ".localhost"
-				var resp *http.Response
-				if resp, err = client.Do(req); err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
-			}
+			code := GetCode(ctx, client, proxy, app)
 			ms := float64(time.Since(t0)) / float64(time.Millisecond)
 			mu.Lock()
 			defer mu.Unlock()
@@ -128,4 +118,21 @@ func (z ZipfLoad) Run(ctx context.Context, proxy string) (ZipfResult, error) {
 	wg.Wait()
 	sort.Float64s(res.Latency)
 	return res, nil
+}
+
+// GetCode sends GET / for app (Host app.localhost) to the proxy at proxy,
+// reads the whole answer and returns its status code, 0 when none came.
+func GetCode(ctx context.Context, client *http.Client, proxy, app string) int {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+proxy+"/", nil)
+	if err != nil {
+		return 0
+	}
+	req.Host = app + ".localhost"
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }

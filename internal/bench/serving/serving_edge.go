@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
@@ -205,40 +204,10 @@ http {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return "", "", nil, err
 	}
-	cmd := exec.Command("nginx", "-p", dir, "-c", confPath, "-g", "daemon off;")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf, err := os.Create(filepath.Join(dir, "stderr.log"))
+	webAddr, rpcAddr := fmt.Sprintf("127.0.0.1:%d", pw), fmt.Sprintf("127.0.0.1:%d", pg)
+	stop, err := runNginx(ctx, dir, confPath, webAddr, rpcAddr)
 	if err != nil {
 		return "", "", nil, err
-	}
-	defer logf.Close()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return "", "", nil, fmt.Errorf("nginx: %w", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	stop := func() error {
-		select {
-		case <-done:
-			return nil
-		default:
-		}
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGQUIT)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		return nil
-	}
-	webAddr, rpcAddr := fmt.Sprintf("127.0.0.1:%d", pw), fmt.Sprintf("127.0.0.1:%d", pg)
-	for _, a := range []string{webAddr, rpcAddr} {
-		if err := kit.WaitTCP(ctx, kit.Dialer{}, a); err != nil {
-			stop()
-			return "", "", nil, fmt.Errorf("nginx on %s: %w: %s", a, err, kit.Tail(filepath.Join(dir, "stderr.log"), 5)+kit.Tail(filepath.Join(dir, "error.log"), 5))
-		}
 	}
 	return webAddr, rpcAddr, stop, nil
 }

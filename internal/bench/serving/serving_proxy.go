@@ -182,20 +182,32 @@ http {
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return "", nil, err
 	}
+	nginxAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	stop, err := runNginx(ctx, dir, confPath, nginxAddr)
+	if err != nil {
+		return "", nil, err
+	}
+	return nginxAddr, stop, nil
+}
+
+// runNginx runs nginx on the configuration at confPath with its prefix and
+// logs in dir, in a process group of its own, and returns once it accepts
+// on every one of addrs. stop ends it (SIGQUIT, SIGKILL after 5 s).
+func runNginx(ctx context.Context, dir, confPath string, addrs ...string) (stop func() error, err error) {
 	cmd := exec.Command("nginx", "-p", dir, "-c", confPath, "-g", "daemon off;")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(dir, "stderr.log"))
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	defer logf.Close()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("nginx: %w", err)
+		return nil, fmt.Errorf("nginx: %w", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	stop := func() error {
+	stop = func() error {
 		select {
 		case <-done:
 			return nil
@@ -210,12 +222,13 @@ http {
 		}
 		return nil
 	}
-	nginxAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := kit.WaitTCP(ctx, kit.Dialer{}, nginxAddr); err != nil {
-		stop()
-		return "", nil, fmt.Errorf("nginx on %s: %w: %s", nginxAddr, err, kit.Tail(filepath.Join(dir, "stderr.log"), 5)+kit.Tail(filepath.Join(dir, "error.log"), 5))
+	for _, a := range addrs {
+		if err := kit.WaitTCP(ctx, kit.Dialer{}, a); err != nil {
+			stop()
+			return nil, fmt.Errorf("nginx on %s: %w: %s", a, err, kit.Tail(filepath.Join(dir, "stderr.log"), 5)+kit.Tail(filepath.Join(dir, "error.log"), 5))
+		}
 	}
-	return nginxAddr, stop, nil
+	return stop, nil
 }
 
 // parseWrk reads requests/s, the latency distribution and the errors from
