@@ -74,6 +74,9 @@ type Config struct {
 	// Network is what the replicas may reach (see network.go). Left out
 	// of the hash's JSON when it says the defaults.
 	Network Network `toml:"network" json:",omitzero"`
+	// Stateful makes the app's replicas ordinals with volumes of their
+	// own (see stateful.go). Left out of the hash's JSON when unset.
+	Stateful Stateful `toml:"stateful" json:",omitzero"`
 }
 
 // Protocols of the protocol key besides HTTP/1.1 ("http1", stored as "").

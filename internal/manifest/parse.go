@@ -95,6 +95,15 @@ func Parse(data []byte, file string) (Config, error) {
 	if err := c.decodeVolumes(); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", file, err)
 	}
+	var scaleSet []string
+	for _, k := range []string{"min", "max"} {
+		if md.IsDefined("scale", k) {
+			scaleSet = append(scaleSet, k)
+		}
+	}
+	if err := c.Stateful.validate(&c, md.IsDefined("stateful"), scaleSet); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, err)
+	}
 	c.applyDefaults(&md)
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", file, err)
@@ -156,6 +165,10 @@ func (c *Config) applyDefaults(md *toml.MetaData) {
 	s := &c.Scale
 	if def("scale", "max") {
 		s.Max = max(DefaultMax, s.Min)
+	}
+	if n := c.Stateful.Replicas; n > 0 {
+		// A stateful app runs its ordinals, no more, no fewer.
+		s.Min, s.Max = n, n
 	}
 	if def("scale", "target_concurrency") {
 		s.TargetConcurrency = DefaultTargetConcurrency
@@ -318,6 +331,14 @@ func (c Config) Hash() string {
 		n.Placement = Placement{}
 	}
 	n.Network = n.Network.canonical()
+	if n.Stateful.Enabled() {
+		// The count scales the app; it needs no revision of its own.
+		n.Stateful.Replicas = 1
+		n.Scale.Min, n.Scale.Max = 1, 1
+		if len(n.Stateful.ReadyCommand) == 0 {
+			n.Stateful.ReadyCommand = nil
+		}
+	}
 	// Sizes are compared by value: "256Mi" and "268435456" are one limit.
 	n.Resources.Memory = fmt.Sprint(n.Resources.MemoryBytes())
 	n.Resources.MaxBody = fmt.Sprint(n.Resources.MaxBodyBytes())
