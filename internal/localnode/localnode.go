@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -231,13 +232,15 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 	if err != nil {
 		return st, fmt.Errorf("log: %w", err)
 	}
+	var writer *exec.Cmd
 	if n.init != "" { // the replica writes to a pipe, its lines stamped
-		out, err := logWriter(n.init, logf)
+		out, w, err := logWriter(n.init, logf)
 		logf.Close()
 		if err != nil {
 			return st, fmt.Errorf("log: %w", err)
 		}
-		logf = out
+		writer, logf = w, out
+		defer func() { go w.Wait() }() //nolint:errcheck // it ends with the replica
 	}
 	if err := ownLog(logf, &spec); err != nil {
 		logf.Close()
@@ -248,6 +251,9 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 	logf.Close()
 	if err != nil {
 		return st, fmt.Errorf("start: %w", err)
+	}
+	if writer != nil {
+		n.chargeWriter(s.ID, writer.Process.Pid)
 	}
 	st.Pid = c.Pid
 	return st, nil

@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/sandbox/stub/stubtest"
 )
 
 func TestMain(m *testing.M) {
@@ -478,4 +481,106 @@ func TestRemoveDropsSecretsOnceDeleted(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("the secrets folder stays after the replica was deleted: %v", err)
 	}
+}
+
+// TestLogWriterChargedToReplica runs a replica with its log writer
+// (shoal-init log) and finds the writer in the replica's cgroup, in the
+// memory, CPU and pids hierarchies, so that a flood of output costs the
+// replica's limits; the replica's last line, written as it stops, is still
+// in its log once the replica is removed.
+func TestLogWriterChargedToReplica(t *testing.T) {
+	h := newHost(t)
+	init := filepath.Join(t.TempDir(), "shoal-init")
+	if err := stubtest.Build(init); err != nil {
+		t.Fatal(err)
+	}
+	o := h.o
+	o.Init = init
+	n, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := newID(t)
+	logPath := filepath.Join(h.dir, "lnt", id+".log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s := node.ReplicaSpec{ID: id, App: "lnt", Revision: 1, Digest: h.img.Digest, Log: logPath,
+		Config: config(t, `["sh", "-c", "echo hello; trap 'echo bye; exit 0' TERM; while :; do sleep 0.1; done"]`)}
+	if _, err := n.Start(ctx, s); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { n.Remove(context.Background(), id) })
+	poll(t, "the replica's first line", func() error {
+		if b, _ := os.ReadFile(logPath); !strings.Contains(string(b), "hello") {
+			return fmt.Errorf("log %q", b)
+		}
+		return nil
+	})
+	writer := writerOf(t, logPath)
+	if writer == 0 {
+		t.Fatalf("no process writes %s", logPath)
+	}
+	paths := h.rt.CgroupPaths(id)
+	dirs := map[string]string{"unified": paths.Unified}
+	if !paths.V2 {
+		dirs = map[string]string{}
+		for _, c := range []string{"memory", "cpu", "pids"} {
+			dirs[c] = paths.V1[c]
+		}
+	}
+	for c, d := range dirs {
+		if !treeHolds(d, writer) {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", writer))
+			t.Errorf("%s: the log writer (pid %d) is not in the replica's cgroup %s; it is in\n%s", c, writer, d, b)
+		}
+	}
+	if err := n.Stop(ctx, id, 10*time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := n.Remove(ctx, id); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if b, _ := os.ReadFile(logPath); !strings.Contains(string(b), "bye") {
+		t.Fatalf("log %q after the replica's removal; want its last line, bye", b)
+	}
+}
+
+// writerOf is the pid of the process whose standard output is the file
+// at path (0 if none).
+func writerOf(t *testing.T, path string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/1", pid)); err == nil && l == path {
+			return pid
+		}
+	}
+	return 0
+}
+
+// treeHolds reports whether pid is in the cgroup at dir or one below it.
+func treeHolds(dir string, pid int) bool {
+	found := false
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(b)) {
+			if f == strconv.Itoa(pid) {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
 }

@@ -1,6 +1,7 @@
 package localnode
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,11 +14,13 @@ import (
 // and ends once every holder of the pipe has closed it, the replica gone.
 // It runs in a session of its own, outside the daemon's process group, and
 // with no death signal: like the container, it outlives a restart of the
-// daemon. The caller closes the pipe once the replica has it.
-func logWriter(init string, logf *os.File) (*os.File, error) {
+// daemon. The caller closes the pipe once the replica has it, charges the
+// writer to the replica (chargeWriter) and then waits for it (so that its
+// pid cannot be reused before it is charged).
+func logWriter(init string, logf *os.File) (w *os.File, writer *exec.Cmd, err error) {
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer pr.Close()
 	cmd := exec.Command(init, "log")
@@ -25,8 +28,28 @@ func logWriter(init string, logf *os.File) (*os.File, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		pw.Close()
-		return nil, fmt.Errorf("log writer: %w", err)
+		return nil, nil, fmt.Errorf("log writer: %w", err)
 	}
-	go cmd.Wait() //nolint:errcheck // it ends with the replica
-	return pw, nil
+	return pw, cmd, nil
+}
+
+// helperAttacher is a runtime that charges a host process working for a
+// container to the container's cgroup (runtime.Runtime.AttachHelper).
+type helperAttacher interface {
+	AttachHelper(id string, pid int) error
+}
+
+// chargeWriter moves replica id's log writer (pid) into the replica's
+// cgroup, so that the CPU and memory a flood of output costs it count
+// against the replica's limits, not the host's. A runtime that cannot
+// leaves it where it is, as it does a writer already gone (its replica
+// too).
+func (n *Node) chargeWriter(id string, pid int) {
+	a, ok := n.rt.(helperAttacher)
+	if !ok {
+		return
+	}
+	if err := a.AttachHelper(id, pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+		n.log.Warn("localnode: log writer left outside the replica's cgroup", "replica", id, "err", err)
+	}
 }

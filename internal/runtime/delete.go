@@ -97,6 +97,7 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 		}
 	}
 	tRuntime := time.Now()
+	r.awaitHelpers(id)
 	if paths.Exists() {
 		found = true
 		if frozen, _ := paths.Frozen(); frozen {

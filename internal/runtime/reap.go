@@ -21,7 +21,8 @@ import (
 
 // orphans lists the children of this process, running or exited but not yet
 // reaped, that are in cgroup cgroupsPath in some hierarchy, or that are
-// exited runc init processes; pids in skip (owned by a watcher) are left out.
+// exited runc init processes; pids in skip (owned by a watcher) and the
+// container's helpers (AttachHelper) are left out.
 func orphans(cgroupsPath string, skip map[int]bool) []int {
 	self := os.Getpid()
 	entries, err := os.ReadDir("/proc")
@@ -38,7 +39,7 @@ func orphans(cgroupsPath string, skip map[int]bool) []int {
 		if !ok || ppid != self {
 			continue
 		}
-		if inCgroup(pid, cgroupsPath) || (state == 'Z' && isRuncInit(pid)) {
+		if (inCgroup(pid, cgroupsPath) && !isHelper(pid, cgroupsPath)) || (state == 'Z' && isRuncInit(pid)) {
 			out = append(out, pid)
 		}
 	}
