@@ -163,19 +163,32 @@ func (m *Manager) Revoke() {
 }
 
 // Demand is a TLS handshake's ask for a certificate for name, which no
-// app claims: allowed by the on-demand policy (its answer kept for
-// askCacheFor), name is recorded as wanted (on any node) and the leader
-// orders it; refused, the error says why. At most OnDemand.Max names are
-// wanted at once. A name dropped after MaxFailures is refused until its
-// tombstone's RefusedUntil.
+// certificate serves (nil: one is being ordered, and the handshake waits
+// for it). A name an app claims is ordered anyway. Another, allowed by
+// the on-demand policy (its answer kept for askCacheFor), is recorded as
+// wanted (on any node) and the leader orders it; refused, the error says
+// why. At most OnDemand.Max names are wanted at once. A name whose last
+// order failed is refused until its back-off ends, one dropped after
+// MaxFailures until its tombstone's RefusedUntil.
 func (m *Manager) Demand(ctx context.Context, name string) error {
 	name = strings.ToLower(strings.TrimSuffix(name, "."))
 	if kv, err := m.o.Store.Get(ctx, store.ACMEOrderKey(name)); err == nil {
 		var o order
-		if json.Unmarshal(kv.Value, &o) == nil && m.o.Clock.Now().Before(o.RefusedUntil) {
+		now := m.o.Clock.Now()
+		if json.Unmarshal(kv.Value, &o) == nil && now.Before(o.RefusedUntil) {
 			return fmt.Errorf("%s: dropped after %d failed orders, refused until %s: %w",
 				name, o.Failures, o.RefusedUntil.UTC().Format(time.RFC3339), errdefs.ErrInvalid)
 		}
+		if o.Failures > 0 && now.Before(o.NextTry) {
+			return fmt.Errorf("%s: %d failed orders (%s), the next at %s: %w",
+				name, o.Failures, o.LastError, o.NextTry.UTC().Format(time.RFC3339), errdefs.ErrUnavailable)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("certificate for %s on demand: %w", name, err)
+	}
+	if _, err := m.o.Store.Get(ctx, store.DomainKey(name)); err == nil {
+		m.poke() // an app's: ordered on its own
+		return nil
 	} else if !errdefs.IsNotFound(err) {
 		return fmt.Errorf("certificate for %s on demand: %w", name, err)
 	}

@@ -193,3 +193,39 @@ func TestNewNamesMissingOption(t *testing.T) {
 		}
 	}
 }
+
+// A handshake for an app's own domain whose certificate is not there yet
+// is told it is being ordered (the handshake waits for it), whatever the
+// on-demand policy, and nothing is recorded as wanted; a name whose last
+// order failed is refused until its back-off ends, so no handshake waits
+// for an order that is not coming.
+func TestDemandAppDomainAndBackoff(t *testing.T) {
+	m, st, clk := onDemandManager(t, OnDemand{Allow: []string{"*.example.test"}})
+	ctx := context.Background()
+	if _, err := store.ClaimDomains(ctx, st, "web", []string{"www.shop.test"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Demand(ctx, "WWW.shop.test."); err != nil {
+		t.Fatalf("an app's domain demanded: %v", err)
+	}
+	if kvs, err := st.List(ctx, store.ACMEWantedPrefix); err != nil || len(kvs) != 0 {
+		t.Fatalf("wanted after an app's domain was demanded: %v %v", kvs, err)
+	}
+	if err := m.Demand(ctx, "a.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{m: m, w: st, certs: certs.New(st, m.o.Key, clk)}
+	for _, d := range []struct{ name, app string }{{"a.example.test", ""}, {"www.shop.test", "web"}} {
+		r.failed(ctx, d.name, d.app, order{}, errors.New("no answer to the challenge"))
+		err := m.Demand(ctx, d.name)
+		if !errors.Is(err, errdefs.ErrUnavailable) {
+			t.Fatalf("%s demanded in its back-off: %v, want unavailable", d.name, err)
+		}
+	}
+	clk.Advance(Backoff(1, 0))
+	for _, name := range []string{"a.example.test", "www.shop.test"} {
+		if err := m.Demand(ctx, name); err != nil {
+			t.Fatalf("%s demanded after its back-off: %v", name, err)
+		}
+	}
+}

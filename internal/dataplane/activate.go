@@ -29,10 +29,20 @@ type activator struct {
 
 	mu    sync.Mutex
 	state map[string]*wake
-	// asked holds when each name was last asked for on demand.
-	asked map[string]time.Time
+	// asked holds each name last asked for on demand, and the answer.
+	asked map[string]*demand
 	// demands holds a slot per demand on the wire (maxDemands).
 	demands chan struct{}
+	// demandHC carries demands: the daemon may ask the operator's URL.
+	demandHC *http.Client
+}
+
+// demand is a name asked for on demand: done is closed once the daemon
+// answered, ok whether it is obtaining a certificate for it.
+type demand struct {
+	at   time.Time
+	done chan struct{}
+	ok   bool
 }
 
 type wake struct {
@@ -41,9 +51,10 @@ type wake struct {
 
 func newActivator(socket string, log *slog.Logger) *activator {
 	a := &activator{log: log, state: map[string]*wake{}, queued: func(string) bool { return false },
-		asked: map[string]time.Time{}, demands: make(chan struct{}, maxDemands)}
+		asked: map[string]*demand{}, demands: make(chan struct{}, maxDemands)}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	a.hc = unixClient(socket, 2*time.Second)
+	a.demandHC = unixClient(socket, demandTimeout)
 	return a
 }
 
@@ -122,49 +133,79 @@ const (
 	// maxDemands is how many demands may be on the wire at once; a
 	// handshake's beyond is dropped.
 	maxDemands = 4
+	// demandTimeout bounds one demand (the daemon's policy may ask the
+	// operator's URL, which has 5 s).
+	demandTimeout = 15 * time.Second
 )
 
 // CertMissing asks the daemon to order a certificate for name on demand
-// (POST /v1/certs/{name}/demand; the daemon's policy decides), at most
-// once a minute per name and maxDemands at once; the rest are dropped.
-func (a *activator) CertMissing(name string) {
+// (POST /v1/certs/{name}/demand; the daemon's policy decides) and reports
+// whether it does, so the handshake waits for it. A name is asked for at
+// most once a minute (a handshake meanwhile shares the answer, waiting for
+// it within ctx), and at most maxDemands at once: a handshake beyond is
+// told no. A daemon that cannot be reached is asked again next time.
+func (a *activator) CertMissing(ctx context.Context, name string) bool {
 	if a.hc == nil {
-		return
+		return false
+	}
+	now := time.Now()
+	a.mu.Lock()
+	if d, ok := a.asked[name]; ok && now.Sub(d.at) < demandEvery {
+		a.mu.Unlock()
+		select {
+		case <-d.done:
+			return d.ok
+		case <-ctx.Done():
+			return false
+		}
 	}
 	select {
 	case a.demands <- struct{}{}:
 		defer func() { <-a.demands }()
 	default:
-		return
-	}
-	now := time.Now()
-	a.mu.Lock()
-	if t, ok := a.asked[name]; ok && now.Sub(t) < demandEvery {
 		a.mu.Unlock()
-		return
+		return false
 	}
 	if len(a.asked) >= maxAsked {
-		for n, t := range a.asked {
-			if now.Sub(t) >= demandEvery {
+		for n, d := range a.asked {
+			if now.Sub(d.at) >= demandEvery {
 				delete(a.asked, n)
 			}
 		}
 		if len(a.asked) >= maxAsked {
 			a.mu.Unlock()
-			return
+			return false
 		}
 	}
-	a.asked[name] = now
+	d := &demand{at: now, done: make(chan struct{})}
+	a.asked[name] = d
 	a.mu.Unlock()
+	ok, err := a.demand(name)
+	d.ok = ok
+	close(d.done)
+	if err != nil {
+		a.mu.Lock()
+		if a.asked[name] == d {
+			delete(a.asked, name)
+		}
+		a.mu.Unlock()
+	}
+	return ok
+}
+
+// demand sends one demand: whether the daemon accepted it, or why it
+// could not be asked.
+func (a *activator) demand(name string) (bool, error) {
 	req, err := http.NewRequestWithContext(a.ctx, http.MethodPost, "http://daemon/v1/certs/"+url.PathEscape(name)+"/demand", nil)
 	if err != nil {
-		return
+		return false, err
 	}
-	resp, err := a.hc.Do(req)
+	resp, err := a.demandHC.Do(req)
 	if err != nil {
-		return
+		return false, err
 	}
 	resp.Body.Close()
+	return resp.StatusCode/100 == 2, nil
 }
 
 func (a *activator) close() { a.cancel() }

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -23,6 +24,7 @@ type demandDaemon struct {
 	mu              sync.Mutex
 	names           map[string]int
 	release         chan struct{}
+	code            atomic.Int32 // the answer (default 202)
 }
 
 func newDemandDaemon(t *testing.T, release chan struct{}) *demandDaemon {
@@ -53,6 +55,11 @@ func newDemandDaemon(t *testing.T, release chan struct{}) *demandDaemon {
 		if d.release != nil {
 			<-d.release
 		}
+		if c := d.code.Load(); c != 0 {
+			w.WriteHeader(int(c))
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
@@ -65,7 +72,8 @@ func TestCertMissingBounded(t *testing.T) {
 	release := make(chan struct{})
 	d := newDemandDaemon(t, release)
 	a := newActivator(d.socket, slog.New(slog.DiscardHandler))
-	a.hc.Timeout = time.Minute
+	ctx := context.Background()
+	a.demandHC.Timeout = time.Minute
 	t.Cleanup(a.close)
 	const n = 50
 	var returned atomic.Int32
@@ -74,7 +82,7 @@ func TestCertMissingBounded(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			a.CertMissing(fmt.Sprintf("n%d.example.test", i))
+			a.CertMissing(ctx, fmt.Sprintf("n%d.example.test", i))
 			returned.Add(1)
 		}()
 	}
@@ -98,15 +106,66 @@ func TestCertMissingBounded(t *testing.T) {
 func TestCertMissingNotWiped(t *testing.T) {
 	d := newDemandDaemon(t, nil)
 	a := newActivator(d.socket, slog.New(slog.DiscardHandler))
+	ctx := context.Background()
 	t.Cleanup(a.close)
-	a.CertMissing("first.example.test")
+	a.CertMissing(ctx, "first.example.test")
 	for i := range maxAsked + 10 {
-		a.CertMissing(fmt.Sprintf("n%d.example.test", i))
+		a.CertMissing(ctx, fmt.Sprintf("n%d.example.test", i))
 	}
-	a.CertMissing("first.example.test")
+	a.CertMissing(ctx, "first.example.test")
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c := d.names["first.example.test"]; c != 1 {
 		t.Fatalf("first.example.test asked for %d times within demandEvery, want 1", c)
+	}
+}
+
+// Handshakes for one name share one demand and its answer: those that
+// come while it is on the wire wait for it. A name the daemon refuses is
+// told no, and is not asked for again within demandEvery.
+func TestCertMissingAnswerShared(t *testing.T) {
+	release := make(chan struct{})
+	d := newDemandDaemon(t, release)
+	a := newActivator(d.socket, slog.New(slog.DiscardHandler))
+	a.demandHC.Timeout = time.Minute
+	t.Cleanup(a.close)
+	ctx := context.Background()
+	answers := make(chan bool, 3)
+	for range 3 {
+		go func() { answers <- a.CertMissing(ctx, "new.example.test") }()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for d.inFlight.Load() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no demand sent")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case ok := <-answers:
+		t.Fatalf("answered %v before the daemon did", ok)
+	default:
+	}
+	close(release)
+	for range 3 {
+		if !<-answers {
+			t.Fatal("a handshake told no while the daemon accepted the name")
+		}
+	}
+	if p := d.posts.Load(); p != 1 {
+		t.Fatalf("%d demands sent for one name, want 1", p)
+	}
+
+	refusing := newDemandDaemon(t, nil)
+	refusing.code.Store(http.StatusForbidden)
+	a2 := newActivator(refusing.socket, slog.New(slog.DiscardHandler))
+	t.Cleanup(a2.close)
+	for range 2 {
+		if a2.CertMissing(ctx, "stranger.test") {
+			t.Fatal("a refused name told yes")
+		}
+	}
+	if p := refusing.posts.Load(); p != 1 {
+		t.Fatalf("%d demands sent for a refused name, want 1", p)
 	}
 }

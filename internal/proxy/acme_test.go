@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -110,7 +111,7 @@ func parseLeaf(c *tls.Certificate) (*x509.Certificate, error) {
 // a TLS-ALPN-01 validation are not.
 func TestCertMissingTold(t *testing.T) {
 	told := make(chan string, 4)
-	p := New(Options{CertMissing: func(name string) { told <- name }})
+	p := New(Options{CertMissing: func(_ context.Context, name string) bool { told <- name; return false }})
 	for _, h := range []*tls.ClientHelloInfo{
 		{ServerName: ""},
 		{ServerName: "x.test", SupportedProtos: []string{ALPNProto}},

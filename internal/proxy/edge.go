@@ -24,7 +24,10 @@ import (
 // connections. A plain HTTP request for a host a certificate covers is
 // redirected to HTTPS, and HTTPS answers carry HSTS, unless the app's
 // route turns them off (route.Route.KeepHTTP, NoHSTS). <app>.localhost is
-// never redirected.
+// never redirected. A handshake for a name no certificate serves, which
+// ACME is obtaining one for on demand (Options.CertMissing), is held until
+// the certificate arrives, up to OnDemandWait, as Caddy's on-demand TLS
+// does: the first visit to a new name works.
 
 // hstsValue is the Strict-Transport-Security of HTTPS answers: a year,
 // this host only (subdomains may be other apps, or not served here).
@@ -33,11 +36,26 @@ const hstsValue = "max-age=31536000"
 // handshakeTimeout bounds a TLS handshake.
 const handshakeTimeout = HeaderTimeout
 
+// OnDemandWait bounds how long a handshake waits for a certificate
+// obtained on demand; maxOnDemandWaiting how many handshakes wait at once
+// (one beyond fails at once, the certificate still asked for).
+const (
+	OnDemandWait       = 45 * time.Second
+	maxOnDemandWaiting = 1024
+)
+
 // edgeCerts is the certificates in service, swapped whole on a change.
 type edgeCerts struct {
 	// byName maps a host name, or a "*.domain" wildcard, to the
 	// certificate that serves it (the one valid longest when several do).
 	byName map[string]*tls.Certificate
+	// changed is closed when these are replaced (handshakes waiting for a
+	// certificate on demand look again).
+	changed chan struct{}
+}
+
+func newEdgeCerts() *edgeCerts {
+	return &edgeCerts{byName: map[string]*tls.Certificate{}, changed: make(chan struct{})}
 }
 
 // edge is the proxy's TLS side.
@@ -57,14 +75,16 @@ type edge struct {
 	// asked first.
 	challenge func(*tls.ClientHelloInfo) *tls.Certificate
 	// missing is told a name no certificate serves (Options.CertMissing).
-	missing func(name string)
+	missing func(ctx context.Context, name string) bool
+	// waiting counts the handshakes waiting for a certificate on demand.
+	waiting atomic.Int32
 	// clock tells a certificate past its NotAfter, which is not served.
 	clock clock.Clock
 }
 
 func (e *edge) init(challenge func(*tls.ClientHelloInfo) *tls.Certificate) {
 	e.challenge = challenge
-	e.certs.Store(&edgeCerts{byName: map[string]*tls.Certificate{}})
+	e.certs.Store(newEdgeCerts())
 	e.alpnServe = map[string]func(net.Conn){}
 	e.config.Store(e.makeConfig())
 }
@@ -73,7 +93,7 @@ func (e *edge) init(challenge func(*tls.ClientHelloInfo) *tls.Certificate) {
 // certificate that does not parse, or whose key does not match, is
 // left out and reported in the error; the others are served.
 func (p *Proxy) SetCerts(certs []route.Cert) error {
-	next := &edgeCerts{byName: map[string]*tls.Certificate{}}
+	next := newEdgeCerts()
 	var errs []error
 	for _, c := range certs {
 		pair, err := tls.X509KeyPair(c.CertPEM, c.KeyPEM)
@@ -98,7 +118,7 @@ func (p *Proxy) SetCerts(certs []route.Cert) error {
 			}
 		}
 	}
-	p.edge.certs.Store(next)
+	close(p.edge.certs.Swap(next).changed)
 	return errors.Join(errs...)
 }
 
@@ -178,9 +198,70 @@ func (e *edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 		return cert, nil
 	}
 	if e.missing != nil && name != "" && !slices.Contains(hello.SupportedProtos, ALPNProto) {
-		go e.missing(name)
+		if cert := e.onDemand(hello.Context(), name); cert != nil {
+			return cert, nil
+		}
 	}
 	return nil, fmt.Errorf("%w: %q", errNoCert, hello.ServerName)
+}
+
+// onDemand asks missing for name's certificate and, when one is being
+// obtained, holds the handshake (its bound stretched to OnDemandWait)
+// until SetCerts brings it: nil when it is refused or does not come in
+// time.
+func (e *edge) onDemand(ctx context.Context, name string) *tls.Certificate {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if e.waiting.Add(1) > maxOnDemandWaiting {
+		e.waiting.Add(-1)
+		go e.missing(context.Background(), name)
+		return nil
+	}
+	defer e.waiting.Add(-1)
+	if b, ok := ctx.Value(handshakeBoundKey{}).(*handshakeBound); ok {
+		b.extend(OnDemandWait)
+	}
+	ctx, cancel := context.WithTimeout(ctx, OnDemandWait)
+	defer cancel()
+	if !e.missing(ctx, name) {
+		return nil
+	}
+	for {
+		c := e.certs.Load()
+		if cert := c.certFor(name, e.clock.Now()); cert != nil {
+			return cert
+		}
+		select {
+		case <-c.changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// handshakeBound ends a handshake's context when its time is up; a
+// handshake that waits for a certificate on demand gets longer.
+type handshakeBound struct {
+	mu    sync.Mutex
+	timer *time.Timer
+}
+
+type handshakeBoundKey struct{}
+
+// extend moves the end to d from now, unless it has come.
+func (b *handshakeBound) extend(d time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.timer.Stop() {
+		b.timer.Reset(d)
+	}
+}
+
+func (b *handshakeBound) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.timer.Stop()
 }
 
 // ServeTLS accepts TLS connections on l (a TCP listener) until Shutdown
@@ -200,8 +281,10 @@ func (p *Proxy) ServeTLS(l net.Listener) error {
 // the protocol it agreed on (SetALPN), and is no longer the engine's.
 func (cc *cconn) handshake() bool {
 	tc := cc.c.(*tls.Conn)
-	ctx, cancel := context.WithTimeout(cc.f.ctx, handshakeTimeout)
-	err := tc.HandshakeContext(ctx)
+	ctx, cancel := context.WithCancel(cc.f.ctx)
+	bound := &handshakeBound{timer: time.AfterFunc(handshakeTimeout, cancel)}
+	err := tc.HandshakeContext(context.WithValue(ctx, handshakeBoundKey{}, bound))
+	bound.stop()
 	cancel()
 	proto := tc.ConnectionState().NegotiatedProtocol
 	if err == nil && (proto == "" || proto == "http/1.1") {

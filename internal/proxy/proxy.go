@@ -51,10 +51,11 @@ type Options struct {
 	// TrustedProxies are the peers whose X-Forwarded-* and Forwarded
 	// fields are kept (see appendForwarded); anyone else's are replaced.
 	TrustedProxies TrustList
-	// CertMissing, if set, is told (in a goroutine of its own) the name a
-	// TLS handshake asked for that no certificate serves: ACME may order
-	// it on demand.
-	CertMissing func(name string)
+	// CertMissing, if set, is told the name a TLS handshake asked for
+	// that no certificate serves, and says whether one is being obtained
+	// for it (ACME on demand; ctx bounds its answer): then the handshake
+	// waits, up to OnDemandWait, for SetCerts to bring it (edge.go).
+	CertMissing func(ctx context.Context, name string) bool
 	// Dial, if set, connects to replicas over HTTP/1.1 in place of a
 	// net.Dialer with DialTimeout (a test's slow connects).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
