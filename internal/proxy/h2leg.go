@@ -108,7 +108,8 @@ func (x *stdReq) sendH2(st *reqState) (sendResult, error) {
 
 // h2Request is the request to send to the h2c replica: x's method, path,
 // Host, fields (hop-by-hop ones left out, but "TE: trailers", which gRPC
-// needs) and body, with the forwarded fields and st's hop header.
+// needs) and body, with the forwarded fields, and the hop header when
+// st.ep is another node's (its proxy, reached over h2c, streams too).
 func (x *stdReq) h2Request(st *reqState) *http.Request {
 	r := x.r
 	u := &url.URL{Scheme: "http", Host: st.ep.addr, Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
@@ -133,6 +134,9 @@ func (x *stdReq) h2Request(st *reqState) *http.Request {
 	fw := forwardedOf(r, x.p.trusted)
 	var buf [512]byte
 	addLines(hd, appendForwarded(buf[:0], &fw, r.Host, &sent, st.hop))
+	if st.ep.node != "" {
+		hd[HopHeader] = []string{x.p.hopValue(st.ep, r.Host)}
+	}
 	body := r.Body
 	if r.ContentLength == 0 || body == nil {
 		body = http.NoBody

@@ -111,7 +111,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &stdReq{p: p, w: w, r: r}
 	st := &x.st
 	st.Context = r.Context()
-	defer p.streamEnded(r)
+	defer func() {
+		if !st.hop { // a hop carries many clients' streams
+			p.streamEnded(r)
+		}
+	}()
 	defer p.finish(st)
 	var f *refusal
 	if h, ok := r.Header[HopHeader]; ok {

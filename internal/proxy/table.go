@@ -256,7 +256,10 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		seen[re.ID] = true
 		e := t.endpoints[re.ID]
 		node := hc.far(re)
-		h2c := node == "" && re.Protocol == route.ProtocolH2C
+		// An h2c app's endpoint on another node is reached over h2c too:
+		// its proxy takes HTTP/2 with prior knowledge, and a call streams
+		// both ways (HTTP/1.1 would send the whole body first).
+		h2c := re.Protocol == route.ProtocolH2C
 		if e != nil && (e.addr != re.Addr || e.node != node || (e.h2 != nil) != h2c) {
 			// Same replica ID at a new address (or now reached through
 			// another node's proxy): a new endpoint; the old one drains.
