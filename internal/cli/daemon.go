@@ -16,7 +16,7 @@ import (
 
 func newDaemonCmd() *cobra.Command {
 	var cfg daemon.Config
-	var level, format string
+	var level, format, pprofAddr string
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the shoal daemon (as root)",
@@ -55,6 +55,13 @@ adopts them and removes any orphans it has no record of.`,
 				return fmt.Errorf("the daemon must run as root (containers, cgroups and network namespaces need it)")
 			}
 			slog.SetDefault(cfg.Logger)
+			if pprofAddr != "" {
+				_, stop, err := servePprof(pprofAddr, cfg.Logger)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			cfg.Version = Version
 			cfg.Ready = func(d *daemon.Daemon) {
 				cfg.Logger.Info("shoal daemon ready", "api", d.API(), "data_dir", d.DataDir(), "store", cfg.Store)
@@ -97,5 +104,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.IntVar(&cfg.SelfAPIPort, "self-api-port", appapi.DefaultPort, "port of the self API that replicas reach at $SHOAL_API_URL on the bridge gateway (0: any free port, -1: off)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	f.StringVar(&format, "log-format", "text", "log format: text or json")
+	f.StringVar(&pprofAddr, "debug-pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060")
+	_ = f.MarkHidden("debug-pprof")
 	return cmd
 }

@@ -139,7 +139,7 @@ func (ctl *appCtl) askNodes(ctx context.Context, fs []found) {
 // frozen nor halted is returned, to be checked (probeAdopted,
 // awaitAdopted).
 func (ctl *appCtl) adoptOne(f found, now time.Time) (adoptee, bool) {
-	r := &replica{rec: f.rec, state: stateNew, lastActive: now}
+	r := &replica{rec: f.rec, state: stateNew, lastActive: now, soon: make(chan struct{}, 1)}
 	r.rec.Addr = adoptedAddr(f.rec, f.ad)
 	as := adoptedState(r.rec, f.ad)
 	alive := as != StateDraining && as != StateFailed && as != StateStopped

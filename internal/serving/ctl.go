@@ -19,10 +19,14 @@ import (
 const tick = 100 * time.Millisecond
 
 // quietRound is how often an app whose replicas are all ready (or
-// frozen) and that has had no request for quietAfter is looked at.
+// frozen) and that has had no request for quietAfter is looked at;
+// quietLong, once it has had no request and no new replica for
+// quietSettle (decide.go's next).
 const (
-	quietRound = time.Second
-	quietAfter = 2 * time.Second
+	quietRound  = time.Second
+	quietAfter  = 2 * time.Second
+	quietSettle = 30 * time.Second
+	quietLong   = 30 * time.Second
 )
 
 // appCtl is the controller of one app on this node: it holds the app's
@@ -53,6 +57,7 @@ type appCtl struct {
 	logs    replicaLogs
 
 	wake    chan struct{} // the proxy has a request and no ready replica
+	traffic chan struct{} // a request came to the app while it was quiet
 	changed chan struct{} // a replica changed state
 	dirty   chan struct{} // records to write
 	stop    chan struct{}
@@ -112,7 +117,7 @@ func newAppCtl(m *Manager, rec appRecord, l *lead) *appCtl {
 		name: rec.Config.Name, cluster: m.disp != nil, rec: rec, reps: map[string]*replica{}, unsaved: map[string]bool{},
 		revs: map[int]revisionRecord{}, deleting: rec.Deleting, dirty: make(chan struct{}, 1),
 		m: m, lead: l, node: m.node,
-		wake: make(chan struct{}, 1), changed: make(chan struct{}, 1), stop: make(chan struct{}),
+		wake: make(chan struct{}, 1), traffic: make(chan struct{}, 1), changed: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
 	ctl.scaler = newScaler(rec, m.clock)
 	ctl.logs = replicaLogs{dir: filepath.Join(m.appDir(ctl.name), "logs"), log: m.log}
@@ -142,37 +147,33 @@ func poke(ch chan struct{}) {
 
 func (ctl *appCtl) close() { ctl.once.Do(func() { close(ctl.stop) }) }
 
-// loop runs reconcile whenever something happens, and every tick while the
-// app has replicas. Between the rounds of a quiet app (every quietRound) it
-// reads the proxy's load every tick and runs a round at once when a request
-// came (quietEnded): the proxy wakes an app only when no endpoint is free,
-// so a burst onto a ready replica would otherwise go unseen by the
-// autoscaler for up to quietRound.
+// loop runs reconcile whenever something happens, and when the last round
+// wants the next. A quiet app (its round's next is longer than a tick)
+// sleeps until then in the Manager's set of quiet apps, whose sweep reads
+// its load each tick and pokes ctl.traffic when a request came
+// (quiet.go): the proxy wakes an app only when no endpoint is free, so a
+// burst onto a ready replica would otherwise go unseen by the autoscaler
+// until the next round. Traffic after a quiet spell also brings the
+// replicas' health checks back to their interval (checkSoon).
 func (ctl *appCtl) loop() {
 	t := ctl.m.clock.NewTimer(tick)
 	defer t.Stop()
-	var roundAt, quietUntil time.Time
+	defer ctl.m.setQuiet(ctl, false, time.Time{})
 	for {
 		select {
 		case <-ctl.stop:
 			return
 		case <-ctl.wake:
 		case <-ctl.changed:
+		case <-ctl.traffic:
+			ctl.checkSoon()
 		case <-t.C():
-			if now := ctl.m.clock.Now(); now.Before(quietUntil) && !quietEnded(ctl.m.o.Router.Load(ctl.name), roundAt) {
-				t.Reset(min(tick, quietUntil.Sub(now)))
-				continue
-			}
 		}
-		roundAt = ctl.m.clock.Now()
+		roundAt := ctl.m.clock.Now()
 		next := ctl.reconcile()
 		t.Stop()
-		quietUntil = time.Time{}
-		switch {
-		case next > tick && next <= quietRound:
-			quietUntil = roundAt.Add(next)
-			t.Reset(tick)
-		case next > 0:
+		ctl.m.setQuiet(ctl, next > tick, roundAt)
+		if next > 0 {
 			t.Reset(next)
 		}
 	}

@@ -560,14 +560,16 @@ func (pl *planner) retire(sets map[int]*revView, weights map[int]int, surge int)
 }
 
 // next is when the next round is due: every tick while the app has
-// traffic or replicas on the move; every quietRound (or at the next
-// idle_timeout, if sooner) while its replicas are ready or frozen and it
-// has had no request for quietAfter, so that thousands of idle ready
-// apps cost little (the loop reads the load each tick meanwhile and runs a
-// round at once when a request comes, ctl.go); at the
-// next freeze_timeout (or rollback_grace) while it only has frozen
-// replicas (thousands of idle apps cost nothing), and never (0) when it
-// has none.
+// traffic or replicas on the move; while its replicas are ready or frozen
+// and it has had no request for quietAfter, every quietRound until it has
+// settled (quietSettle without a request or a new replica: the
+// autoscaler's windows and delays, a raised CPU quota's hold, are over),
+// then every quietLong, or sooner at the next idle_timeout, max_lifetime
+// or lapse of the count asked through the self API, so that thousands of
+// idle ready apps cost little (the Manager's sweep wakes a quiet app at
+// once when a request comes, quiet.go); at the next freeze_timeout (or
+// rollback_grace) while it only has frozen replicas (thousands of idle
+// apps cost nothing), and never (0) when it has none.
 func (pl *planner) next(reps []*repView, weights map[int]int) time.Duration {
 	load := pl.obs.load
 	if load.InFlight > 0 {
@@ -581,12 +583,32 @@ func (pl *planner) next(reps []*repView, weights map[int]int) time.Duration {
 	cfg := pl.v.cfg
 	quiet := load.Queued == 0 && !pl.v.woken && len(pl.p.steps) == 0 && !pl.p.scale && len(pl.p.cpu) == 0 &&
 		pl.now.Sub(load.LastRequest) >= quietAfter
+	round := quietRound
+	if quiet {
+		last := load.LastRequest
+		for _, r := range reps {
+			if r.state == StateReady {
+				last = latest(last, r.started, r.active)
+			}
+		}
+		if pl.now.Sub(last) >= quietSettle {
+			round = quietLong
+		}
+		if pl.v.floor.n > 0 {
+			round = min(round, max(cfg.Scale.IdleTimeout.Duration-pl.now.Sub(load.LastRequest), tick))
+		}
+	}
 	var next time.Duration
 	for _, r := range reps {
 		if r.state == StateReady && quiet && r.replacement == "" {
-			left := quietRound
-			if idle := cfg.Scale.IdleTimeout.Duration - pl.now.Sub(r.active); idle < left {
+			left := round
+			// Past idle_timeout and still ready, it is kept (min): no
+			// deadline.
+			if idle := cfg.Scale.IdleTimeout.Duration - pl.now.Sub(r.active); idle > 0 && idle < left {
 				left = max(idle, tick)
+			}
+			if life := cfg.Scale.MaxLifetime.Duration; life > 0 {
+				left = min(left, max(life-pl.now.Sub(r.started), tick))
 			}
 			if next == 0 || left < next {
 				next = left
@@ -606,4 +628,15 @@ func (pl *planner) next(reps []*repView, weights map[int]int) time.Duration {
 		}
 	}
 	return next
+}
+
+// latest is the latest of ts.
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }

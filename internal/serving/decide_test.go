@@ -82,6 +82,31 @@ func TestDecide(t *testing.T) {
 			want:  want{n: 1, cause: causeIdle, next: quietRound},
 		},
 		{
+			name:  "quiet and settled (no request, no new replica for quietSettle), kept past idle_timeout by min: the next round at quietLong",
+			v:     view{max: 10, revision: 1, traffic: one, desired: 1, min: 1, reps: []repView{ready("a", 1, time.Hour)}},
+			load:  quiet,
+			scale: autoscale.Decision{Replicas: 1},
+			want:  want{n: 1, cause: causeAutoscaler, next: quietLong},
+		},
+		{
+			name: "quiet and settled: the next round at a replica's max_lifetime when that is sooner",
+			v: view{cfg: func() manifest.Config {
+				c := decideCfg()
+				c.Scale.MaxLifetime.Duration = time.Hour + 3*time.Second
+				return c
+			}(), max: 10, revision: 1, traffic: one, desired: 1, min: 1, reps: []repView{ready("a", 1, time.Hour)}},
+			load:  quiet,
+			scale: autoscale.Decision{Replicas: 1},
+			want:  want{n: 1, cause: causeAutoscaler, next: 3 * time.Second},
+		},
+		{
+			name:  "quiet, a replica started less than quietSettle ago: the next round at quietRound",
+			v:     view{max: 10, revision: 1, traffic: one, desired: 1, min: 1, reps: []repView{{id: "a", rev: 1, state: StateReady, started: ago(10 * time.Second), active: ago(time.Hour)}}},
+			load:  quiet,
+			scale: autoscale.Decision{Replicas: 1},
+			want:  want{n: 1, cause: causeAutoscaler, next: quietRound},
+		},
+		{
 			name:  "quiet and ready: the next round at its idle_timeout when that is sooner than quietRound",
 			v:     view{max: 10, revision: 1, traffic: one, desired: 1, reps: []repView{ready("a", 1, 30*time.Second-300*time.Millisecond)}},
 			load:  quiet,

@@ -78,6 +78,9 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 // (verdicts in healthCount). While the replica proves itself alive (the
 // proxy had answers from it since the last interval) the check is made
 // rarer: one in provenEvery intervals; the others count neither way.
+// While it has no traffic at all and passes, its checks space out
+// (healthCount.wait); traffic to its app after a quiet spell (checkSoon)
+// or a failed check brings them back to every interval.
 func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	m := ctl.m
 	var c healthCount
@@ -89,10 +92,14 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 			h = cfg.Health
 		}
 		ctl.unlock()
-		t := m.clock.NewTimer(h.Interval.Duration)
+		t := m.clock.NewTimer(c.wait(h.Interval.Duration))
 		r.armedAt.Store(m.clock.Now().UnixNano())
 		select {
 		case <-t.C():
+		case <-r.soon:
+			t.Stop()
+			c.idle = 0
+			continue
 		case <-exited:
 			t.Stop()
 			return
@@ -106,9 +113,47 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	}
 }
 
+// checkSoon brings the health checks of the app's ready replicas back to
+// their interval: a request came after a quiet spell.
+func (ctl *appCtl) checkSoon() {
+	ctl.mu.Lock()
+	defer ctl.unlock()
+	for _, r := range ctl.reps {
+		if r.state == StateReady {
+			poke(r.soon)
+		}
+	}
+}
+
 // provenEvery: while a replica answers traffic, one interval in this many
 // has a health check.
 const provenEvery = 10
+
+// After idleChecksAfter passed checks in a row without traffic, a
+// replica's checks space out, the wait doubling from its interval up to
+// idleCheckMax (or the interval, when longer): hundreds of idle ready
+// replicas cost the daemon, and themselves, next to nothing. A hung
+// replica that gets no request harms no one meanwhile; the first request
+// brings its checks back to every interval (checkSoon), and a dead one
+// is seen at once (its exit through its pidfd).
+const (
+	idleChecksAfter = 5
+	idleCheckMax    = 30 * time.Second
+)
+
+// wait is how long until the next interval of the health loop: the
+// interval, or longer once the replica has passed more than
+// idleChecksAfter checks in a row without traffic.
+func (c *healthCount) wait(interval time.Duration) time.Duration {
+	if c.idle <= idleChecksAfter || interval >= idleCheckMax {
+		return interval
+	}
+	w := interval
+	for i := idleChecksAfter; i < c.idle && w < idleCheckMax; i++ {
+		w *= 2
+	}
+	return min(w, idleCheckMax)
+}
 
 // healthTick is one interval of r's health loop: a check, counted by c,
 // unless r answered traffic since the last interval (answered counts its
@@ -126,13 +171,17 @@ func (ctl *appCtl) healthTick(r *replica, h manifest.Health, c *healthCount, ans
 	}
 	// The proxy lists no endpoint out of the route with nothing in
 	// flight (0); its count is the same when it is routed again.
-	a := ctl.answered(r)
+	el := ctl.m.o.Router.Load(ctl.name).Endpoints[r.rec.ID]
+	a := el.Answered
 	proven := a != 0 && a != *answered
 	if proven {
 		*answered = a
 	}
+	busy := el.InFlight > 0 || el.Requests != c.requests
+	c.requests = el.Requests
 	if proven && c.skipped < provenEvery-1 {
 		c.skipped++
+		c.idle = 0
 		r.checking.Unlock()
 		return false
 	}
@@ -140,6 +189,11 @@ func (ctl *appCtl) healthTick(r *replica, h manifest.Health, c *healthCount, ans
 	err := ctl.check(h, r)
 	r.checking.Unlock()
 	c.out = closed
+	if err != nil || busy || closed {
+		c.idle = 0
+	} else {
+		c.idle++
+	}
 	switch c.observe(err == nil, h) {
 	case healthLeave:
 		ctl.setClosed(r, true, fmt.Sprintf("out of the route: %d health checks failed in a row: %v", c.fails, err))
@@ -171,6 +225,10 @@ type healthCount struct {
 	// skipped counts the intervals since the last check, which it skipped
 	// while the replica answered traffic.
 	skipped int
+	// idle counts the passed checks in a row with no traffic between;
+	// requests is the proxy's count of requests to it at the last.
+	idle     int
+	requests uint64
 }
 
 // healthVerdict is what a check's result does to its replica.

@@ -102,7 +102,8 @@ type Manager struct {
 	changed <-chan struct{} // the cluster's live nodes changed
 	wg      sync.WaitGroup
 	eventQueue
-	self tokenIndex
+	self  tokenIndex
+	quiet quietApps
 }
 
 // New returns a Manager; Start loads the apps in the store.

@@ -33,7 +33,9 @@ type replica struct {
 	checking sync.Mutex
 	// armedAt is the clock (UnixNano) when its health loop last waited for
 	// the next interval, for tests.
-	armedAt    atomic.Int64
+	armedAt atomic.Int64
+	// soon brings its health checks back to every interval (checkSoon).
+	soon       chan struct{}
 	lastActive time.Time
 	frozenAt   time.Time
 	// replacement is the fresh replica that will take this one's place.
@@ -62,7 +64,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 	}
 	now := ctl.m.clock.Now()
 	id := newReplicaID(ctl.name)
-	r := &replica{state: stateNew, lastActive: now, booting: true, rec: replicaRecord{
+	r := &replica{state: stateNew, lastActive: now, booting: true, soon: make(chan struct{}, 1), rec: replicaRecord{
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
