@@ -37,6 +37,8 @@ type Server struct {
 	Fetch *Fetcher
 	// Routing answers the routing calls; nil: they answer 503.
 	Routing Routing
+	// Volumes is this node's apps' volumes; nil: their removal answers 503.
+	Volumes AppVolumes
 	Log     *slog.Logger
 }
 
@@ -50,6 +52,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET "+Prefix+"ping", s.ping)
 	s.routing(mux)
 	s.replicaRoutes(mux)
+	s.volumeRoutes(mux)
 	mux.HandleFunc(apiPrefix+"/", s.forwarded)
 	mux.HandleFunc(selfPrefix+"/", s.relayedSelf)
 	return guard(s.Secret, s.Log, s.addressed(mux))

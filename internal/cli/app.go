@@ -406,7 +406,7 @@ func newAppRmCmd(g *globals) *cobra.Command {
 		Long: `Remove apps: their replicas drain and stop, their records, revisions, logs
 and per-replica state go. Their volumes stay (shoal volume ls lists them as
 kept) and an app of the same name deployed again mounts them again; with
---volumes they go too (in a cluster, those on the node that removes the app).`,
+--volumes they go too (in a cluster, on every node that is up).`,
 		Example: `  shoal app rm hello
   shoal app rm hello --volumes`,
 		Args: minArgs(1),

@@ -59,6 +59,9 @@ func (d *Daemon) openCluster(ctx context.Context) error {
 	c := &clusterNode{stop: cancel, secret: secret, peers: peers,
 		agent: &agent.Server{Name: cfg.Node, Secret: secret, Node: d.apps.LocalNode(), Blobs: d.images, Log: d.log,
 			Fetch: &agent.Fetcher{Images: d.images, Client: peers, Self: cfg.Node, Nodes: d.liveNodes, Log: d.log}}}
+	if vs := d.localVolumes(); vs != nil {
+		c.agent.Volumes = vs
+	}
 	hb := &cluster.Heartbeat{Store: d.store, Clock: clock.Real{}, Name: cfg.Node, TTL: cfg.NodeTTL, Log: d.log}
 	if d.jobs != nil && d.jobs.cluster != nil {
 		hb.Observe = leaseGuard(cfg.NodeTTL, time.Now, d.jobs.cluster.LostLease)
