@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/shoal-run/shoal/internal/appapi"
 	"github.com/shoal-run/shoal/internal/clock"
@@ -209,22 +206,11 @@ func cpuPlacer(rt *runtime.Runtime) (*placement.CPUs, string) {
 }
 
 // criuNote says which fast path idle replicas take on this host: the
-// freezer always; checkpoint/restore is not used, and why it could not be
-// here when CRIU itself refuses.
+// freezer always; and which CRIU checkpoints would use, its version and
+// whether `criu check` passed, or why there is none.
 func criuNote(ctx context.Context) string {
-	const base = "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start, CRIU checkpoint/restore is not used"
-	path, err := exec.LookPath("criu")
-	if err != nil {
-		return base + " (criu is not installed)"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "check").CombinedOutput()
-	if err != nil || bytes.Contains(out, []byte("Error")) {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return base + " (criu check fails on this host: " + lines[len(lines)-1] + ")"
-	}
-	return base
+	return "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start; CRIU: " +
+		runtime.FindCRIU(ctx).String()
 }
 
 // closeServing drains and stops the proxy process and stops the

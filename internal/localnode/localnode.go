@@ -247,6 +247,10 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 		return st, fmt.Errorf("log: %w", err)
 	}
 	spec.Stdout, spec.Stderr = logf, logf
+	// Only a replica writing to a pipe can be dumped (CRIU dumps no file
+	// of the host's): one with shoal-init's log writer.
+	spec.Checkpointable = s.Checkpointable && n.init != ""
+	spec.RestoreFrom = s.RestoreFrom
 	c, err := n.rt.Run(ctx, spec)
 	logf.Close()
 	if err != nil {
@@ -277,6 +281,9 @@ func (n *Node) spec(ctx context.Context, s node.ReplicaSpec) (runtime.Spec, erro
 	env = append(env, "PORT="+strconv.Itoa(cfg.Port), "SHOAL_APP="+cfg.Name, "SHOAL_REPLICA="+s.ID,
 		"SHOAL_REVISION="+strconv.Itoa(s.Revision))
 	env = append(env, s.Env...)
+	if s.Checkpointable {
+		env = noMPTCP(env)
+	}
 	cwd := img.Config.WorkingDir
 	if cwd == "" {
 		cwd = "/"

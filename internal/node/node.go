@@ -115,6 +115,12 @@ type ReplicaSpec struct {
 	// ImageFrom is the cluster node that has the image, for a node that
 	// lacks it ("" on a single host).
 	ImageFrom string
+	// Checkpointable makes a replica a checkpoint can be taken of, where
+	// the node can (its Checkpoint).
+	Checkpointable bool `json:",omitempty"`
+	// RestoreFrom, when set, is a checkpoint's directory on the node: the
+	// replica's processes are restored from it instead of booted.
+	RestoreFrom string `json:",omitempty"`
 }
 
 // Started is a replica whose container runs.

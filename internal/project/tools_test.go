@@ -77,7 +77,7 @@ var hostTools = map[string]tool{
 	"sqlite3":            {pkg: "sqlite3"},
 	"sysbench":           {pkg: "sysbench"},
 	"xz":                 {pkg: "xz-utils"},
-	"criu":               {other: "optional: the daemon probes for it and does without (checkpointing off); no test needs it"},
+	"criu":               {other: "scripts/install-deps.sh builds CRIU 4.2.1 from Debian's source package into /usr/local/lib/shoal/criu unless the host's own is 4.2 or later and passes criu check"},
 	"qemu-system-x86_64": {other: "optional: the host suite only notes whether a VM baseline could run; no test needs it"},
 
 	"shoal":       {other: projectBuilt},

@@ -106,6 +106,37 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	if !filepath.IsAbs(spec.Root.Path) {
 		spec.Root.Path = filepath.Join(bundle, spec.Root.Path)
 	}
+	var criuArgs []string
+	if s.RestoreFrom != "" {
+		if !start {
+			return nil, fmt.Errorf("container %q: a restore is only done by Run", s.ID)
+		}
+		if criuArgs, err = r.restoreArgs(ctx, &s, bundle); err != nil {
+			return nil, fmt.Errorf("container %q: restore: %w", s.ID, err)
+		}
+		s.Checkpointable = true
+	}
+	if s.Checkpointable {
+		conf, err := r.criuConfig()
+		if err != nil {
+			return nil, fmt.Errorf("container %q: %w", s.ID, err)
+		}
+		if spec.Annotations == nil {
+			spec.Annotations = map[string]string{}
+		}
+		spec.Annotations["org.criu.config"] = conf
+		if s.Stdin == nil {
+			// An empty pipe, its write end closed: CRIU cannot dump the
+			// host's /dev/null.
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return nil, fmt.Errorf("container %q: stdin: %w", s.ID, err)
+			}
+			pw.Close()
+			defer pr.Close()
+			s.Stdin = pr
+		}
+	}
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
@@ -131,7 +162,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	if start {
 		verb = []string{"run", "--detach"}
 	}
-	args := append([]string{"--log", logFile, "--log-format", "json"}, verb...)
+	if s.RestoreFrom != "" {
+		verb = restoreVerb(&s, bundle)
+	}
+	args := append(criuArgs, "--log", logFile, "--log-format", "json")
+	args = append(args, verb...)
 	args = append(args, "--bundle", specDir, "--pid-file", pidFile, s.ID)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
@@ -152,7 +187,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 			return nil, fmt.Errorf("container %q: %s %s did not finish in %v: %w", s.ID, r.name, verb[0], createTimeout, runCtx.Err())
 		}
 		if msg := logError(logFile); msg != "" {
-			return nil, fmt.Errorf("container %q: %s %s: %s", s.ID, r.name, verb[0], msg)
+			return nil, fmt.Errorf("container %q: %s %s: %s%s", s.ID, r.name, verb[0], msg, restoreError(&s, bundle))
 		}
 		return nil, fmt.Errorf("container %q: %s %s: %w", s.ID, r.name, verb[0], err)
 	}
@@ -167,7 +202,7 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	rec := Record{
 		ID: s.ID, Bundle: bundle, Pid: pid, Created: r.clock.Now(), Labels: s.Labels,
 		NetNSPath: s.NetNSPath, Runtime: r.name, CgroupsPath: r.host.cgroupsPath(s.ID), CPUs: s.Limits.CPUs,
-		Ephemeral: s.Ephemeral, StopSignal: int(s.StopSignal),
+		Ephemeral: s.Ephemeral, StopSignal: int(s.StopSignal), Checkpointable: s.Checkpointable,
 	}
 	// The record is written before the container is published (Pid set),
 	// so a Delete cannot come between and leave a record behind.

@@ -26,6 +26,8 @@ type Record struct {
 	CPUs        float64           `json:"cpus,omitempty"`
 	// StopSignal is what Stop sends first (0: SIGTERM).
 	StopSignal int `json:"stop_signal,omitempty"`
+	// Checkpointable: made with Spec.Checkpointable.
+	Checkpointable bool `json:"checkpointable,omitempty"`
 	// Ephemeral records stay in memory only (Spec.Ephemeral).
 	Ephemeral bool `json:"-"`
 }

@@ -93,6 +93,8 @@ type Runtime struct {
 	layout      *cgroups.Layout
 	host        hostInfo
 
+	criuConfState // see checkpoint.go
+
 	disksOnce sync.Once
 	disks     *disk.Pool // see disks.go
 	disksErr  error

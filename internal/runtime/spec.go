@@ -63,6 +63,16 @@ type Spec struct {
 	// UserNS, if not nil, runs the container in a new user namespace (see
 	// UserNS).
 	UserNS *UserNS
+	// Checkpointable makes the container one Checkpoint can dump (see
+	// checkpoint.go): stdin, when nil, is an empty pipe rather than
+	// /dev/null, and CRIU reads shoal's configuration. Stdout and Stderr
+	// must then be pipes or nil.
+	Checkpointable bool
+	// RestoreFrom, when set, is a checkpoint's directory (Checkpoint's):
+	// Run restores the container's processes from it (`runc restore`)
+	// instead of starting Args (the spec still needs them, the same as the
+	// dumped container's). Implies Checkpointable.
+	RestoreFrom string
 	// DiskBytes, when not 0, gives the writable layer (the overlay's upper
 	// and work directories) an ext4 file system of its own of this size
 	// (package disk), so that writes past it fail with ENOSPC; 0 keeps them
