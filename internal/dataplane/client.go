@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,15 @@ const loadMaxAge = 40 * time.Millisecond
 // loadBatchAfter: a snapshot of every app's load older than this is not
 // used; the app asked for is read alone.
 const loadBatchAfter = time.Second
+
+// loadFullEvery: between reads of every app's load this far apart, the
+// snapshot is refreshed with the apps whose load moved since the last
+// read (less loadOverlap, for requests under way across it), so that a
+// refresh costs the apps with traffic, not every app.
+const (
+	loadFullEvery = 10 * time.Second
+	loadOverlap   = time.Second
+)
 
 // callTimeout bounds a control call other than wait-idle.
 const callTimeout = 5 * time.Second
@@ -56,6 +66,7 @@ type Client struct {
 	loadMu     sync.Mutex
 	load       map[string]route.Load // every app's, read at loadAt
 	loadAt     time.Time
+	fullAt     time.Time // when the last read of every app's began
 	refreshing bool
 	loadErr    error
 }
@@ -262,16 +273,31 @@ func (c *Client) refreshLocked() {
 		return
 	}
 	c.refreshing = true
+	began := time.Now()
+	full := c.load == nil || began.Sub(c.fullAt) >= loadFullEvery
+	path := "/v1/load"
+	if !full {
+		path += "?since=" + strconv.FormatInt(c.loadAt.Add(-loadOverlap).UnixNano(), 10)
+	}
 	go func() {
 		var all map[string]route.Load
-		err := c.call(http.MethodGet, "/v1/load", nil, &all)
+		err := c.call(http.MethodGet, path, nil, &all)
 		c.loadFailed(err)
 		c.loadMu.Lock()
 		defer c.loadMu.Unlock()
 		c.refreshing = false
-		if err == nil {
-			c.load, c.loadAt = all, time.Now()
+		if err != nil {
+			return
 		}
+		if full {
+			c.load, c.fullAt = all, began
+		} else {
+			// The apps left out had no request since: theirs stand.
+			for app, l := range all {
+				c.load[app] = l
+			}
+		}
+		c.loadAt = began
 	}()
 }
 

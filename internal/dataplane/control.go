@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,7 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 //	DELETE /v1/routes/{app}              remove an app
 //	PUT    /v1/certs                     replace the certificates served over TLS ([]route.Cert)
 //	GET    /v1/load                      map app → route.Load, every app
+//	GET    /v1/load?since=NS             those whose load moved since (unix ns)
 //	GET    /v1/load/{app}                one app's route.Load
 //	POST   /v1/endpoints/{id}/wait-idle  answers 204 once the endpoint is idle
 //	POST   /v1/endpoints/{id}/cut        the drain's grace is over: cut what is left
@@ -91,7 +93,18 @@ func (c *control) handler() http.Handler {
 	mux.HandleFunc("PUT /v1/routes/{app}", c.setRoute)
 	mux.HandleFunc("DELETE /v1/routes/{app}", c.removeRoute)
 	mux.HandleFunc("PUT /v1/certs", c.setCerts)
-	mux.HandleFunc("GET /v1/load", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.p.Loads()) })
+	mux.HandleFunc("GET /v1/load", func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("since"); v != "" {
+			ns, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				httperr.Write(w, http.StatusBadRequest, fmt.Errorf("since %q: not unix nanoseconds", v), "since")
+				return
+			}
+			writeJSON(w, c.p.LoadsSince(time.Unix(0, ns)))
+			return
+		}
+		writeJSON(w, c.p.Loads())
+	})
 	mux.HandleFunc("GET /v1/load/{app}", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, c.p.Load(r.PathValue("app")))
 	})

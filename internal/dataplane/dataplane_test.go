@@ -294,6 +294,36 @@ func TestStatsSnapshot(t *testing.T) {
 	}
 }
 
+// Between reads of every app's load (loadFullEvery apart) the snapshot is
+// refreshed with the apps whose load moved only: an app without requests
+// is not read again, an app with one is.
+func TestStatsSnapshotReadsMovedApps(t *testing.T) {
+	s := serveInTest(t, "")
+	c := s.client
+	for _, app := range []string{"a", "b"} {
+		c.SetRoute(route.Route{App: app, Endpoints: []route.Endpoint{{ID: app + "-1", Addr: backend(t, app)}}})
+	}
+	c.Load("a")
+	waitUntil(t, func() bool { c.loadMu.Lock(); defer c.loadMu.Unlock(); return c.load != nil && !c.refreshing })
+	s.get(t, "b")
+	c.loadMu.Lock()
+	c.load["a"] = route.Load{Requests: 99} // what a read of a would change
+	c.loadAt = time.Now().Add(-loadMaxAge)
+	c.loadMu.Unlock()
+	c.Load("a")
+	waitUntil(t, func() bool { return c.Load("b").Requests == 1 })
+	if st := c.Load("a"); st.Requests != 99 {
+		t.Fatalf("an app without requests was read again between full reads: %+v", st)
+	}
+	// Past loadFullEvery, every app is read.
+	c.loadMu.Lock()
+	c.fullAt = time.Now().Add(-loadFullEvery)
+	c.loadAt = time.Now().Add(-loadMaxAge)
+	c.loadMu.Unlock()
+	c.Load("a")
+	waitUntil(t, func() bool { return c.Load("a").Requests == 0 })
+}
+
 // A proxy process that cannot start leaves no control socket behind, and
 // the error names the process's log.
 func TestOpenFailedStartLeavesNoSocket(t *testing.T) {

@@ -394,6 +394,35 @@ func (t *table) Loads() map[string]route.Load {
 	return out
 }
 
+// LoadsSince returns the counters of the apps whose counters may have
+// moved since since: a request to the app or one of its endpoints started
+// or ended at or after it, or one is in flight or queued. The daemon reads
+// these between reads of every app's (Loads), so that what it reads each
+// tick is the apps with traffic, not every app.
+func (t *table) LoadsSince(since time.Time) map[string]route.Load {
+	s := since.UnixNano()
+	out := map[string]route.Load{}
+	for name, a := range *t.apps.Load() {
+		if a.last.Load() >= s || a.inFlight.Load() > 0 || a.queued.Load() > 0 || t.endpointsMoved(a, s) {
+			out[name] = t.Load(name)
+		}
+	}
+	return out
+}
+
+// endpointsMoved reports whether one of a's endpoints had a request start
+// or end at or after s (unix nanoseconds), or has one in flight.
+func (t *table) endpointsMoved(a *app, s int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range a.eps {
+		if e.last.Load() >= s || e.inFlight.Load() > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func unixTime(ns int64) time.Time {
 	if ns == 0 {
 		return time.Time{}
