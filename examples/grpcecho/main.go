@@ -8,7 +8,9 @@
 //     <replica>" back;
 //   - Count (server streaming): a google.protobuf.Int32Value n in (at most
 //     1000), n StringValue messages "<i> of <n> from <replica>" back, one
-//     every $COUNT_INTERVAL (default 10ms).
+//     every $COUNT_INTERVAL (default 10ms);
+//   - Chat (bidirectional streaming): each StringValue in answered at once
+//     with "<value> from <replica>", until the client closes its side.
 //
 // The messages are the well-known wrapper types, so neither the server nor
 // a client needs generated code: a client calls "/grpcecho.Echo/Say" with
@@ -18,6 +20,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
@@ -63,6 +66,20 @@ func (e *echo) count(in *wrapperspb.Int32Value, out grpc.ServerStream) error {
 	return nil
 }
 
+func (e *echo) chat(s grpc.ServerStream) error {
+	for {
+		in := new(wrapperspb.StringValue)
+		if err := s.RecvMsg(in); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := s.SendMsg(wrapperspb.String(in.GetValue() + " from " + e.replica)); err != nil {
+			return err
+		}
+	}
+}
+
 // desc is grpcecho.Echo's service description, written by hand as
 // protoc-gen-go-grpc would write it.
 func desc() *grpc.ServiceDesc {
@@ -88,6 +105,13 @@ func desc() *grpc.ServiceDesc {
 					return err
 				}
 				return srv.(*echo).count(in, stream)
+			},
+		}, {
+			StreamName:    "Chat",
+			ServerStreams: true,
+			ClientStreams: true,
+			Handler: func(srv any, stream grpc.ServerStream) error {
+				return srv.(*echo).chat(stream)
 			},
 		}},
 	}
