@@ -16,6 +16,9 @@ import (
 type Volumes interface {
 	List(ctx context.Context) ([]types.Volume, error)
 	Remove(ctx context.Context, app, name string) error
+	// Prune removes the volumes of app, deployed, that it does not use,
+	// and names them.
+	Prune(ctx context.Context, app string) ([]string, error)
 	// RemoveApp removes the volumes of app, removed already.
 	RemoveApp(ctx context.Context, app string) error
 	Stat(ctx context.Context, app, name, path string) (types.VolumePathStat, error)
@@ -53,6 +56,14 @@ func (s *Server) routeVolumes(mux *http.ServeMux) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	}))
+	mux.HandleFunc("POST /v1/volumes/{app}/prune", vols(func(w http.ResponseWriter, r *http.Request, app, _ string) {
+		pruned, err := s.Volumes.Prune(r.Context(), app)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		httperr.WriteJSON(w, http.StatusOK, types.PruneVolumes{App: app, Removed: pruned})
 	}))
 	mux.HandleFunc("GET /v1/volumes/{app}/{name}/stat", vols(func(w http.ResponseWriter, r *http.Request, app, name string) {
 		st, err := s.Volumes.Stat(r.Context(), app, name, r.URL.Query().Get("path"))

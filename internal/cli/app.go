@@ -28,7 +28,7 @@ to it.`,
 		Args: exactArgs(0),
 	}
 	cmd.AddCommand(newAppDeployCmd(g), newAppLsCmd(g), newAppStatusCmd(g),
-		newAppScaleCmd(g), newAppLogsCmd(g), newAppRmCmd(g), newAppRollbackCmd(g), newAppTrafficCmd(g))
+		newAppScaleCmd(g), newAppLogsCmd(g), newAppRmCmd(g), newAppRollbackCmd(g), newAppTrafficCmd(g), newAppVolumesCmd(g))
 	return cmd
 }
 
@@ -292,7 +292,9 @@ func newAppScaleCmd(g *globals) *cobra.Command {
 		Use:   "scale NAME [--min N] [--max N]",
 		Short: "Change an app's replica bounds",
 		Long: `Set the least and the most replicas of an app; the autoscaler keeps it within
-them. --min 0 lets an idle app scale to zero. A bound not given is kept.`,
+them. --min 0 lets an idle app scale to zero. A bound not given is kept.
+A stateful app runs a count of ordinals: --max N sets it (--min 0 stops
+every ordinal when its [stateful] table has allow_zero = true).`,
 		Example: `  shoal app scale hello --min 1 --max 20
   shoal app scale hello --min 0`,
 		Args: exactArgs(1),

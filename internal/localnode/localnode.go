@@ -16,7 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,7 +220,12 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 	n.att[s.ID] = att
 	n.mu.Unlock()
 	nc := s.Config.Network
-	if err := n.net.SetPolicy(att, network.Policy{App: s.App, Egress: network.Egress(nc.EgressMode()), Allow: nc.Allow}); err != nil {
+	allow := nc.Allow
+	if s.Config.Stateful.Enabled() {
+		// A stateful app's replicas reach each other (a cluster's members).
+		allow = append(slices.Clone(allow), s.App)
+	}
+	if err := n.net.SetPolicy(att, network.Policy{App: s.App, Egress: network.Egress(nc.EgressMode()), Allow: allow}); err != nil {
 		return st, fmt.Errorf("network policy: %w", err)
 	}
 	st.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(s.Config.Port))
@@ -289,13 +296,19 @@ func (n *Node) spec(ctx context.Context, s node.ReplicaSpec) (runtime.Spec, erro
 		cwd = "/"
 	}
 	ms := runtimeMounts(s.Mounts)
+	hostname := s.ID
+	for _, e := range s.Env {
+		if name, ok := strings.CutPrefix(e, "SHOAL_NAME="); ok && cfg.Stateful.Enabled() && manifest.IsDNSLabel(name) {
+			hostname = name // a stateful app's ordinal: its stable name
+		}
+	}
 	if cfg.Init && n.init != "" {
 		args = append([]string{InitPath, "init"}, args...)
 		ms = append(ms, runtime.Mount{Source: n.init, Destination: InitPath, ReadOnly: true, Options: []string{"nosuid", "nodev"}})
 	}
 	return runtime.Spec{
 		ID: s.ID, Layers: img.Layers, Args: args, Env: env, Cwd: cwd, User: img.Config.User,
-		Hostname: s.ID, Mounts: ms, DiskBytes: cfg.Resources.DiskBytes(), StopSignal: cfg.Signal(img.Config.StopSignal),
+		Hostname: hostname, Mounts: ms, DiskBytes: cfg.Resources.DiskBytes(), StopSignal: cfg.Signal(img.Config.StopSignal),
 		Limits: runtime.Limits{CPUs: cfg.Resources.CPU, MemoryBytes: cfg.Resources.MemoryBytes(), Pids: cfg.Resources.Pids},
 		Labels: map[string]string{labels.Kind: labels.KindReplica, labels.App: cfg.Name, labels.Revision: strconv.Itoa(s.Revision),
 			labels.Digest: s.Digest, labels.Image: cfg.Image},

@@ -12,10 +12,15 @@ import (
 )
 
 // volumeOf names the app's volume that mount mt is, if it is one: its
-// source is <apps>/<app>/volumes/<name> and its destination the volume's
-// path.
+// source is <apps>/<app>/volumes/<name> (a stateful app's ordinal n:
+// <name>-<n>) and its destination the volume's path.
 func volumeOf(cfg manifest.Config, mt node.Mount) (string, bool) {
 	name := filepath.Base(mt.Source)
+	if cfg.Stateful.Enabled() {
+		if v, _, ok := manifest.SplitOrdinalVolume(name); ok {
+			name = v
+		}
+	}
 	if mt.Type != "" && mt.Type != "bind" || filepath.Base(filepath.Dir(mt.Source)) != "volumes" ||
 		cfg.Volumes[name] == "" || cfg.Volumes[name] != mt.Destination {
 		return "", false

@@ -39,7 +39,10 @@ func (ctl *appCtl) view() view {
 	}
 	for id, r := range ctl.reps {
 		rv := repView{id: id, rev: r.rec.Revision, state: r.state, node: r.rec.Node, draining: ctl.m.draining(r.rec.Node),
-			started: r.rec.StartedAt, active: r.lastActive, frozen: r.frozenAt, replacement: r.replacement}
+			started: r.rec.StartedAt, active: r.lastActive, frozen: r.frozenAt, replacement: r.replacement, ord: -1}
+		if r.rec.Ordinal != nil {
+			rv.ord = *r.rec.Ordinal
+		}
 		if r.replacement != "" {
 			rv.replacementState = StateGone
 			if nr := ctl.reps[r.replacement]; nr != nil {
@@ -100,7 +103,11 @@ func (ctl *appCtl) applySteps(now time.Time, p plan) (started []string) {
 		case stepThaw:
 			ctl.thaw(r)
 		case stepStart:
-			id := ctl.startReplica(s.rev, s.why)
+			ord := -1
+			if s.ordered {
+				ord = s.ordinal
+			}
+			id := ctl.startReplica(s.rev, s.why, ord)
 			if id != "" {
 				started = append(started, id)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -22,13 +23,21 @@ func (m *Manager) Scale(ctx context.Context, name string, req types.ScaleRequest
 	ctl.mu.Lock()
 	rec := ctl.rec
 	ctl.unlock()
-	if req.Min != nil {
+	if st := rec.Config.Stateful; st.Enabled() {
+		// A stateful app runs a count of ordinals: min and max are one.
+		n, err := statefulCount(req, st.AllowZero)
+		if err != nil {
+			return types.App{}, err
+		}
+		rec.Min, rec.Max = n, n
+	} else if req.Min != nil {
 		rec.Min = *req.Min
 	}
-	if req.Max != nil {
+	if req.Max != nil && !rec.Config.Stateful.Enabled() {
 		rec.Max = *req.Max
 	}
 	switch {
+	case rec.Config.Stateful.Enabled():
 	case rec.Min < 0:
 		return types.App{}, errdefs.Invalid("min", "%d must not be negative", rec.Min)
 	case rec.Max < 1 || rec.Max > 1000:
@@ -148,4 +157,28 @@ func putJSON(ctx context.Context, l *lead, key string, v any) error {
 		return fmt.Errorf("store %s: %w", key, err)
 	}
 	return nil
+}
+
+// statefulCount is the count of ordinals a scale request asks of a
+// stateful app: max, or min, or both when they are equal; 0 only when
+// allowZero.
+func statefulCount(req types.ScaleRequest, allowZero bool) (int, error) {
+	var n int
+	switch {
+	case req.Min != nil && req.Max != nil && *req.Min != *req.Max:
+		return 0, errdefs.Invalid("min", "a stateful app runs a count of ordinals: give max alone (or min equal to it), not %d-%d", *req.Min, *req.Max)
+	case req.Max != nil:
+		n = *req.Max
+	case req.Min != nil:
+		n = *req.Min
+	default:
+		return 0, errdefs.Invalid("max", "is required: the count of ordinals of the stateful app")
+	}
+	switch {
+	case n == 0 && !allowZero:
+		return 0, errdefs.Invalid("max", "a stateful app does not scale to zero unless its [stateful] table says allow_zero = true")
+	case n < 0 || n > manifest.MaxReplicas:
+		return 0, errdefs.Invalid("max", "%d must be from 1 to %d", n, manifest.MaxReplicas)
+	}
+	return n, nil
 }

@@ -47,7 +47,7 @@ func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 	for _, r := range ctl.reps {
 		rp := types.Replica{ID: r.rec.ID, Revision: r.rec.Revision, State: string(r.rec.State), Pid: r.rec.Pid, Addr: r.rec.Addr,
 			StartedAt: r.rec.StartedAt, ReadyAt: r.rec.ReadyAt, CPU: r.rec.CPU, CPUSet: r.rec.CPUSet, Reason: r.rec.Reason,
-			InFlight: load.Endpoints[r.rec.ID].InFlight}
+			InFlight: load.Endpoints[r.rec.ID].InFlight, Ordinal: r.rec.Ordinal}
 		if ctl.cluster {
 			rp.Node = r.rec.Node
 		}

@@ -29,6 +29,12 @@ func (ctl *appCtl) route() route.Route {
 	// Only the revisions that take traffic are routed.
 	weights := ctl.weights()
 	rt.Weights, rt.Sticky = weights, ctl.rec.Sticky
+	// A stateful app's ordinals all serve, whatever their revision (a
+	// rolling upgrade has both).
+	every := cfg.Stateful.Enabled()
+	if every {
+		rt.Weights = nil
+	}
 	if ctl.cluster {
 		// A proxy sends to another node's replicas once its own node's
 		// are at the concurrency the app scales to.
@@ -37,7 +43,7 @@ func (ctl *appCtl) route() route.Route {
 	ids := make([]string, 0, len(ctl.reps))
 	booting := 0
 	for id, r := range ctl.reps {
-		if weights[r.rec.Revision] == 0 {
+		if weights[r.rec.Revision] == 0 && !every {
 			continue
 		}
 		if r.state == StateReady && !r.closed {

@@ -23,6 +23,7 @@ type repView struct {
 	state    State
 	node     string
 	draining bool // its node (of a cluster) is draining: it moves elsewhere
+	ord      int  // its ordinal in a stateful app (-1: none)
 	started  time.Time
 	active   time.Time // its last request
 	frozen   time.Time // when it froze
@@ -83,11 +84,17 @@ type planStep struct {
 	id   string
 	rev  int
 	why  string
+	// ordered starts ordinal of a stateful app (decide_stateful.go).
+	ordered bool
+	ordinal int
 }
 
 func (s planStep) String() string {
 	switch s.kind {
 	case stepStart:
+		if s.ordered {
+			return fmt.Sprintf("start %d as ordinal %d: %s", s.rev, s.ordinal, s.why)
+		}
 		if s.id != "" {
 			return fmt.Sprintf("start %d for %s: %s", s.rev, s.id, s.why)
 		}
@@ -214,6 +221,9 @@ type planner struct {
 // share, the rollout's progress, the retirement of the revisions that
 // take no traffic, and when the next round is due.
 func decide(v view, obs observation, now time.Time) plan {
+	if v.cfg.Stateful.Enabled() {
+		return decideStateful(v, obs, now)
+	}
 	pl := &planner{v: v, obs: obs, now: now, reps: make(map[string]*repView, len(v.reps))}
 	list := make([]*repView, len(v.reps))
 	for i := range v.reps {

@@ -42,10 +42,10 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 		}
 		if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
 			if cfg.Health.Command == nil {
-				return nil
+				return ctl.waitReadyCommand(r, cfg, began, exited)
 			}
 			if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, cfg.Health); last == nil {
-				return nil
+				return ctl.waitReadyCommand(r, cfg, began, exited)
 			}
 		}
 		if ctl.ctx().Err() != nil {
@@ -62,6 +62,50 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 			wait = 10 * time.Millisecond
 		}
 		t := m.clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-exited:
+			t.Stop()
+			return errExitedEarly
+		case <-ctl.stop:
+			t.Stop()
+			return errors.New("daemon stopping")
+		}
+	}
+}
+
+// readyCommandEvery is how often a stateful app's ready_command is run
+// while a new replica waits for it.
+const readyCommandEvery = 250 * time.Millisecond
+
+// readyCommandTimeout bounds one run of ready_command, unless the health
+// check's timeout is longer.
+const readyCommandTimeout = 10 * time.Second
+
+// waitReadyCommand runs a stateful app's ready_command in replica r, whose
+// health check passed, until it exits 0, the replica exits, or the start
+// timeout (counted from began) passes.
+func (ctl *appCtl) waitReadyCommand(r *replica, cfg manifest.Config, began time.Time, exited <-chan struct{}) error {
+	cmd := cfg.Stateful.ReadyCommand
+	if cmd == nil {
+		return nil
+	}
+	m := ctl.m
+	h := manifest.Health{Command: cmd, Timeout: cfg.Health.Timeout}
+	h.Timeout.Duration = max(h.Timeout.Duration, readyCommandTimeout)
+	limit := cfg.Health.StartTimeout.Duration
+	for {
+		last := ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, h)
+		if last == nil {
+			return nil
+		}
+		if ctl.ctx().Err() != nil {
+			return ctl.ctx().Err()
+		}
+		if m.clock.Since(began) >= limit {
+			return fmt.Errorf("replica %s: ready_command did not pass within start_timeout %s: %v", r.rec.ID, limit, last)
+		}
+		t := m.clock.NewTimer(readyCommandEvery)
 		select {
 		case <-t.C():
 		case <-exited:

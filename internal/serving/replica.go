@@ -54,9 +54,10 @@ func newReplicaID(app string) string {
 }
 
 // startReplica adds a replica of revision rev, with that revision's config
-// and image, and starts it in the background; it returns the new replica's
-// id ("" when the revision cannot be read). ctl.mu is held.
-func (ctl *appCtl) startReplica(rev int, why string) string {
+// and image, as ordinal ord of a stateful app (-1: none), and starts it in
+// the background; it returns the new replica's id ("" when the revision
+// cannot be read). ctl.mu is held.
+func (ctl *appCtl) startReplica(rev int, why string, ord int) string {
 	cfg, digest, err := ctl.configOf(rev)
 	if err != nil {
 		ctl.m.log.Error("serving: no replica started", "app", ctl.name, "revision", rev, "err", err)
@@ -64,10 +65,18 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 	}
 	now := ctl.m.clock.Now()
 	id := newReplicaID(ctl.name)
+	var env []string
+	if ord >= 0 {
+		id = newReplicaID(manifest.ReplicaName(ctl.name, ord))
+		env = ctl.ordinalEnv(ord)
+	}
 	r := &replica{state: stateNew, lastActive: now, booting: true, soon: make(chan struct{}, 1), rec: replicaRecord{
 		ID: id, App: ctl.name, Revision: rev, Node: ctl.m.o.Node, StartedAt: now,
 		CPU: cfg.Resources.CPU,
 	}}
+	if ord >= 0 {
+		r.rec.Ordinal = &ord
+	}
 	if ctl.m.disp != nil {
 		r.rec.Node = "" // the node is picked at its start
 	}
@@ -78,7 +87,7 @@ func (ctl *appCtl) startReplica(rev int, why string) string {
 	// leave its namespace attached with nobody to release it.
 	ctl.lead.wg.Add(1)
 	ctl.boots.add()
-	ctl.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: r.selfEnv(ctl.m.o.SelfURL)}})
+	ctl.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: append(env, r.selfEnv(ctl.m.o.SelfURL)...)}})
 	return id
 }
 
@@ -204,6 +213,9 @@ func (ctl *appCtl) becomeReady(r *replica, mv move, why string, inputs map[strin
 func (ctl *appCtl) mounts(r *replica, cfg manifest.Config, digest string) ([]Mount, error) {
 	var mounts []Mount
 	for name, dst := range cfg.Volumes {
+		if o := r.rec.Ordinal; o != nil {
+			name = manifest.OrdinalVolume(name, *o) // the ordinal's own copy
+		}
 		src := filepath.Join(ctl.m.appDir(ctl.name), "volumes", name)
 		if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", name, err)

@@ -73,12 +73,15 @@ type revisionRecord struct {
 
 // replicaRecord is a replica as the store knows it, at store.ReplicaKey.
 type replicaRecord struct {
-	ID        string     `json:"id"`
-	App       string     `json:"app"`
-	Revision  int        `json:"revision"`
-	Node      string     `json:"node"`
-	State     State      `json:"state"` // as listed (State.listed)
-	Pid       int        `json:"pid,omitempty"`
+	ID       string `json:"id"`
+	App      string `json:"app"`
+	Revision int    `json:"revision"`
+	Node     string `json:"node"`
+	State    State  `json:"state"` // as listed (State.listed)
+	Pid      int    `json:"pid,omitempty"`
+	// Ordinal is its ordinal in a stateful app (nil: none); its stable
+	// name is <app>-<ordinal>.
+	Ordinal   *int       `json:"ordinal,omitempty"`
 	Addr      string     `json:"addr,omitempty"`
 	CPU       float64    `json:"cpu,omitempty"`
 	CPUSet    string     `json:"cpuset,omitempty"` // CPUs it is pinned to

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -26,7 +27,42 @@ func DeclaredVolumes(ctx context.Context, st store.Store) (map[string]map[string
 		if err := json.Unmarshal(kv.Value, &rec); err != nil || rec.Deleting {
 			continue
 		}
-		out[strings.TrimPrefix(kv.Key, store.AppsPrefix)] = rec.Config.Volumes
+		name := strings.TrimPrefix(kv.Key, store.AppsPrefix)
+		out[name] = rec.Config.Volumes
+		if rec.Config.Stateful.Enabled() {
+			vols, err := ordinalVolumes(ctx, st, name, rec)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = vols
+		}
+	}
+	return out, nil
+}
+
+// ordinalVolumes are the volume folders stateful app rec uses: each
+// volume's copy for every ordinal below its count, and for every ordinal
+// a replica still holds (one on its way out after a scale-down).
+func ordinalVolumes(ctx context.Context, st store.Store, app string, rec appRecord) (map[string]string, error) {
+	ords := map[int]bool{}
+	for i := 0; i < rec.Max; i++ {
+		ords[i] = true
+	}
+	kvs, err := st.List(ctx, store.ReplicasPrefix(app))
+	if err != nil {
+		return nil, fmt.Errorf("replicas of app %q: %w", app, err)
+	}
+	for _, kv := range kvs {
+		var r replicaRecord
+		if json.Unmarshal(kv.Value, &r) == nil && r.Ordinal != nil {
+			ords[*r.Ordinal] = true
+		}
+	}
+	out := map[string]string{}
+	for name, path := range rec.Config.Volumes {
+		for i := range ords {
+			out[manifest.OrdinalVolume(name, i)] = path
+		}
 	}
 	return out, nil
 }

@@ -121,6 +121,39 @@ func (s *Service) Remove(ctx context.Context, app, name string) error {
 	return removeVolume(d)
 }
 
+// Prune deletes the volumes of app, which is deployed, that it does not
+// use: a stateful app's copies of the ordinals it no longer runs, and the
+// volumes an earlier revision declared. It returns their names.
+func (s *Service) Prune(ctx context.Context, app string) ([]string, error) {
+	if !manifest.IsDNSLabel(app) {
+		return nil, errdefs.Invalid("app", "%q is not an app name", app)
+	}
+	apps, err := s.Apps(ctx)
+	if err != nil {
+		return nil, err
+	}
+	used, ok := apps[app]
+	if !ok {
+		return nil, fmt.Errorf("app %s is not deployed (shoal volume rm removes a removed app's volumes): %w", app, errdefs.ErrNotFound)
+	}
+	dir := filepath.Join(s.Dir, app, "volumes")
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("volumes of app %s: %w", app, err)
+	}
+	pruned := []string{}
+	for _, e := range ents {
+		if !e.IsDir() || !manifest.IsDNSLabel(e.Name()) || used[e.Name()] != "" {
+			continue
+		}
+		if err := removeVolume(filepath.Join(dir, e.Name())); err != nil {
+			return pruned, fmt.Errorf("volume %s of app %s: %w", e.Name(), app, err)
+		}
+		pruned = append(pruned, e.Name())
+	}
+	return pruned, nil
+}
+
 // RemoveApp deletes every volume of app, which is gone.
 func (s *Service) RemoveApp(ctx context.Context, app string) error {
 	if !manifest.IsDNSLabel(app) {

@@ -144,6 +144,9 @@ type Replica struct {
 	Node     string `json:"node,omitempty"`
 	InFlight int    `json:"in_flight"`
 	Reason   string `json:"reason,omitempty"`
+	// Ordinal is its ordinal in a stateful app (its stable name is
+	// <app>-<ordinal>); nil in other apps.
+	Ordinal *int `json:"ordinal,omitempty"`
 }
 
 // Event is one entry of the event log (GET /v1/events): a scaling decision

@@ -12,6 +12,13 @@ type Volume struct {
 	Files int    `json:"files"`
 }
 
+// PruneVolumes is the answer of POST /v1/volumes/{app}/prune: the
+// volumes of the app it no longer used, removed.
+type PruneVolumes struct {
+	App     string   `json:"app"`
+	Removed []string `json:"removed"`
+}
+
 // VolumePathStat is what a path in a volume is.
 type VolumePathStat struct {
 	Exists bool `json:"exists"`
