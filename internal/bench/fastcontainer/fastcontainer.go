@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/bench"
 	"github.com/shoal-run/shoal/internal/bench/kit"
@@ -40,8 +41,17 @@ type runSpec struct {
 	what     string  // for the report
 	max      int     // [scale] max
 	maxCPU   float64 // [resources] max_cpu
-	requests int
+	requests int     // ab's count; with timed, only a cap
+	// timed: the load ends quickTail after the 2nd container is ready
+	// (or at the run's time limit), not at a count, so that requests
+	// start in whole seconds after the scale-out however fast the replies
+	// come. Quick mode's scale-out run is timed.
+	timed bool
 }
+
+// quickTail is how long a timed run's load goes on after its 2nd
+// container was ready.
+const quickTail = 5 * time.Second
 
 // runs are the suite's runs: one container that cannot scale (the
 // paper's reference), scale-up alone (the paper's second experiment) and
@@ -56,7 +66,7 @@ func runs(quick bool) []runSpec {
 	return []runSpec{
 		{app: "fc-one", what: "one container at 0.3 cores, no scaling", max: 1, maxCPU: baseCPU, requests: n(4000, 300)},
 		{app: "fc-up", what: "scale-up: one container, 0.3 cores up to 0.6", max: 1, maxCPU: raisedCPU, requests: n(6000, 800)},
-		{app: "fc-out", what: "scale-up and scale-out: 0.3 cores up to 0.6, up to 2 containers", max: 2, maxCPU: raisedCPU, requests: n(10000, 800)},
+		{app: "fc-out", what: "scale-up and scale-out: 0.3 cores up to 0.6, up to 2 containers", max: 2, maxCPU: raisedCPU, requests: n(10000, 50000), timed: quick},
 	}
 }
 

@@ -3,6 +3,7 @@ package fastcontainer
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/shoal-run/shoal/internal/bench"
@@ -145,13 +146,18 @@ func renderRuns(rep *bench.Report, runs []analysed) {
 			used = bench.FormatValue(cores(r)) + " cores"
 			thr = fmt.Sprintf("%s %% of %d", bench.FormatValue(100*throttled(r)), r.cpu.periods)
 		}
-		fmt.Fprintf(&b, "| %s | `%s` | %d of %d | %d | %s s | %s | %s | %s | %s | %d / %d | %s |\n", r.spec.what, r.ab.Command, r.ab.Complete, r.spec.requests,
-			failed(r), bench.FormatValue(r.ab.Took), bench.FormatValue(rate), used, thr, strings.Join(r.cpusets, ", "), r.rx.ups, r.rx.downs, held)
+		fmt.Fprintf(&b, "| %s | `%s` | %d of %d | %d | %s s | %s | %s | %s | %s | %d / %d | %s |\n", r.spec.what, r.ab.Command, r.ab.Complete, asked(r.result),
+			failed(r.result), bench.FormatValue(r.ab.Took), bench.FormatValue(rate), used, thr, strings.Join(r.cpusets, ", "), r.rx.ups, r.rx.downs, held)
 	}
 	b.WriteString("\n*Failed* counts ab's failed requests but those it calls \"Length\" (phpinfo()'s page differs in length from one request to the next), " +
 		"non-2xx answers, and requests ab did not complete within its time limit. *CPU used* is the replicas' CPU time during the load (their cgroups' " +
 		"cpuacct) over its length, summed over the replicas; *throttled periods* the share of the CFS periods in which they ran that ended at their quota " +
-		"(cpu.stat), the figure the scale-up rule judges (at or above 80 %: raise). The CPUs are those each replica was pinned to at the end.\n\n")
+		"(cpu.stat), the figure the scale-up rule judges (at or above 80 %: raise). The CPUs are those each replica was pinned to at the end.")
+	if slices.ContainsFunc(runs, func(r analysed) bool { return r.spec.timed }) {
+		fmt.Fprintf(&b, " The scale-out run's load is timed (quick mode): it ends %s s after the 2nd container was ready, its `-n` only a cap, "+
+			"so that requests start after the scale-out however fast the replies come.", bench.FormatValue(quickTail.Seconds()))
+	}
+	b.WriteString("\n\n")
 	rep.Markdown(b.String())
 }
 
@@ -170,9 +176,6 @@ func throttled(r analysed) float64 {
 	}
 	return float64(r.cpu.throttled) / float64(r.cpu.periods)
 }
-
-// failed is a run's failed requests: ab's, and those it did not make.
-func failed(r analysed) int { return r.ab.Failed + max(0, r.spec.requests-r.ab.Complete) }
 
 // renderPaper adds the paper's figures beside this run's.
 func renderPaper(rep *bench.Report, lat bench.Table, one, up, out analysed) {
@@ -202,7 +205,7 @@ func renderPaper(rep *bench.Report, lat bench.Table, one, up, out analysed) {
 	fmt.Fprintf(&b, "| time per request after scale-out | 100–400 ms | %s |\n", ms(rOutAfter))
 	fmt.Fprintf(&b, "| whole run with scale-out | ~470 s (100,000 requests) | %d requests in %s |\n", out.ab.Complete, s(out.ab.Took))
 	fmt.Fprintf(&b, "| failed requests | not reported | %d of %d, %d of %d, %d of %d (the three runs) |\n\n",
-		failed(one), one.spec.requests, failed(up), up.spec.requests, failed(out), out.spec.requests)
+		failed(one.result), asked(one.result), failed(up.result), asked(up.result), failed(out.result), asked(out.result))
 	rep.Markdown(b.String())
 	rep.Para("The paper's times are set by its rule (throttling over 5 minutes) and its choice to scale at half the requests; shoal's are its " +
 		"autoscaler's reaction from the first request, so the two columns compare mechanisms, not hardware. The paper ran 100,000 requests " +

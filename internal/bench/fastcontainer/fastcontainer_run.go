@@ -96,12 +96,20 @@ func (e *env) run(ctx context.Context, s runSpec) (result, error) {
 	samples := e.WatchApp(ctx, s.app, stop)
 	actx, cancel := context.WithTimeout(ctx, time.Duration(res.bound+120)*time.Second)
 	defer cancel()
+	wctx, wcancel := context.WithCancel(actx)
+	defer wcancel()
+	var stopAB chan struct{}
+	if s.timed {
+		stopAB = make(chan struct{})
+		go e.stopAfterScaleOut(wctx, s.app, stopAB)
+	}
 	res.launch = time.Now()
 	// -t before -n: ab's -t also sets the count, which -n then replaces;
 	// ab stops at whichever comes first. -r: a failed read is counted,
 	// not the end of the run.
-	ab, err := kit.RunAB(actx, e.Dir, e.Proxy, s.app, "/", "-q", "-r", "-s", "60",
+	ab, err := kit.RunABUntil(actx, stopAB, e.Dir, e.Proxy, s.app, "/", "-q", "-r", "-s", "60",
 		"-t", strconv.Itoa(res.bound), "-n", strconv.Itoa(s.requests), "-c", strconv.Itoa(concurrency))
+	wcancel()
 	close(stop)
 	res.ab, res.samples = ab, samples()
 	if err != nil {
@@ -119,10 +127,44 @@ func (e *env) run(ctx context.Context, s runSpec) (result, error) {
 		res.cpu = cpuCounters{periods: res.cpu.periods + d.periods, throttled: res.cpu.throttled + d.throttled, usage: res.cpu.usage + d.usage}
 	}
 	res.cpusets = sets
-	e.Fail(s.app, ab.Failed+max(0, s.requests-ab.Complete))
+	e.Fail(s.app, failed(res))
 	if err := e.GetJSON(ctx, "/v1/events?app="+s.app, &res.events); err != nil {
 		return res, err
 	}
-	e.Opts.Logf("fastcontainer: %s: %d of %d requests complete in %.1f s, %d failed", s.app, ab.Complete, s.requests, ab.Took, ab.Failed)
+	e.Opts.Logf("fastcontainer: %s: %d of %d requests complete in %.1f s, %d failed", s.app, ab.Complete, asked(res), ab.Took, ab.Failed)
 	return res, nil
 }
+
+// stopAfterScaleOut closes stop quickTail after app has two ready
+// replicas, polling its status every 100 ms until ctx ends.
+func (e *env) stopAfterScaleOut(ctx context.Context, app string, stop chan<- struct{}) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if a, err := e.Status(ctx, app); err == nil && a.Ready >= 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(quickTail):
+		close(stop)
+	}
+}
+
+// asked is the number of requests a run was to complete: its count, or
+// for a timed run those ab made before the load ended.
+func asked(r result) int {
+	if r.spec.timed {
+		return r.ab.Complete
+	}
+	return r.spec.requests
+}
+
+// failed is a run's failed requests: ab's, and those it did not make.
+func failed(r result) int { return r.ab.Failed + max(0, asked(r)-r.ab.Complete) }

@@ -2,7 +2,9 @@ package kit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,6 +28,7 @@ type ABRun struct {
 	Complete int       // ab's "Complete requests"
 	Took     float64   // ab's "Time taken for tests", s
 	Command  string    // the command as run, the -g file shown as FILE
+	Stopped  bool      // ended by the caller's stop (RunABUntil), not by its count or time limit
 }
 
 // PerSecond returns, for each whole second of the run, the mean and p99
@@ -60,12 +63,40 @@ func (r ABRun) Window(from, to float64) []float64 {
 // through the daemon's proxy at proxy (Host: app.localhost), keeping ab's
 // per-request records in dir.
 func RunAB(ctx context.Context, dir, proxy, app, path string, args ...string) (ABRun, error) {
+	return RunABUntil(ctx, nil, dir, proxy, app, path, args...)
+}
+
+// RunABUntil is RunAB that also ends ab when stop is closed: ab, sent an
+// interrupt, reports the requests it completed and writes their records as
+// at its time limit, and the run is Stopped. A nil stop never closes.
+func RunABUntil(ctx context.Context, stop <-chan struct{}, dir, proxy, app, path string, args ...string) (ABRun, error) {
 	gnu := filepath.Join(dir, app+".ab.tsv")
 	args = append(append([]string{}, args...), "-g", gnu, "-H", "Host: "+app+".localhost", "http://"+proxy+path)
 	run := ABRun{Begin: time.Now(), Command: "ab " + strings.Join(QuoteArgs(args), " ")}
 	run.Command = strings.ReplaceAll(run.Command, gnu, "FILE")
-	out, err := exec.CommandContext(ctx, "ab", args...).CombinedOutput()
-	if err != nil {
+	cmd := exec.CommandContext(ctx, "ab", args...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		return run, fmt.Errorf("ab: %w", err)
+	}
+	exited := make(chan struct{})
+	interrupted := make(chan bool, 1)
+	go func() {
+		select {
+		case <-stop:
+			interrupted <- cmd.Process.Signal(os.Interrupt) == nil
+		case <-exited:
+			interrupted <- false
+		}
+	}()
+	err := cmd.Wait()
+	close(exited)
+	run.Stopped = <-interrupted
+	out := buf.Bytes()
+	// ab exits with 1 after printing its results for an interrupt.
+	var ee *exec.ExitError
+	if err != nil && !(run.Stopped && errors.As(err, &ee) && ee.ExitCode() == 1 && ctx.Err() == nil) {
 		return run, fmt.Errorf("ab: %w: %s", err, bench.OneLine(string(out)))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
