@@ -313,6 +313,11 @@ func (pl *planner) count(active, ready, split int) {
 		want, reason, cause = w, r, causeHalted
 	}
 	if w := clamp(want, v.min, v.max); w != want {
+		if w > want { // why fewer no longer matters
+			reason = fmt.Sprintf("[scale] min is %d", v.min)
+		} else {
+			reason = fmt.Sprintf("%s; [scale] max is %d", reason, v.max)
+		}
 		want, cause = w, causeBounds
 	}
 	// Each revision that takes traffic keeps a replica while the app is

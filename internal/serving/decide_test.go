@@ -283,3 +283,22 @@ func TestDecideRollout(t *testing.T) {
 		t.Errorf("two of two ready: %+v", rp)
 	}
 }
+
+// TestDecideBoundsReason: a count raised to min or cut to max says so,
+// not why the autoscaler asked for another (an idle app with min 1 read
+// "0 → 1 replicas: no request for idle_timeout ..., so not the 1 the
+// autoscaler's window still asks").
+func TestDecideBoundsReason(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	quiet := route.Load{LastRequest: t0.Add(-time.Hour)}
+	v := view{min: 1, max: 10, revision: 1, traffic: []trafficShare{{Revision: 1, Percent: 100}}, cfg: decideCfg()}
+	p := decide(v, observation{load: quiet, scale: autoscale.Decision{Replicas: 1, Reason: "window"}}, t0)
+	if p.want != 1 || p.reason != "[scale] min is 1" {
+		t.Errorf("idle app with min 1: want %d, reason %q; want 1, \"[scale] min is 1\"", p.want, p.reason)
+	}
+	v.min, v.max = 0, 2
+	p = decide(v, observation{load: route.Load{LastRequest: t0, InFlight: 50}, scale: autoscale.Decision{Replicas: 5, Reason: "load"}}, t0)
+	if p.want != 2 || p.reason != "load; [scale] max is 2" {
+		t.Errorf("busy app with max 2: want %d, reason %q; want 2, \"load; [scale] max is 2\"", p.want, p.reason)
+	}
+}
