@@ -50,6 +50,10 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	reg := prometheus.NewRegistry()
 	o := proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits,
 		TrustedProxies: c.TrustedProxies}
+	// TCP routes listen on the proxy's own address, each on its port.
+	if host, _, err := net.SplitHostPort(c.Listener.Addr().String()); err == nil {
+		o.TCPHost = host
+	}
 	if c.OnDemand {
 		o.CertMissing = act.CertMissing
 	}

@@ -19,10 +19,14 @@ type Config struct {
 	Port int `toml:"port"`
 	// Protocol is how the proxy speaks to the replicas: "" (HTTP/1.1,
 	// written "http1"), ProtocolH2C (cleartext HTTP/2 with prior
-	// knowledge) or ProtocolGRPC (h2c for a gRPC server). Left out of the
-	// hash's JSON when unset, so that apps without it keep their
-	// revisions' hashes.
+	// knowledge), ProtocolGRPC (h2c for a gRPC server) or ProtocolTCP
+	// (the bytes of each connection on Listen relayed as they are). Left
+	// out of the hash's JSON when unset, so that apps without it keep
+	// their revisions' hashes.
 	Protocol string `toml:"protocol" json:",omitempty"`
+	// Listen is the port on the proxy's address whose connections go to
+	// the app's replicas, for ProtocolTCP only (and required with it).
+	Listen int `toml:"listen" json:",omitempty"`
 	// Command replaces the image's ENTRYPOINT when set, as Kubernetes'
 	// command does: the image's CMD is then dropped unless Args is set.
 	Command []string `toml:"command"`
@@ -84,10 +88,15 @@ const (
 	ProtocolHTTP1 = "http1"
 	ProtocolH2C   = "h2c"
 	ProtocolGRPC  = "grpc"
+	ProtocolTCP   = "tcp"
 )
 
 // H2C tells whether the proxy speaks cleartext HTTP/2 to the replicas.
 func (c *Config) H2C() bool { return c.Protocol == ProtocolH2C || c.Protocol == ProtocolGRPC }
+
+// TCP tells whether the proxy relays the app's connections on Listen as
+// they are, rather than HTTP requests by host.
+func (c *Config) TCP() bool { return c.Protocol == ProtocolTCP }
 
 // Placement is the [placement] table: the cluster nodes an app's replicas
 // may run on and prefer, and the apps they keep apart from or run with.

@@ -52,8 +52,11 @@ func (c *Config) Validate() error {
 		return errdefs.Invalid("image", "%q must not contain white space", c.Image)
 	case c.Port < 1 || c.Port > 65535:
 		return errdefs.Invalid("port", "%d must be a port number 1-65535", c.Port)
-	case c.Protocol != "" && c.Protocol != ProtocolH2C && c.Protocol != ProtocolGRPC:
-		return errdefs.Invalid("protocol", "%q must be %q, %q or %q", c.Protocol, ProtocolHTTP1, ProtocolH2C, ProtocolGRPC)
+	case c.Protocol != "" && c.Protocol != ProtocolH2C && c.Protocol != ProtocolGRPC && c.Protocol != ProtocolTCP:
+		return errdefs.Invalid("protocol", "%q must be %q, %q, %q or %q", c.Protocol, ProtocolHTTP1, ProtocolH2C, ProtocolGRPC, ProtocolTCP)
+	}
+	if err := c.validateTCP(); err != nil {
+		return err
 	}
 	for i, a := range c.Command {
 		if strings.ContainsRune(a, 0) {
@@ -387,6 +390,31 @@ func (p *Placement) validate(app string) error {
 		if a == app {
 			return errdefs.Invalid(fmt.Sprintf("placement.with[%d]", i), "%q is the app itself", a)
 		}
+	}
+	return nil
+}
+
+// validateTCP checks listen against protocol: a TCP app has a port of its
+// own on the proxy's address and nothing an HTTP route has (host names,
+// stickiness by cookie, HTTPS).
+func (c *Config) validateTCP() error {
+	if !c.TCP() {
+		if c.Listen != 0 {
+			return errdefs.Invalid("listen", "is only for protocol = %q (the proxy's port for the app's TCP connections)", ProtocolTCP)
+		}
+		return nil
+	}
+	switch {
+	case c.Listen == 0:
+		return errdefs.Invalid("listen", "is required with protocol = %q: the port on the proxy's address whose connections go to the app", ProtocolTCP)
+	case c.Listen < 1 || c.Listen > 65535:
+		return errdefs.Invalid("listen", "%d must be a port number 1-65535", c.Listen)
+	case len(c.Domains) > 0:
+		return errdefs.Invalid("domains", "an app with protocol = %q is reached on its listen port, not by host name", ProtocolTCP)
+	case c.Traffic.Sticky:
+		return errdefs.Invalid("traffic.sticky", "needs HTTP (a cookie): an app with protocol = %q cannot be sticky", ProtocolTCP)
+	case c.Health.HTTP != "" || c.Health.GRPC:
+		return errdefs.Invalid("health", "an app with protocol = %q is checked over TCP or by a command, not over HTTP or gRPC", ProtocolTCP)
 	}
 	return nil
 }

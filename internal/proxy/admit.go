@@ -101,6 +101,10 @@ func (p *Proxy) admit(st *reqState, a *app, cl int64, in inbound) *refusal {
 	if rt == nil {
 		return &refusal{code: http.StatusNotFound, err: fmt.Errorf("no app serves host %q", in.host()), field: "host"}
 	}
+	if rt.tcpPort > 0 {
+		return &refusal{code: http.StatusNotFound, field: "host",
+			err: fmt.Errorf("app %q takes TCP connections on port %d, not HTTP requests", a.name, rt.tcpPort)}
+	}
 	if p.edge.httpsPort.Load() != nil {
 		redirect, hsts := p.edgeAnswer(rt, in.host(), in.isTLS())
 		if redirect {

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,8 @@ type endpoint struct {
 	// h2 holds its connections when it speaks h2c (route.ProtocolH2C);
 	// nil for HTTP/1.1, pool's.
 	h2 *h2pool
+	// tcp holds the connections a TCP route relays to it (tcp.go).
+	tcp tcpConns
 
 	closedAt int64 // unix nanoseconds; guarded by Proxy.mu
 
@@ -48,6 +51,7 @@ func (e *endpoint) open() {
 	if e.h2 != nil {
 		e.h2.open()
 	}
+	e.tcp.open()
 	e.closed.Store(false)
 }
 
@@ -175,6 +179,7 @@ func (t *table) Cut(endpointID string) {
 	if e.h2 != nil {
 		conns += e.h2.cutAll()
 	}
+	conns += e.tcp.cutAll()
 	if conns > 0 {
 		t.log.Warn("proxy: drain grace over; requests cut", "endpoint", e.id, "replica_connections", conns)
 	}
@@ -208,7 +213,15 @@ func (a *app) pick(tried []*endpoint) *endpoint {
 			return nil
 		}
 		near, far := rt.candidates()
+		if rt.tcpPort > 0 {
+			// A TCP connection cannot hop to another node's proxy: this
+			// node's endpoints only, the one with the fewest open.
+			near, far = local(near, far), nil
+		}
 		e := choose(near, tried)
+		if rt.tcpPort > 0 {
+			e = least(near, tried)
+		}
 		if far != nil {
 			e = spill(e, far, tried, rt.capacity)
 		}
@@ -260,6 +273,32 @@ func spill(e *endpoint, far, tried []*endpoint, cap int64) *endpoint {
 		return f
 	}
 	return e
+}
+
+// local returns the endpoints of here and far on this node.
+func local(here, far []*endpoint) []*endpoint {
+	out := make([]*endpoint, 0, len(here))
+	for _, e := range slices.Concat(here, far) {
+		if e.node == "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// least returns the endpoint of eps not in tried with the fewest
+// requests in flight, the first of those tied.
+func least(eps []*endpoint, tried []*endpoint) *endpoint {
+	if len(tried) > 0 {
+		eps = untried(eps, tried)
+	}
+	var best *endpoint
+	for _, e := range eps {
+		if best == nil || e.inFlight.Load() < best.inFlight.Load() {
+			best = e
+		}
+	}
+	return best
 }
 
 func untried(eps, tried []*endpoint) []*endpoint {

@@ -59,6 +59,9 @@ type Options struct {
 	// Dial, if set, connects to replicas over HTTP/1.1 in place of a
 	// net.Dialer with DialTimeout (a test's slow connects).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TCPHost is the address (an IP or host name) the TCP routes listen
+	// on, each on its route's port; "": the proxy listens for none.
+	TCPHost string
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -73,8 +76,9 @@ type Proxy struct {
 	mistakes  mistakeLog
 	trusted   TrustList
 
-	front server // the listener side of Serve
-	edge  edge   // TLS: certificates, the listener's config, redirects
+	front server   // the listener side of Serve
+	tcp   tcpFront // the TCP routes' listeners (tcp.go)
+	edge  edge     // TLS: certificates, the listener's config, redirects
 
 	// challenges are the ACME challenges answered (acme.go); nil: none.
 	challenges atomic.Pointer[challenges]
@@ -92,6 +96,8 @@ func New(o Options) *Proxy {
 	}
 	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log), p.log)
 	p.table.dial = o.Dial
+	p.tcp.host = o.TCPHost
+	p.table.changed = p.syncTCP
 	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
 		p.domain = "." + d
 	}

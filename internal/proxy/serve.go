@@ -147,6 +147,7 @@ func (p *Proxy) serve(l net.Listener, isTLS bool) error {
 // the requests in flight to be answered (their connections are then
 // closed), or for ctx to end.
 func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.closeTCP()
 	f := &p.front
 	f.mu.Lock()
 	f.shutting.Store(true)
@@ -189,6 +190,8 @@ func (p *Proxy) Close() error {
 	}
 	f.mu.Unlock()
 	f.cancel()
+	p.closeTCP()
+	p.cutTCP()
 	return errors.Join(f.std.Close(), f.h2.Close())
 }
 

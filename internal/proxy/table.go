@@ -29,8 +29,11 @@ type table struct {
 	endpoints map[string]*endpoint    // by ID; guarded by mu
 	hop       atomic.Pointer[hopConf] // nil: not in a cluster
 
-	clock   clock.Clock
-	dial    dialFunc // the endpoints' pools' (Options.Dial); nil: dialer's
+	clock clock.Clock
+	dial  dialFunc // the endpoints' pools' (Options.Dial); nil: dialer's
+	// changed, if set, is called (mu held) after every change of the
+	// table: the TCP routes' listeners follow it.
+	changed func()
 	metrics *metrics
 	log     *slog.Logger
 }
@@ -87,6 +90,7 @@ type routeSnap struct {
 	capacity     int64         // in flight on a near endpoint before a far one is tried; 0: no bound
 	h2c          bool          // an endpoint speaks h2c: net/http's engine serves the requests
 	wsTimeout    time.Duration // a WebSocket idle this long is closed
+	tcpPort      int           // the port of a TCP route (tcp.go); 0: HTTP
 
 	domains  []string // the app's own host names, lower case
 	redirect bool     // plain HTTP to a host with a certificate goes to HTTPS
@@ -140,6 +144,13 @@ func (t *table) Update(routes []route.Route) {
 		t.metrics.forget(a.name)
 	}
 	t.pruneLocked()
+	t.notifyChanged()
+}
+
+func (t *table) notifyChanged() {
+	if t.changed != nil {
+		t.changed()
+	}
 }
 
 // SetRoute adds or changes the route of one app.
@@ -172,6 +183,7 @@ func (t *table) SetRoute(r route.Route) {
 	}
 	t.closeAndWake(closing, []*app{a})
 	t.pruneLocked()
+	t.notifyChanged()
 }
 
 // RemoveRoute removes an app: its host answers 404 and its endpoints are
@@ -199,6 +211,7 @@ func (t *table) RemoveRoute(name string) {
 	t.closeAndWake(closing, []*app{a})
 	t.metrics.forget(name)
 	t.pruneLocked()
+	t.notifyChanged()
 }
 
 func (t *table) newApp(name string) *app {
@@ -227,6 +240,7 @@ func (t *table) setLocked(a *app, r route.Route, keep map[string]bool) []*endpoi
 		retryAt:      r.RetryAt,
 		capacity:     int64(r.Capacity),
 		wsTimeout:    r.WebSocketTimeout,
+		tcpPort:      r.TCPPort,
 		redirect:     !r.KeepHTTP,
 		hsts:         !r.NoHSTS,
 	}

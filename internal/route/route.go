@@ -109,6 +109,11 @@ type Route struct {
 	// ([https] hsts = false).
 	KeepHTTP bool `json:",omitempty"`
 	NoHSTS   bool `json:",omitempty"`
+	// TCPPort, when set, makes the route a TCP one (shoal.toml's protocol
+	// = "tcp" and listen): the proxy takes connections on this port of
+	// its address and relays each, as it is, to the endpoint on its node
+	// with the fewest open; no HTTP request reaches the app.
+	TCPPort int `json:",omitempty"`
 }
 
 // Cert is a certificate the proxy serves over TLS, as the daemon pushes

@@ -23,6 +23,9 @@ func (ctl *appCtl) route() route.Route {
 	rt := route.Route{App: ctl.name, MaxBodyBytes: cfg.Resources.MaxBodyBytes(), QueueLimit: cfg.Scale.Queue,
 		QueueTimeout: cfg.Scale.QueueTimeout.Duration, WebSocketTimeout: cfg.Scale.WebSocketTimeout.Duration, MaxConns: cfg.Scale.MaxConnections,
 		Domains: cfg.Domains, KeepHTTP: !cfg.HTTPS.Redirect, NoHSTS: !cfg.HTTPS.HSTS}
+	if cfg.TCP() {
+		rt.TCPPort = cfg.Listen
+	}
 	if ctl.deleting {
 		rt.Unavailable = "app " + ctl.name + " is being deleted"
 	}

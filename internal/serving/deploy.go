@@ -68,6 +68,9 @@ func (m *Manager) readDeploy(ctx context.Context, req types.DeployRequest) (depl
 	if err != nil {
 		return d, err
 	}
+	if err := m.checkListen(cfg); err != nil {
+		return d, err
+	}
 	img, err := m.o.Images.Get(ctx, cfg.Image)
 	if err != nil {
 		if errdefs.IsNotFound(err) {

@@ -1,0 +1,32 @@
+package serving
+
+import (
+	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/manifest"
+)
+
+// checkListen refuses a TCP app (protocol = "tcp") whose listen port
+// another app of this manager's has, naming that app: the proxy takes
+// each port for one app only.
+func (m *Manager) checkListen(cfg manifest.Config) error {
+	if !cfg.TCP() {
+		return nil
+	}
+	m.mu.Lock()
+	ctls := make([]*appCtl, 0, len(m.apps))
+	for name, ctl := range m.apps {
+		if name != cfg.Name {
+			ctls = append(ctls, ctl)
+		}
+	}
+	m.mu.Unlock()
+	for _, ctl := range ctls {
+		ctl.mu.Lock()
+		other, deleting := ctl.rec.Config, ctl.deleting
+		ctl.unlock()
+		if !deleting && other.TCP() && other.Listen == cfg.Listen {
+			return errdefs.Invalid("listen", "port %d is app %q's (each TCP app needs a port of its own)", cfg.Listen, ctl.name)
+		}
+	}
+	return nil
+}
