@@ -74,6 +74,7 @@ var hostTools = map[string]tool{
 	"wrk":                {pkg: "wrk"},
 	"h2load":             {pkg: "nghttp2-client"},
 	"nginx":              {pkg: "nginx"},
+	"curl":               {pkg: "curl"},
 	"sqlite3":            {pkg: "sqlite3"},
 	"sysbench":           {pkg: "sysbench"},
 	"xz":                 {pkg: "xz-utils"},
