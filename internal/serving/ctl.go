@@ -65,6 +65,7 @@ type appCtl struct {
 
 	roundAt atomic.Int64 // the clock (UnixNano) of the last reconcile round done, for tests
 	woken   atomic.Bool  // a request is waiting for a ready replica
+	wokenAt atomic.Int64 // since when (UnixNano), for the start gate's order
 
 	// recMu orders writes of the app record: a writer takes it before
 	// mu and holds it until its write is done.

@@ -104,6 +104,9 @@ type Manager struct {
 	eventQueue
 	self  tokenIndex
 	quiet quietApps
+	// starts admits this host's replica starts (admit.go); nil in a
+	// cluster, whose nodes start their own.
+	starts *admission
 }
 
 // New returns a Manager; Start loads the apps in the store.
@@ -137,6 +140,9 @@ func New(o Options) (*Manager, error) {
 		m.disp = o.Dispatcher
 		m.node = m.disp
 		m.changed = o.Cluster.Changed()
+	}
+	if m.disp == nil {
+		m.starts = newAdmission(o.Clock)
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m, o.Registerer)
@@ -196,6 +202,9 @@ func (m *Manager) Close() {
 // replica. It never blocks.
 func (m *Manager) Activate(app string) {
 	if ctl := m.app(app); ctl != nil {
+		if !ctl.woken.Load() {
+			ctl.wokenAt.Store(m.clock.Now().UnixNano())
+		}
 		ctl.woken.Store(true)
 		poke(ctl.wake)
 	}

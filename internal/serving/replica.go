@@ -120,8 +120,19 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 	}
 	// A failed replica's place may be the one this one takes.
 	ctl.releases.wait(m.clock, bootWait, ctl.stop)
+	admitted, ok := ctl.admit(r)
+	if !ok {
+		ctl.mu.Lock()
+		r.booting = false
+		ctl.unlock()
+		ctl.remove(r, false) // stopped, or the daemon stops, while it waited: nothing was started
+		return
+	}
 	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
 		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
+	if m.starts != nil {
+		m.starts.release(admitted, err == nil)
+	}
 	ctl.mu.Lock()
 	r.booting = false
 	stopping := r.state.exiting()
@@ -173,6 +184,34 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 	go ctl.healthLoop(r, exited)
 	m.metrics.coldStart(ctl.name, "start", took)
 	ctl.notify()
+}
+
+// admit waits for the host's start gate to admit r's start (a start
+// for a request waiting for the app goes first, the oldest waiting
+// first); it returns when the start began, or false when r was stopped
+// or the daemon stops meanwhile.
+func (ctl *appCtl) admit(r *replica) (time.Time, bool) {
+	g := ctl.m.starts
+	if g == nil {
+		return time.Time{}, true
+	}
+	at := ctl.m.clock.Now()
+	urgent := ctl.woken.Load()
+	if urgent {
+		at = time.Unix(0, ctl.wokenAt.Load())
+	}
+	began, ok := g.acquire(ctl.ctx(), ctl.stop, urgent, at)
+	if !ok {
+		return began, false
+	}
+	ctl.mu.Lock()
+	stopping := r.state.exiting()
+	ctl.unlock()
+	if stopping {
+		g.release(began, false)
+		return began, false
+	}
+	return began, true
 }
 
 // becomeReady moves replica r to ready by mv (ready after its start,
