@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/runtime/cgroups"
 )
 
 // Delete removes the container completely, whatever state it is in: the
@@ -71,16 +72,11 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 			if err := c.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errExited) {
 				errs = append(errs, err)
 			}
-			if frozen, _ := paths.Frozen(); frozen {
-				_ = paths.Thaw() // frozen tasks die only once thawed
-			}
 		}
-		select {
-		case <-c.done:
-		case <-ctx.Done():
+		if err := awaitKilled(ctx, c, paths); err != nil {
 			// Still running: everything stays (state, cgroup, mounts,
 			// record) for a later Delete to finish.
-			return fmt.Errorf("container %q: delete: wait for exit: %w: %w", id, errStillRunning, ctx.Err())
+			return fmt.Errorf("container %q: delete: wait for exit: %w: %w", id, errStillRunning, err)
 		}
 		if err := os.RemoveAll(r.stateDir(id)); err != nil {
 			errs = append(errs, err)
@@ -100,7 +96,7 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 	r.awaitHelpers(id)
 	if paths.Exists() {
 		found = true
-		if frozen, _ := paths.Frozen(); frozen {
+		if thawed, err := paths.Thawed(); err == nil && !thawed {
 			_ = paths.Thaw()
 		}
 		if err := paths.Remove(); err != nil {
@@ -144,4 +140,29 @@ func (r *Runtime) destroy(ctx context.Context, id string, c *ctr) error {
 	}
 	r.log.Debug("container deleted", "container", id, "runtime", tRuntime.Sub(t0).String(), "total", since(t0))
 	return nil
+}
+
+// awaitKilled waits for the exit of c's init, sent SIGKILL, keeping its
+// cgroup thawed meanwhile: frozen tasks die only once thawed (cgroup v1),
+// and a freeze may be under way at the kill (FREEZING) or begin after it
+// (the serving ladder freezing an idle replica that is being removed), so
+// one thaw before waiting could leave init frozen, killed but alive.
+func awaitKilled(ctx context.Context, c *ctr, paths cgroups.Paths) error {
+	poll := 5 * time.Millisecond
+	for {
+		if thawed, err := paths.Thawed(); err == nil && !thawed {
+			_ = paths.Thaw()
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-c.done:
+			t.Stop()
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		poll = min(2*poll, 500*time.Millisecond)
+	}
 }

@@ -281,7 +281,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) (Exi
 	if c.exited() {
 		return c.exit, nil
 	}
-	if frozen, _ := r.cgroupPaths(id).Frozen(); frozen {
+	if thawed, err := r.cgroupPaths(id).Thawed(); err == nil && !thawed {
 		if err := r.cgroupPaths(id).Thaw(); err != nil {
 			return ExitStatus{}, fmt.Errorf("container %q: stop: %w", id, err)
 		}
@@ -308,12 +308,10 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) (Exi
 	if err := c.signal(syscall.SIGKILL); err != nil && !errors.Is(err, errExited) {
 		return ExitStatus{}, fmt.Errorf("container %q: stop: %w", id, err)
 	}
-	select {
-	case <-c.done:
-		return c.exit, nil
-	case <-ctx.Done():
-		return ExitStatus{}, fmt.Errorf("container %q: stop: %w", id, ctx.Err())
+	if err := awaitKilled(ctx, c, r.cgroupPaths(id)); err != nil {
+		return ExitStatus{}, fmt.Errorf("container %q: stop: %w", id, err)
 	}
+	return c.exit, nil
 }
 
 // describe returns the public view of c.

@@ -290,3 +290,54 @@ func TestBadSpecs(t *testing.T) {
 		t.Fatalf("delete missing: %v", err)
 	}
 }
+
+// TestKillWhileFreezing: Delete and Stop end a container that something
+// freezes again and again meanwhile (the serving ladder freezing an idle
+// replica that is being removed): frozen tasks die only once thawed
+// (cgroup v1), so a kill must keep the cgroup thawed until init has gone,
+// not thaw once before waiting.
+func TestKillWhileFreezing(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	for i, end := range []func(ctx context.Context, id string) error{
+		func(ctx context.Context, id string) error { return r.Delete(ctx, id) },
+		func(ctx context.Context, id string) error { _, err := r.Stop(ctx, id, 0); return err },
+	} {
+		for round := 0; round < 3; round++ {
+			s := baseSpec(t, "sh", "-c", "sleep 300 & sleep 300 & wait")
+			run(t, r, s)
+			if err := r.Freeze(s.ID); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			freezing := make(chan struct{})
+			go func() {
+				defer close(freezing)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if err := r.Freeze(s.ID); errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errExited) {
+						return
+					}
+				}
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			err := end(ctx, s.ID)
+			cancel()
+			close(stop)
+			<-freezing
+			if err != nil {
+				state, _ := os.ReadFile(filepath.Join(r.cgroupPaths(s.ID).V1["freezer"], "freezer.state"))
+				t.Fatalf("end %d, round %d: %v (freezer %q)", i, round, err, bytes.TrimSpace(state))
+			}
+			if i == 1 {
+				if err := r.Delete(context.Background(), s.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			assertGone(t, r, s.ID)
+		}
+	}
+}

@@ -204,6 +204,32 @@ func TestFreezeFiles(t *testing.T) {
 	}
 }
 
+// TestThawed: only a thawed cgroup is thawed; one being frozen (v1's
+// FREEZING, v2's cgroup.freeze 1 before frozen 1) is not, nor a frozen one.
+func TestThawed(t *testing.T) {
+	v1 := v1Paths(fixture(t, "v1"))
+	for state, want := range map[string]bool{"THAWED\n": true, "FREEZING\n": false, "FROZEN\n": false} {
+		if err := os.WriteFile(filepath.Join(v1.V1["freezer"], "freezer.state"), []byte(state), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := v1.Thawed(); err != nil || got != want {
+			t.Errorf("v1 %q: Thawed() = %v, %v; want %v", state, got, err, want)
+		}
+	}
+	v2 := Paths{Unified: fixture(t, "v2"), V2: true}
+	for freeze, want := range map[string]bool{"0\n": true, "1\n": false} {
+		if err := os.WriteFile(filepath.Join(v2.Unified, "cgroup.freeze"), []byte(freeze), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := v2.Thawed(); err != nil || got != want {
+			t.Errorf("v2 cgroup.freeze %q: Thawed() = %v, %v; want %v", freeze, got, err, want)
+		}
+	}
+	if _, err := (Paths{V1: map[string]string{}}).Thawed(); err == nil {
+		t.Error("Thawed() without a freezer: no error")
+	}
+}
+
 func TestRemoveMissing(t *testing.T) {
 	p := Paths{V1: map[string]string{"cpu": filepath.Join(t.TempDir(), "nope")}}
 	if err := p.Remove(); err != nil {

@@ -55,6 +55,28 @@ func (p Paths) Frozen() (bool, error) {
 	return strings.TrimSpace(string(b)) == "FROZEN", nil
 }
 
+// Thawed reports whether the cgroup is neither frozen nor being frozen: a
+// freeze under way (v1's FREEZING, v2's cgroup.freeze 1 before the kernel
+// reports frozen) is not thawed.
+func (p Paths) Thawed() (bool, error) {
+	file := filepath.Join(p.Unified, "cgroup.freeze")
+	want := "0"
+	if !p.V2 {
+		d, err := p.dir("freezer")
+		if err != nil {
+			return false, err
+		}
+		file, want = filepath.Join(d, "freezer.state"), "THAWED"
+	} else if p.Unified == "" {
+		return false, errors.New("no cgroup2 hierarchy")
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return false, err
+	}
+	return strings.TrimSpace(string(b)) == want, nil
+}
+
 func (p Paths) setFrozenV1(state string) error {
 	d, err := p.dir("freezer")
 	if err != nil {
