@@ -256,6 +256,9 @@ func printAppStatus(w io.Writer, a types.App) {
 	for _, l := range a.Log {
 		fmt.Fprintf(w, "  | %s\n", l)
 	}
+	if a.Waiting != "" {
+		fmt.Fprintf(w, "waiting:   %s\n", a.Waiting)
+	}
 	if len(a.Replicas) == 0 {
 		fmt.Fprintln(w, "replicas:  none")
 		return

@@ -33,6 +33,7 @@ func (ctl *appCtl) view() view {
 		traffic: ctl.rec.Traffic, rollout: ctl.rec.Rollout, roFailures: ctl.roFailures, lastErr: ctl.lastErr,
 		desired: ctl.desired, backoff: ctl.backoff, woken: ctl.woken.Load(), floor: ctl.floor,
 		reps: make([]repView, 0, len(ctl.reps))}
+	v.ordWait = ctl.ordinalsWaiting()
 	if progressing(v.rollout) {
 		cfg, _, err := ctl.configOf(v.rollout.Revision)
 		v.roAllowed, v.roErr = cfg.Health.Failures, err
@@ -86,6 +87,7 @@ func (ctl *appCtl) apply(now time.Time, p plan) {
 		ctl.m.emit("scale", ctl.name, "", fmt.Sprintf("%d → %d replicas: %s", ctl.desired, p.want, p.reason), p.inputs)
 		ctl.desired = p.want
 	}
+	ctl.wait(p.waiting)
 	ctl.applySteps(now, p)
 	ctl.clearRemains() // after the starts above
 }

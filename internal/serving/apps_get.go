@@ -74,6 +74,7 @@ func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 		a.Traffic = []types.TrafficTarget{{Revision: ctl.rec.Revision, Percent: 100}}
 	}
 	a.Sticky = ctl.rec.Sticky
+	a.Waiting = ctl.waiting
 	switch {
 	case ctl.deleting:
 		a.State = "deleting"

@@ -155,7 +155,7 @@ func (ctl *appCtl) inRoute() int {
 	w := ctl.weights()
 	n := 0
 	for _, r := range ctl.reps {
-		if r.state == StateReady && !r.closed && w[r.rec.Revision] > 0 {
+		if r.state == StateReady && !r.closed && (w[r.rec.Revision] > 0 || ctl.rec.Config.Stateful.Enabled()) {
 			n++
 		}
 	}

@@ -86,6 +86,7 @@ type appCtl struct {
 	strikes    int       // failures since a replica last stayed up for stableAfter
 	backoff    time.Time // no new replica before this
 	lastErr    string
+	waiting    string // what keeps a stateful app's ordinal from starting (plan.waiting)
 	lastLog    []string
 	desired    int
 	floor      selfFloor // what the app asked for through the self API

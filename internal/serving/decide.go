@@ -52,6 +52,9 @@ type view struct {
 	backoff    time.Time // no new replica before this
 	woken      bool      // a request waits for a ready replica
 	floor      selfFloor
+	// ordWait are a stateful app's ordinals that may not start, and why:
+	// the node that holds their volumes is not live (no reseed).
+	ordWait map[int]string
 }
 
 // observation is what the controller observed for a round: the app's
@@ -131,6 +134,7 @@ type plan struct {
 	steps         []planStep
 	rollout       rolloutPlan
 	next          time.Duration // when the next round is due (0: when something happens)
+	waiting       string        // what keeps a stateful app's ordinal from starting ("": nothing)
 }
 
 // revView is one revision's replicas as a round sees them.

@@ -119,6 +119,11 @@ func (op *ordinalPlanner) startInOrder(want int, shrinking bool) bool {
 	for o := 0; o < want; o++ {
 		r := op.byOrd[o]
 		switch {
+		case r == nil && v.ordWait[o] != "":
+			if op.p.waiting == "" {
+				op.p.waiting = v.ordWait[o]
+			}
+			up = false
 		case r == nil:
 			if up && !shrinking && op.now.After(v.backoff) {
 				op.add(planStep{kind: stepStart, rev: v.revision, ordinal: o, ordered: true,
@@ -153,7 +158,9 @@ func (op *ordinalPlanner) replace(want int) {
 		switch {
 		case r.rev != op.v.revision:
 			op.leave(r, fmt.Sprintf("rolling upgrade to revision %d: ordinal %d's turn", op.v.revision, o))
-		case !op.fresh(r):
+		case !op.fresh(r) && (!r.draining || op.v.cfg.Stateful.Reseed):
+			// On a draining node, one whose data stays there (no
+			// reseed) stays with it.
 			op.leave(r, "replaced in place: "+staleWhy(r, ""))
 		default:
 			continue

@@ -90,6 +90,26 @@ func TestDecideStateful(t *testing.T) {
 				return x
 			}(),
 			steps: []string{"drain db-old: the app is stateful: its ordinals serve"}, next: tick},
+		{name: "cluster: ordinal 1's volumes are on a lost node (no reseed): it and those after it wait",
+			v: func() view {
+				x := v(1, rep(0, 1, StateReady), rep(2, 1, StateReady))
+				x.ordWait = map[int]string{1: "ordinal 1 waits for node n2"}
+				return x
+			}(), next: tick},
+		{name: "cluster: a replica on a draining node stays with its data (no reseed)",
+			v: func() view {
+				x := v(1, rep(0, 1, StateReady), rep(1, 1, StateReady))
+				x.max, x.reps[1].draining, x.reps[1].node = 2, true, "n2"
+				return x
+			}(), next: quietRound},
+		{name: "cluster: with reseed, it moves",
+			v: func() view {
+				x := v(1, rep(0, 1, StateReady), rep(1, 1, StateReady))
+				x.max, x.reps[1].draining, x.reps[1].node = 2, true, "n2"
+				x.cfg.Stateful.Reseed = true
+				return x
+			}(),
+			steps: []string{"drain db-1-x1: replaced in place: node n2 is draining"}, next: tick},
 		{name: "a request waits: frozen ordinals thaw",
 			v: func() view {
 				x := v(1, rep(0, 1, StateFrozen))
@@ -109,6 +129,9 @@ func TestDecideStateful(t *testing.T) {
 			var steps []string
 			for _, s := range p.steps {
 				steps = append(steps, s.String())
+			}
+			if c.v.ordWait != nil && p.waiting != c.v.ordWait[1] {
+				t.Errorf("waiting %q, want %q", p.waiting, c.v.ordWait[1])
 			}
 			if !slices.Equal(steps, c.steps) || p.next != c.next || p.want != c.v.max || p.cause != causeBounds {
 				t.Errorf("decide:\n got steps %q next %s want %d (%s)\nwant steps %q next %s want %d", steps, p.next, p.want, p.cause, c.steps, c.next, c.v.max)

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"fmt"
 	"net"
 	"sort"
 	"strconv"
@@ -48,4 +49,82 @@ func (ctl *appCtl) ordinalEnv(ord int) []string {
 		EnvPeers + "=" + strings.Join(addrs, ","),
 		EnvPeerHosts + "=" + strings.Join(hosts, ","),
 	}
+}
+
+// ordinalsWaiting are the ordinals of a stateful app, in a cluster, that
+// may not start, and why: the node that holds their volumes is not live,
+// and the app does not reseed. ctl.mu is held.
+func (ctl *appCtl) ordinalsWaiting() map[int]string {
+	m := ctl.m
+	if m.disp == nil || !ctl.rec.Config.Stateful.Enabled() || ctl.rec.Config.Stateful.Reseed {
+		return nil
+	}
+	var out map[int]string
+	for o, node := range ctl.rec.VolumeNodes {
+		if node == "" || m.disp.IsLive(node) {
+			continue
+		}
+		if out == nil {
+			out = map[int]string{}
+		}
+		out[o] = fmt.Sprintf("ordinal %d (%s) waits for node %s, which holds its volumes and is not live; "+
+			"with stateful.reseed = true it would start on another node with fresh volumes", o, manifest.ReplicaName(ctl.name, o), node)
+	}
+	return out
+}
+
+// wait records what keeps an ordinal from starting (why; "" nothing),
+// with an event when it changes. ctl.mu is held.
+func (ctl *appCtl) wait(why string) {
+	if why == ctl.waiting {
+		return
+	}
+	ctl.waiting = why
+	if why != "" {
+		ctl.m.emit("waiting", ctl.name, "", why, nil)
+	}
+}
+
+// placeOrdinal is cfg as the start of replica r places it: in a cluster,
+// an ordinal of a stateful app goes to the node that holds its volumes
+// (placement.nodes); one whose node is lost, started (stateful.reseed),
+// anywhere, with fresh volumes, its siblings' nodes last (the app's
+// spread).
+func (ctl *appCtl) placeOrdinal(r *replica, cfg manifest.Config) manifest.Config {
+	m := ctl.m
+	if m.disp == nil || r.rec.Ordinal == nil {
+		return cfg
+	}
+	ctl.mu.Lock()
+	o := *r.rec.Ordinal
+	node := ctl.rec.VolumeNodes[o]
+	ctl.unlock()
+	switch {
+	case node == "":
+	case m.disp.IsLive(node):
+		cfg.Placement.Nodes, cfg.Placement.Prefer = []string{node}, nil
+	default:
+		m.emit("reseed", ctl.name, r.rec.ID, fmt.Sprintf("node %s, which holds the volumes of ordinal %d, is not live: "+
+			"it starts on another node with fresh volumes (stateful.reseed = true)", node, o), nil)
+	}
+	return cfg
+}
+
+// placedOrdinal remembers the node replica r started on as the one that
+// holds its ordinal's volumes. ctl.mu is held.
+func (ctl *appCtl) placedOrdinal(r *replica) {
+	if ctl.m.disp == nil || r.rec.Ordinal == nil || r.rec.Node == "" {
+		return
+	}
+	o := *r.rec.Ordinal
+	if ctl.rec.VolumeNodes[o] == r.rec.Node {
+		return
+	}
+	nodes := make(map[int]string, len(ctl.rec.VolumeNodes)+1)
+	for k, v := range ctl.rec.VolumeNodes {
+		nodes[k] = v
+	}
+	nodes[o] = r.rec.Node
+	ctl.rec.VolumeNodes = nodes // a record others may hold a copy of is never changed in place
+	ctl.saveApp()
 }

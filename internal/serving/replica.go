@@ -129,7 +129,7 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 		return
 	}
 	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
-		Config: cfg, Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
+		Config: ctl.placeOrdinal(r, cfg), Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
 	if m.starts != nil {
 		m.starts.release(admitted, err == nil)
 	}
@@ -138,6 +138,9 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 	stopping := r.state.exiting()
 	if st.Node != "" {
 		r.rec.Node = st.Node
+		if err == nil {
+			ctl.placedOrdinal(r)
+		}
 	}
 	if err == nil && !stopping {
 		r.rec.Addr, r.rec.Pid, r.rec.CPUSet = st.Addr, st.Pid, st.CPUSet

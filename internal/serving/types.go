@@ -24,6 +24,9 @@ type appRecord struct {
 	Sticky  bool           `json:"sticky,omitempty"`
 	// Rollout is the last revision's rollout.
 	Rollout *rollout `json:"rollout,omitempty"`
+	// VolumeNodes are, in a cluster, the nodes that hold the volumes of a
+	// stateful app's ordinals (ordinal → node): where each starts again.
+	VolumeNodes map[int]string `json:"volume_nodes,omitempty"`
 }
 
 // trafficShare is one revision's share of an app's requests, as stored in

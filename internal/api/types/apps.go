@@ -78,6 +78,9 @@ type App struct {
 	Traffic []TrafficTarget `json:"traffic,omitempty"`
 	// Sticky keeps a client on its replica (cookie shoal-replica).
 	Sticky bool `json:"sticky,omitempty"`
+	// Waiting says what keeps one of a stateful app's ordinals from
+	// starting (in a cluster: the node that holds its volumes is lost).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // Rollout states.
