@@ -41,7 +41,8 @@ type BuildOptions struct {
 
 // Build makes a one-layer image from the folder dir: every file, directory,
 // symlink and hardlink in it, owned by root (uid and gid 0), with modes and
-// modification times kept. Device nodes are refused; sockets are skipped.
+// modification times kept. Device nodes are refused but under dev/, where
+// they are skipped with a note (the runtime makes /dev); sockets are skipped.
 // A tag already in use moves to the new image; the image it named stays,
 // known by digest, until removed (containers may still run from it). A dir
 // that is missing, unreachable or not a directory, and a file in it that
@@ -73,11 +74,15 @@ func (s *Store) Build(ctx context.Context, dir string, o BuildOptions) (Image, e
 	defer in.close()
 
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTree(ctx, dir, pw)) }()
+	devSkipped := 0
+	go func() { pw.CloseWithError(writeTree(ctx, dir, pw, &devSkipped)) }()
 	layer, diffID, err := in.putTarLayer(pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
 		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
+	}
+	if devSkipped > 0 { // writeTree is done: its end was read
+		in.note(fmt.Sprintf("%d device nodes under dev/ skipped (the runtime makes /dev)", devSkipped))
 	}
 	if err := in.addNewImage(ctx, cfg, []ocispec.Descriptor{layer}, []string{diffID}, refs, "shoal image build"); err != nil {
 		return Image{}, fmt.Errorf("build context %q: %w", dir, err)
@@ -183,8 +188,10 @@ func (in *ingest) addConfigured(ctx context.Context, cb []byte, layers []ocispec
 	return in.addImage(ctx, mb, ocispec.MediaTypeImageManifest, refs)
 }
 
-// writeTree writes the folder dir as a tar stream, in lexical order.
-func writeTree(ctx context.Context, dir string, w io.Writer) error {
+// writeTree writes the folder dir as a tar stream, in lexical order. The
+// device nodes under dev/ (a debootstrap root file system's) are left out
+// and counted in devSkipped; one elsewhere is refused.
+func writeTree(ctx context.Context, dir string, w io.Writer, devSkipped *int) error {
 	tw := tar.NewWriter(w)
 	links := map[[2]uint64]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -207,8 +214,11 @@ func writeTree(ctx context.Context, dir string, w io.Writer) error {
 		switch {
 		case mode&fs.ModeSocket != 0:
 			return nil
+		case mode&(fs.ModeDevice|fs.ModeCharDevice) != 0 && underDev(rel):
+			*devSkipped++
+			return nil
 		case mode&(fs.ModeDevice|fs.ModeCharDevice) != 0:
-			return errdefs.Invalid("dir", "file %q: device nodes cannot go into an image", rel)
+			return errdefs.Invalid("dir", "file %q: device nodes cannot go into an image (those under dev/ are skipped: the runtime makes /dev)", rel)
 		}
 		target := ""
 		if mode&fs.ModeSymlink != 0 {

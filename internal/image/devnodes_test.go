@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -72,4 +73,49 @@ func TestImportRootfsDeviceElsewhereEarly(t *testing.T) {
 		t.Fatalf("error %q does not refuse srv/disk0 as a device node", err)
 	}
 	assertUnchanged(t, s, before)
+}
+
+// TestBuildRootfsDirSkipsDevNodes: a debootstrap root file system built from
+// its folder has its device nodes under dev/ left out with a note, as its
+// tarball's import does; one elsewhere is refused by name.
+func TestBuildRootfsDirSkipsDevNodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("making device nodes needs root")
+	}
+	s := newStore(t)
+	dir := t.TempDir()
+	for _, d := range []string{"dev/pts", "etc"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "hostname"), []byte("deb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"dev/null", "dev/pts/ptmx"} {
+		if err := syscall.Mknod(filepath.Join(dir, n), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img, err := s.Build(context.Background(), dir, BuildOptions{Tag: "deb:12"})
+	if err != nil {
+		t.Fatalf("build: %v", err)
+	}
+	if len(img.Notes) != 1 || !strings.Contains(img.Notes[0], "2 device nodes under dev/ skipped") {
+		t.Fatalf("notes %q", img.Notes)
+	}
+	root := img.Layers[0]
+	if _, err := os.Lstat(filepath.Join(root, "dev", "null")); !os.IsNotExist(err) {
+		t.Errorf("dev/null kept: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "etc", "hostname")); err != nil || string(b) != "deb\n" {
+		t.Fatalf("etc/hostname %q %v", b, err)
+	}
+	if err := syscall.Mknod(filepath.Join(dir, "etc", "disk0"), syscall.S_IFBLK|0o660, 7<<8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Build(context.Background(), dir, BuildOptions{Tag: "deb:13"}); err == nil ||
+		!errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), `"etc/disk0": device nodes cannot go into an image`) {
+		t.Fatalf("build with etc/disk0: %v; want it refused by name", err)
+	}
 }
