@@ -20,6 +20,11 @@ import (
 // its frozen replicas thawed, most recently used first, the rest
 // started. The plan's want is that count.
 func decideRollback(v view, load route.Load, to int) plan {
+	if v.cfg.Stateful.Enabled() {
+		// A stateful app's ordinals go back one at a time, as a rolling
+		// upgrade to the revision made current (decideStateful).
+		return plan{want: v.max}
+	}
 	need, _ := v.counted()
 	if need == 0 && (load.InFlight > 0 || v.woken) {
 		need = 1
@@ -79,6 +84,8 @@ func decideReplicate(v view, caller string, now time.Time) (plan, error) {
 		}
 	}
 	switch {
+	case v.cfg.Stateful.Enabled():
+		return plan{}, appapi.Refuse("state", "app %s is stateful: it runs its ordinals (stateful.replicas; shoal app scale changes the count)", app)
 	case me == nil:
 		return plan{}, appapi.Refuse("state", "replica %s is gone", caller)
 	case me.state.exiting():

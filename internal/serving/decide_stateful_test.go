@@ -2,6 +2,7 @@ package serving
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,5 +166,20 @@ func TestDecideStatefulRollout(t *testing.T) {
 	v.roFailures = 3
 	if p = decide(v, observation{}, t0); p.rollout.end == "" {
 		t.Errorf("three failures: the rollout goes on: %+v", p.rollout)
+	}
+}
+
+// A stateful app's replicas ask for no replica of their own, and a
+// rollback starts none beside its ordinals: they go back one at a time.
+func TestDecideStatefulAsked(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	cfg := decideCfg()
+	cfg.Name, cfg.Stateful.Replicas = "db", 2
+	v := view{cfg: cfg, min: 2, max: 2, revision: 1, reps: []repView{{id: "db-0-a", ord: 0, rev: 1, state: StateReady}}}
+	if _, err := decideReplicate(v, "db-0-a", t0); err == nil || !strings.Contains(err.Error(), "stateful") {
+		t.Errorf("replicate of a stateful app: %v", err)
+	}
+	if p := decideRollback(v, route.Load{InFlight: 1}, 1); len(p.steps) != 0 || p.want != 2 {
+		t.Errorf("rollback of a stateful app: %+v", p)
 	}
 }
