@@ -133,7 +133,7 @@ func New(o Options) (*Manager, error) {
 		o.FrozenMemory = MemTotal() / 4
 	}
 	m := &Manager{o: o, log: o.Logger, clock: o.Clock, apps: map[string]*appCtl{},
-		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096)}}
+		eventQueue: eventQueue{log: o.Logger, events: o.Events, q: make(chan types.Event, 4096), clock: o.Clock}}
 	m.local = o.Local
 	m.node = m.local
 	if o.Cluster != nil {
@@ -243,6 +243,10 @@ type eventQueue struct {
 	log    *slog.Logger
 	events EventLog // nil: none are recorded
 	q      chan types.Event
+	clock  clock.Clock // for the events' limit by app (eventlimit.go)
+
+	limitMu sync.Mutex
+	byApp   map[string]*appEvents
 }
 
 // emit logs an event and queues it.
@@ -254,9 +258,15 @@ func (x *eventQueue) emit(kind, app, replica, reason string, inputs map[string]f
 // queueEvent hands e to record; when the queue is full the event is
 // dropped, with a warning.
 func (x *eventQueue) queueEvent(e types.Event) {
-	if x.events == nil {
+	if x.events == nil || !x.limit(e) {
 		return
 	}
+	x.send(e)
+}
+
+// send hands e to record, or drops it with a warning when the queue is
+// full.
+func (x *eventQueue) send(e types.Event) {
 	select {
 	case x.q <- e:
 	default:
