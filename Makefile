@@ -45,7 +45,7 @@ deps-bench:
 # bound of a package's run is 90.
 test: deps-test build examples
 	@test "$$(id -u)" = 0 || { echo "make test: run as root (integration tests start real containers)"; exit 1; }
-	scripts/debian-images.sh apache-php nginx python >/dev/null
+	scripts/debian-images.sh apache-php nginx python galera >/dev/null
 	gofmt -l . | tee /dev/stderr | (! read -r _)
 	$(GO) vet ./...
 	SHOAL_BIN=$(CURDIR)/bin/shoal SHOAL_EXAMPLES=$(CURDIR)/bin/examples $(GO) test -count=1 -timeout 90m ./...

@@ -9,6 +9,7 @@
 #   apache-php  apache2 + libapache2-mod-php: a phpinfo() page on :80
 #   nginx       nginx: a static page on :80
 #   python      python3: a tiny http.server app on :8080, run as nobody
+#   galera      mariadb-server + galera-4: a Galera cluster member on :3306 (scripts/galera/)
 # Prints the path of each image's tar on stdout, progress on stderr.
 #
 # Built images are kept in $SHOAL_IMAGE_CACHE (default
@@ -21,7 +22,9 @@ set -eu
 
 cache="${SHOAL_IMAGE_CACHE:-/var/cache/shoal/debian-images}"
 all="apache-php nginx python"
+all="$all galera"
 script=$(readlink -f "$0")
+. "$(dirname "$script")/galera/image.sh" # galera's customizeGalera and configureGalera
 
 say() { echo "debian-images: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -32,6 +35,7 @@ packages() {
 	apache-php) echo "apache2 libapache2-mod-php" ;;
 	nginx) echo "nginx" ;;
 	python) echo "python3" ;;
+	galera) echo "mariadb-server galera-4 rsync iproute2 procps" ;; # galera-start's rsync SST needs rsync and ss
 	*) return 1 ;;
 	esac
 }
@@ -118,6 +122,7 @@ customize() {
 		http.server.ThreadingHTTPServer(("", port), Handler).serve_forever()
 		EOF
 		;;
+	galera) customizeGalera "$root" ;;
 	esac
 }
 
@@ -137,6 +142,7 @@ configure() {
 			--config.exposedports 8080/tcp --config.user nobody --config.workingdir /srv/app \
 			--config.env PYTHONUNBUFFERED=1
 		;;
+	galera) configureGalera "$2" ;;
 	esac
 }
 
@@ -202,8 +208,11 @@ for name in $names; do
 	packages "$name" >/dev/null || { echo "usage: $0 [$(echo "$all" | tr ' ' '|')]..." >&2; exit 2; }
 done
 mkdir -p "$cache"
+# The cache key of the images but galera's: a digest of this script without galera's lines.
+sha256sum() { grep -v galera "$1" | command sha256sum; }
 hash=$(sha256sum "$script" | cut -c1-12)
 for name in $names; do
+	[ "$name" != galera ] || hash=$(cat "$script" "$(dirname "$script")"/galera/* | command sha256sum | cut -c1-12)
 	out="$cache/$name-$hash.tar"
 	if [ -f "$out" ]; then
 		say "$name: cached $out"

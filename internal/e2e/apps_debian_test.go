@@ -25,6 +25,13 @@ import (
 // It returns that manifest's path.
 func (d *daemon) debianImage(name string) string {
 	d.t.Helper()
+	return d.debianImageAs(name, "debian-"+name+":1", filepath.Join("examples", "debian", name, "shoal.toml"))
+}
+
+// debianImageAs builds Debian image name, imports it as tag and returns
+// the path of manifest (relative to the source tree).
+func (d *daemon) debianImageAs(name, tag, manifest string) string {
+	d.t.Helper()
 	for _, tool := range []string{"mmdebstrap", "umoci"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			d.t.Fatalf("%s is needed to build the Debian example images (scripts/install-deps.sh test installs it): %v", tool, err)
@@ -57,13 +64,13 @@ func (d *daemon) debianImage(name string) string {
 	start = time.Now()
 	ictx, icancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer icancel()
-	imp := exec.CommandContext(ictx, shoalBin, "image", "import", tar, "--tag", "debian-"+name+":1")
+	imp := exec.CommandContext(ictx, shoalBin, "image", "import", tar, "--tag", tag)
 	imp.Env = append(os.Environ(), "SHOAL_HOST=unix://"+d.sock)
 	if b, err := imp.CombinedOutput(); err != nil {
 		d.t.Fatalf("shoal image import %s: %v\n%s", tar, err, b)
 	}
 	d.t.Logf("shoal image import %s: %v", name, time.Since(start).Round(time.Millisecond))
-	return filepath.Join(root, "examples", "debian", name, "shoal.toml")
+	return filepath.Join(root, manifest)
 }
 
 // debianApp deploys Debian example app name from its shoal.toml and

@@ -76,6 +76,7 @@ var hostTools = map[string]tool{
 	"nginx":              {pkg: "nginx"},
 	"curl":               {pkg: "curl"},
 	"sqlite3":            {pkg: "sqlite3"},
+	"mariadb":            {pkg: "mariadb-client"},
 	"sysbench":           {pkg: "sysbench"},
 	"xz":                 {pkg: "xz-utils"},
 	"criu":               {other: "scripts/install-deps.sh builds CRIU 4.2.1 from Debian's source package into /usr/local/lib/shoal/criu unless the host's own is 4.2 or later and passes criu check"},
