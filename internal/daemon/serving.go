@@ -205,12 +205,16 @@ func cpuPlacer(rt *runtime.Runtime) (*placement.CPUs, string) {
 	return placement.NewCPUs(cpus, nil), fmt.Sprintf("placement: replicas of apps with max_cpu ≤ %g are pinned to one of %d CPUs, an app's replicas apart, the least loaded CPU first", placement.PinMaxCPU, len(cpus))
 }
 
-// criuNote says which fast path idle replicas take on this host: the
-// freezer always; and which CRIU checkpoints would use, its version and
-// whether `criu check` passed, or why there is none.
+// criuNote says which tiers idle replicas take on this host: the freezer
+// always, then a checkpoint to disk where CRIU works; and which CRIU that
+// is, its version and whether `criu check` passed, or why there is none.
 func criuNote(ctx context.Context) string {
-	return "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start; CRIU: " +
-		runtime.FindCRIU(ctx).String()
+	c := runtime.FindCRIU(ctx)
+	tiers := "idle replicas: cgroup freezer tier (thaw in about a millisecond), then after freeze_timeout a CRIU checkpoint on disk that the next start restores"
+	if !c.Usable() {
+		tiers = "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start, no checkpoint tier"
+	}
+	return tiers + "; CRIU: " + c.String()
 }
 
 // closeServing drains and stops the proxy process and stops the

@@ -170,9 +170,11 @@ func New(o Options) (*Node, error) {
 	if o.Version == "" {
 		o.Version = "dev"
 	}
-	return &Node{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
+	n := &Node{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
 		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version,
-		secretsRoot: o.SecretsDir, secrets: o.Secrets, att: map[string]*network.Attachment{}, logs: map[string]string{}}, nil
+		secretsRoot: o.SecretsDir, secrets: o.Secrets, att: map[string]*network.Attachment{}, logs: map[string]string{}}
+	n.dropAllCheckpoints()
+	return n, nil
 }
 
 // InitPath is where a replica of an app with init = true sees shoal-init,
@@ -257,7 +259,12 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 	// Only a replica writing to a pipe can be dumped (CRIU dumps no file
 	// of the host's): one with shoal-init's log writer.
 	spec.Checkpointable = s.Checkpointable && n.init != ""
-	spec.RestoreFrom = s.RestoreFrom
+	if s.RestoreFrom != "" {
+		if spec.RestoreFrom, err = n.checkpointPath(s.RestoreFrom); err != nil {
+			logf.Close()
+			return st, err
+		}
+	}
 	c, err := n.rt.Run(ctx, spec)
 	logf.Close()
 	if err != nil {

@@ -174,7 +174,15 @@ type Scale struct {
 	// RollbackGrace is how long the replicas of a revision that no longer
 	// takes traffic stay frozen, so that a rollback thaws them.
 	RollbackGrace Duration `toml:"rollback_grace"`
+	// Checkpoint, when false, keeps the app's replicas off the checkpoint
+	// tier: a replica frozen for freeze_timeout is stopped, not dumped to
+	// disk, and the next start boots. Unset: on where the host can.
+	Checkpoint *bool `toml:"checkpoint" json:",omitempty"`
 }
+
+// CheckpointOn reports whether the app's replicas may be checkpointed
+// ([scale] checkpoint, true unless set false).
+func (s Scale) CheckpointOn() bool { return s.Checkpoint == nil || *s.Checkpoint }
 
 // Resources is the [resources] table.
 type Resources struct {

@@ -118,8 +118,9 @@ type ReplicaSpec struct {
 	// Checkpointable makes a replica a checkpoint can be taken of, where
 	// the node can (its Checkpoint).
 	Checkpointable bool `json:",omitempty"`
-	// RestoreFrom, when set, is a checkpoint's directory on the node: the
-	// replica's processes are restored from it instead of booted.
+	// RestoreFrom, when set, is a checkpoint the node took (its
+	// Checkpoint's dir): the replica's processes are restored from it
+	// instead of booted.
 	RestoreFrom string `json:",omitempty"`
 }
 

@@ -123,7 +123,11 @@ func (ctl *appCtl) applySteps(now time.Time, p plan) (started []string) {
 		case stepDrain:
 			ctl.drain(r, s.why)
 		case stepStop:
-			ctl.stopReplica(r, s.why)
+			if s.dump {
+				ctl.checkpointOrStop(r, s.why)
+			} else {
+				ctl.stopReplica(r, s.why)
+			}
 		case stepRollout:
 			ctl.moveRollout(now, p.rollout)
 		}

@@ -102,6 +102,7 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 		ctl.move(r, mvDelete, "", nil)
 	}
 	grace, stop := ctl.rec.Config.Scale.DrainTimeout.Duration, ctl.rec.Config.StopGrace()
+	ctl.dropCheckpoint()
 	ctl.publish()
 	ctl.unlock()
 	done := make(chan struct{}, len(reps))

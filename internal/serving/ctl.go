@@ -89,7 +89,8 @@ type appCtl struct {
 	waiting    string // what keeps a stateful app's ordinal from starting (plan.waiting)
 	lastLog    []string
 	desired    int
-	floor      selfFloor // what the app asked for through the self API
+	floor      selfFloor        // what the app asked for through the self API
+	ckpt       *savedCheckpoint // a replica dumped to disk, for the next start (checkpoint.go)
 
 	// Under mu: what its holder leaves to do once it is released (unlock).
 	routeDirty bool       // the route must be published

@@ -90,6 +90,7 @@ type planStep struct {
 	// ordered starts ordinal of a stateful app (decide_stateful.go).
 	ordered bool
 	ordinal int
+	dump    bool // stepStop: a frozen replica's stop, by a checkpoint to disk where it may be
 }
 
 func (s planStep) String() string {
@@ -453,7 +454,8 @@ func (pl *planner) serve(rev int, s *revView, want, least int) {
 		if !pl.fresh(r) {
 			pl.stop(r, staleWhy(r, "frozen "))
 		} else if now.Sub(r.frozen) >= cfg.Scale.FreezeTimeout.Duration {
-			pl.stop(r, "frozen for "+cfg.Scale.FreezeTimeout.Duration.String())
+			r.state = StateStopped
+			pl.add(planStep{kind: stepStop, id: r.id, why: "frozen for " + cfg.Scale.FreezeTimeout.Duration.String(), dump: true})
 		}
 	}
 }

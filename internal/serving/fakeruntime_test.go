@@ -25,6 +25,8 @@ type fakeRuntime struct {
 	// hook, if set, runs a merge hook container's command: it is called
 	// when the container starts, and the container exits with its code.
 	hook func(s runtime.Spec) int
+	// failRestore makes a restore (Spec.RestoreFrom) fail.
+	failRestore bool
 }
 
 type fakeCtr struct {
@@ -58,6 +60,9 @@ func (f *fakeRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Contain
 	}
 	if _, ok := f.ctrs[s.ID]; ok {
 		return nil, fmt.Errorf("container %q: %w", s.ID, errdefs.ErrConflict)
+	}
+	if s.RestoreFrom != "" && f.failRestore {
+		return nil, fmt.Errorf("container %q: runc restore: criu failed", s.ID)
 	}
 	f.pid++
 	c := &fakeCtr{spec: s, pid: f.pid, cpu: s.Limits.CPUs, done: make(chan struct{})}

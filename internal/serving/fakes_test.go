@@ -214,6 +214,8 @@ type harness struct {
 	lrt localnode.Runtime
 	// secrets is its local node's SecretsDir ("": none).
 	secrets string
+	// wrapLocal, if set, wraps its local node.
+	wrapLocal func(h *harness, n *localnode.Node) Node
 }
 
 // testOpts are a harness Manager's options and its local node's.
@@ -227,6 +229,8 @@ type testOpts struct {
 	// ("": none).
 	Runtime    localnode.Runtime
 	SecretsDir string
+	// WrapLocal, if set, wraps the local node (checkpoint_test.go).
+	WrapLocal func(h *harness, n *localnode.Node) Node
 }
 
 // withLocal returns o with a local node (also its hook runner) on o's
@@ -241,6 +245,9 @@ func (h *harness) withLocal(o Options) Options {
 		h.t.Fatal(err)
 	}
 	o.Local, o.Hooks = n, n
+	if h.wrapLocal != nil {
+		o.Local = h.wrapLocal(h, n)
+	}
 	if h.remote != nil {
 		o.Dispatcher = dispatch.New(dispatch.Options{Self: o.Node, Local: n, Remote: h.remote, Dir: o.Dir,
 			Clock: o.Clock, Logger: o.Logger})
@@ -293,7 +300,7 @@ func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg},
 		Network: fakeNet{}, Runtime: h.rt}
 	opt(&o)
-	h.netw, h.placer, h.remote, h.lrt, h.secrets = o.Network, o.Placer, o.Remote, o.Runtime, o.SecretsDir
+	h.netw, h.placer, h.remote, h.lrt, h.secrets, h.wrapLocal = o.Network, o.Placer, o.Remote, o.Runtime, o.SecretsDir, o.WrapLocal
 	h.m, err = New(h.withLocal(o.Options))
 	if err != nil {
 		t.Fatal(err)

@@ -169,7 +169,7 @@ func (m *Manager) enforceFrozenBudget() {
 			x.ctl.mu.Lock()
 			if x.r.state == StateFrozen {
 				total[node] -= x.r.memory
-				x.ctl.stopReplica(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", budget))
+				x.ctl.checkpointOrStop(x.r, fmt.Sprintf("frozen replicas hold more than the host's budget of %d bytes", budget))
 			}
 			x.ctl.unlock()
 		}

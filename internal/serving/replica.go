@@ -87,14 +87,23 @@ func (ctl *appCtl) startReplica(rev int, why string, ord int) string {
 	// leave its namespace attached with nobody to release it.
 	ctl.lead.wg.Add(1)
 	ctl.boots.add()
-	ctl.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: append(env, r.selfEnv(ctl.m.o.SelfURL)...)}})
+	// A stateful app's replica is never checkpointed: a restore would
+	// bring one ordinal's process back as another's.
+	var ck *savedCheckpoint
+	checkpointable := ord < 0 && ctl.checkpointerFor(rev) != nil
+	if checkpointable {
+		ck = ctl.takeCheckpoint(rev)
+	}
+	ctl.queue(action{kind: actBoot, r: r, boot: &bootSpec{cfg: cfg, digest: digest, env: append(env, r.selfEnv(ctl.m.o.SelfURL)...),
+		checkpointable: checkpointable, restore: ck}})
 	return id
 }
 
 // boot has the node start the replica's container and waits for it to be
 // ready.
-func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []string) {
+func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 	m, id := ctl.m, r.rec.ID
+	cfg, digest, env := b.cfg, b.digest, b.env
 	began := m.clock.Now()
 	// fail reports a start that went wrong, unless the daemon is stopping:
 	// then what was made is only removed.
@@ -122,18 +131,25 @@ func (ctl *appCtl) boot(r *replica, cfg manifest.Config, digest string, env []st
 	ctl.releases.wait(m.clock, bootWait, ctl.stop)
 	admitted, ok := ctl.admit(r)
 	if !ok {
+		if b.restore != nil {
+			ctl.dropCheckpointDir(b.restore.dir)
+		}
 		ctl.mu.Lock()
 		r.booting = false
 		ctl.unlock()
 		ctl.remove(r, false) // stopped, or the daemon stops, while it waited: nothing was started
 		return
 	}
-	st, err := ctl.node.Start(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
-		Config: ctl.placeOrdinal(r, cfg), Env: env, Mounts: mounts, Log: ctl.logs.path(id)})
+	spec := ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
+		Config: ctl.placeOrdinal(r, cfg), Env: env, Mounts: mounts, Log: ctl.logs.path(id), Checkpointable: b.checkpointable}
+	st, restored, err := ctl.startOrRestore(spec, b.restore)
 	if m.starts != nil {
 		m.starts.release(admitted, err == nil)
 	}
 	ctl.mu.Lock()
+	if err == nil && restored {
+		ctl.restored(r, b.restore)
+	}
 	r.booting = false
 	stopping := r.state.exiting()
 	if st.Node != "" {

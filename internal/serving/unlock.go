@@ -119,13 +119,14 @@ func (ctl *appCtl) out(h heldRoute) {
 type actKind int
 
 const (
-	actThaw      actKind = iota // thaw the replica, in line, before the route (unlock)
-	actBoot                     // start the replica's container and wait for it to be ready (boot)
-	actFreeze                   // let its last requests finish, then freeze it (freezeNow)
-	actDrainHalt                // let its in-flight requests finish, then stop it (drainAndHalt)
-	actHalt                     // stop it (halt)
-	actRemove                   // remove a dead replica once the app's starts are over
-	actSetCPU                   // change its CPU quota (setCPU), in line
+	actThaw       actKind = iota // thaw the replica, in line, before the route (unlock)
+	actBoot                      // start the replica's container and wait for it to be ready (boot)
+	actFreeze                    // let its last requests finish, then freeze it (freezeNow)
+	actDrainHalt                 // let its in-flight requests finish, then stop it (drainAndHalt)
+	actHalt                      // stop it (halt)
+	actRemove                    // remove a dead replica once the app's starts are over
+	actSetCPU                    // change its CPU quota (setCPU), in line
+	actCheckpoint                // dump it to disk, then stop it (checkpointThenHalt)
 )
 
 // action is a call that a holder of ctl.mu leaves for unlock to make
@@ -138,7 +139,7 @@ type action struct {
 	r     *replica
 	why   string
 	grace time.Duration // actFreeze, actDrainHalt: how long requests in flight may take
-	stop  time.Duration // actDrainHalt, actHalt: stop_timeout, SIGKILL after it
+	stop  time.Duration // actDrainHalt, actHalt, actCheckpoint: stop_timeout, SIGKILL after it
 	cpu   float64       // actSetCPU: the new quota
 	boot  *bootSpec     // actBoot
 }
@@ -148,6 +149,10 @@ type bootSpec struct {
 	cfg    manifest.Config
 	digest string
 	env    []string
+	// checkpointable: the node may checkpoint it; restore, when set, is
+	// the checkpoint it is restored from instead of booted.
+	checkpointable bool
+	restore        *savedCheckpoint
 }
 
 // do makes action a. ctl.mu is not held.
@@ -158,7 +163,7 @@ func (ctl *appCtl) do(a action) {
 		go func() {
 			defer ctl.lead.wg.Done()
 			defer ctl.boots.finish()
-			ctl.boot(r, a.boot.cfg, a.boot.digest, a.boot.env)
+			ctl.boot(r, a.boot)
 		}()
 	case actFreeze:
 		go ctl.freezeNow(r, a.why, a.grace)
@@ -166,6 +171,8 @@ func (ctl *appCtl) do(a action) {
 		go ctl.drainAndHalt(r, a.grace, a.stop)
 	case actHalt:
 		go ctl.halt(r, a.stop)
+	case actCheckpoint:
+		go ctl.checkpointThenHalt(r, a.stop)
 	case actRemove:
 		go func() {
 			ctl.boots.wait(ctl.m.clock, bootWait, ctl.stop)
