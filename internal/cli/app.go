@@ -71,6 +71,9 @@ became ready and was rolled back. --detach returns at once.`,
 				return err
 			}
 			w := cmd.OutOrStdout()
+			for _, warning := range app.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", warning)
+			}
 			if out != "json" {
 				fmt.Fprintf(w, "deployed %s revision %d (image %s, scale %d-%d)\n", app.Name, app.Revision, app.Image, app.Min, app.Max)
 			}
@@ -83,6 +86,7 @@ became ready and was rolled back. --detach returns at once.`,
 				var a types.App
 				a, werr = g.waitRollout(cmd, app.Name, app.Revision, timeout, progress)
 				if a.Name != "" {
+					a.Warnings = app.Warnings
 					app = a
 				}
 			}

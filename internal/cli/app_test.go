@@ -35,7 +35,11 @@ func (f *fakeApps) Deploy(_ context.Context, req types.DeployRequest) (types.App
 		return types.App{}, fmt.Errorf("%s: %w", req.File, errdefs.Invalid("scale.mxa", "unknown field"))
 	}
 	f.manifest = req.Manifest
-	return f.app, nil
+	a := f.app
+	if strings.Contains(req.Manifest, "/bin/sh") {
+		a.Warnings = []string{req.File + ": command starts with /bin/sh"}
+	}
+	return a, nil
 }
 func (f *fakeApps) List(context.Context) ([]types.App, error) { return []types.App{f.app}, nil }
 func (f *fakeApps) Get(_ context.Context, name string) (types.App, error) {
@@ -160,6 +164,16 @@ func TestAppDeploy(t *testing.T) {
 		if code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("deploy %v: exit %d %q; want 2 naming %q", c.args, code, errs, c.want)
 		}
+	}
+	// A deploy's warnings go to standard error, and stay in its JSON.
+	warned := filepath.Join(dir, "warned.toml")
+	os.WriteFile(warned, []byte("name = \"hello\"\nimage = \"hello:1\"\ncommand = [\"/bin/sh\", \"-c\", \"x\"]\n"), 0o644)
+	code, out, errs = shoal(t, host, "app", "deploy", "-f", warned, "--detach")
+	if code != 0 || !strings.Contains(errs, "warning: "+warned+": command starts with /bin/sh") || strings.Contains(out, "warning") {
+		t.Errorf("deploy of a manifest with a warning: %d %q %q", code, out, errs)
+	}
+	if code, out, _ = shoal(t, host, "app", "deploy", "-f", warned, "--output", "json"); code != 0 || !strings.Contains(out, `"warnings"`) {
+		t.Errorf("deploy --output json: %d %q has no warnings", code, out)
 	}
 	// The key is named once, not again in front of the file's name.
 	if _, _, errs := shoal(t, host, "app", "deploy", "-f", bad); strings.Count(errs, "scale.mxa") != 1 {

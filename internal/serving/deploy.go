@@ -15,11 +15,13 @@ import (
 // Deploy creates an app or gives it a new revision. The image must exist;
 // replicas start on demand (or at once for min > 0).
 func (m *Manager) Deploy(ctx context.Context, req types.DeployRequest) (types.App, error) {
-	cfg, err := m.deploy(ctx, req)
+	d, err := m.deploy(ctx, req)
 	if err != nil {
 		return types.App{}, err
 	}
-	return m.Get(ctx, cfg.Name)
+	app, err := m.Get(ctx, d.cfg.Name)
+	app.Warnings = d.warnings
+	return app, err
 }
 
 // deployment is what a deploy brings: the manifest, parsed, its text and
@@ -30,20 +32,22 @@ type deployment struct {
 	file   string
 	digest string
 	now    time.Time
+	// warnings are what the deploy's answer warns of (also events).
+	warnings []string
 }
 
 // deploy writes the app's record (and its new revision's) and hands it to
 // the app's controller: a new one for a new app (create), the app's own
 // otherwise (redeploy). A new revision rolls out beside the one in
 // service.
-func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest.Config, error) {
+func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (deployment, error) {
 	d, err := m.readDeploy(ctx, req)
 	if err != nil {
-		return manifest.Config{}, err
+		return deployment{}, err
 	}
 	l, err := m.leading()
 	if err != nil {
-		return manifest.Config{}, err
+		return deployment{}, err
 	}
 	ctl := m.app(d.cfg.Name)
 	if ctl == nil {
@@ -52,10 +56,10 @@ func (m *Manager) deploy(ctx context.Context, req types.DeployRequest) (manifest
 		err = ctl.redeploy(ctx, d)
 	}
 	if err != nil {
-		return manifest.Config{}, err
+		return deployment{}, err
 	}
 	ctl.notify()
-	return d.cfg, nil
+	return d, nil
 }
 
 // readDeploy parses the manifest of req and finds its image.
@@ -79,6 +83,7 @@ func (m *Manager) readDeploy(ctx context.Context, req types.DeployRequest) (depl
 		return d, fmt.Errorf("%s: image %q: %w", d.file, cfg.Image, err)
 	}
 	if w := cfg.EntrypointWarning(img.Config.Entrypoint); w != "" {
+		d.warnings = append(d.warnings, d.file+": "+w)
 		m.emit("warning", cfg.Name, "", d.file+": "+w, nil)
 	}
 	d.cfg, d.digest, d.now = cfg, img.Digest, m.clock.Now()

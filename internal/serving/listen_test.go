@@ -38,3 +38,21 @@ func TestTCPAppRouteAndListenConflict(t *testing.T) {
 		t.Fatalf("another port: %v", err)
 	}
 }
+
+// A deploy's answer carries its warnings: a command starting with a shell
+// over an image with an entrypoint (the entrypoint would run the shell).
+func TestDeployAnswerWarns(t *testing.T) {
+	h := newHarness(t)
+	m := fmt.Sprintf("name = \"sh\"\nimage = \"hello:1\"\nport = %d\ncommand = [\"/bin/sh\", \"-c\", \"exec /hello\"]\n", h.port)
+	a, err := h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m, File: "sh.toml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Warnings) != 1 || !strings.HasPrefix(a.Warnings[0], "sh.toml: ") || !strings.Contains(a.Warnings[0], "/hello") {
+		t.Fatalf("deploy's warnings: %q, want one naming sh.toml and the entrypoint", a.Warnings)
+	}
+	m = fmt.Sprintf("name = \"plain\"\nimage = \"hello:1\"\nport = %d\n", h.port)
+	if a, err = h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m}); err != nil || len(a.Warnings) != 0 {
+		t.Fatalf("a plain deploy: %v, warnings %q", err, a.Warnings)
+	}
+}

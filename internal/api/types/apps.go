@@ -71,6 +71,9 @@ type App struct {
 	// the last failure and the last lines its replica wrote.
 	Error string   `json:"error,omitempty"`
 	Log   []string `json:"log,omitempty"`
+	// Warnings, in a deploy's answer only, are what the deployed
+	// manifest may have got wrong (each also a "warning" event).
+	Warnings []string `json:"warnings,omitempty"`
 	// Rollout is the app's last rollout of a revision (nil before the
 	// first deploy's record was written by a daemon that keeps them).
 	Rollout *Rollout `json:"rollout,omitempty"`
