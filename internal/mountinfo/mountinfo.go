@@ -118,10 +118,14 @@ func Unescape(s string) string {
 
 func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
-// Self reads /proc/self/mountinfo: the mounts of the calling process's mount
-// namespace.
+// Self reads /proc/thread-self/mountinfo: the mounts of the calling
+// thread's mount namespace, the one its mount and unmount calls act on.
+// Not /proc/self, which shows the main thread's: Go parks the main thread
+// for good, rather than ending it, when a goroutine locked to it exits, so
+// a goroutine that unshared its mount namespace there would leave
+// /proc/self showing a stale copy of the table.
 func Self() ([]Mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("mountinfo: %w", err)
 	}
@@ -142,8 +146,8 @@ func Under(ms []Mount, dir string) []Mount {
 	return out
 }
 
-// MountsUnder lists the mount points at or below dir in this process's mount
-// namespace, in mount order.
+// MountsUnder lists the mount points at or below dir in the calling
+// thread's mount namespace, in mount order.
 func MountsUnder(dir string) ([]string, error) {
 	ms, err := Self()
 	if err != nil {
@@ -156,8 +160,8 @@ func MountsUnder(dir string) ([]string, error) {
 	return out, nil
 }
 
-// IsMountPoint reports whether path is the mount point of a mount in this
-// process's mount namespace.
+// IsMountPoint reports whether path is the mount point of a mount in the
+// calling thread's mount namespace.
 func IsMountPoint(path string) (bool, error) {
 	ms, err := Self()
 	if err != nil {

@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func fixture(t *testing.T) []Mount {
@@ -131,5 +134,55 @@ func TestSelf(t *testing.T) {
 	}
 	if ps, err := MountsUnder("/proc"); err != nil || len(ps) == 0 || ps[0] != "/proc" {
 		t.Fatalf("MountsUnder(/proc) = %q, %v", ps, err)
+	}
+}
+
+// TestSelfThread: Self shows the calling thread's mount namespace, the one
+// its unmounts act on, not the main thread's. A thread of its own (not the
+// main one) unshares its mount namespace and mounts a tmpfs there: Self
+// called on it lists the tmpfs, and on any other thread does not.
+func TestSelfThread(t *testing.T) {
+	dir := t.TempDir()
+	type seen struct {
+		in  []string
+		err error
+	}
+	res := make(chan seen, 1)
+	var onThread func()
+	onThread = func() {
+		goruntime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread: hold it while another thread does it.
+			done := make(chan struct{})
+			go func() { onThread(); close(done) }()
+			<-done
+			goruntime.UnlockOSThread()
+			return
+		}
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			res <- seen{err: err}
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			res <- seen{err: err}
+			return
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
+			res <- seen{err: err}
+			return
+		}
+		ps, err := MountsUnder(dir)
+		res <- seen{ps, err}
+	}
+	go onThread()
+	s := <-res
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	if len(s.in) != 1 || s.in[0] != dir {
+		t.Fatalf("on the thread that mounted it: MountsUnder(%s) = %q, want the tmpfs", dir, s.in)
+	}
+	if ps, err := MountsUnder(dir); err != nil || len(ps) != 0 {
+		t.Fatalf("on another thread: MountsUnder(%s) = %q, %v, want none", dir, ps, err)
 	}
 }

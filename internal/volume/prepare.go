@@ -301,6 +301,15 @@ func withImage(layers []string, dir string, fn func(rootfs string) error) error 
 		// Never unlocked: the thread, and its mount namespace, end with
 		// this goroutine.
 		goruntime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread, which Go parks for good instead of ending:
+			// its namespace would stay, holding a copy of every mount of
+			// the moment (overlays, disks' loop devices) and shown as the
+			// process's in /proc/self. Hold it while another thread works.
+			errc <- withImage(layers, dir, fn)
+			goruntime.UnlockOSThread()
+			return
+		}
 		errc <- func() error {
 			if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 				return fmt.Errorf("mount namespace: %w", err)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
 	"github.com/shoal-run/shoal/internal/units"
@@ -170,5 +172,31 @@ func TestPrepareCopyUpBounded(t *testing.T) {
 	if err := p.Prepare(context.Background(), []Mount{{Dir: dir, Path: "/data", Owner: manifest.VolumeOwner{UID: -1, GID: -1}}},
 		Image{Layers: layers, User: "app"}, 0, 10); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWithImageOffMainThread: withImage never unshares the main thread's
+// mount namespace (Go parks that thread rather than ending it, so the
+// namespace would stay, with a copy of every mount, and be the one
+// /proc/self shows). Many calls give the scheduler many chances to pick
+// it; the process's namespace stays the same.
+func TestWithImageOffMainThread(t *testing.T) {
+	layers := image(t)
+	before, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if err := withImage(layers, t.TempDir(), func(string) error {
+			if unix.Gettid() == unix.Getpid() {
+				return errors.New("fn runs on the main thread")
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if now, err := os.Readlink("/proc/self/ns/mnt"); err != nil || now != before {
+			t.Fatalf("call %d: the process's mount namespace is %s (%v), was %s", i, now, err, before)
+		}
 	}
 }
