@@ -34,7 +34,7 @@ func (n *Node) CheckpointUsable(ctx context.Context) error {
 	return ck.CheckpointUsable(ctx)
 }
 
-// Checkpoint dumps replica id into dir (relative: checkpoints/..., under
+// Checkpoint dumps replica id into dir (relative: .checkpoints/..., under
 // the apps folder; runtime.Checkpoint), which ends
 // it; the caller removes it as any stopped replica. A failed dump leaves
 // the replica as it was. Its log writer ends with the dumped container's
@@ -74,8 +74,10 @@ func noMPTCP(env []string) []string {
 }
 
 // checkpointsDir holds the checkpoints of replicas, under the apps
-// folder; a daemon starting empties it (whoever took them is gone).
-const checkpointsDir = "checkpoints"
+// folder; a daemon starting empties it (whoever took them is gone). Its
+// leading dot keeps it apart from the apps' folders (<apps>/<app>): an
+// app's name is a DNS label, which starts with a letter.
+const checkpointsDir = ".checkpoints"
 
 // checkpointPath is where checkpoint dir (relative, under checkpointsDir)
 // lies on this node.

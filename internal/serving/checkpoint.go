@@ -24,6 +24,10 @@ type checkpointer interface {
 	DropCheckpoint(dir string) error
 }
 
+// checkpointsDir is the node's folder of checkpoints, under its apps
+// folder (localnode's): out of the apps' names, which start with a letter.
+const checkpointsDir = ".checkpoints"
+
 // checkpointKeep is how long a checkpoint waits for a start on disk.
 const checkpointKeep = 24 * time.Hour
 
@@ -74,7 +78,7 @@ func (ctl *appCtl) checkpointOrStop(r *replica, why string) {
 func (ctl *appCtl) checkpointThenHalt(r *replica, stop time.Duration) {
 	m, id := ctl.m, r.rec.ID
 	ck, _ := ctl.node.(checkpointer)
-	dir := "checkpoints/" + ctl.name + "/" + id
+	dir := checkpointsDir + "/" + ctl.name + "/" + id
 	began := m.clock.Now()
 	err := ck.Checkpoint(ctl.ctx(), id, dir)
 	ctl.mu.Lock()

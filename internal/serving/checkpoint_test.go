@@ -56,7 +56,7 @@ func newCkptHarness(t *testing.T) (*harness, *ckptNode) {
 // checkpoints lists the checkpoint folders on the fake node's disk.
 func (n *ckptNode) checkpoints(t *testing.T) []string {
 	t.Helper()
-	m, _ := filepath.Glob(filepath.Join(n.dir, "checkpoints", "*", "*"))
+	m, _ := filepath.Glob(filepath.Join(n.dir, checkpointsDir, "*", "*"))
 	return m
 }
 
@@ -97,7 +97,7 @@ func TestCheckpointTier(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(cn.dir, "checkpoints", "hello", first); c.spec.RestoreFrom != want {
+	if want := filepath.Join(cn.dir, ".checkpoints", "hello", first); c.spec.RestoreFrom != want {
 		t.Fatalf("second replica started with RestoreFrom %q, want %q", c.spec.RestoreFrom, want)
 	}
 	h.wait("the checkpoint, used, is dropped", func() bool { return len(cn.checkpoints(t)) == 0 })

@@ -45,6 +45,9 @@ func (s *Service) List(ctx context.Context) ([]types.Volume, error) {
 	}
 	out := []types.Volume{}
 	for _, a := range dirs {
+		if !manifest.IsDNSLabel(a.Name()) {
+			continue // not an app's folder (.checkpoints)
+		}
 		vols, err := os.ReadDir(filepath.Join(s.Dir, a.Name(), "volumes"))
 		if err != nil {
 			continue

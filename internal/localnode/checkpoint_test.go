@@ -1,0 +1,59 @@
+package localnode
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Checkpoints lie apart from the apps' folders: an app named checkpoints
+// keeps its volumes, logs and state when a node starts (which empties
+// the checkpoints folder) or drops a checkpoint, and a checkpoint of an
+// app named volumes is not written into that app's folder.
+func TestCheckpointsApartFromApps(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel string) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := []string{
+		"checkpoints/volumes/data/db", "checkpoints/logs/r1.log", "checkpoints/state/live/r1/f",
+		"volumes/volumes/data/db",
+	}
+	for _, p := range kept {
+		write(p)
+	}
+	write(filepath.Join(checkpointsDir, "hello", "r0", "inventory.img"))
+	n := fileHost(t, Options{Dir: dir})
+	if _, err := os.Stat(filepath.Join(dir, checkpointsDir)); !os.IsNotExist(err) {
+		t.Fatalf("old checkpoints after a start: %v", err)
+	}
+	write(filepath.Join(checkpointsDir, "volumes", "r1", "inventory.img"))
+	p, err := n.checkpointPath(checkpointsDir + "/volumes/r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel, _ := filepath.Rel(dir, p); rel != filepath.Join(checkpointsDir, "volumes", "r1") {
+		t.Fatalf("checkpoint of app volumes at %s", rel)
+	}
+	if err := n.DropCheckpoint(checkpointsDir + "/volumes/r1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DropCheckpoint("checkpoints/volumes"); err == nil {
+		t.Fatal("dropped app checkpoints' volumes folder as a checkpoint")
+	}
+	if _, err := n.checkpointPath("checkpoints/checkpoints/r1"); err == nil {
+		t.Fatal("a checkpoint in app checkpoints' folder accepted")
+	}
+	for _, p := range kept {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Errorf("%s after a start and a checkpoint's drop: %v", p, err)
+		}
+	}
+}
