@@ -226,7 +226,12 @@ func (a *app) pick(tried []*endpoint) *endpoint {
 			e = spill(e, far, tried, rt.capacity)
 		}
 		if e == nil && len(tried) > 0 {
-			e = choose(rt.endpoints, tried)
+			if rt.tcpPort > 0 {
+				// Another node's endpoint is its proxy, an HTTP front.
+				e = choose(local(rt.endpoints, nil), tried)
+			} else {
+				e = choose(rt.endpoints, tried)
+			}
 		}
 		if e == nil {
 			return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // retryAfter is the Retry-After value, in seconds, of a 503 sent while an app
@@ -62,6 +63,9 @@ type Options struct {
 	// TCPHost is the address (an IP or host name) the TCP routes listen
 	// on, each on its route's port; "": the proxy listens for none.
 	TCPHost string
+	// TCPPorts are the ports TCP routes may listen on (zero:
+	// route.DefaultTCPPorts); a route naming another is not listened for.
+	TCPPorts route.PortRange
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -96,7 +100,7 @@ func New(o Options) *Proxy {
 	}
 	p.table.init(c, newMetrics(&p.table, o.Registerer, p.log), p.log)
 	p.table.dial = o.Dial
-	p.tcp.host = o.TCPHost
+	p.tcp.host, p.tcp.ports = o.TCPHost, o.TCPPorts
 	p.table.changed = p.syncTCP
 	if d := strings.Trim(strings.ToLower(o.Domain), "."); d != "" {
 		p.domain = "." + d

@@ -3,12 +3,15 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // TCP routes: an app whose route has a TCPPort (shoal.toml's protocol =
@@ -25,9 +28,10 @@ import (
 
 // tcpFront holds the listeners of the TCP routes, by port.
 type tcpFront struct {
-	host string // where TCP routes listen; "" when none may
-	mu   sync.Mutex
-	ls   map[int]*tcpListener
+	host  string          // where TCP routes listen; "" when none may
+	ports route.PortRange // the ports they may listen on
+	mu    sync.Mutex
+	ls    map[int]*tcpListener
 	// failed is the last bind error logged for a port, so that a port
 	// taken by another program is said once, not at every route change.
 	failed map[int]string
@@ -71,6 +75,12 @@ func (p *Proxy) syncTCP() {
 		}
 		if f.host == "" {
 			p.tcpBindFailed(port, name, errors.New("the proxy has no address for TCP routes"))
+			continue
+		}
+		if !f.ports.Contains(port) {
+			// A route stored before the range was set, or a daemon that
+			// did not check it: never bind outside what the operator allowed.
+			p.tcpBindFailed(port, name, fmt.Errorf("port %d is outside the TCP ports allowed (%s, the daemon's --proxy-tcp-ports)", port, f.ports))
 			continue
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(port)))

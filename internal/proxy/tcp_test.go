@@ -350,3 +350,40 @@ func TestTCPRouteListensOnItsPort(t *testing.T) {
 		t.Fatal("the removed app's port still takes connections")
 	}
 }
+
+// A route whose port is outside the TCP ports the proxy was given is not
+// listened for, whatever the daemon pushed (a record stored before the
+// range was set).
+func TestTCPRouteOutsideItsPortsNotBound(t *testing.T) {
+	port, _ := strconv.Atoi(strings.TrimPrefix(deadAddr(t), "127.0.0.1:"))
+	p := newTCPProxy(t, Options{TCPHost: "127.0.0.1", TCPPorts: route.PortRange{Lo: port + 1, Hi: port + 1}})
+	p.SetRoute(tcpRoute("db", port, newTCPBackend(t, "b")))
+	if addr := p.TCPAddr("db"); addr != nil {
+		t.Fatalf("TCPAddr(db) = %v for a port outside the range", addr)
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 5*time.Second); err == nil {
+		c.Close()
+		t.Fatal("a port outside the range takes connections")
+	}
+}
+
+// A TCP connection whose local replica refuses is not relayed to another
+// node's endpoint, which is that node's HTTP proxy.
+func TestTCPRouteNeverFallsBackToAnotherNode(t *testing.T) {
+	p := newTCPProxy(t, Options{})
+	p.SetHop("n1", []byte("key"))
+	far := newTCPBackend(t, "far")
+	r := route.Route{App: "db", TCPPort: 1, Endpoints: []route.Endpoint{
+		{ID: "db-dead", Addr: deadAddr(t), Revision: 1, Node: "n1"},
+		{ID: "db-far", Addr: far.addr, Revision: 1, Node: "n2"},
+	}}
+	p.SetRoute(r)
+	addr := serveTCP(t, p, "db")
+	cl := dialTCPClient(t, addr)
+	if b, err := io.ReadAll(cl.r); err != nil || len(b) > 0 {
+		t.Fatalf("through a route with a dead local replica: %q, %v; want the connection closed", b, err)
+	}
+	if n := far.openConns(); n != 0 {
+		t.Fatalf("the other node's endpoint has %d connections", n)
+	}
+}

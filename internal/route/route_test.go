@@ -38,3 +38,22 @@ func TestWireFormat(t *testing.T) {
 		t.Fatalf("load JSON\n got %s\nwant %s", b, want)
 	}
 }
+
+func TestPortRange(t *testing.T) {
+	r, err := ParsePortRange("10000-19999")
+	if err != nil || r != (PortRange{10000, 19999}) || !r.Contains(13306) || r.Contains(7070) || r.Contains(20000) {
+		t.Fatalf("10000-19999: %+v, %v", r, err)
+	}
+	if r, err := ParsePortRange("5432"); err != nil || r != (PortRange{5432, 5432}) {
+		t.Fatalf("5432: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"", "x-1", "0-10", "20-10", "1-70000"} {
+		if _, err := ParsePortRange(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	var zero PortRange
+	if zero.String() != "10000-65535" || zero.Contains(1023) || !zero.Contains(13306) {
+		t.Fatalf("the zero range is %s", zero)
+	}
+}
