@@ -100,6 +100,8 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringSliceVar(&cfg.ACME.Challenges, "acme-challenges", nil, "ACME challenge types answered: http-01 (on --proxy), tls-alpn-01 (on --proxy-tls) (default http-01)")
 	f.StringSliceVar(&cfg.ACME.OnDemandAllow, "acme-on-demand-allow", nil, "names (or *.example.com) a certificate may be ordered for on their first TLS handshake though no app claims them")
 	f.StringVar(&cfg.ACME.OnDemandAsk, "acme-on-demand-ask", "", "URL asked GET ?domain=NAME before ordering a certificate on a handshake; 200 allows (Caddy's on_demand_tls ask)")
+	f.IntVar(&cfg.Premade, "premade", 0, "apps at zero replicas that keep their next replica made ahead, the most recently used first (0: 32; -1: none)")
+	f.StringVar(&cfg.PremadeMemory, "premade-memory", "", "memory premade replicas may hold, e.g. 64Mi (default 256Mi)")
 	f.StringVar(&cfg.FrozenMemory, "frozen-memory", "", "memory frozen replicas may hold before the least recently used are stopped, e.g. 2Gi (default: a quarter of RAM)")
 	f.IntVar(&cfg.SelfAPIPort, "self-api-port", appapi.DefaultPort, "port of the self API that replicas reach at $SHOAL_API_URL on the bridge gateway (0: any free port, -1: off)")
 	f.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")

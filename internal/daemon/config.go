@@ -92,6 +92,14 @@ func (c *Config) Validate() error {
 			return errdefs.Invalid("--frozen-memory", "%v", err)
 		}
 	}
+	if c.Premade < -1 {
+		return errdefs.Invalid("--premade", "%d is below -1 (none)", c.Premade)
+	}
+	if c.PremadeMemory != "" {
+		if _, err := units.ParseBytes(c.PremadeMemory); err != nil {
+			return errdefs.Invalid("--premade-memory", "%v", err)
+		}
+	}
 	if c.Subnet != "" {
 		if _, _, err := net.ParseCIDR(c.Subnet); err != nil {
 			return errdefs.Invalid("--subnet", "%q is not a CIDR subnet such as 10.77.0.0/16", c.Subnet)

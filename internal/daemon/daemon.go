@@ -84,6 +84,11 @@ type Config struct {
 	// FrozenMemory bounds the memory held by frozen replicas ("2Gi";
 	// default a quarter of RAM).
 	FrozenMemory string
+	// Premade is how many apps at zero replicas keep their next replica
+	// made ahead, the most recently used first (0: DefaultPremade; -1:
+	// none), within PremadeMemory ("64Mi"; default DefaultPremadeMemory).
+	Premade       int
+	PremadeMemory string
 	// SelfAPIPort is where replicas reach the self API on the bridge
 	// gateway (the CLI's default is appapi.DefaultPort; 0: any free port;
 	// -1: no self API).

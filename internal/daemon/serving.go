@@ -25,6 +25,13 @@ import (
 // eventsKept is how many events the event log keeps.
 const eventsKept = 10000
 
+// The default budget of premade replicas (--premade, --premade-memory):
+// each holds about a megabyte (docs/benchmarks.md).
+const (
+	DefaultPremade       = 32
+	DefaultPremadeMemory = 256 << 20
+)
+
 // openServing starts the event log, the proxy and the app manager, which
 // adopts the replicas a previous daemon left running.
 func (d *Daemon) openServing(ctx context.Context) error {
@@ -35,6 +42,16 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	var frozen int64
 	if cfg.FrozenMemory != "" {
 		frozen, _ = units.ParseBytes(cfg.FrozenMemory) // validated
+	}
+	premade, premadeMem := cfg.Premade, int64(DefaultPremadeMemory)
+	switch {
+	case premade == 0:
+		premade = DefaultPremade
+	case premade < 0:
+		premade = 0
+	}
+	if cfg.PremadeMemory != "" {
+		premadeMem, _ = units.ParseBytes(cfg.PremadeMemory) // validated
 	}
 	var router serving.Router
 	if cfg.Proxy != "off" {
@@ -99,7 +116,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		SecretsDir: d.secretsDir(), Secrets: d.secrets}
 	o := serving.Options{
 		Store: d.store, Images: d.images, Router: router, Events: servingEvents{d.events},
-		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen,
+		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen, Premade: premade, PremadeMemory: premadeMem,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
 	}
 	if c := d.openConfiner(); c != nil {

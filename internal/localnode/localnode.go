@@ -144,6 +144,8 @@ type Node struct {
 	logs map[string]string
 	// probes are the replicas' HTTP check transports (check.go).
 	probes map[string]*http.Transport
+	// premade are the premade replicas not booted yet (premade.go).
+	premade map[string]*waiting
 }
 
 var (
@@ -151,6 +153,7 @@ var (
 	_ node.LogTailer   = (*Node)(nil)
 	_ node.LogFollower = (*Node)(nil)
 	_ node.StateSource = (*Node)(nil)
+	_ node.Premaker    = (*Node)(nil)
 )
 
 // New returns this host's Node.
@@ -172,7 +175,8 @@ func New(o Options) (*Node, error) {
 	}
 	n := &Node{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
 		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version,
-		secretsRoot: o.SecretsDir, secrets: o.Secrets, att: map[string]*network.Attachment{}, logs: map[string]string{}}
+		secretsRoot: o.SecretsDir, secrets: o.Secrets, att: map[string]*network.Attachment{}, logs: map[string]string{},
+		premade: map[string]*waiting{}}
 	n.dropAllCheckpoints()
 	return n, nil
 }
@@ -186,6 +190,12 @@ const InitPath = "/dev/shoal-init"
 const bridge = network.Bridge
 
 func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, error) {
+	return n.start(ctx, s, nil)
+}
+
+// start makes replica s and runs its container; with ahead set, its
+// process is shoal-init waiting on stdin for ahead's command (Premake).
+func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *runtime.Spec) error) (node.Started, error) {
 	var st node.Started
 	fromPeer := !filepath.IsAbs(s.Log)
 	s, err := n.localize(s)
@@ -265,8 +275,17 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 			return st, err
 		}
 	}
+	if ahead != nil {
+		if err := ahead(&spec); err != nil {
+			logf.Close()
+			return st, err
+		}
+	}
 	c, err := n.rt.Run(ctx, spec)
 	logf.Close()
+	if f, ok := spec.Stdin.(*os.File); ok {
+		f.Close() // the container's own now
+	}
 	if err != nil {
 		return st, fmt.Errorf("start: %w", err)
 	}
@@ -351,6 +370,7 @@ func (n *Node) Drain(ctx context.Context, id string, grace time.Duration) error 
 
 func (n *Node) Stop(ctx context.Context, id string, grace time.Duration) error {
 	defer n.dropProbe(id)
+	n.unwait(id)
 	if _, err := n.rt.Stop(ctx, id, grace); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("replica %s: stop: %w", id, err)
 	}
@@ -362,6 +382,7 @@ const releaseTimeout = 30 * time.Second
 
 func (n *Node) Remove(ctx context.Context, id string) error {
 	defer n.dropProbe(id)
+	n.unwait(id)
 	err := n.rt.Delete(ctx, id)
 	if errdefs.IsNotFound(err) {
 		err = nil

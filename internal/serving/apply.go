@@ -32,7 +32,10 @@ func (ctl *appCtl) view() view {
 	v := view{cfg: ctl.rec.Config, min: ctl.rec.Min, max: ctl.rec.Max, revision: ctl.rec.Revision,
 		traffic: ctl.rec.Traffic, rollout: ctl.rec.Rollout, roFailures: ctl.roFailures, lastErr: ctl.lastErr,
 		desired: ctl.desired, backoff: ctl.backoff, woken: ctl.woken.Load(), floor: ctl.floor,
-		reps: make([]repView, 0, len(ctl.reps))}
+		reps: make([]repView, 0, len(ctl.reps)), premadeOK: ctl.premadeOK}
+	if pm := ctl.premade; pm != nil {
+		v.premade = premadeView{id: pm.r.rec.ID, rev: pm.r.rec.Revision, made: pm.made}
+	}
 	v.ordWait = ctl.ordinalsWaiting()
 	if progressing(v.rollout) {
 		cfg, _, err := ctl.configOf(v.rollout.Revision)
@@ -98,18 +101,24 @@ func (ctl *appCtl) apply(now time.Time, p plan) {
 func (ctl *appCtl) applySteps(now time.Time, p plan) (started []string) {
 	for _, s := range p.steps {
 		r := ctl.reps[s.id]
-		if r == nil && s.kind != stepStart && s.kind != stepRollout {
+		if r == nil && s.kind != stepStart && s.kind != stepRollout && s.kind != stepPremake && s.kind != stepUnpremake {
 			continue
 		}
 		switch s.kind {
 		case stepThaw:
 			ctl.thaw(r)
 		case stepStart:
-			ord := -1
-			if s.ordered {
-				ord = s.ordinal
+			id := ""
+			if s.premade != "" {
+				id = ctl.takePremade(s.premade, s.rev, s.why)
 			}
-			id := ctl.startReplica(s.rev, s.why, ord)
+			if id == "" {
+				ord := -1
+				if s.ordered {
+					ord = s.ordinal
+				}
+				id = ctl.startReplica(s.rev, s.why, ord)
+			}
 			if id != "" {
 				started = append(started, id)
 			}
@@ -130,6 +139,10 @@ func (ctl *appCtl) applySteps(now time.Time, p plan) (started []string) {
 			}
 		case stepRollout:
 			ctl.moveRollout(now, p.rollout)
+		case stepPremake:
+			ctl.premake(s.rev, s.why)
+		case stepUnpremake:
+			ctl.unpremake(s.why)
 		}
 	}
 	return started

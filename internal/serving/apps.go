@@ -118,6 +118,8 @@ func (m *Manager) finishRemove(ctl *appCtl) error {
 	for range reps {
 		<-done
 	}
+	ctl.closePremade()
+	m.forgetPremade(ctl)
 	ctl.close()
 	ctl.merge.wg.Wait() // a merge in progress stops before the volumes go
 	ctl.flush()

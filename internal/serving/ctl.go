@@ -91,6 +91,12 @@ type appCtl struct {
 	desired    int
 	floor      selfFloor        // what the app asked for through the self API
 	ckpt       *savedCheckpoint // a replica dumped to disk, for the next start (checkpoint.go)
+	// premade is the app's next replica made ahead (premade.go), nil when
+	// none; premadeOK says whether the tier may keep one for the app (this
+	// round's), premadeAfter when one may be made again after a failure.
+	premade      *premadeBox
+	premadeOK    bool
+	premadeAfter time.Time
 
 	// Under mu: what its holder leaves to do once it is released (unlock).
 	routeDirty bool       // the route must be published
@@ -138,7 +144,7 @@ func newAppCtl(m *Manager, rec appRecord, l *lead) *appCtl {
 func (ctl *appCtl) has(id string) bool {
 	ctl.mu.Lock()
 	defer ctl.unlock()
-	return ctl.reps[id] != nil
+	return ctl.reps[id] != nil || (ctl.premade != nil && ctl.premade.r.rec.ID == id)
 }
 
 func poke(ch chan struct{}) {
@@ -205,6 +211,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 		return 0
 	}
 	ctl.touch(now, load)
+	ctl.premadeOK = ctl.premadeAllowed(now, load)
 	v := ctl.view()
 	p := decide(v, observation{load: load, scale: ctl.autoscale(now, v, load, usage)}, now)
 	ctl.apply(now, p)

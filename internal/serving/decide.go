@@ -55,6 +55,17 @@ type view struct {
 	// ordWait are a stateful app's ordinals that may not start, and why:
 	// the node that holds their volumes is not live (no reseed).
 	ordWait map[int]string
+	// premade is the app's premade replica (the pre-made tier), premadeOK
+	// whether the tier may keep one for the app now.
+	premade   premadeView
+	premadeOK bool
+}
+
+// premadeView is what decide sees of an app's premade replica.
+type premadeView struct {
+	id   string // "": none
+	rev  int
+	made bool // its sandbox is made: a start may take it
 }
 
 // observation is what the controller observed for a round: the app's
@@ -75,10 +86,12 @@ const (
 	stepDrain                     // drain replica id, then stop it
 	stepStop                      // stop replica id
 	stepRollout                   // the rollout moves on (plan.rollout)
+	stepPremake                   // make a replica of rev ahead (the pre-made tier)
+	stepUnpremake                 // drop premade replica id
 )
 
 func (k stepKind) String() string {
-	return [...]string{"thaw", "start", "unreplace", "freeze", "drain", "stop", "rollout"}[k]
+	return [...]string{"thaw", "start", "unreplace", "freeze", "drain", "stop", "rollout", "premake", "unpremake"}[k]
 }
 
 // planStep is one step of a plan.
@@ -91,6 +104,8 @@ type planStep struct {
 	ordered bool
 	ordinal int
 	dump    bool // stepStop: a frozen replica's stop, by a checkpoint to disk where it may be
+	// premade, in a start, is the premade replica it takes.
+	premade string
 }
 
 func (s planStep) String() string {
@@ -99,12 +114,18 @@ func (s planStep) String() string {
 		if s.ordered {
 			return fmt.Sprintf("start %d as ordinal %d: %s", s.rev, s.ordinal, s.why)
 		}
-		if s.id != "" {
-			return fmt.Sprintf("start %d for %s: %s", s.rev, s.id, s.why)
+		from := ""
+		if s.premade != "" {
+			from = " from " + s.premade
 		}
-		return fmt.Sprintf("start %d: %s", s.rev, s.why)
+		if s.id != "" {
+			return fmt.Sprintf("start %d%s for %s: %s", s.rev, from, s.id, s.why)
+		}
+		return fmt.Sprintf("start %d%s: %s", s.rev, from, s.why)
 	case stepRollout:
 		return "rollout"
+	case stepPremake:
+		return fmt.Sprintf("premake %d: %s", s.rev, s.why)
 	}
 	return fmt.Sprintf("%s %s: %s", s.kind, s.id, s.why)
 }
@@ -217,6 +238,8 @@ type planner struct {
 	now  time.Time
 	reps map[string]*repView
 	p    plan
+	// premadeTaken: a start of the plan takes the premade replica.
+	premadeTaken bool
 }
 
 // decide plans a reconcile round: the app's replica count (the
@@ -274,6 +297,7 @@ func decide(v view, obs observation, now time.Time) plan {
 		weights = map[int]int{v.rollout.Revision: 100}
 	}
 	pl.retire(sets, weights, surge)
+	pl.premake(sets, weights)
 	pl.p.next = pl.next(list, weights)
 	return pl.p
 }
@@ -359,7 +383,46 @@ func (pl *planner) thaw(r *repView, s *revView) {
 // start plans the start of a replica of rev, in place of replica instead
 // when set.
 func (pl *planner) start(rev int, instead, why string) {
-	pl.add(planStep{kind: stepStart, rev: rev, id: instead, why: why})
+	s := planStep{kind: stepStart, rev: rev, id: instead, why: why}
+	if pm := pl.v.premade; pm.made && pm.rev == rev && !pl.premadeTaken {
+		s.premade, pl.premadeTaken = pm.id, true
+	}
+	pl.add(s)
+}
+
+// premake keeps the app's next replica made ahead while the app is at
+// zero replicas of its current revision (the pre-made tier): it drops a
+// premade replica of another revision, or one the tier may not keep (the
+// app has replicas, or the budget keeps those of more recently used
+// apps), and plans one when there is none.
+func (pl *planner) premake(sets map[int]*revView, weights map[int]int) {
+	v := pl.v
+	pm := v.premade
+	if pl.premadeTaken {
+		return
+	}
+	if pm.id != "" {
+		switch {
+		case pm.rev != v.revision:
+			pl.add(planStep{kind: stepUnpremake, id: pm.id, why: fmt.Sprintf("revision %d is the app's current", v.revision)})
+		case !v.premadeOK:
+			pl.add(planStep{kind: stepUnpremake, id: pm.id, why: "the app has replicas, or the budget keeps those of more recently used apps"})
+		default:
+			return
+		}
+	}
+	if !v.premadeOK || weights[v.revision] == 0 {
+		return
+	}
+	if s := sets[v.revision]; s != nil && s.active()+len(s.frozen)+s.freezing > 0 {
+		return
+	}
+	for _, s := range pl.p.steps {
+		if s.kind == stepStart && s.rev == v.revision {
+			return
+		}
+	}
+	pl.add(planStep{kind: stepPremake, rev: v.revision, why: "the app is at zero replicas"})
 }
 
 // fresh reports whether r may go on serving: it is not past max_lifetime,

@@ -239,6 +239,48 @@ func TestDecide(t *testing.T) {
 			load: quiet,
 			want: want{cause: causeAutoscaler, next: tick, steps: []string{"stop a: revision 1 took no traffic for rollback_grace (5m0s)"}},
 		},
+		{
+			name: "pre-made tier: an app at zero replicas has its next one made ahead",
+			v:    view{max: 10, revision: 1, traffic: one, premadeOK: true},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 0, steps: []string{"premake 1: the app is at zero replicas"}},
+		},
+		{
+			name: "pre-made tier: one being made is kept",
+			v:    view{max: 10, revision: 1, traffic: one, premadeOK: true, premade: premadeView{id: "p", rev: 1}},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 0},
+		},
+		{
+			name: "pre-made tier: a request waits, the start takes the premade replica",
+			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, premade: premadeView{id: "p", rev: 1, made: true}},
+			load: route.Load{Queued: 1, LastRequest: t0},
+			want: want{n: 1, cause: causeWaiting, scale: true, steps: []string{"start 1 from p: scale out"}, next: tick},
+		},
+		{
+			name: "pre-made tier: one still being made is not taken (nor dropped: the app is not at zero until the next round)",
+			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, premade: premadeView{id: "p", rev: 1}},
+			load: route.Load{Queued: 1, LastRequest: t0},
+			want: want{n: 1, cause: causeWaiting, scale: true, steps: []string{"start 1: scale out"}, next: tick},
+		},
+		{
+			name: "pre-made tier: a new revision drops the old one's and makes its own",
+			v:    view{max: 10, revision: 2, traffic: []trafficShare{{2, 100}}, premadeOK: true, premade: premadeView{id: "p", rev: 1, made: true}},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 0, steps: []string{"unpremake p: revision 2 is the app's current", "premake 2: the app is at zero replicas"}},
+		},
+		{
+			name: "pre-made tier: one the budget no longer admits is dropped",
+			v:    view{max: 10, revision: 1, traffic: one, premade: premadeView{id: "p", rev: 1, made: true}},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 0, steps: []string{"unpremake p: the app has replicas, or the budget keeps those of more recently used apps"}},
+		},
+		{
+			name: "pre-made tier: none while the app has replicas of its revision",
+			v:    view{max: 10, revision: 1, traffic: one, premadeOK: true, reps: []repView{frozen("a", 1, time.Minute)}},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 10*time.Minute - time.Minute},
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -71,6 +71,12 @@ type Options struct {
 	// FrozenMemory is the per-host budget for the memory of frozen replicas;
 	// above it the least recently used are stopped. 0: a quarter of RAM.
 	FrozenMemory int64
+	// Premade is how many apps at zero replicas keep their next replica
+	// made ahead (premade.go), the most recently used first, while the
+	// memory those hold stays within PremadeMemory (0: no bound); 0: none.
+	// Only on a single host whose Local is a node.Premaker.
+	Premade       int
+	PremadeMemory int64
 	// Confiner, if set, is given back each deleted app's host ids (the
 	// node runs the app's containers in a user namespace of its own).
 	Confiner   Confiner
@@ -107,6 +113,8 @@ type Manager struct {
 	// starts admits this host's replica starts (admit.go); nil in a
 	// cluster, whose nodes start their own.
 	starts *admission
+	// premades is the budget of the pre-made tier (premade.go).
+	premades premadeBudget
 }
 
 // New returns a Manager; Start loads the apps in the store.
@@ -188,14 +196,23 @@ func (m *Manager) Close() {
 	m.Revoke()
 	m.mu.Lock()
 	l := m.lead
+	ctls := make([]*appCtl, 0, len(m.apps))
 	for _, ctl := range m.apps {
 		ctl.close()
+		ctls = append(ctls, ctl)
 	}
 	m.mu.Unlock()
 	if l != nil {
 		l.wg.Wait()
 	}
 	m.wg.Wait()
+	// Premade replicas are not adopted: removed now.
+	var wg sync.WaitGroup
+	for _, ctl := range ctls {
+		wg.Add(1)
+		go func() { defer wg.Done(); ctl.closePremade() }()
+	}
+	wg.Wait()
 }
 
 // Activate wakes app: the proxy calls it when a request finds no ready
@@ -220,10 +237,7 @@ func (m *Manager) Owns(id string) bool {
 	}
 	m.mu.Unlock()
 	for _, ctl := range ctls {
-		ctl.mu.Lock()
-		_, ok := ctl.reps[id]
-		ctl.unlock()
-		if ok {
+		if ctl.has(id) {
 			return true
 		}
 	}

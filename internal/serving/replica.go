@@ -2,6 +2,7 @@ package serving
 
 import (
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/node"
 
 	"crypto/rand"
 	"encoding/hex"
@@ -114,6 +115,11 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 		}
 		ctl.failed(r, err, false)
 	}
+	if b.premade != nil {
+		// Its sandbox is made: the waiting pid 1 execs the entrypoint.
+		ctl.booted(r, b, began, *b.premade, false, ctl.node.(node.Premaker).Boot(ctl.ctx(), id), fail)
+		return
+	}
 	mounts, err := ctl.mounts(r, cfg, digest)
 	if err != nil {
 		ctl.mu.Lock()
@@ -146,6 +152,14 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 	if m.starts != nil {
 		m.starts.release(admitted, err == nil)
 	}
+	ctl.booted(r, b, began, st, restored, err, fail)
+}
+
+// booted carries on replica r's boot once the node started (or restored,
+// or booted from its premade sandbox) its container, with err: it waits
+// for it to be ready.
+func (ctl *appCtl) booted(r *replica, b *bootSpec, began time.Time, st Started, restored bool, err error, fail func(error)) {
+	m, id, cfg := ctl.m, r.rec.ID, b.cfg
 	ctl.mu.Lock()
 	if err == nil && restored {
 		ctl.restored(r, b.restore)
@@ -201,7 +215,11 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 	}
 	ctl.unlock()
 	go ctl.healthLoop(r, exited)
-	m.metrics.coldStart(ctl.name, "start", took)
+	kind := "start"
+	if b.premade != nil {
+		kind = "premade"
+	}
+	m.metrics.coldStart(ctl.name, kind, took)
 	ctl.notify()
 }
 

@@ -127,6 +127,8 @@ const (
 	actRemove                    // remove a dead replica once the app's starts are over
 	actSetCPU                    // change its CPU quota (setCPU), in line
 	actCheckpoint                // dump it to disk, then stop it (checkpointThenHalt)
+	actPremake                   // make the app's premade replica (makePremade)
+	actUnpremake                 // remove a premade replica (dropPremade)
 )
 
 // action is a call that a holder of ctl.mu leaves for unlock to make
@@ -142,6 +144,7 @@ type action struct {
 	stop  time.Duration // actDrainHalt, actHalt, actCheckpoint: stop_timeout, SIGKILL after it
 	cpu   float64       // actSetCPU: the new quota
 	boot  *bootSpec     // actBoot
+	pm    *premadeBox   // actPremake, actUnpremake
 }
 
 // bootSpec is what a replica's container starts with.
@@ -153,6 +156,9 @@ type bootSpec struct {
 	// the checkpoint it is restored from instead of booted.
 	checkpointable bool
 	restore        *savedCheckpoint
+	// premade, when set, is what the node made of a premade replica: its
+	// boot only has the waiting pid 1 exec the entrypoint.
+	premade *Started
 }
 
 // do makes action a. ctl.mu is not held.
@@ -165,6 +171,13 @@ func (ctl *appCtl) do(a action) {
 			defer ctl.boots.finish()
 			ctl.boot(r, a.boot)
 		}()
+	case actPremake:
+		go func() {
+			defer ctl.lead.wg.Done()
+			ctl.makePremade(a.pm)
+		}()
+	case actUnpremake:
+		go ctl.dropPremade(a.pm)
 	case actFreeze:
 		go ctl.freezeNow(r, a.why, a.grace)
 	case actDrainHalt:
