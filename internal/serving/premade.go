@@ -63,7 +63,8 @@ type premadeUse struct {
 
 // admitPremade tells the budget of app ctl's use and whether it wants a
 // premade replica, and reports whether it may keep one. Apps holding one
-// that no longer fit are woken, to drop theirs. ctl.mu is held.
+// that no longer fit are woken, to drop theirs, and those that now fit
+// without one, to make theirs. ctl.mu is held.
 func (m *Manager) admitPremade(ctl *appCtl, used time.Time, want, held bool, memory int64) bool {
 	b := &m.premades
 	b.mu.Lock()
@@ -110,8 +111,8 @@ func (m *Manager) admitPremade(ctl *appCtl, used time.Time, want, held bool, mem
 		admitted[c] = true
 	}
 	for c, x := range b.apps {
-		if x.held && !admitted[c] && c != ctl {
-			poke(c.changed)
+		if c != ctl && x.held != admitted[c] {
+			poke(c.changed) // to drop its premade replica, or make one
 		}
 	}
 	return admitted[ctl]
@@ -125,8 +126,9 @@ func (m *Manager) forgetPremade(ctl *appCtl) {
 }
 
 // premadeAllowed reports whether the app may keep a premade replica now:
-// its node makes them, the budget admits it, and its last one did not fail
-// within premadeRetry. An app that keeps state areas has none (a replica's
+// its node makes them, its current revision takes traffic and has no
+// replica, the budget admits it, and its last one did not fail within
+// premadeRetry. An app that keeps state areas has none (a replica's
 // area is made at its start). ctl.mu is held.
 func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 	m := ctl.m
@@ -136,7 +138,8 @@ func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 	if _, ok := ctl.node.(node.Premaker); !ok {
 		return false
 	}
-	want := !ctl.rec.Config.State.Enabled() && !now.Before(ctl.premadeAfter)
+	want := !ctl.rec.Config.State.Enabled() && !now.Before(ctl.premadeAfter) &&
+		weightsOf(ctl.rec.Traffic, ctl.rec.Revision)[ctl.rec.Revision] > 0
 	for _, r := range ctl.reps {
 		if r.rec.Revision == ctl.rec.Revision && !r.state.exiting() {
 			want = false
