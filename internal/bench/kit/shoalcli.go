@@ -42,13 +42,17 @@ type Daemon struct {
 }
 
 // DaemonNet is the bridge, subnet and cgroup parent a benchmark daemon uses,
-// apart from those of other suites and of any daemon on the host.
-type DaemonNet struct{ Bridge, Subnet, CgroupParent string }
+// apart from those of other suites and of any daemon on the host, and
+// flags of its own (Args).
+type DaemonNet struct {
+	Bridge, Subnet, CgroupParent string
+	Args                         []string
+}
 
 // StartDaemon starts `shoal daemon` on the lifecycle suite's network and
 // waits until /v1/health answers.
 func StartDaemon(ctx context.Context, bin, dir string) (*Daemon, error) {
-	return startDaemonOn(ctx, bin, dir, DaemonNet{daemonBenchBridge, daemonBenchSubnet, DaemonBenchCgroupParent})
+	return startDaemonOn(ctx, bin, dir, DaemonNet{Bridge: daemonBenchBridge, Subnet: daemonBenchSubnet, CgroupParent: DaemonBenchCgroupParent})
 }
 
 // StartDaemonOn starts `shoal daemon` on network n, apart from the
@@ -84,11 +88,15 @@ func startDaemonOn(ctx context.Context, bin, dir string, n DaemonNet) (*Daemon, 
 	if help, _ := exec.CommandContext(ctx, bin, "daemon", "--help").CombinedOutput(); bytes.Contains(help, []byte("--proxy")) {
 		e.args = append(e.args, "--proxy", "127.0.0.1:0")
 	}
+	e.args = append(e.args, n.Args...)
 	if err := e.launch(ctx, os.O_TRUNC); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
+
+// RunDir is the daemon's --run-dir (its runtime's state under runc/).
+func (e *Daemon) RunDir() string { return e.runDir }
 
 // Restart stops the daemon with sig (SIGKILL: a crash), waits for it to
 // exit, and starts it again on the same folders; it returns once the new

@@ -129,6 +129,12 @@ func (e *env) summary(rep *bench.Report) {
 		s := cold.Stats()
 		coldP50, coldP99 = s.Median, s.P99
 	}
+	pre := e.Table("Cold start to first byte").Row(svPremadeHello)
+	preP50, preP99 := math.NaN(), math.NaN()
+	if pre.OK() {
+		s := pre.Stats()
+		preP50, preP99 = s.Median, s.P99
+	}
 	thaw := e.Table("Thaw to first byte, beside a warm request")
 	tput := e.Table("Requests per second")
 	step := e.Table("From the load step until new replicas serve")
@@ -146,6 +152,8 @@ func (e *env) summary(rep *bench.Report) {
 	targets := []target{
 		{"hello cold start to first byte, p50", "≤ 100 ms", coldP50, "ms", le(100)},
 		{"hello cold start to first byte, p99", "≤ 250 ms", coldP99, "ms", le(250)},
+		{"hello cold start from a premade replica, p50", "≤ 10 ms", preP50, "ms", le(10)},
+		{"hello cold start from a premade replica, p99", "≤ 25 ms", preP99, "ms", le(25)},
 		{"thaw over a warm request (medians)", "≤ 5 ms", thaw.Median(svThawHello) - thaw.Median(svWarm), "ms", le(5)},
 		{"slowboot from the frozen tier (median)", "≤ 20 ms (its boot: 1.5 s)", thaw.Median(svThawSlowboot), "ms", le(20)},
 		{"proxy throughput over nginx's", "≥ 0.8×", tput.Ratio(svShoal, svNginx), "×", func(v float64) bool { return v >= 0.8 }},

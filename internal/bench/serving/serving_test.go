@@ -18,7 +18,7 @@ func TestQuick(t *testing.T) {
 // must have numbers on any host, and that the targets section is there.
 func checkQuickServing(t *testing.T, rep *bench.Report, _ string) {
 	must := map[string][]string{
-		"Cold start to first byte":                    {svColdHello, svColdSlowboot},
+		"Cold start to first byte":                    {svColdHello, svPremadeHello, svBareHello, svColdSlowboot},
 		"Thaw to first byte, beside a warm request":   {svThawHello, svThawSlowboot, svWarm},
 		"Requests per second":                         {svShoal, svNginx, svDirect},
 		"Latency p99 under load":                      {svShoal, svNginx, svDirect},
