@@ -129,7 +129,8 @@ func (m *Manager) forgetPremade(ctl *appCtl) {
 // its node makes them, its current revision takes traffic and has no
 // replica, the budget admits it, and its last one did not fail within
 // premadeRetry. An app that keeps state areas has none (a replica's
-// area is made at its start). ctl.mu is held.
+// area is made at its start), nor a stateful one (its replicas are
+// ordinals). ctl.mu is held.
 func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 	m := ctl.m
 	if m.o.Premade <= 0 || ctl.cluster {
@@ -138,7 +139,7 @@ func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 	if _, ok := ctl.node.(node.Premaker); !ok {
 		return false
 	}
-	want := !ctl.rec.Config.State.Enabled() && !now.Before(ctl.premadeAfter) &&
+	want := !ctl.rec.Config.State.Enabled() && !ctl.rec.Config.Stateful.Enabled() && !now.Before(ctl.premadeAfter) &&
 		weightsOf(ctl.rec.Traffic, ctl.rec.Revision)[ctl.rec.Revision] > 0
 	for _, r := range ctl.reps {
 		if r.rec.Revision == ctl.rec.Revision && !r.state.exiting() {
