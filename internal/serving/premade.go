@@ -220,8 +220,11 @@ func (ctl *appCtl) unpremake(why string) {
 }
 
 // dropPremade removes premade replica box: its container, address, log
-// and self API token.
+// and self API token; then a round may make the next one (the round that
+// dropped one of an old revision may not have seen the new one take the
+// traffic yet).
 func (ctl *appCtl) dropPremade(box *premadeBox) {
+	defer ctl.notify()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id := box.r.rec.ID
