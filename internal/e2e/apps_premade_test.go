@@ -67,9 +67,10 @@ func (d *daemon) waitPremade(app, not string) string {
 		if !ok || id == not {
 			return false
 		}
-		// Its pid 1 waits once it is shoal-init (runc's init before).
+		// Its pid 1 waits once it is shoal-init (runc's init before), and
+		// a start takes it once its app's status names it.
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", d.runcPid(id)))
-		return string(b) == "/dev/shoal-init\x00"
+		return string(b) == "/dev/shoal-init\x00" && d.app(app).Premade == id
 	})
 	return id
 }

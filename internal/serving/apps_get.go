@@ -60,6 +60,9 @@ func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 		}
 	}
 	sort.Slice(a.Replicas, func(i, j int) bool { return a.Replicas[i].StartedAt.Before(a.Replicas[j].StartedAt) })
+	if pm := ctl.premade; pm != nil && pm.made {
+		a.Premade = pm.r.rec.ID
+	}
 	if ro := ctl.rec.Rollout; ro != nil {
 		a.Rollout = ro.wire()
 		if progressing(ro) && ctl.roFailures > 0 {

@@ -84,6 +84,9 @@ type App struct {
 	// Waiting says what keeps one of a stateful app's ordinals from
 	// starting (in a cluster: the node that holds its volumes is lost).
 	Waiting string `json:"waiting,omitempty"`
+	// Premade is the id of the app's next replica, made ahead and waiting
+	// for its first request ("": none, or still being made).
+	Premade string `json:"premade,omitempty"`
 }
 
 // Rollout states.
