@@ -84,11 +84,12 @@ func TestAdmissionOrder(t *testing.T) {
 	order := make(chan string, 8)
 	wait := func(n int) {
 		t.Helper()
-		for i := 0; ; i++ {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
 			if _, _, w := g.state(); w == n {
 				return
 			}
-			if i > 5000 {
+			if time.Now().After(deadline) {
 				t.Fatalf("%d waiting, want %d", func() int { _, _, w := g.state(); return w }(), n)
 			}
 			time.Sleep(time.Millisecond)

@@ -13,11 +13,20 @@ import (
 // At most eventsPerApp events of one app are recorded in an eventWindow;
 // the others are counted by kind and told in one event of kind "summary"
 // when the window ends, so that one noisy app cannot push the other apps'
-// events out of the log (nor cost a store write each).
+// events out of the log (nor cost a store write each). The kinds in
+// stateEvents tell a change of an app's state, happen a few times at most
+// (and some, like "waiting", only when something changes): they are never
+// limited nor counted, so status and whoever waits for them always see them.
 const (
 	eventsPerApp = 60
 	eventWindow  = time.Minute
 )
+
+// stateEvents are the kinds the limit never drops.
+var stateEvents = map[string]bool{
+	"deploy": true, "rollback": true, "rollout": true, "remove": true, "lost": true, "waiting": true,
+	"reseed": true, "merge-failed": true, "checkpoint": true, "warning": true,
+}
 
 // appEvents is one app's window of events.
 type appEvents struct {
@@ -28,9 +37,9 @@ type appEvents struct {
 }
 
 // limit reports whether e may be recorded now; if not, it is counted in
-// its app's summary. Events of no app always are.
+// its app's summary. Events of no app, and stateEvents, always are.
 func (x *eventQueue) limit(e types.Event) bool {
-	if e.App == "" || x.clock == nil {
+	if e.App == "" || x.clock == nil || stateEvents[e.Kind] {
 		return true
 	}
 	x.limitMu.Lock()

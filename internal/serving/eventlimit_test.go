@@ -53,8 +53,9 @@ func TestEventsLimitedByApp(t *testing.T) {
 	}
 	clk.Advance(eventWindow)
 	var sum types.Event
-	for i := 0; sum.Kind == ""; i++ {
-		if i > 5000 {
+	deadline := time.Now().Add(60 * time.Second)
+	for sum.Kind == "" {
+		if time.Now().After(deadline) {
 			t.Fatal("no summary at the window's end")
 		}
 		select {
@@ -70,5 +71,48 @@ func TestEventsLimitedByApp(t *testing.T) {
 	x.emit("scale", "noisy", "", "again", nil)
 	if got := drain(); len(got["noisy"]) != 1 || got["noisy"][0].Reason != "again" {
 		t.Fatalf("next window: %+v", got)
+	}
+}
+
+// The kinds that tell a change of an app's state are recorded even when
+// the app's budget is spent, and take nothing from it: "waiting" is told
+// only when it changes, so a dropped one would be lost for good.
+func TestStateEventsNotLimited(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	x := &eventQueue{log: slog.New(slog.DiscardHandler), events: nopEvents{}, q: make(chan types.Event, 4096), clock: clk}
+	for range eventsPerApp + 10 {
+		x.emit("scale", "busy", "", "flaps", nil)
+	}
+	kinds := []string{"deploy", "rollback", "rollout", "remove", "lost", "waiting", "reseed", "merge-failed", "checkpoint", "warning"}
+	for _, k := range kinds {
+		x.emit(k, "busy", "", "state "+k, nil)
+	}
+	got := map[string]int{}
+	for len(x.q) > 0 {
+		got[(<-x.q).Kind]++
+	}
+	if got["scale"] != eventsPerApp {
+		t.Errorf("%d scale events recorded, want %d", got["scale"], eventsPerApp)
+	}
+	for _, k := range kinds {
+		if got[k] != 1 {
+			t.Errorf("%d %s events recorded past the budget, want 1", got[k], k)
+		}
+	}
+	clk.Advance(eventWindow)
+	var sum types.Event
+	deadline := time.Now().Add(60 * time.Second)
+	for sum.Kind == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("no summary at the window's end")
+		}
+		select {
+		case sum = <-x.q:
+		default:
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if len(sum.Inputs) != 1 || sum.Inputs["scale"] != 10 {
+		t.Fatalf("summary counts %v, want only 10 scale", sum.Inputs)
 	}
 }

@@ -341,7 +341,7 @@ func (h *harness) replicas() map[State][]string {
 // wait polls cond (without moving the clock) until it holds.
 func (h *harness) wait(what string, cond func() bool) {
 	h.t.Helper()
-	for i := 0; i < 5000; i++ {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 		if cond() {
 			return
 		}

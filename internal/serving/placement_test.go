@@ -73,7 +73,7 @@ func TestPlacementPinsSmallReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wait("the replicas are gone", func() bool { return h.rt.count() == 0 })
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for l := cpus.Load(); l[0]+l[1] != 0; l = cpus.Load() {
 		if time.Now().After(deadline) {
 			t.Fatalf("placer's load %v after the app was deleted", l)

@@ -65,8 +65,8 @@ func TestRemoveWhileAcquiring(t *testing.T) {
 		t.Fatalf("remove: %v", err)
 	}
 	close(hn.proceed)
-	for i := 0; hn.out() != 0 || h.rt.count() != 0; i++ {
-		if i == 5000 {
+	for deadline := time.Now().Add(60 * time.Second); hn.out() != 0 || h.rt.count() != 0; {
+		if time.Now().After(deadline) {
 			t.Fatalf("after the app was removed: %d namespaces attached, %d containers", hn.out(), h.rt.count())
 		}
 		time.Sleep(time.Millisecond)
