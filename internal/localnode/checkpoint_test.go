@@ -1,9 +1,14 @@
 package localnode
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/shoal-run/shoal/internal/runtime"
 )
 
 // Checkpoints lie apart from the apps' folders: an app named checkpoints
@@ -55,5 +60,29 @@ func TestCheckpointsApartFromApps(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Errorf("%s after a start and a checkpoint's drop: %v", p, err)
 		}
+	}
+}
+
+// ckRuntime is a Runtime whose checkpoints always work.
+type ckRuntime struct{ Runtime }
+
+func (ckRuntime) CheckpointUsable(context.Context) error          { return nil }
+func (ckRuntime) Checkpoint(context.Context, string, string) error { return nil }
+
+// confineAll is a Confiner that is never called here.
+type confineAll struct{ Confiner }
+
+// Replicas confined to user namespaces of their own are not
+// checkpointable (CRIU refuses their host-owned network namespace), so the
+// checkpoint tier never spends a dump on them; unconfined ones are.
+func TestCheckpointUsableConfined(t *testing.T) {
+	n := &Node{rt: ckRuntime{}, init: "/shoal-init"}
+	if err := n.CheckpointUsable(context.Background()); err != nil {
+		t.Fatalf("unconfined: %v", err)
+	}
+	n.confiner = confineAll{}
+	err := n.CheckpointUsable(context.Background())
+	if !errors.Is(err, runtime.ErrNotCheckpointable) || !strings.Contains(err.Error(), "user namespaces") {
+		t.Fatalf("confined: %v, want ErrNotCheckpointable naming user namespaces", err)
 	}
 }
