@@ -66,7 +66,7 @@ func TestCheckpointsApartFromApps(t *testing.T) {
 // ckRuntime is a Runtime whose checkpoints always work.
 type ckRuntime struct{ Runtime }
 
-func (ckRuntime) CheckpointUsable(context.Context) error          { return nil }
+func (ckRuntime) CheckpointUsable(context.Context) error           { return nil }
 func (ckRuntime) Checkpoint(context.Context, string, string) error { return nil }
 
 // confineAll is a Confiner that is never called here.
