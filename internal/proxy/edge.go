@@ -70,6 +70,8 @@ type edge struct {
 	// first, and the server of each (SetALPN).
 	alpn      []string
 	alpnServe map[string]func(net.Conn)
+	// handshake bounds a TLS handshake (handshakeTimeout, or a test's).
+	handshake time.Duration
 	config    atomic.Pointer[tls.Config]
 	// challenge answers a TLS-ALPN-01 validation (Proxy.ALPNChallenge);
 	// asked first.
@@ -282,7 +284,7 @@ func (p *Proxy) ServeTLS(l net.Listener) error {
 func (cc *cconn) handshake() bool {
 	tc := cc.c.(*tls.Conn)
 	ctx, cancel := context.WithCancel(cc.f.ctx)
-	bound := &handshakeBound{timer: time.AfterFunc(handshakeTimeout, cancel)}
+	bound := &handshakeBound{timer: time.AfterFunc(cc.f.p.edge.handshake, cancel)}
 	err := tc.HandshakeContext(context.WithValue(ctx, handshakeBoundKey{}, bound))
 	bound.stop()
 	cancel()

@@ -15,7 +15,8 @@ import (
 // name CertMissing refuses fails its handshake.
 func TestEdgeOnDemandHoldsHandshake(t *testing.T) {
 	asked := make(chan string, 8)
-	f := newTLSFrontWith(t, Options{CertMissing: func(ctx context.Context, name string) bool {
+	bound := 200 * time.Millisecond
+	f := newTLSFrontWith(t, Options{handshakeTimeout: bound, CertMissing: func(ctx context.Context, name string) bool {
 		asked <- name
 		return name == "new.example.test"
 	}})
@@ -55,7 +56,7 @@ func TestEdgeOnDemandHoldsHandshake(t *testing.T) {
 		}
 	}
 	// Past the bound of a handshake that waits for nothing.
-	time.Sleep(handshakeTimeout + time.Second)
+	time.Sleep(bound + time.Second)
 	select {
 	case r := <-done:
 		t.Fatalf("a held handshake ended before its certificate came: %+v", r)

@@ -66,6 +66,9 @@ type Options struct {
 	// TCPPorts are the ports TCP routes may listen on (zero:
 	// route.DefaultTCPPorts); a route naming another is not listened for.
 	TCPPorts route.PortRange
+	// handshakeTimeout bounds a TLS handshake; zero: handshakeTimeout
+	// (a test's shorter bound).
+	handshakeTimeout time.Duration
 }
 
 // Proxy forwards requests to app replicas: as an http.Handler, or, faster,
@@ -109,6 +112,10 @@ func New(o Options) *Proxy {
 	p.edge.init(p.ALPNChallenge)
 	p.edge.clock = c
 	p.edge.missing = o.CertMissing
+	p.edge.handshake = handshakeTimeout
+	if o.handshakeTimeout > 0 {
+		p.edge.handshake = o.handshakeTimeout
+	}
 	p.SetALPN("h2", p.front.serveH2)
 	return p
 }
