@@ -89,11 +89,13 @@ func (ctl *appCtl) wait(why string) {
 // an ordinal of a stateful app goes to the node that holds its volumes
 // (placement.nodes); one whose node is lost, started (stateful.reseed),
 // anywhere, with fresh volumes, its siblings' nodes last (the app's
-// spread).
-func (ctl *appCtl) placeOrdinal(r *replica, cfg manifest.Config) manifest.Config {
+// spread). Without stateful.reseed an ordinal whose node is not live
+// (it left since the round that started it) does not start: the error
+// says so, and the next round has it wait for the node.
+func (ctl *appCtl) placeOrdinal(r *replica, cfg manifest.Config) (manifest.Config, error) {
 	m := ctl.m
 	if m.disp == nil || r.rec.Ordinal == nil {
-		return cfg
+		return cfg, nil
 	}
 	ctl.mu.Lock()
 	o := *r.rec.Ordinal
@@ -103,11 +105,14 @@ func (ctl *appCtl) placeOrdinal(r *replica, cfg manifest.Config) manifest.Config
 	case node == "":
 	case m.disp.IsLive(node):
 		cfg.Placement.Nodes, cfg.Placement.Prefer = []string{node}, nil
+	case !cfg.Stateful.Reseed:
+		return cfg, fmt.Errorf("ordinal %d (%s) waits for node %s, which holds its volumes and is not live (stateful.reseed = false)",
+			o, manifest.ReplicaName(ctl.name, o), node)
 	default:
 		m.emit("reseed", ctl.name, r.rec.ID, fmt.Sprintf("node %s, which holds the volumes of ordinal %d, is not live: "+
 			"it starts on another node with fresh volumes (stateful.reseed = true)", node, o), nil)
 	}
-	return cfg
+	return cfg, nil
 }
 
 // placedOrdinal remembers the node replica r started on as the one that

@@ -146,8 +146,27 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 		ctl.remove(r, false) // stopped, or the daemon stops, while it waited: nothing was started
 		return
 	}
+	placed, err := ctl.placeOrdinal(r, cfg)
+	if err != nil {
+		if m.starts != nil {
+			m.starts.release(admitted, false)
+		}
+		if b.restore != nil {
+			ctl.dropCheckpointDir(b.restore.dir)
+		}
+		ctl.mu.Lock()
+		r.booting = false
+		stopping := r.state.exiting()
+		ctl.unlock()
+		if stopping {
+			ctl.remove(r, false) // stopped meanwhile: nothing was started
+			return
+		}
+		fail(fmt.Errorf("replica %s: %w", id, err))
+		return
+	}
 	spec := ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
-		Config: ctl.placeOrdinal(r, cfg), Env: env, Mounts: mounts, Log: ctl.logs.path(id), Checkpointable: b.checkpointable}
+		Config: placed, Env: env, Mounts: mounts, Log: ctl.logs.path(id), Checkpointable: b.checkpointable}
 	st, restored, err := ctl.startOrRestore(spec, b.restore)
 	if m.starts != nil {
 		m.starts.release(admitted, err == nil)
