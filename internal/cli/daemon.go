@@ -55,6 +55,7 @@ adopts them and removes any orphans it has no record of.`,
 				return fmt.Errorf("the daemon must run as root (containers, cgroups and network namespaces need it)")
 			}
 			slog.SetDefault(cfg.Logger)
+			cfg.DebugAddr = pprofAddr
 			if pprofAddr != "" {
 				_, stop, err := servePprof(pprofAddr, cfg.Logger)
 				if err != nil {
@@ -91,6 +92,7 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&cfg.Proxy, "proxy", "127.0.0.1:8080", "where the app proxy listens (Host: <app>.localhost), or off")
 	f.StringVar(&cfg.Domain, "domain", "", "also route Host: <app>.<domain> to app")
 	f.StringVar(&cfg.ProxyTLS, "proxy-tls", "", "where the app proxy takes HTTPS requests, e.g. :443, with the certificates of shoal cert (default: none)")
+	f.StringVar(&cfg.ProxyTCPPorts, "proxy-tcp-ports", "", "ports TCP apps (protocol = \"tcp\") may take on the proxy's address with listen, LO-HI (default 10000-65535); the daemon's own ports are refused whatever the range")
 	f.IntVar(&cfg.ProxyLimits.MaxHeadBytes, "proxy-max-head", proxy.DefaultMaxHeadBytes, "largest request head the proxy takes, in bytes (431 beyond it)")
 	f.IntVar(&cfg.ProxyLimits.MaxConnsPerClient, "proxy-max-conns", proxy.DefaultMaxConnsPerClient, "connections one client address may hold to the proxy")
 	f.StringSliceVar(&cfg.TrustedProxies, "trusted-proxies", nil, "addresses and CIDRs of proxies in front of the app proxy (a TLS terminator) whose X-Forwarded-For/-Proto/-Host and Forwarded fields are kept; anyone else's are replaced")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 func init() { extraCommands = append(extraCommands, newProxyServeCmd) }
@@ -25,6 +26,7 @@ func newProxyServeCmd(*globals) *cobra.Command {
 	var level, logFile string
 	var trusted []string
 	var tlsListener bool
+	var tcpPorts string
 	cmd := &cobra.Command{
 		Use:    "proxy-serve",
 		Short:  "The daemon's HTTP proxy process (internal)",
@@ -47,6 +49,11 @@ func newProxyServeCmd(*globals) *cobra.Command {
 			c.Version = Version
 			if c.TrustedProxies, err = proxy.ParseTrustList(trusted); err != nil {
 				return usageErrorf("--trusted-proxies: %v", err)
+			}
+			if tcpPorts != "" {
+				if c.TCPPorts, err = route.ParsePortRange(tcpPorts); err != nil {
+					return usageErrorf("--tcp-ports: %v", err)
+				}
 			}
 			if c.Listener, err = inherited(3, "proxy listener"); err != nil {
 				return err
@@ -71,6 +78,7 @@ func newProxyServeCmd(*globals) *cobra.Command {
 	f.IntVar(&c.Limits.MaxConnsPerClient, "max-conns-per-client", 0, "connections one client address may hold (0: 256)")
 	f.StringSliceVar(&trusted, "trusted-proxies", nil, "addresses and CIDRs whose forwarded fields are kept")
 	f.BoolVar(&c.OnDemand, "on-demand", false, "ask the daemon for a certificate on a handshake no certificate serves")
+	f.StringVar(&tcpPorts, "tcp-ports", "", "ports TCP routes may listen on, LO-HI (default 10000-65535)")
 	f.BoolVar(&tlsListener, "tls-listener", false, "descriptor 5 is the HTTPS listener")
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/units"
 )
@@ -82,6 +83,11 @@ func (c *Config) Validate() error {
 		}
 		if _, _, err := net.SplitHostPort(c.ProxyTLS); err != nil {
 			return errdefs.Invalid("--proxy-tls", "%q is not host:port", c.ProxyTLS)
+		}
+	}
+	if c.ProxyTCPPorts != "" {
+		if _, err := route.ParsePortRange(c.ProxyTCPPorts); err != nil {
+			return errdefs.Invalid("--proxy-tcp-ports", "%v", err)
 		}
 	}
 	if _, err := proxy.ParseTrustList(c.TrustedProxies); err != nil {

@@ -70,6 +70,12 @@ type Config struct {
 	// ProxyTLS is where the proxy takes HTTPS requests ("": none), with
 	// the certificates of `shoal cert`.
 	ProxyTLS string
+	// ProxyTCPPorts are the ports TCP apps may listen on ("LO-HI";
+	// default route.DefaultTCPPorts).
+	ProxyTCPPorts string
+	// DebugAddr is where Go's profiles are served ("": not), a port no
+	// TCP app may take.
+	DebugAddr string
 	// ProxyLimits bound what one client can hold of the proxy (zero
 	// fields: its defaults).
 	ProxyLimits proxy.Limits

@@ -62,6 +62,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 			Version: cfg.Version, Logger: d.log, Limits: cfg.ProxyLimits,
 			TrustedProxies: cfg.TrustedProxies,
 			OnDemand:       cfg.ACME.CA != "" && (len(cfg.ACME.OnDemandAllow) > 0 || cfg.ACME.OnDemandAsk != ""),
+			TCPPorts:       cfg.tcpPorts(),
 		})
 		if err != nil {
 			return err
@@ -118,6 +119,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		Store: d.store, Images: d.images, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen, Premade: premade, PremadeMemory: premadeMem,
 		SelfURL: selfURL, Clock: clock.Real{}, Logger: d.log, Registerer: d.reg,
+		TCPPorts: cfg.tcpPorts(), OwnPorts: d.ownPorts(selfURL),
 	}
 	if c := d.openConfiner(); c != nil {
 		d.confiner, o.Confiner, lo.Confiner = c, c, c

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // ServeConfig is the proxy process's side.
@@ -34,6 +35,8 @@ type ServeConfig struct {
 	TrustedProxies proxy.TrustList
 	// OnDemand: a handshake no certificate serves asks the daemon for one.
 	OnDemand bool
+	// TCPPorts are the ports TCP routes may listen on (zero: the default).
+	TCPPorts route.PortRange
 }
 
 // Serve runs the proxy process until ctx ends (then it drains for up to
@@ -49,7 +52,7 @@ func Serve(ctx context.Context, c ServeConfig) error {
 	act := newActivator(c.DaemonAPI, log)
 	reg := prometheus.NewRegistry()
 	o := proxy.Options{Activator: act, Domain: c.Domain, Registerer: reg, Logger: log, Limits: c.Limits,
-		TrustedProxies: c.TrustedProxies}
+		TrustedProxies: c.TrustedProxies, TCPPorts: c.TCPPorts}
 	// TCP routes listen on the proxy's own address, each on its port.
 	if host, _, err := net.SplitHostPort(c.Listener.Addr().String()); err == nil {
 		o.TCPHost = host
@@ -74,7 +77,8 @@ func Serve(ctx context.Context, c ServeConfig) error {
 		})
 	}
 	info := Info{Pid: os.Getpid(), Addr: c.Listener.Addr().String(), Domain: c.Domain, Version: c.Version, Started: time.Now(),
-		Trusted: strings.Join(c.TrustedProxies.Strings(), ","), OnDemand: c.OnDemand}
+		TCPPorts: c.TCPPorts.String(),
+		Trusted:  strings.Join(c.TrustedProxies.Strings(), ","), OnDemand: c.OnDemand}
 	if c.TLSListener != nil {
 		info.TLSAddr = c.TLSListener.Addr().String()
 	}

@@ -42,7 +42,10 @@ type Info struct {
 	Version string `json:"version,omitempty"`
 	// OnDemand is --on-demand: handshakes without a certificate ask the
 	// daemon for one.
-	OnDemand bool      `json:"on_demand,omitempty"`
+	OnDemand bool `json:"on_demand,omitempty"`
+	// TCPPorts are the ports its TCP routes may listen on ("LO-HI"; ""
+	// from a proxy that predates the range).
+	TCPPorts string    `json:"tcp_ports,omitempty"`
 	Started  time.Time `json:"started"`
 }
 

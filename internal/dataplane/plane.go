@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // Options say how the daemon runs its proxy process.
@@ -43,6 +44,9 @@ type Options struct {
 	// OnDemand tells the proxy to ask the daemon for a certificate on a
 	// handshake no certificate serves (certificates on demand are on).
 	OnDemand bool
+	// TCPPorts are the ports TCP routes may listen on (zero: the
+	// default, route.DefaultTCPPorts).
+	TCPPorts route.PortRange
 }
 
 // Files in the run dir.
@@ -99,13 +103,15 @@ func Open(ctx context.Context, o Options) (*Plane, error) {
 	info, err := pl.client.Info(ictx)
 	cancel()
 	switch {
-	case err == nil && sameAddr(o.Addr, info.Addr) && sameTLSAddr(o.TLSAddr, info.TLSAddr) && info.Domain == o.Domain && info.Trusted == pl.trusted() && info.OnDemand == pl.o.OnDemand:
+	case err == nil && sameAddr(o.Addr, info.Addr) && sameTLSAddr(o.TLSAddr, info.TLSAddr) && info.Domain == o.Domain && info.Trusted == pl.trusted() && info.OnDemand == pl.o.OnDemand &&
+		info.TCPPorts == pl.o.TCPPorts.String():
 		if err := pl.adopt(info); err != nil {
 			return nil, err
 		}
 	case err == nil:
-		pl.log.Warn("proxy: the running proxy process serves another address, domain or trusted proxies; stopping it",
-			"pid", info.Pid, "addr", info.Addr, "tls_addr", info.TLSAddr, "domain", info.Domain, "trusted_proxies", info.Trusted)
+		pl.log.Warn("proxy: the running proxy process serves another address, domain, trusted proxies or TCP ports; stopping it",
+			"pid", info.Pid, "addr", info.Addr, "tls_addr", info.TLSAddr, "domain", info.Domain, "trusted_proxies", info.Trusted,
+			"tcp_ports", info.TCPPorts)
 		pl.stopOther(ctx, info)
 		fallthrough
 	default:
@@ -220,7 +226,7 @@ func (pl *Plane) start(addr, tlsAddr string) error {
 		return fmt.Errorf("proxy log %s: %w", logPath, err)
 	}
 	defer out.Close()
-	args := []string{"proxy-serve", "--api", pl.o.DaemonAPI, "--log-file", logPath}
+	args := []string{"proxy-serve", "--api", pl.o.DaemonAPI, "--log-file", logPath, "--tcp-ports", pl.o.TCPPorts.String()}
 	if l := pl.o.Limits; l.MaxHeadBytes > 0 || l.MaxConnsPerClient > 0 {
 		args = append(args, "--max-head-bytes", strconv.Itoa(l.MaxHeadBytes),
 			"--max-conns-per-client", strconv.Itoa(l.MaxConnsPerClient))

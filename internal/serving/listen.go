@@ -5,12 +5,19 @@ import (
 	"github.com/shoal-run/shoal/internal/manifest"
 )
 
-// checkListen refuses a TCP app (protocol = "tcp") whose listen port
+// checkListen refuses a TCP app (protocol = "tcp") whose listen port is
+// outside Options.TCPPorts, is one of the daemon's own (OwnPorts), or
 // another app of this manager's has, naming that app: the proxy takes
 // each port for one app only.
 func (m *Manager) checkListen(cfg manifest.Config) error {
 	if !cfg.TCP() {
 		return nil
+	}
+	if r := m.o.TCPPorts; !r.Contains(cfg.Listen) {
+		return errdefs.Invalid("listen", "port %d is outside the ports TCP apps may listen on, %s (the daemon's --proxy-tcp-ports)", cfg.Listen, r)
+	}
+	if flag, ok := m.o.OwnPorts[cfg.Listen]; ok {
+		return errdefs.Invalid("listen", "port %d is the daemon's own (%s)", cfg.Listen, flag)
 	}
 	m.mu.Lock()
 	ctls := make([]*appCtl, 0, len(m.apps))

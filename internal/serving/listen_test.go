@@ -8,6 +8,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // A TCP app's route carries its listen port, and a second app asking for
@@ -54,5 +55,48 @@ func TestDeployAnswerWarns(t *testing.T) {
 	m = fmt.Sprintf("name = \"plain\"\nimage = \"hello:1\"\nport = %d\n", h.port)
 	if a, err = h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m}); err != nil || len(a.Warnings) != 0 {
 		t.Fatalf("a plain deploy: %v, warnings %q", err, a.Warnings)
+	}
+}
+
+// A TCP app's listen port must be within the daemon's --proxy-tcp-ports
+// and not one of the daemon's own listening ports.
+func TestTCPListenOutsidePortsOrDaemonsRefused(t *testing.T) {
+	h := newHarnessOpts(t, func(o *testOpts) {
+		o.TCPPorts = route.PortRange{Lo: 10000, Hi: 19999}
+		o.OwnPorts = map[int]string{17070: "--api-tcp"}
+	})
+	deploy := func(name string, port int) error {
+		m := fmt.Sprintf("name = %q\nimage = \"hello:1\"\nport = %d\nprotocol = \"tcp\"\nlisten = %d\n", name, h.port, port)
+		_, err := h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m})
+		return err
+	}
+	for _, c := range []struct {
+		port int
+		want string
+	}{
+		{25, "port 25 is outside the ports TCP apps may listen on, 10000-19999 (the daemon's --proxy-tcp-ports)"},
+		{20000, "port 20000 is outside the ports TCP apps may listen on, 10000-19999"},
+		{17070, "port 17070 is the daemon's own (--api-tcp)"},
+	} {
+		err := deploy("db", c.port)
+		if !errdefs.IsInvalid(err) || errdefs.Field(err) != "listen" || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("listen = %d: %v, want %q", c.port, err, c.want)
+		}
+		if _, err := h.m.Get(context.Background(), "db"); !errdefs.IsNotFound(err) {
+			t.Fatalf("after a refused deploy on %d, the app: %v", c.port, err)
+		}
+	}
+	if err := deploy("db", 13306); err != nil {
+		t.Fatalf("a port in the range: %v", err)
+	}
+}
+
+// With no range set, TCP apps keep off the ports below 10000.
+func TestTCPListenDefaultPorts(t *testing.T) {
+	h := newHarness(t)
+	m := fmt.Sprintf("name = \"db\"\nimage = \"hello:1\"\nport = %d\nprotocol = \"tcp\"\nlisten = 7070\n", h.port)
+	_, err := h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m})
+	if !errdefs.IsInvalid(err) || errdefs.Field(err) != "listen" || !strings.Contains(err.Error(), "10000-65535") {
+		t.Fatalf("listen = 7070 by default: %v", err)
 	}
 }

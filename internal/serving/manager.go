@@ -64,6 +64,12 @@ type Options struct {
 	Dir string
 	// ProxyAddr is where the proxy listens, for apps' URLs.
 	ProxyAddr string
+	// TCPPorts are the ports a TCP app may listen on (the daemon's
+	// --proxy-tcp-ports; zero: route.DefaultTCPPorts), and OwnPorts the
+	// daemon's own listening ports, by the flag that set each, which no
+	// app may take.
+	TCPPorts route.PortRange
+	OwnPorts map[int]string
 	// SelfURL is where replicas reach the self API (http://gateway:port),
 	// given to them as $SHOAL_API_URL with a token of their own as
 	// $SHOAL_TOKEN; "" gives them neither.
