@@ -44,24 +44,30 @@ type tcpListener struct {
 }
 
 // syncTCP makes the TCP listeners follow the table: one per port a route
-// names (should two apps name one, the first by name has it), none for
-// ports no route names any more. Called after every change of the table.
+// names (should two apps name one, the app listening keeps it while its
+// route names it; else the first by name has it), none for ports no route
+// names any more. Called after every change of the table.
 func (p *Proxy) syncTCP() {
 	f := &p.tcp
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
 	want := map[int]string{}
 	for name, a := range *p.apps.Load() {
 		rt := a.route.Load()
 		if rt == nil || rt.tcpPort == 0 {
 			continue
 		}
-		if other, ok := want[rt.tcpPort]; !ok || name < other {
-			want[rt.tcpPort] = name
+		port := rt.tcpPort
+		if l := f.ls[port]; l != nil && l.app == name {
+			want[port] = name
+			continue
 		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return
+		if other, ok := want[port]; !ok || (name < other && !(f.ls[port] != nil && f.ls[port].app == other)) {
+			want[port] = name
+		}
 	}
 	for port, l := range f.ls {
 		if want[port] != l.app {

@@ -387,3 +387,26 @@ func TestTCPRouteNeverFallsBackToAnotherNode(t *testing.T) {
 		t.Fatalf("the other node's endpoint has %d connections", n)
 	}
 }
+
+// An app listening on its port keeps it when another app's route names
+// the same port, whatever their names' order.
+func TestTCPRouteListenerKeepsItsPort(t *testing.T) {
+	p := newTCPProxy(t, Options{TCPHost: "127.0.0.1"})
+	port, _ := strconv.Atoi(strings.TrimPrefix(deadAddr(t), "127.0.0.1:"))
+	p.SetRoute(tcpRoute("zeta", port, newTCPBackend(t, "z")))
+	if p.TCPAddr("zeta") == nil {
+		t.Fatal("zeta does not listen")
+	}
+	p.SetRoute(tcpRoute("alpha", port, newTCPBackend(t, "a")))
+	if p.TCPAddr("alpha") != nil || p.TCPAddr("zeta") == nil {
+		t.Fatalf("after alpha asked for zeta's port: alpha %v, zeta %v", p.TCPAddr("alpha"), p.TCPAddr("zeta"))
+	}
+	if got := dialTCPClient(t, "127.0.0.1:"+strconv.Itoa(port)).line(t); got != "z" {
+		t.Fatalf("through the port: %q, want zeta's replica", got)
+	}
+	// Once zeta is gone, alpha has it.
+	p.RemoveRoute("zeta")
+	if p.TCPAddr("alpha") == nil {
+		t.Fatal("alpha does not listen after zeta left")
+	}
+}
