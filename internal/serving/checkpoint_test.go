@@ -181,8 +181,18 @@ func TestCheckpointOtherRevisionAndRemove(t *testing.T) {
 	h.wait("checkpointed", func() bool { return len(h.replicas()) == 0 && len(cn.checkpoints(t)) == 1 })
 	h.deploy(`idle_timeout = "31s"` + "\n" + `freeze_timeout = "10m"`)
 	h.m.Activate("hello")
-	h.wait("revision 2 ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
-	id := h.replicas()[StateReady][0]
+	// Until revision 2 is ready, traffic stays on revision 1, which the
+	// activation may start (from its checkpoint): wait for revision 2's.
+	var id string
+	h.wait("revision 2 ready", func() bool {
+		for _, r := range h.replicas()[StateReady] {
+			if c, _ := h.rt.get(r); c != nil && c.spec.Labels["shoal.revision"] == "2" {
+				id = r
+				return true
+			}
+		}
+		return false
+	})
 	if c, _ := h.rt.get(id); c == nil || c.spec.RestoreFrom != "" {
 		t.Fatalf("revision 2's replica restored from revision 1's checkpoint: %+v", c)
 	}
