@@ -33,6 +33,7 @@ func TestParseTCP(t *testing.T) {
 		{"domains", "protocol = \"tcp\"\nlisten = 1\ndomains = [\"db.example.test\"]\n", "domains", "not by host name"},
 		{"sticky", "protocol = \"tcp\"\nlisten = 1\n[traffic]\nsticky = true\n", "traffic.sticky", "cannot be sticky"},
 		{"http health", "protocol = \"tcp\"\nlisten = 1\n[health]\nhttp = \"/\"\n", "health", "over TCP or by a command"},
+		{"max_connections", "protocol = \"tcp\"\nlisten = 1\n[scale]\nmax_connections = 8\n", "scale.max_connections", "does not bound"},
 		{"unknown protocol", "protocol = \"udp\"\n", "protocol", `"udp" must be "http1", "h2c", "grpc" or "tcp"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -415,6 +415,8 @@ func (c *Config) validateTCP() error {
 		return errdefs.Invalid("traffic.sticky", "needs HTTP (a cookie): an app with protocol = %q cannot be sticky", ProtocolTCP)
 	case c.Health.HTTP != "" || c.Health.GRPC:
 		return errdefs.Invalid("health", "an app with protocol = %q is checked over TCP or by a command, not over HTTP or gRPC", ProtocolTCP)
+	case c.Scale.MaxConnections != 0:
+		return errdefs.Invalid("scale.max_connections", "bounds the proxy's connections carrying HTTP requests; an app with protocol = %q gets one per client connection, which it does not bound", ProtocolTCP)
 	}
 	return nil
 }
