@@ -305,6 +305,7 @@ func TestKillWhileFreezing(t *testing.T) {
 		for round := 0; round < 3; round++ {
 			s := baseSpec(t, "sh", "-c", "sleep 300 & sleep 300 & wait")
 			run(t, r, s)
+			settled(t, r, s.ID, 3)
 			if err := r.Freeze(s.ID); err != nil {
 				t.Fatal(err)
 			}
@@ -340,4 +341,23 @@ func TestKillWhileFreezing(t *testing.T) {
 			assertGone(t, r, s.ID)
 		}
 	}
+}
+
+// settled waits until container id's cgroup holds n processes: its shell
+// has forked them all, so a freeze does not race a fork or an exec.
+func settled(t *testing.T, r *Runtime, id string, n int) {
+	t.Helper()
+	p := r.cgroupPaths(id)
+	dir := p.Unified
+	if !p.V2 {
+		dir = p.V1["freezer"]
+	}
+	var b []byte
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		var err error
+		if b, err = os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil && len(bytes.Fields(b)) >= n {
+			return
+		}
+	}
+	t.Fatalf("container %s: cgroup.procs %q, want %d processes", id, b, n)
 }
