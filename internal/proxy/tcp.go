@@ -161,7 +161,20 @@ func (p *Proxy) ServeTCP(l net.Listener, app string) error {
 			continue
 		}
 		delay = 0
-		go p.serveTCPConn(c, app)
+		// One client's connections count against its cap
+		// (Limits.MaxConnsPerClient) with its HTTP ones.
+		client := clientAddr(c)
+		p.front.mu.Lock()
+		ok := p.front.admitConnLocked(client)
+		p.front.mu.Unlock()
+		if !ok {
+			c.Close()
+			continue
+		}
+		go func() {
+			defer p.front.connGone(client)
+			p.serveTCPConn(c, app)
+		}()
 	}
 }
 

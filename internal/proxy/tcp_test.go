@@ -410,3 +410,31 @@ func TestTCPRouteListenerKeepsItsPort(t *testing.T) {
 		t.Fatal("alpha does not listen after zeta left")
 	}
 }
+
+// One client address holds at most Limits.MaxConnsPerClient connections
+// through TCP routes too: one over it is closed at once.
+func TestTCPRouteClientCap(t *testing.T) {
+	p := newTCPProxy(t, Options{Limits: Limits{MaxConnsPerClient: 2}})
+	p.SetRoute(tcpRoute("db", 1, newTCPBackend(t, "b")))
+	addr := serveTCP(t, p, "db")
+	first := dialTCPClient(t, addr)
+	for _, c := range []*tcpClient{first, dialTCPClient(t, addr)} {
+		if got := c.line(t); got != "b" {
+			t.Fatalf("a connection under the cap: %q", got)
+		}
+	}
+	if b, err := io.ReadAll(dialTCPClient(t, addr).r); err != nil || len(b) > 0 {
+		t.Fatalf("a third connection: %q, %v; want it closed", b, err)
+	}
+	first.Close()
+	eventually(t, "a connection taken again once one closed", func() bool {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		s, _ := bufio.NewReader(c).ReadString('\n')
+		return s == "b\n"
+	})
+}
