@@ -213,10 +213,10 @@ func TestPremadeBudgetEvictsLeastRecentlyUsed(t *testing.T) {
 	d.exampleImage("hello")
 	d.deploy(fmt.Sprintf(premadeManifest, "lra", "1m", "10m", "a"))
 	d.deploy(fmt.Sprintf(premadeManifest, "lrb", "1s", "1s", "b"))
-	// Neither used yet: the first by name keeps it.
-	d.waitPremade("lra", "")
-	if id, ok := d.premade("lrb"); ok {
-		t.Fatalf("lrb has a premade replica %s beside lra's, over the budget of 1", id)
+	// Neither requested yet: the one deployed last keeps it.
+	d.waitPremade("lrb", "")
+	if id, ok := d.premade("lra"); ok {
+		t.Fatalf("lra has a premade replica %s beside lrb's, over the budget of 1", id)
 	}
 	if code, _, _ := get(t, d.proxyAddr(), "lrb", "/"); code != 200 {
 		t.Fatalf("lrb answered %d", code)

@@ -47,7 +47,7 @@ const premadeRetry = 30 * time.Second
 const premadeGuess = 1 << 20
 
 // premadeBudget ranks the apps that want a premade replica (those at zero
-// replicas) by their last request, and admits the most recent while they
+// replicas) by their last request or change, and admits the most recent while they
 // fit the budget's count and memory.
 type premadeBudget struct {
 	mu   sync.Mutex
@@ -150,7 +150,14 @@ func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 	if ctl.premade != nil {
 		mem = ctl.premade.memory
 	}
-	return m.admitPremade(ctl, load.LastRequest, want, ctl.premade != nil, mem)
+	// An app deployed, scaled or rolled back since its last request
+	// counts as used then: a new app no request has reached yet is not
+	// ranked below every app ever requested.
+	used := load.LastRequest
+	if ctl.rec.Updated.After(used) {
+		used = ctl.rec.Updated
+	}
+	return m.admitPremade(ctl, used, want, ctl.premade != nil, mem)
 }
 
 // premake has the node make a replica of revision rev ahead. ctl.mu is
