@@ -129,6 +129,13 @@ func buildShoal(t *testing.T) string {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/shoal: %v\n%s", err, out)
 	}
+	// shoal-init beside it, as make build puts it: the daemon's replicas
+	// and premade sandboxes run it as their pid 1.
+	cc := exec.Command("cc", "-static", "-O2", "-s", "-o", filepath.Join(filepath.Dir(bin), "shoal-init"), "cmd/shoal-init/shoal-init.c")
+	cc.Dir = dir
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("cc cmd/shoal-init: %v\n%s", err, out)
+	}
 	return bin
 }
 
