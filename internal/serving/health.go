@@ -61,15 +61,8 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 		case i > 100:
 			wait = 10 * time.Millisecond
 		}
-		t := m.clock.NewTimer(wait)
-		select {
-		case <-t.C():
-		case <-exited:
-			t.Stop()
-			return errExitedEarly
-		case <-ctl.stop:
-			t.Stop()
-			return errors.New("daemon stopping")
+		if err := ctl.pause(wait, exited); err != nil {
+			return err
 		}
 	}
 }
@@ -105,16 +98,25 @@ func (ctl *appCtl) waitReadyCommand(r *replica, cfg manifest.Config, began time.
 		if m.clock.Since(began) >= limit {
 			return fmt.Errorf("replica %s: ready_command did not pass within start_timeout %s: %v", r.rec.ID, limit, last)
 		}
-		t := m.clock.NewTimer(readyCommandEvery)
-		select {
-		case <-t.C():
-		case <-exited:
-			t.Stop()
-			return errExitedEarly
-		case <-ctl.stop:
-			t.Stop()
-			return errors.New("daemon stopping")
+		if err := ctl.pause(readyCommandEvery, exited); err != nil {
+			return err
 		}
+	}
+}
+
+// pause waits d between two tries at a new replica's readiness: it ends
+// early with an error when the replica exits or the daemon stops.
+func (ctl *appCtl) pause(d time.Duration, exited <-chan struct{}) error {
+	t := ctl.m.clock.NewTimer(d)
+	select {
+	case <-t.C():
+		return nil
+	case <-exited:
+		t.Stop()
+		return errExitedEarly
+	case <-ctl.stop:
+		t.Stop()
+		return errors.New("daemon stopping")
 	}
 }
 

@@ -122,15 +122,7 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 	}
 	mounts, err := ctl.mounts(r, cfg, digest)
 	if err != nil {
-		ctl.mu.Lock()
-		r.booting = false
-		stopping := r.state.exiting()
-		ctl.unlock()
-		if stopping {
-			ctl.remove(r, false) // stopped meanwhile: nothing was started
-			return
-		}
-		fail(fmt.Errorf("replica %s: %w", id, err))
+		ctl.bootFailed(r, fmt.Errorf("replica %s: %w", id, err), fail)
 		return
 	}
 	// A failed replica's place may be the one this one takes.
@@ -154,15 +146,7 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 		if b.restore != nil {
 			ctl.dropCheckpointDir(b.restore.dir)
 		}
-		ctl.mu.Lock()
-		r.booting = false
-		stopping := r.state.exiting()
-		ctl.unlock()
-		if stopping {
-			ctl.remove(r, false) // stopped meanwhile: nothing was started
-			return
-		}
-		fail(fmt.Errorf("replica %s: %w", id, err))
+		ctl.bootFailed(r, fmt.Errorf("replica %s: %w", id, err), fail)
 		return
 	}
 	spec := ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
@@ -172,6 +156,21 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 		m.starts.release(admitted, err == nil)
 	}
 	ctl.booted(r, b, began, st, restored, err, fail)
+}
+
+// bootFailed ends replica r's boot, which failed with err before its
+// container was started: a replica stopped meanwhile is only removed,
+// others fail.
+func (ctl *appCtl) bootFailed(r *replica, err error, fail func(error)) {
+	ctl.mu.Lock()
+	r.booting = false
+	stopping := r.state.exiting()
+	ctl.unlock()
+	if stopping {
+		ctl.remove(r, false) // nothing was started
+		return
+	}
+	fail(err)
 }
 
 // booted carries on replica r's boot once the node started (or restored,
