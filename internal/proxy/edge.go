@@ -78,8 +78,11 @@ type edge struct {
 	challenge func(*tls.ClientHelloInfo) *tls.Certificate
 	// missing is told a name no certificate serves (Options.CertMissing).
 	missing func(ctx context.Context, name string) bool
-	// waiting counts the handshakes waiting for a certificate on demand.
+	// waiting counts the handshakes waiting for a certificate on demand;
+	// held counts them by client (onDemandClient).
 	waiting atomic.Int32
+	heldMu  sync.Mutex
+	held    map[string]int
 	// clock tells a certificate past its NotAfter, which is not served.
 	clock clock.Clock
 }
@@ -200,7 +203,11 @@ func (e *edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 		return cert, nil
 	}
 	if e.missing != nil && name != "" && !slices.Contains(hello.SupportedProtos, ALPNProto) {
-		if cert := e.onDemand(hello.Context(), name); cert != nil {
+		var client string
+		if hello.Conn != nil {
+			client = onDemandClient(hello.Conn.RemoteAddr())
+		}
+		if cert := e.onDemand(hello.Context(), name, client); cert != nil {
 			return cert, nil
 		}
 	}
@@ -210,11 +217,15 @@ func (e *edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 // onDemand asks missing for name's certificate and, when one is being
 // obtained, holds the handshake (its bound stretched to OnDemandWait)
 // until SetCerts brings it: nil when it is refused or does not come in
-// time.
-func (e *edge) onDemand(ctx context.Context, name string) *tls.Certificate {
+// time, or when client holds its most already (maxOnDemandPerClient).
+func (e *edge) onDemand(ctx context.Context, name, client string) *tls.Certificate {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if !e.holdFor(client) {
+		return nil
+	}
+	defer e.unhold(client)
 	if e.waiting.Add(1) > maxOnDemandWaiting {
 		e.waiting.Add(-1)
 		go e.missing(context.Background(), name)

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -76,5 +78,95 @@ func TestEdgeOnDemandHoldsHandshake(t *testing.T) {
 	}
 	if n := f.p.edge.waiting.Load(); n != 0 {
 		t.Fatalf("%d handshakes still counted as waiting", n)
+	}
+}
+
+// One client address holds at most maxOnDemandPerClient handshakes for
+// certificates on demand: its next fails at once (a TLS alert), not held,
+// so that a few addresses cannot take every place and hold back others'
+// first visits; another address is still held, and all are served once
+// the certificate comes. An IPv6 client counts by its /64.
+func TestEdgeOnDemandCapPerClient(t *testing.T) {
+	f := newTLSFrontWith(t, Options{CertMissing: func(ctx context.Context, name string) bool { return true }})
+	f.p.SetCerts([]route.Cert{f.cert(t, "other.test")})
+	rt := routeTo("web", namedBackend(t, "web"))
+	rt.Domains = []string{"new.example.test"}
+	f.p.SetRoute(rt)
+
+	dialFrom := func(ip string) (*tls.Conn, error) {
+		d := &net.Dialer{Timeout: 30 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := tls.DialWithDialer(d, "tcp", f.tlsAddr, &tls.Config{RootCAs: f.ca.Pool(), ServerName: "new.example.test"})
+		if err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+		return c, err
+	}
+	waiting := func(n int32) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); f.p.edge.waiting.Load() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d handshakes held, want %d", f.p.edge.waiting.Load(), n)
+			}
+		}
+	}
+	held := make(chan error, maxOnDemandPerClient+1)
+	for range maxOnDemandPerClient {
+		go func() { _, err := dialFrom("127.0.0.1"); held <- err }()
+	}
+	waiting(maxOnDemandPerClient)
+
+	// One more from the same address: refused while the others are still
+	// held (were it held too, the count would pass the cap).
+	refused := make(chan error, 1)
+	go func() { _, err := dialFrom("127.0.0.1"); refused <- err }()
+	for {
+		select {
+		case err := <-refused:
+			if err == nil {
+				t.Fatal("a handshake beyond the client's cap succeeded")
+			}
+		case <-time.After(5 * time.Millisecond):
+			if n := f.p.edge.waiting.Load(); n > maxOnDemandPerClient {
+				t.Fatalf("%d handshakes of one client held, the cap is %d", n, maxOnDemandPerClient)
+			}
+			continue
+		}
+		break
+	}
+	if n := f.p.edge.waiting.Load(); n != maxOnDemandPerClient {
+		t.Fatalf("%d handshakes held after the refusal, want %d", n, maxOnDemandPerClient)
+	}
+	// Another address is held as before.
+	go func() { _, err := dialFrom("127.0.0.2"); held <- err }()
+	waiting(maxOnDemandPerClient + 1)
+
+	f.p.SetCerts([]route.Cert{f.cert(t, "other.test"), f.cert(t, "new.example.test")})
+	for range maxOnDemandPerClient + 1 {
+		if err := <-held; err != nil {
+			t.Fatalf("a held handshake: %v", err)
+		}
+	}
+	waiting(0)
+	if n := len(f.p.edge.held); n != 0 {
+		t.Fatalf("held counts left for %d clients", n)
+	}
+}
+
+func TestOnDemandClient(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.7:443":              "192.0.2.7",
+		"[::ffff:192.0.2.7]:443":     "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:1":   "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:1":           "fe80::/64",
+		"[2001:db8:1:3::1]:443":      "2001:db8:1:3::/64",
+	} {
+		a, err := net.ResolveTCPAddr("tcp", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := onDemandClient(a); got != want {
+			t.Errorf("onDemandClient(%s) = %q, want %q", in, got, want)
+		}
 	}
 }
