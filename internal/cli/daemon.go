@@ -110,5 +110,8 @@ adopts them and removes any orphans it has no record of.`,
 	f.StringVar(&format, "log-format", "text", "log format: text or json")
 	f.StringVar(&pprofAddr, "debug-pprof", "", "serve Go's profiles (/debug/pprof/) on this loopback address, e.g. 127.0.0.1:6060")
 	_ = f.MarkHidden("debug-pprof")
+	// Small bridges, for tests of a host with several.
+	f.IntVar(&cfg.BridgePorts, "bridge-ports", 0, "attachments per bridge, each on its slice of --subnet (0: 1021, a /22 each)")
+	_ = f.MarkHidden("bridge-ports")
 	return cmd
 }

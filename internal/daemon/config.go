@@ -17,6 +17,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/runtime"
@@ -110,6 +111,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.ParseCIDR(c.Subnet); err != nil {
 			return errdefs.Invalid("--subnet", "%q is not a CIDR subnet such as 10.77.0.0/16", c.Subnet)
 		}
+	}
+	if c.BridgePorts < 0 || c.BridgePorts > network.DefaultBridgePorts {
+		return errdefs.Invalid("--bridge-ports", "%d is not 0 (the default) to %d", c.BridgePorts, network.DefaultBridgePorts)
 	}
 	if c.Bridge != "" && (len(c.Bridge) > 15 || !nameRE.MatchString(c.Bridge)) {
 		return errdefs.Invalid("--bridge", "%q is not an interface name (letters, digits, _.-, at most 15)", c.Bridge)

@@ -99,3 +99,15 @@ func TestValidateTrustedProxies(t *testing.T) {
 		}
 	}
 }
+
+// --bridge-ports sizes the bridges' slices: 0 (the default) to 1021.
+func TestValidateBridgePorts(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for ports, valid := range map[int]bool{0: true, 1: true, 4: true, 1021: true, -1: false, 1022: false, 4096: false} {
+		cfg := Config{DataDir: "/tmp/d", RunDir: "/tmp/r", Node: "n1", BridgePorts: ports, Logger: quiet}
+		err := cfg.Validate()
+		if valid != (err == nil) || (!valid && (!errdefs.IsInvalid(err) || errdefs.Field(err) != "--bridge-ports")) {
+			t.Errorf("--bridge-ports %d: %v, want valid %v", ports, err, valid)
+		}
+	}
+}

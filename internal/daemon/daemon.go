@@ -63,6 +63,7 @@ type Config struct {
 	// other; "": the one kept in the store (made by the first node).
 	ClusterTokenFile string
 	Subnet           string // CNI subnet (default 10.77.0.0/16)
+	BridgePorts      int    // attachments per bridge, which sizes its slice of Subnet (0: network.DefaultBridgePorts)
 	// Proxy is where the serving proxy listens (default 127.0.0.1:8080;
 	// "off": no proxy). Domain also routes <app>.<Domain>.
 	Proxy  string
@@ -210,12 +211,13 @@ func (d *Daemon) open(ctx context.Context) error {
 		return fmt.Errorf("image store: %w", err)
 	}
 	d.net, err = network.New(ctx, network.Options{
-		StateDir:   filepath.Join(cfg.RunDir, "netns"),
-		CNIConfDir: filepath.Join(cfg.DataDir, "cni"),
-		Bridge:     cfg.Bridge,
-		PoolSize:   cfg.NetnsPool,
-		Subnet:     cfg.Subnet,
-		Logger:     d.log,
+		StateDir:    filepath.Join(cfg.RunDir, "netns"),
+		CNIConfDir:  filepath.Join(cfg.DataDir, "cni"),
+		Bridge:      cfg.Bridge,
+		PoolSize:    cfg.NetnsPool,
+		Subnet:      cfg.Subnet,
+		BridgePorts: cfg.BridgePorts,
+		Logger:      d.log,
 	})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)

@@ -256,35 +256,37 @@ func netInUse(nat, bridge string) bool {
 	if _, err := os.Stat("/sys/class/net/" + bridge); err == nil {
 		return true
 	}
-	return strings.Contains(nat, `name: \"shoal-`+bridge+`\"`)
+	if others, _ := filepath.Glob("/sys/class/net/" + bridge + "-*"); len(others) > 0 {
+		return true
+	}
+	return strings.Contains(nat, `name: \"shoal-`+bridge+`\"`) || strings.Contains(nat, `name: \"shoal-`+bridge+`-`)
 }
 
 // cleanHost checks that the daemon, stopped with nothing left to run,
-// took its network with it: no nat rule of its CNI network, no policy
-// table and no bridge
-// (the daemon deletes the bridge when it stops with no namespace left).
+// took its network with it: no nat rule of its CNI networks, no policy
+// table and no bridge, the first nor the others (<bridge>-N)
+// (the daemon deletes the bridges when it stops with no namespace left).
 // Whatever is left fails the test and is removed.
 func (d *daemon) cleanHost() {
 	t := d.t
-	network := "shoal-" + d.bridge
 	out, err := exec.Command("iptables-save", "-t", "nat").Output()
 	if err != nil {
 		t.Errorf("cleanup: iptables-save: %v", err)
 	}
 	// -A POSTROUTING -s 10.181.9.7/32 -m comment --comment "name: \"shoal-shoale9\" id: \"bridge-…\"" -j CNI-…
-	rule := regexp.MustCompile(`^-A POSTROUTING -s (\S+) -m comment --comment "name: \\"` + regexp.QuoteMeta(network) +
-		`\\" id: \\"([^\\"]+)\\"" -j (CNI-\S+)`)
+	rule := regexp.MustCompile(`^-A POSTROUTING -s (\S+) -m comment --comment "name: \\"(` + regexp.QuoteMeta("shoal-"+d.bridge) +
+		`(?:-\d+)?)\\" id: \\"([^\\"]+)\\"" -j (CNI-\S+)`)
 	for _, line := range strings.Split(string(out), "\n") {
 		m := rule.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
 		t.Errorf("cleanup: the daemon left the nat rule %s", line)
-		comment := fmt.Sprintf("name: %q id: %q", network, m[2])
+		comment := fmt.Sprintf("name: %q id: %q", m[2], m[3])
 		for _, args := range [][]string{
-			{"-D", "POSTROUTING", "-s", m[1], "-m", "comment", "--comment", comment, "-j", m[3]},
-			{"-F", m[3]},
-			{"-X", m[3]},
+			{"-D", "POSTROUTING", "-s", m[1], "-m", "comment", "--comment", comment, "-j", m[4]},
+			{"-F", m[4]},
+			{"-X", m[4]},
 		} {
 			if out, err := exec.Command("iptables", append([]string{"-w", "-t", "nat"}, args...)...).CombinedOutput(); err != nil {
 				t.Errorf("cleanup: iptables %v: %v: %s", args, err, out)
@@ -298,10 +300,14 @@ func (d *daemon) cleanHost() {
 			t.Errorf("cleanup: nft delete table inet %s: %v: %s", d.bridge, err, out)
 		}
 	}
-	if _, err := os.Stat("/sys/class/net/" + d.bridge); err == nil {
-		t.Errorf("cleanup: the daemon left its bridge %s", d.bridge)
-		if out, err := exec.Command("ip", "link", "del", d.bridge).CombinedOutput(); err != nil {
-			t.Errorf("cleanup: ip link del %s: %v: %s", d.bridge, err, out)
+	others, _ := filepath.Glob("/sys/class/net/" + d.bridge + "-*")
+	for _, dir := range append([]string{"/sys/class/net/" + d.bridge}, others...) {
+		if _, err := os.Stat(dir); err == nil {
+			b := filepath.Base(dir)
+			t.Errorf("cleanup: the daemon left its bridge %s", b)
+			if out, err := exec.Command("ip", "link", "del", b).CombinedOutput(); err != nil {
+				t.Errorf("cleanup: ip link del %s: %v: %s", b, err, out)
+			}
 		}
 	}
 	// A replica's disk goes with it: its loop device clears itself once

@@ -27,14 +27,19 @@ const ifName = "eth0"
 // requiredPlugins are the CNI plugins the bundled configuration runs.
 var requiredPlugins = []string{"bridge", "host-local"}
 
-// cniNet is the bundled bridge network: its configuration and the libcni
-// handle that runs it.
+// cniNet is the bundled bridge networks, one per bridge of the set: their
+// configurations and the libcni handle that runs them.
 type cniNet struct {
-	conf   *libcni.CNIConfig
+	conf *libcni.CNIConfig
+	nets []cniList // by bridge
+	gate cniGate   // shared: the plugins' locks are the host's
+}
+
+// cniList is one bridge's network.
+type cniList struct {
 	list   *libcni.NetworkConfigList
 	bridge string
 	ipam   string // host-local's data dir: one file per reserved address
-	gate   cniGate
 }
 
 // conflist renders the bundled configuration: one bridge with the gateway
@@ -51,7 +56,10 @@ func conflist(name, bridge string, subnet netip.Prefix, mtu int, ipamDir string)
 			"isGateway":   true,
 			"ipMasq":      true,
 			"hairpinMode": true,
-			"mtu":         mtu,
+			// A bridge left by a daemon that gave it the whole subnet
+			// takes its slice's gateway instead of refusing the add.
+			"forceAddress": true,
+			"mtu":          mtu,
 			"ipam": map[string]any{
 				"type":    "host-local",
 				"dataDir": ipamDir,
@@ -86,42 +94,44 @@ func findPlugins(dirs []string) error {
 	return nil
 }
 
-// newCNINet writes the bundled conflist into confDir and loads it.
-func newCNINet(o *Options, subnet netip.Prefix, mtu int) (*cniNet, error) {
+// newCNINet writes the bundled conflist of each bridge into confDir and
+// loads it.
+func newCNINet(o *Options, br bridgeSet, mtu int) (*cniNet, error) {
 	if err := findPlugins(o.CNIBinDirs); err != nil {
 		return nil, err
 	}
-	name := "shoal-" + o.Bridge
 	ipamDir := filepath.Join(o.CNIConfDir, "ipam")
 	for _, d := range []string{o.CNIConfDir, ipamDir, filepath.Join(o.CNIConfDir, "cache")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("cni conf dir: %w", err)
 		}
 	}
-	data, err := conflist(name, o.Bridge, subnet, mtu, ipamDir)
-	if err != nil {
-		return nil, err
-	}
-	file := filepath.Join(o.CNIConfDir, name+".conflist")
-	if err := writeFileAtomic(file, data); err != nil {
-		return nil, fmt.Errorf("cni conflist %s: %w", file, err)
-	}
-	list, err := libcni.NetworkConfFromBytes(data)
-	if err != nil {
-		return nil, fmt.Errorf("cni conflist %s: %w", file, err)
-	}
-	return &cniNet{
+	c := &cniNet{
 		// An explicit Exec: libcni would otherwise set one lazily, racing
 		// when plugins run concurrently.
 		conf: libcni.NewCNIConfigWithCacheDir(o.CNIBinDirs, filepath.Join(o.CNIConfDir, "cache"), &invoke.DefaultExec{
 			RawExec:       &invoke.RawExec{Stderr: os.Stderr},
 			PluginDecoder: version.PluginDecoder{},
 		}),
-		list:   list,
-		bridge: o.Bridge,
-		ipam:   filepath.Join(ipamDir, name),
-		gate:   newCNIGate(),
-	}, nil
+		gate: newCNIGate(),
+	}
+	for i, bridge := range br.names {
+		name := "shoal-" + bridge
+		data, err := conflist(name, bridge, br.slice(i), mtu, ipamDir)
+		if err != nil {
+			return nil, err
+		}
+		file := filepath.Join(o.CNIConfDir, name+".conflist")
+		if err := writeFileAtomic(file, data); err != nil {
+			return nil, fmt.Errorf("cni conflist %s: %w", file, err)
+		}
+		list, err := libcni.NetworkConfFromBytes(data)
+		if err != nil {
+			return nil, fmt.Errorf("cni conflist %s: %w", file, err)
+		}
+		c.nets = append(c.nets, cniList{list: list, bridge: bridge, ipam: filepath.Join(ipamDir, name)})
+	}
+	return c, nil
 }
 
 // writeFileAtomic replaces file with data through a rename.
@@ -141,31 +151,32 @@ func (c *cniNet) rt(id, nsPath string) *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: ifName}
 }
 
-// add attaches the namespace at nsPath and returns its address, gateway
-// and the host side of its veth pair (a port of the bridge). A failed add
-// is undone.
-func (c *cniNet) add(ctx context.Context, id, nsPath string) (ip, gw net.IP, port string, err error) {
+// add attaches the namespace at nsPath to bridge br and returns its
+// address, gateway and the host side of its veth pair (a port of the
+// bridge). A failed add is undone.
+func (c *cniNet) add(ctx context.Context, br int, id, nsPath string) (ip, gw net.IP, port string, err error) {
 	ctx, leave, err := c.gate.enter(ctx)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
 	}
 	defer leave()
-	res, err := c.conf.AddNetworkList(ctx, c.list, c.rt(id, nsPath))
+	n := c.nets[br]
+	res, err := c.conf.AddNetworkList(ctx, n.list, c.rt(id, nsPath))
 	if err != nil {
-		if derr := c.delIn(context.WithoutCancel(ctx), id, nsPath); derr != nil {
+		if derr := c.delIn(context.WithoutCancel(ctx), br, id, nsPath); derr != nil {
 			err = errors.Join(err, derr)
 		}
-		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
+		return nil, nil, "", fmt.Errorf("cni add %s to %s: %w", id, n.bridge, err)
 	}
 	ip, gw, err = addresses(res)
 	if err == nil {
-		port, err = hostPort(res, c.bridge)
+		port, err = hostPort(res, n.bridge)
 	}
 	if err != nil {
-		if derr := c.delIn(context.WithoutCancel(ctx), id, nsPath); derr != nil {
+		if derr := c.delIn(context.WithoutCancel(ctx), br, id, nsPath); derr != nil {
 			err = errors.Join(err, derr)
 		}
-		return nil, nil, "", fmt.Errorf("cni add %s: %w", id, err)
+		return nil, nil, "", fmt.Errorf("cni add %s to %s: %w", id, n.bridge, err)
 	}
 	return ip, gw, port, nil
 }
@@ -185,48 +196,59 @@ func hostPort(r types.Result, bridge string) (string, error) {
 	return "", errors.New("no host veth in cni result")
 }
 
-// del detaches the attachment id. nsPath may be "" when the namespace is
-// gone; the plugins then release the address and the masquerade rules only.
-func (c *cniNet) del(ctx context.Context, id, nsPath string) error {
+// del detaches the attachment id from bridge br. nsPath may be "" when
+// the namespace is gone; the plugins then release the address and the
+// masquerade rules only.
+func (c *cniNet) del(ctx context.Context, br int, id, nsPath string) error {
 	ctx, leave, err := c.gate.enter(ctx)
 	if err != nil {
 		return fmt.Errorf("cni del %s: %w", id, err)
 	}
 	defer leave()
-	return c.delIn(ctx, id, nsPath)
+	return c.delIn(ctx, br, id, nsPath)
 }
 
 // delIn is del for a caller that has its turn at the gate.
-func (c *cniNet) delIn(ctx context.Context, id, nsPath string) error {
-	if err := c.conf.DelNetworkList(ctx, c.list, c.rt(id, nsPath)); err != nil {
-		return fmt.Errorf("cni del %s: %w", id, err)
+func (c *cniNet) delIn(ctx context.Context, br int, id, nsPath string) error {
+	n := c.nets[br]
+	if err := c.conf.DelNetworkList(ctx, n.list, c.rt(id, nsPath)); err != nil {
+		return fmt.Errorf("cni del %s from %s: %w", id, n.bridge, err)
 	}
 	if nsPath == "" {
-		return teardownMasq(ctx, c.list.Name, id)
+		return teardownMasq(ctx, n.list.Name, id)
 	}
 	return nil
 }
 
-// cached returns the address and gateway recorded when id was attached.
-func (c *cniNet) cached(id, nsPath string) (ip, gw net.IP, err error) {
-	res, err := c.conf.GetNetworkListCachedResult(c.list, c.rt(id, nsPath))
-	if err != nil || res == nil {
-		return nil, nil, fmt.Errorf("cni result of %s: not cached: %w", id, errdefs.ErrNotFound)
+// cached returns the bridge, address and gateway recorded when id was
+// attached; the bridge is -1 when libcni has no record of it.
+func (c *cniNet) cached(id, nsPath string) (br int, ip, gw net.IP, err error) {
+	for i, n := range c.nets {
+		res, err := c.conf.GetNetworkListCachedResult(n.list, c.rt(id, nsPath))
+		if err != nil || res == nil {
+			continue
+		}
+		ip, gw, err = addresses(res)
+		return i, ip, gw, err
 	}
-	return addresses(res)
+	return -1, nil, nil, fmt.Errorf("cni result of %s: not cached: %w", id, errdefs.ErrNotFound)
 }
 
-// attachments lists the IDs of every attachment libcni has cached for
-// this network.
-func (c *cniNet) attachments() ([]string, error) {
+// attachments maps the ID of every attachment libcni has cached for these
+// networks to its bridge.
+func (c *cniNet) attachments() (map[string]int, error) {
 	atts, err := c.conf.GetCachedAttachments("")
 	if err != nil {
 		return nil, fmt.Errorf("cni cache: %w", err)
 	}
-	var ids []string
+	byName := map[string]int{}
+	for i, n := range c.nets {
+		byName[n.list.Name] = i
+	}
+	ids := map[string]int{}
 	for _, a := range atts {
-		if a.Network == c.list.Name && a.IfName == ifName {
-			ids = append(ids, a.ContainerID)
+		if br, ok := byName[a.Network]; ok && a.IfName == ifName {
+			ids[a.ContainerID] = br
 		}
 	}
 	return ids, nil
@@ -306,10 +328,10 @@ func readRoutes() []route {
 }
 
 // checkSubnet refuses a subnet that overlaps a route of another interface
-// than the bridge: addresses handed out there would be unreachable.
-func checkSubnet(subnet netip.Prefix, bridge string) error {
+// than the bridges: addresses handed out there would be unreachable.
+func checkSubnet(subnet netip.Prefix, br bridgeSet) error {
 	for _, r := range readRoutes() {
-		if r.iface == bridge || r.dst.Bits() == 0 {
+		if br.index(r.iface) >= 0 || r.dst.Bits() == 0 {
 			continue
 		}
 		if r.dst.Overlaps(subnet) {

@@ -59,37 +59,40 @@ func testOptions(t testing.TB, poolSize int) Options {
 		if ok, _ := isMountPoint(o.StateDir); ok {
 			unix.Unmount(o.StateDir, unix.MNT_DETACH)
 		}
-		removeNetwork(t, o.Bridge)
+		removeNetwork(t, o)
 	})
 	return o
 }
 
 // removeNetwork deletes the masquerade rules of every attachment of the
-// bundled network on bridge, and the bridge.
-func removeNetwork(t testing.TB, bridge string) {
+// bundled networks on o's bridges, the bridges and the policy table.
+func removeNetwork(t testing.TB, o Options) {
 	t.Helper()
 	ctx := context.Background()
-	network := "shoal-" + bridge
+	br := newBridgeSet(o.Bridge, netip.MustParsePrefix(o.Subnet), o.BridgePorts)
 	out, err := exec.CommandContext(ctx, "iptables-save", "-t", "nat").Output()
 	if err != nil {
 		t.Errorf("iptables-save: %v", err)
 	}
-	id := regexp.MustCompile(`name: \\"` + regexp.QuoteMeta(network) + `\\" id: \\"([^\\"]+)\\"`)
-	seen := map[string]bool{}
-	for _, m := range id.FindAllStringSubmatch(string(out), -1) {
-		if seen[m[1]] {
-			continue
+	for _, bridge := range br.names {
+		network := "shoal-" + bridge
+		id := regexp.MustCompile(`name: \\"` + regexp.QuoteMeta(network) + `\\" id: \\"([^\\"]+)\\"`)
+		seen := map[string]bool{}
+		for _, m := range id.FindAllStringSubmatch(string(out), -1) {
+			if seen[m[1]] {
+				continue
+			}
+			seen[m[1]] = true
+			if err := teardownMasq(ctx, network, m[1]); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
 		}
-		seen[m[1]] = true
-		if err := teardownMasq(ctx, network, m[1]); err != nil {
+		if err := deleteLink(bridge); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	}
-	if err := deleteLink(bridge); err != nil {
-		t.Errorf("cleanup: %v", err)
-	}
 	// The policy table of a Manager that was not closed idle.
-	if tb, err := newNFTTable(bridge, netip.Prefix{}); err != nil {
+	if tb, err := newNFTTable(o.Bridge, nil, netip.Prefix{}, 0); err != nil {
 		t.Errorf("cleanup: %v", err)
 	} else {
 		if err := tb.remove(); err != nil {

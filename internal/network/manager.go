@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"time"
 
@@ -30,11 +31,15 @@ type Options struct {
 	// CNIConfDir receives the bundled conflist and holds libcni's cache and
 	// host-local's address reservations, e.g. <data>/cni.
 	CNIConfDir string
-	// Subnet of the bridge, IPv4 (default 10.77.0.0/16). The gateway, on the
-	// bridge, is its first address.
+	// Subnet of the bridges, IPv4 (default 10.77.0.0/16), cut into one
+	// slice per bridge. The first bridge's gateway is its first address.
 	Subnet string
-	// Bridge is the name of the host bridge (default shoal0).
+	// Bridge is the name of the first host bridge (default shoal0); the
+	// others are Bridge-1, Bridge-2 …
 	Bridge string
+	// BridgePorts is how many attachments a bridge takes, which sizes
+	// the slices (default and at most DefaultBridgePorts, a /22 each).
+	BridgePorts int
 	// PoolSize is how many ready namespaces to keep per mode. 0 means the
 	// defaults (4 for None, 2 for Bridge); a negative value turns the pool off.
 	PoolSize int
@@ -87,6 +92,7 @@ type entry struct {
 	mode      Mode
 	path      string
 	ip, gw    net.IP
+	br        int    // index of the bridge (Bridge mode)
 	container string // "" while being created, checked or pooled
 	reused    bool   // came back through Recycle: expected back while out
 }
@@ -105,6 +111,7 @@ type Manager struct {
 	o        Options
 	log      *slog.Logger
 	cni      *cniNet
+	br       bridgeSet
 	pol      *policy
 	boundDir bool // New bound StateDir onto itself
 
@@ -114,6 +121,7 @@ type Manager struct {
 	owned       map[string]*entry // by name: being created, pooled or in use
 	byContainer map[string]*entry // nil while an Acquire is creating one
 	checking    int               // None namespaces Recycle is checking
+	ports       []int             // owned Bridge namespaces by bridge
 	stats       PoolStats
 
 	kick      chan struct{}
@@ -132,10 +140,11 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 	if err != nil || !subnet.Addr().Is4() || subnet.Bits() > 30 || subnet.Masked() != subnet {
 		return nil, errdefs.Invalid("subnet", "%q is not an IPv4 network of at most /30 such as 10.77.0.0/16", o.Subnet)
 	}
-	if err := checkSubnet(subnet, o.Bridge); err != nil {
+	br := newBridgeSet(o.Bridge, subnet, o.BridgePorts)
+	if err := checkSubnet(subnet, br); err != nil {
 		return nil, err
 	}
-	c, err := newCNINet(&o, subnet, hostMTU())
+	c, err := newCNINet(&o, br, hostMTU())
 	if err != nil {
 		return nil, err
 	}
@@ -146,12 +155,13 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	pol, err := openPolicy(o.Bridge, subnet, o.StateDir, o.Logger)
+	pol, err := openPolicy(br, o.StateDir, o.Logger)
 	if err != nil {
 		return nil, err
 	}
 	m := &Manager{
-		o: o, log: o.Logger, cni: c, pol: pol, boundDir: bound,
+		o: o, log: o.Logger, cni: c, br: br, pol: pol, boundDir: bound,
+		ports:       make([]int, len(br.names)),
 		pool:        map[Mode][]*entry{},
 		owned:       map[string]*entry{},
 		byContainer: map[string]*entry{},
@@ -340,7 +350,8 @@ func (m *Manager) parsePath(path string) (string, Mode, error) {
 	return name, mode, nil
 }
 
-// create makes a namespace and, in Bridge mode, attaches it.
+// create makes a namespace and, in Bridge mode, attaches it to the first
+// bridge with a port free.
 func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 	var b [8]byte
 	rand.Read(b[:])
@@ -352,19 +363,28 @@ func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("network manager: closed: %w", errdefs.ErrUnavailable)
 	}
+	if mode == Bridge {
+		e.br = slices.IndexFunc(m.ports, func(n int) bool { return n < m.br.ports })
+		if e.br < 0 {
+			m.mu.Unlock()
+			return nil, fmt.Errorf("network: every bridge is full (%d of %d ports each on %s): %w",
+				len(m.ports), m.br.ports, m.br.subnet, errdefs.ErrUnavailable)
+		}
+		m.ports[e.br]++
+	}
 	m.owned[name] = e
 	m.mu.Unlock()
 
 	err := createNetNS(e.path, mode == None)
 	if err == nil && mode == Bridge {
 		var port string
-		e.ip, e.gw, port, err = m.cni.add(ctx, name, e.path)
+		e.ip, e.gw, port, err = m.cni.add(ctx, e.br, name, e.path)
 		if err == nil {
 			// Isolated before anyone gets the namespace; the bridge,
 			// made by the first add, gets its settings too.
-			err = errors.Join(isolatePort(port), prepareBridge(m.o.Bridge))
+			err = errors.Join(isolatePort(port), prepareBridge(m.br.names[e.br]))
 			if err != nil {
-				err = errors.Join(err, m.cni.del(context.WithoutCancel(ctx), name, e.path))
+				err = errors.Join(err, m.cni.del(context.WithoutCancel(ctx), e.br, name, e.path))
 			}
 		}
 		if err != nil {
@@ -374,11 +394,22 @@ func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
-		delete(m.owned, name)
+		m.disown(e)
 		return nil, err
 	}
 	m.stats.Created++
 	return e, nil
+}
+
+// disown forgets e, freeing its bridge port. m.mu is held.
+func (m *Manager) disown(e *entry) {
+	if m.owned[e.name] != e {
+		return
+	}
+	delete(m.owned, e.name)
+	if e.mode == Bridge && e.br >= 0 {
+		m.ports[e.br]--
+	}
 }
 
 // destroy detaches (Bridge) and removes the namespace name. The namespace
@@ -386,6 +417,9 @@ func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 // since libcni keeps its cache entry until a DEL succeeds.
 func (m *Manager) destroy(ctx context.Context, name string, mode Mode) error {
 	path := filepath.Join(m.o.StateDir, name)
+	m.mu.Lock()
+	e := m.owned[name]
+	m.mu.Unlock()
 	var errs []error
 	if mode == Bridge {
 		// The policy goes first: the address may go to another
@@ -399,11 +433,23 @@ func (m *Manager) destroy(ctx context.Context, name string, mode Mode) error {
 		if !isNetNS(path) {
 			nsPath = ""
 		}
-		errs = append(errs, m.cni.del(ctx, name, nsPath))
+		br := -1
+		if e != nil {
+			br = e.br
+		}
+		if br < 0 {
+			// Not made here: the bridge libcni recorded, the first one
+			// when there is no record (DEL then frees what is left).
+			br, _, _, _ = m.cni.cached(name, nsPath)
+			br = max(br, 0)
+		}
+		errs = append(errs, m.cni.del(ctx, br, name, nsPath))
 	}
 	errs = append(errs, destroyNetNS(path))
 	m.mu.Lock()
-	delete(m.owned, name)
+	if e != nil {
+		m.disown(e)
+	}
 	m.stats.Destroyed++
 	m.mu.Unlock()
 	return errors.Join(errs...)
@@ -437,8 +483,8 @@ func (m *Manager) refill() {
 	}
 }
 
-// Gateway is the bridge's own address, the subnet's first: containers on
-// the bridge reach the host there.
+// Gateway is the first bridge's own address, the subnet's first:
+// containers on every bridge reach the host there.
 func (m *Manager) Gateway() net.IP {
 	p := netip.MustParsePrefix(m.o.Subnet) // checked by New
 	return net.IP(p.Addr().Next().AsSlice())

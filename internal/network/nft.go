@@ -13,30 +13,40 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The policy's nftables table: one of family inet per bridge, named after
-// the bridge, built by buildTable in one batch (so a rebuild replaces it
-// atomically) and changed afterwards only through its sets' elements.
+// The policy's nftables table: one of family inet for the bridges of a
+// host, named after the first bridge, built by buildTable in one batch (so
+// a rebuild replaces it atomically) and changed afterwards only through
+// its sets' elements. <gateway> is any address whose host part in its
+// bridge's slice is 1.
 //
 //	table inet <bridge> {
+//	  set bridges { type ifname }                       # the bridges of the set
 //	  set egress_none { type ipv4_addr }                # replicas without egress
-//	  set pairs { type ipv4_addr . ipv4_addr }          # source . destination allowed on the bridge
+//	  set pairs { type ipv4_addr . ipv4_addr }          # source . destination allowed between attachments
 //	  set ports { type inet_service }                   # host TCP ports replicas reach (self API, proxy)
 //	  chain prerouting { type filter hook prerouting priority filter   # bridge to bridge
-//	    iifname <bridge> ip daddr <subnet> ip daddr != <gateway> ct state established,related accept
-//	    iifname <bridge> ip daddr <subnet> ip daddr != <gateway> ip saddr . ip daddr @pairs accept
-//	    iifname <bridge> ip daddr <subnet> ip daddr != <gateway> reject with icmpx admin-prohibited }
+//	    iifname @bridges ip daddr <subnet> ip daddr != <gateway> ct state established,related accept
+//	    iifname @bridges ip daddr <subnet> ip daddr != <gateway> ip saddr . ip daddr @pairs accept
+//	    iifname @bridges ip daddr <subnet> ip daddr != <gateway> reject with icmpx admin-prohibited }
 //	  chain input { type filter hook input priority filter              # bridge to host
-//	    iifname <bridge> ct state established,related accept
-//	    iifname <bridge> meta l4proto tcp th dport @ports accept
-//	    iifname <bridge> reject with icmpx admin-prohibited }
+//	    iifname @bridges ct state established,related accept
+//	    iifname @bridges meta l4proto tcp th dport @ports accept
+//	    iifname @bridges reject with icmpx admin-prohibited }
 //	  chain forward { type filter hook forward priority filter          # bridge to elsewhere
 //	    ct state established,related accept
-//	    iifname <bridge> oifname <bridge> accept         # decided in prerouting
-//	    iifname != <bridge> oifname <bridge> reject ...  # no way in but the host's own
-//	    iifname <bridge> meta nfproto != ipv4 reject ...
-//	    iifname <bridge> ip saddr @egress_none reject ...
-//	    iifname <bridge> ip daddr <each of blocked> reject ... }
+//	    iifname @bridges oifname @bridges accept         # decided in prerouting
+//	    iifname != @bridges oifname @bridges reject ...  # no way in but the host's own
+//	    iifname @bridges meta nfproto != ipv4 reject ...
+//	    iifname @bridges ip saddr @egress_none reject ...
+//	    iifname @bridges ip daddr <each of blocked> reject ... }
+//	  chain postrouting { type nat hook postrouting priority srcnat - 1
+//	    ip saddr <subnet> ip daddr <subnet> snat ip to ip saddr }
 //	}
+//
+// The postrouting chain keeps the source of traffic between bridges: its
+// identity mapping comes before the bridge plugin's masquerade (srcnat),
+// which would otherwise give the source as the gateway of the
+// destination's bridge, outside the destination's slice.
 //
 // Traffic between two attachments is decided before routing: the host
 // forwards it back out of the bridge, and a packet forwarded out of the
@@ -50,6 +60,8 @@ const (
 	chainPre      = "prerouting"
 	chainInput    = "input"
 	chainForward  = "forward"
+	chainPost     = "postrouting"
+	setBridges    = "bridges"
 )
 
 // blocked are the destinations public egress does not reach: this
@@ -67,14 +79,15 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
-// nftTable is the policy table of one bridge.
+// nftTable is the policy table of a host's bridges.
 type nftTable struct {
-	bridge string
-	subnet netip.Prefix // the bridge's
-	gw     netip.Addr
-	conn   *nftables.Conn
-	table  *nftables.Table
-	sets   map[string]*nftables.Set
+	name    string
+	bridges []string
+	subnet  netip.Prefix // the bridges'
+	bits    int          // of each bridge's slice
+	conn    *nftables.Conn
+	table   *nftables.Table
+	sets    map[string]*nftables.Set
 }
 
 // tableState is what the table should hold.
@@ -84,9 +97,10 @@ type tableState struct {
 	ports      []uint16
 }
 
-func newNFTTable(bridge string, subnet netip.Prefix) (*nftTable, error) {
-	t := &nftTable{bridge: bridge, subnet: subnet, gw: subnet.Addr().Next(), table: &nftables.Table{Name: bridge, Family: nftables.TableFamilyINet}}
+func newNFTTable(name string, bridges []string, subnet netip.Prefix, bits int) (*nftTable, error) {
+	t := &nftTable{name: name, bridges: bridges, subnet: subnet, bits: bits, table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}}
 	t.sets = map[string]*nftables.Set{
+		setBridges:    {Table: t.table, Name: setBridges, KeyType: nftables.TypeIFName},
 		setEgressNone: {Table: t.table, Name: setEgressNone, KeyType: nftables.TypeIPAddr},
 		setPairs: {Table: t.table, Name: setPairs, Concatenation: true,
 			KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)},
@@ -148,7 +162,7 @@ func (t *nftTable) flush(what string) error {
 	if derr := t.dial(); derr != nil {
 		err = errors.Join(err, derr)
 	}
-	return fmt.Errorf("nftables table inet %s: %s: %w", t.bridge, what, err)
+	return fmt.Errorf("nftables table inet %s: %s: %w", t.name, what, err)
 }
 
 // build replaces the table with one that holds s, in one batch.
@@ -157,7 +171,7 @@ func (t *nftTable) build(s tableState) error {
 	c.AddTable(t.table) // so that the delete finds one
 	c.DelTable(t.table)
 	c.AddTable(t.table)
-	for _, name := range []string{setEgressNone, setPairs, setPorts} {
+	for _, name := range []string{setBridges, setEgressNone, setPairs, setPorts} {
 		set := t.sets[name]
 		set.ID = 0 // a fresh one for this batch
 		if err := c.AddSet(set, t.elements(name, s)); err != nil {
@@ -168,8 +182,8 @@ func (t *nftTable) build(s tableState) error {
 	reject := func() expr.Any {
 		return &expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}
 	}
-	in, out := t.ifname(unix.NFT_META_IIFNAME, expr.CmpOpEq), t.ifname(unix.NFT_META_OIFNAME, expr.CmpOpEq)
-	notIn := t.ifname(unix.NFT_META_IIFNAME, expr.CmpOpNeq)
+	in, out := t.onBridge(expr.MetaKeyIIFNAME, false), t.onBridge(expr.MetaKeyOIFNAME, false)
+	notIn := t.onBridge(expr.MetaKeyIIFNAME, true)
 	pre := c.AddChain(&nftables.Chain{Name: chainPre, Table: t.table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
 	input := c.AddChain(&nftables.Chain{Name: chainInput, Table: t.table, Type: nftables.ChainTypeFilter,
@@ -179,10 +193,12 @@ func (t *nftTable) build(s tableState) error {
 	rule := func(ch *nftables.Chain, parts ...[]expr.Any) {
 		c.AddRule(&nftables.Rule{Table: t.table, Chain: ch, Exprs: slices.Concat(parts...)})
 	}
-	gw := t.gw.As4()
+	host := ^uint32(0) >> t.bits // a slice's host part
 	onBridge := slices.Concat(in, ipv4(), daddrIn(t.subnet), []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: gw[:]}})
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.BigEndian.AppendUint32(nil, host), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binary.BigEndian.AppendUint32(nil, 1)}})
 	rule(pre, onBridge, established(), []expr.Any{accept()})
 	rule(pre, onBridge, t.lookupPair(), []expr.Any{accept()})
 	rule(pre, onBridge, []expr.Any{reject()})
@@ -210,11 +226,17 @@ func (t *nftTable) build(s tableState) error {
 	for _, p := range blocked {
 		rule(forward, in, ipv4(), daddrIn(p), []expr.Any{reject()})
 	}
+
+	post := c.AddChain(&nftables.Chain{Name: chainPost, Table: t.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityNATSource - 1)})
+	rule(post, ipv4(), daddrIn(t.subnet), saddrIn(t.subnet), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1}})
 	return t.flush("build")
 }
 
 // Rules per chain, for the guard's check.
-var chainRules = map[string]int{chainPre: 3, chainInput: 3, chainForward: 5 + len(blocked)}
+var chainRules = map[string]int{chainPre: 3, chainInput: 3, chainForward: 5 + len(blocked), chainPost: 1}
 
 // ipv4 matches IPv4 packets.
 func ipv4() []expr.Any {
@@ -225,10 +247,16 @@ func ipv4() []expr.Any {
 }
 
 // daddrIn matches an IPv4 destination in p.
-func daddrIn(p netip.Prefix) []expr.Any {
+func daddrIn(p netip.Prefix) []expr.Any { return addrIn(16, p) }
+
+// saddrIn matches an IPv4 source in p.
+func saddrIn(p netip.Prefix) []expr.Any { return addrIn(12, p) }
+
+// addrIn matches the IPv4 address at offset of the header in p.
+func addrIn(offset uint32, p netip.Prefix) []expr.Any {
 	a := p.Addr().As4()
 	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-p.Bits())), Xor: make([]byte, 4)},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a[:]},
@@ -247,12 +275,11 @@ func (t *nftTable) lookupPair() []expr.Any {
 	}
 }
 
-// ifname matches the packet's input or output interface name against the
-// bridge's.
-func (t *nftTable) ifname(key expr.MetaKey, op expr.CmpOp) []expr.Any {
-	name := make([]byte, unix.IFNAMSIZ)
-	copy(name, t.bridge)
-	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: name}}
+// onBridge matches the packet's input or output interface, by key, being
+// one of the bridges (not being one, with invert).
+func (t *nftTable) onBridge(key expr.MetaKey, invert bool) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: setBridges, SetID: t.sets[setBridges].ID, Invert: invert}}
 }
 
 // established matches packets of connections conntrack has seen answered,
@@ -271,6 +298,12 @@ func established() []expr.Any {
 func (t *nftTable) elements(name string, s tableState) []nftables.SetElement {
 	var els []nftables.SetElement
 	switch name {
+	case setBridges:
+		for _, b := range t.bridges {
+			k := make([]byte, unix.IFNAMSIZ)
+			copy(k, b)
+			els = append(els, nftables.SetElement{Key: k})
+		}
 	case setEgressNone:
 		for _, a := range s.egressNone {
 			k := a.As4()
@@ -314,11 +347,11 @@ func (t *nftTable) change(add, del tableState) error {
 // check reports whether the table is there with every chain's rules and
 // as many elements in each set as s has.
 func (t *nftTable) check(s tableState) (bool, error) {
-	if _, err := t.conn.ListTableOfFamily(t.bridge, nftables.TableFamilyINet); err != nil {
+	if _, err := t.conn.ListTableOfFamily(t.name, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return false, nil
 		}
-		return false, fmt.Errorf("nftables table inet %s: %w", t.bridge, err)
+		return false, fmt.Errorf("nftables table inet %s: %w", t.name, err)
 	}
 	for name, n := range chainRules {
 		rules, err := t.conn.GetRules(t.table, &nftables.Chain{Name: name, Table: t.table})

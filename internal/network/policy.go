@@ -54,9 +54,9 @@ type member struct {
 // dir is beside StateDir (StateDir + "-policy"), on the same file system
 // (a tmpfs such as /run: gone with the namespaces at a reboot).
 type policy struct {
-	bridge string
-	dir    string
-	log    *slog.Logger
+	br  bridgeSet
+	dir string
+	log *slog.Logger
 
 	mu       sync.Mutex
 	t        *nftTable
@@ -66,9 +66,9 @@ type policy struct {
 }
 
 // openPolicy loads the policies of the namespaces still in stateDir,
-// builds the bridge's table and isolates the bridge's ports.
-func openPolicy(bridge string, subnet netip.Prefix, stateDir string, log *slog.Logger) (*policy, error) {
-	p := &policy{bridge: bridge, dir: stateDir + "-policy", log: log,
+// builds the bridges' table and isolates the bridges' ports.
+func openPolicy(br bridgeSet, stateDir string, log *slog.Logger) (*policy, error) {
+	p := &policy{br: br, dir: stateDir + "-policy", log: log,
 		members: map[string]member{}, ports: map[uint16]bool{}}
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("network policy dir: %w", err)
@@ -97,14 +97,14 @@ func openPolicy(bridge string, subnet netip.Prefix, stateDir string, log *slog.L
 		}
 		p.members[name] = mb
 	}
-	if p.t, err = newNFTTable(bridge, subnet); err != nil {
+	if p.t, err = newNFTTable(br.names[0], br.names, br.subnet, br.bits); err != nil {
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
 	if err := p.t.build(p.state()); err != nil {
 		p.t.close()
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
-	if err := prepareBridge(bridge); err != nil {
+	if err := p.prepare(); err != nil {
 		p.t.close()
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
@@ -226,7 +226,7 @@ func (p *policy) allowPort(port uint16) error {
 func (p *policy) heal() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := prepareBridge(p.bridge)
+	err := p.prepare()
 	ok, cerr := p.t.check(p.state())
 	if cerr != nil {
 		return errors.Join(err, cerr)
@@ -239,7 +239,7 @@ func (p *policy) heal() error {
 
 func (p *policy) rebuildLocked(why string) error {
 	p.rebuilds++
-	p.log.Warn("network policy: rebuilding the nftables table", "table", "inet "+p.bridge, "why", why)
+	p.log.Warn("network policy: rebuilding the nftables table", "table", "inet "+p.t.name, "why", why)
 	return p.t.build(p.state())
 }
 
@@ -289,7 +289,7 @@ func (m *Manager) SetPolicy(a *Attachment, p Policy) error {
 	return m.pol.set(name, member{IP: ip, Policy: p})
 }
 
-// AllowHostPort lets every attachment on the bridge reach TCP port on the
+// AllowHostPort lets every attachment on the bridges reach TCP port on the
 // host (the self API's, the proxy's). Ports are not kept across a
 // restart: the daemon names them again when it listens.
 func (m *Manager) AllowHostPort(port int) error {
@@ -297,6 +297,15 @@ func (m *Manager) AllowHostPort(port int) error {
 		return errdefs.Invalid("port", "%d is not a port number", port)
 	}
 	return m.pol.allowPort(uint16(port))
+}
+
+// prepare runs prepareBridge on every bridge of the set.
+func (p *policy) prepare() error {
+	var errs []error
+	for _, b := range p.br.names {
+		errs = append(errs, prepareBridge(b))
+	}
+	return errors.Join(errs...)
 }
 
 // prepareBridge sets up the bridge, once it exists, for the policy:

@@ -151,8 +151,8 @@ func (m *Manager) guard() {
 	}
 }
 
-// removeIfIdle deletes the bridge and unbinds StateDir once no namespace
-// is left in StateDir and no interface is left on the bridge. It reports whether StateDir was idle.
+// removeIfIdle deletes the bridges and unbinds StateDir once no namespace
+// is left in StateDir, each bridge once no interface is left on it. It reports whether StateDir was idle.
 func (m *Manager) removeIfIdle() (bool, error) {
 	m.mu.Lock()
 	busy := len(m.owned) > 0
@@ -164,9 +164,11 @@ func (m *Manager) removeIfIdle() (bool, error) {
 	if err != nil || len(left) > 0 {
 		return false, nil
 	}
-	if ports, err := os.ReadDir("/sys/class/net/" + m.o.Bridge + "/brif"); err == nil && len(ports) == 0 {
-		if err := deleteLink(m.o.Bridge); err != nil {
-			return true, err
+	for _, b := range m.br.names {
+		if ports, err := os.ReadDir("/sys/class/net/" + b + "/brif"); err == nil && len(ports) == 0 {
+			if err := deleteLink(b); err != nil {
+				return true, err
+			}
 		}
 	}
 	if m.boundDir {

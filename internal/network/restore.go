@@ -60,21 +60,19 @@ func (m *Manager) Restore(ctx context.Context, inUse map[string]string) error {
 	}
 
 	// Attachments whose namespace vanished without a DEL.
-	stale := map[string]bool{}
-	cached, err := m.cni.attachments()
+	stale, err := m.cni.attachments()
 	errs = append(errs, err)
-	for _, id := range cached {
-		stale[id] = true
+	for id, br := range m.reservations() {
+		if _, ok := stale[id]; !ok {
+			stale[id] = br
+		}
 	}
-	for _, id := range m.reservations() {
-		stale[id] = true
-	}
-	for id := range stale {
+	for id, br := range stale {
 		if _, kept := keep[id]; kept || m.isOwned(id) {
 			continue
 		}
-		m.log.Info("network: removing stale cni attachment", "id", id)
-		errs = append(errs, m.cni.del(ctx, id, ""))
+		m.log.Info("network: removing stale cni attachment", "id", id, "bridge", m.br.names[br])
+		errs = append(errs, m.cni.del(ctx, br, id, ""))
 	}
 	return errors.Join(errs...)
 }
@@ -92,11 +90,11 @@ func (m *Manager) adopt(name, containerID string) error {
 	_, mode, _ := m.parsePath(filepath.Join(m.o.StateDir, name))
 	e := &entry{name: name, mode: mode, path: filepath.Join(m.o.StateDir, name), container: containerID}
 	if mode == Bridge {
-		ip, gw, err := m.cni.cached(name, e.path)
+		br, ip, gw, err := m.cni.cached(name, e.path)
 		if err != nil {
 			m.log.Warn("network: adopted namespace has no cached address", "netns", name, "err", err)
 		}
-		e.ip, e.gw = ip, gw
+		e.br, e.ip, e.gw = br, ip, gw
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -104,30 +102,35 @@ func (m *Manager) adopt(name, containerID string) error {
 		return fmt.Errorf("container %q: holds %s already, not %s: %w", containerID, old.path, e.path, errdefs.ErrConflict)
 	}
 	m.owned[name] = e
+	if e.mode == Bridge && e.br >= 0 {
+		m.ports[e.br]++
+	}
 	m.byContainer[containerID] = e
 	return nil
 }
 
-// reservations lists the container IDs holding an address in host-local's
-// data dir. Each reservation is a file named after the address whose first
-// line is the container ID.
-func (m *Manager) reservations() []string {
-	ents, err := os.ReadDir(m.cni.ipam)
-	if err != nil {
-		return nil
-	}
-	var ids []string
-	for _, de := range ents {
-		if _, err := netip.ParseAddr(de.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(m.cni.ipam, de.Name()))
+// reservations maps the container IDs holding an address in host-local's
+// data dirs to their bridge. Each reservation is a file named after the
+// address whose first line is the container ID.
+func (m *Manager) reservations() map[string]int {
+	ids := map[string]int{}
+	for br, n := range m.cni.nets {
+		ents, err := os.ReadDir(n.ipam)
 		if err != nil {
 			continue
 		}
-		id, _, _ := strings.Cut(strings.ReplaceAll(string(b), "\r", ""), "\n")
-		if id = strings.TrimSpace(id); id != "" {
-			ids = append(ids, id)
+		for _, de := range ents {
+			if _, err := netip.ParseAddr(de.Name()); err != nil {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(n.ipam, de.Name()))
+			if err != nil {
+				continue
+			}
+			id, _, _ := strings.Cut(strings.ReplaceAll(string(b), "\r", ""), "\n")
+			if id = strings.TrimSpace(id); id != "" {
+				ids[id] = br
+			}
 		}
 	}
 	return ids
