@@ -12,7 +12,7 @@ set -eu
 what="${1:-test}"
 
 run_pkgs="gcc libc6-dev runc crun containernetworking-plugins iptables kmod busybox-static ca-certificates e2fsprogs"
-test_pkgs="$run_pkgs curl nftables etcd-server etcd-client umoci skopeo mmdebstrap docker-registry jq podman chromium iproute2 systemd nginx apache2-utils wrk nghttp2-client sqlite3 sysbench mariadb-client xz-utils"
+test_pkgs="$run_pkgs curl nftables etcd-server etcd-client umoci skopeo mmdebstrap docker-registry jq podman chromium iproute2 systemd nginx caddy apache2-utils wrk nghttp2-client sqlite3 sysbench mariadb-client xz-utils"
 bench_pkgs="$test_pkgs"
 
 case "$what" in

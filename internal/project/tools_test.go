@@ -74,6 +74,7 @@ var hostTools = map[string]tool{
 	"wrk":                {pkg: "wrk"},
 	"h2load":             {pkg: "nghttp2-client"},
 	"nginx":              {pkg: "nginx"},
+	"caddy":              {pkg: "caddy"},
 	"curl":               {pkg: "curl"},
 	"sqlite3":            {pkg: "sqlite3"},
 	"mariadb":            {pkg: "mariadb-client"},

@@ -25,7 +25,10 @@ type ServingEnv struct {
 	Dir    string
 	Daemon *Daemon
 	Proxy  string // host:port of the daemon's proxy
-	client *http.Client
+	// ProxyTLS is host:port of its HTTPS listener ("": the daemon runs
+	// none, see DaemonNet.Args).
+	ProxyTLS string
+	client   *http.Client
 
 	Mu   sync.Mutex      // guards Apps and Failures
 	Apps map[string]bool // deployed and not yet removed
@@ -49,7 +52,8 @@ func NewServingEnv(ctx context.Context, o bench.Options, dir string, n DaemonNet
 		}
 	}()
 	var info struct {
-		Proxy string `json:"proxy"`
+		Proxy    string `json:"proxy"`
+		ProxyTLS string `json:"proxy_tls"`
 	}
 	out, err := e.output(ctx, "info", "-o", "json")
 	if err != nil {
@@ -61,7 +65,7 @@ func NewServingEnv(ctx context.Context, o bench.Options, dir string, n DaemonNet
 	if info.Proxy == "" {
 		return nil, fmt.Errorf("shoal info: the daemon runs no proxy")
 	}
-	e.Proxy = info.Proxy
+	e.Proxy, e.ProxyTLS = info.Proxy, info.ProxyTLS
 	e.client = &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
 		MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute, DisableCompression: true,
 	}}

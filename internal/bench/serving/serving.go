@@ -18,8 +18,9 @@ func init() {
 }
 
 // The serving suite's daemon network and cgroup parent, apart from the
-// other suites'.
-var servingNet = kit.DaemonNet{Bridge: "shoalbv0", Subnet: "10.185.0.0/16", CgroupParent: "/shoal-bench-serving"}
+// other suites', and an HTTPS listener for the HTTPS part.
+var servingNet = kit.DaemonNet{Bridge: "shoalbv0", Subnet: "10.185.0.0/16", CgroupParent: "/shoal-bench-serving",
+	Args: []string{"--proxy-tls", "127.0.0.1:0"}}
 
 // env is the suite's daemon and apps, with the suite's own steps.
 type env struct{ *kit.ServingEnv }
@@ -58,6 +59,7 @@ func Serving(ctx context.Context, o bench.Options) (_ *bench.Report, retErr erro
 		{"cold start and thaw", e.coldAndThaw},
 		{"proxy throughput", e.throughput},
 		{"HTTP/2 and gRPC", e.edge},
+		{"HTTPS", e.https},
 		{"load step", e.loadStep},
 		{"scale-out and scale-up", e.classic},
 	} {

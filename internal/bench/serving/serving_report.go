@@ -138,6 +138,8 @@ func (e *env) summary(rep *bench.Report) {
 	thaw := e.Table("Thaw to first byte, beside a warm request")
 	tput := e.Table("Requests per second")
 	step := e.Table("From the load step until new replicas serve")
+	kept := e.Table("HTTPS requests per second, kept-alive connections")
+	hs := e.Table("New TLS handshakes per second")
 	type target struct {
 		what, goal string
 		v          float64
@@ -157,6 +159,8 @@ func (e *env) summary(rep *bench.Report) {
 		{"thaw over a warm request (medians)", "≤ 5 ms", thaw.Median(svThawHello) - thaw.Median(svWarm), "ms", le(5)},
 		{"slowboot from the frozen tier (median)", "≤ 20 ms (its boot: 1.5 s)", thaw.Median(svThawSlowboot), "ms", le(20)},
 		{"proxy throughput over nginx's", "≥ 0.8×", tput.Ratio(svShoal, svNginx), "×", func(v float64) bool { return v >= 0.8 }},
+		{"HTTPS requests per second over nginx's, kept-alive", "≥ 1.0×", kept.Ratio(svTLSShoal, svTLSNginx), "×", func(v float64) bool { return v >= 1 }},
+		{"new TLS handshakes per second over nginx's", "≥ 1.0×", hs.Ratio(svTLSShoal, svTLSNginx), "×", func(v float64) bool { return v >= 1 }},
 		{"2nd new replica serving after a load step (median)", "≤ 1 s", step.Median(svStep2), "ms", le(1000)},
 		{"failed requests, all parts", "0", float64(failed), "", func(v float64) bool { return v == 0 }},
 	}
@@ -176,7 +180,7 @@ func (e *env) summary(rep *bench.Report) {
 	b.WriteString("\n")
 	rep.Markdown(b.String())
 	var parts []string
-	for _, p := range []string{"cold start and thaw", "proxy throughput", "load step", "scale-out and scale-up"} {
+	for _, p := range []string{"cold start and thaw", "proxy throughput", "HTTP/2 and gRPC", "HTTPS", "load step", "scale-out and scale-up"} {
 		parts = append(parts, fmt.Sprintf("%s %d", p, e.Failures[p]))
 	}
 	rep.Para("Failed requests by part (errors, timeouts and answers other than 2xx): %s.", strings.Join(parts, ", "))

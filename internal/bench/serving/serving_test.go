@@ -18,13 +18,16 @@ func TestQuick(t *testing.T) {
 // must have numbers on any host, and that the targets section is there.
 func checkQuickServing(t *testing.T, rep *bench.Report, _ string) {
 	must := map[string][]string{
-		"Cold start to first byte":                    {svColdHello, svPremadeHello, svBareHello, svColdSlowboot},
-		"Thaw to first byte, beside a warm request":   {svThawHello, svThawSlowboot, svWarm},
-		"Requests per second":                         {svShoal, svNginx, svDirect},
-		"Latency p99 under load":                      {svShoal, svNginx, svDirect},
-		"HTTP/2 requests per second, one connection":  {svH2Shoal, svH2Nginx},
-		"gRPC unary calls per second, one connection": {svGRPCShoal, svGRPCNginx},
-		"Latency under ab, before and after":          {svOutBefore},
+		"Cold start to first byte":                          {svColdHello, svPremadeHello, svBareHello, svColdSlowboot},
+		"Thaw to first byte, beside a warm request":         {svThawHello, svThawSlowboot, svWarm},
+		"Requests per second":                               {svShoal, svNginx, svDirect},
+		"Latency p99 under load":                            {svShoal, svNginx, svDirect},
+		"HTTP/2 requests per second, one connection":        {svH2Shoal, svH2Nginx},
+		"gRPC unary calls per second, one connection":       {svGRPCShoal, svGRPCNginx},
+		"HTTPS requests per second, kept-alive connections": {svTLSShoal, svTLSNginx, svTLSCaddy},
+		"New TLS handshakes per second":                     {svTLSShoal, svTLSNginx, svTLSCaddy},
+		"Resumed TLS handshakes per second":                 {svTLSShoal, svTLSNginx, svTLSCaddy},
+		"Latency under ab, before and after":                {svOutBefore},
 	}
 	benchtest.CheckTables(t, rep, must)
 }
