@@ -99,6 +99,12 @@ drains and is kept frozen in turn.`,
 			if a.Rollout != nil {
 				from = a.Rollout.From
 			}
+			if a.Rollout != nil && a.Rollout.State == types.RolloutProgressing {
+				// A stateful app: its ordinals go back one at a time.
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: revision %d is current (rolled back from revision %d); %s: shoal app status %s shows the rollout\n",
+					a.Name, a.Revision, from, a.Rollout.Reason, a.Name)
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: revision %d takes all traffic (rolled back from revision %d)\n", a.Name, a.Revision, from)
 			return nil
 		},

@@ -17,7 +17,8 @@ import (
 // the one before the current) at once and makes it the current one. Its
 // frozen replicas thaw, as many as the app had in service; the rest
 // start. The revision it leaves drains and stays frozen for
-// rollback_grace.
+// rollback_grace. A stateful app's ordinals go back one at a time: its
+// rollback progresses until every ordinal runs revision req.To.
 func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackRequest) (types.App, error) {
 	ctl := m.app(name)
 	if ctl == nil {
@@ -70,6 +71,13 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 	ctl.rec.Updated = now
 	ctl.rec.Rollout = &rollout{Revision: to, From: from, State: rolloutDone, Want: p.want, StartedAt: now, DoneAt: &now,
 		Reason: fmt.Sprintf("rolled back from revision %d by request", from)}
+	if ctl.rec.Config.Stateful.Enabled() {
+		// Its ordinals go back one at a time (decideStateful): the
+		// rollback is done once every one runs revision to.
+		ro := ctl.rec.Rollout
+		ro.State, ro.DoneAt = rolloutProgressing, nil
+		ro.Reason = fmt.Sprintf("rolling back from revision %d by request, one ordinal at a time", from)
+	}
 	ctl.roFailures, ctl.failures, ctl.strikes, ctl.backoff = 0, 0, 0, time.Time{}
 	// The revision's frozen replicas thaw, then what is missing starts;
 	// the route changes with the first one.
