@@ -125,7 +125,7 @@ func (ctl *appCtl) pause(d time.Duration, exited <-chan struct{}) error {
 // proxy had answers from it since the last interval) the check is made
 // rarer: one in provenEvery intervals; the others count neither way.
 // While it has no traffic at all and passes, its checks space out
-// (healthCount.wait); traffic to its app after a quiet spell (checkSoon)
+// (healthCount.wait; not a stateful app's); traffic to its app after a quiet spell (checkSoon)
 // or a failed check brings them back to every interval.
 func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	m := ctl.m
@@ -133,12 +133,16 @@ func (ctl *appCtl) healthLoop(r *replica, exited <-chan struct{}) {
 	answered := ctl.answered(r)
 	for {
 		ctl.mu.Lock()
-		h := ctl.rec.Config.Health
+		h, stateful := ctl.rec.Config.Health, ctl.rec.Config.Stateful.Enabled()
 		if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil {
-			h = cfg.Health
+			h, stateful = cfg.Health, cfg.Stateful.Enabled()
 		}
 		ctl.unlock()
-		t := m.clock.NewTimer(c.wait(h.Interval.Duration))
+		wait := c.wait(h.Interval.Duration)
+		if stateful {
+			wait = h.Interval.Duration // no idle spacing (idleCheckMax)
+		}
+		t := m.clock.NewTimer(wait)
 		r.armedAt.Store(m.clock.Now().UnixNano())
 		select {
 		case <-t.C():
@@ -181,7 +185,11 @@ const provenEvery = 10
 // replicas cost the daemon, and themselves, next to nothing. A hung
 // replica that gets no request harms no one meanwhile; the first request
 // brings its checks back to every interval (checkSoon), and a dead one
-// is seen at once (its exit through its pidfd).
+// is seen at once (its exit through its pidfd). Not a stateful app's
+// replicas: they are few, their peers and clients often reach them
+// without the proxy (a cluster's replication, a database client on the
+// replica's address), so no request seen is no sign of idleness, and a
+// hung member stalls its peers: their checks stay every interval.
 const (
 	idleChecksAfter = 5
 	idleCheckMax    = 30 * time.Second

@@ -85,3 +85,27 @@ func TestHealthWait(t *testing.T) {
 		}
 	}
 }
+
+// A stateful app's ready replica keeps its checks every interval however
+// long it goes without a request through the proxy: its peers and
+// clients may reach it directly, and a hung member stalls its peers.
+func TestStatefulHealthChecksStayEveryInterval(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("", "[stateful]\nreplicas = 1\n[volumes]\ndata = \"/data\"", "[health]\ncommand = [\"/bin/check\"]\ninterval = \"1s\"")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	ctl := h.m.app("hello")
+	ctl.mu.Lock()
+	r := ctl.reps[id]
+	ctl.mu.Unlock()
+	h.wait("the health loop", func() bool { return r.armedAt.Load() > 0 })
+	for i := range 3 * idleChecksAfter {
+		n := h.rt.execs(id)
+		h.clock.Advance(time.Second)
+		at := h.clock.Now().UnixNano()
+		h.wait("the health loop's next interval", func() bool { return r.armedAt.Load() >= at })
+		if got := h.rt.execs(id) - n; got != 1 {
+			t.Fatalf("interval %d without traffic: %d checks, want 1", i+1, got)
+		}
+	}
+}
