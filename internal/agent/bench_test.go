@@ -12,7 +12,7 @@ func BenchmarkNodeCall(b *testing.B) {
 	fake.known["web-1"] = true
 	b.Run("local", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := fake.Usage(b.Context(), "web-1"); err != nil {
+			if _, err := fake.Usage(b.Context(), "web-1"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -23,7 +23,7 @@ func BenchmarkNodeCall(b *testing.B) {
 		addNode(b, st, "n2", srv)
 		r := NewClient(st, testSecret).Remote("n2")
 		for b.Loop() {
-			if _, _, err := r.Usage(b.Context(), "web-1"); err != nil {
+			if _, err := r.Usage(b.Context(), "web-1"); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -94,11 +94,11 @@ func (r *Remote) Check(ctx context.Context, id, addr string, h manifest.Health) 
 	return r.post(ctx, r.path(id, "check"), checkReq{Addr: addr, Health: h}, nil)
 }
 
-// Usage is the replica's CPU throttling.
-func (r *Remote) Usage(ctx context.Context, id string) (periods, throttled uint64, err error) {
+// Usage is the replica's cumulative CPU counters.
+func (r *Remote) Usage(ctx context.Context, id string) (node.CPUUse, error) {
 	var u usageResp
-	err = r.post(ctx, r.path(id, "usage"), nil, &u)
-	return u.Periods, u.Throttled, err
+	err := r.post(ctx, r.path(id, "usage"), nil, &u)
+	return node.CPUUse{Periods: u.Periods, Throttled: u.Throttled, Used: time.Duration(u.UsedNs), Stalled: time.Duration(u.StalledNs), Pressure: u.Pressure}, err
 }
 
 // SetCPU changes the replica's CPU quota live.

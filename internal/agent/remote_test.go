@@ -90,8 +90,8 @@ func (f *fakeNode) Check(ctx context.Context, id, addr string, h manifest.Health
 	}
 	return f.has(id)
 }
-func (f *fakeNode) Usage(_ context.Context, id string) (uint64, uint64, error) {
-	return 100, 7, f.has(id)
+func (f *fakeNode) Usage(_ context.Context, id string) (node.CPUUse, error) {
+	return node.CPUUse{Periods: 100, Throttled: 7, Used: 3 * time.Second, Stalled: 250 * time.Millisecond, Pressure: true}, f.has(id)
 }
 func (f *fakeNode) SetCPU(_ context.Context, id string, cpus float64) error {
 	f.call("cpu %s %g", id, cpus)
@@ -152,8 +152,8 @@ func TestRemoteCallsTheNode(t *testing.T) {
 	if err := r.Check(ctx, "web-1", "10.77.0.5:8080", spec.Config.Health); err != nil {
 		t.Fatal(err)
 	}
-	if p, th, err := r.Usage(ctx, "web-1"); err != nil || p != 100 || th != 7 {
-		t.Fatalf("usage: %d %d %v", p, th, err)
+	if u, err := r.Usage(ctx, "web-1"); err != nil || u != (node.CPUUse{Periods: 100, Throttled: 7, Used: 3 * time.Second, Stalled: 250 * time.Millisecond, Pressure: true}) {
+		t.Fatalf("usage: %+v %v", u, err)
 	}
 	if err := r.SetCPU(ctx, "web-1", 1.5); err != nil {
 		t.Fatal(err)
@@ -202,7 +202,7 @@ func TestRemoteErrorKinds(t *testing.T) {
 	if _, err := r.Freeze(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("freeze: %v", err)
 	}
-	if _, _, err := r.Usage(ctx, "nope"); !errdefs.IsNotFound(err) {
+	if _, err := r.Usage(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("usage: %v", err)
 	}
 	if _, err := r.Wait(ctx, "nope"); !errdefs.IsNotFound(err) {

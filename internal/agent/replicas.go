@@ -165,12 +165,12 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, n node.Node) {
 }
 
 func (s *Server) usage(w http.ResponseWriter, r *http.Request, n node.Node) {
-	p, t, err := n.Usage(r.Context(), r.PathValue("id"))
+	u, err := n.Usage(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	httperr.WriteJSON(w, http.StatusOK, usageResp{Periods: p, Throttled: t})
+	httperr.WriteJSON(w, http.StatusOK, usageResp{Periods: u.Periods, Throttled: u.Throttled, UsedNs: int64(u.Used), StalledNs: int64(u.Stalled), Pressure: u.Pressure})
 }
 
 func (s *Server) setCPU(w http.ResponseWriter, r *http.Request, n node.Node) {

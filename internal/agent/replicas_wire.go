@@ -28,6 +28,11 @@ type (
 	usageResp struct {
 		Periods   uint64 `json:"periods"`
 		Throttled uint64 `json:"throttled"`
+		// UsedNs and StalledNs are CPU time used and waited for, in
+		// nanoseconds; Pressure says the node could read the wait.
+		UsedNs    int64 `json:"used_ns,omitempty"`
+		StalledNs int64 `json:"stalled_ns,omitempty"`
+		Pressure  bool  `json:"pressure,omitempty"`
 	}
 	// waitResp is a long poll's answer: the exit, or that the replica
 	// still runs when the poll's time is up (the caller asks again).

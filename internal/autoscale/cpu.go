@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -24,9 +25,26 @@ const cpuLowerAfter = 10 * time.Second
 // throttled, yet lowering its quota would slow it further.
 const busyInFlight = 2
 
+// cpuUsedHigh is the share of its quota a replica must have used since
+// its last verdict for busyInFlight requests waiting on it to ask for more
+// CPU although it was not throttled in ThrottleHigh of its periods: a
+// replica whose work comes in bursts just short of its quota, or which
+// hits it in a third of its periods, serves its queue no faster for being
+// held there.
+const cpuUsedHigh = 0.9
+
+// cpuStallHigh is the share of the time since its last verdict in which
+// some task of a replica waited for a CPU (its cgroup's PSI "some", where
+// the kernel tells) for busyInFlight requests waiting on it to ask for
+// more CPU: its work waits for a CPU, whether at its quota or behind its
+// neighbours, and a higher quota lets it catch up as soon as one frees.
+const cpuStallHigh = 0.5
+
 // cpuState is one replica's counters at its last verdict.
 type cpuState struct {
 	periods, throttled uint64
+	used, stalled      time.Duration
+	read               time.Time // when those counters were read
 	at                 time.Time
 	// saturated: throttled at or above ThrottleHigh at its ceiling.
 	saturated bool
@@ -57,10 +75,14 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 			notes = append(notes, fmt.Sprintf("replica %s cpu %g is outside the policy's %g..%g: cpu %g→%g", r.ID, quota, p.CPU, hi, quota, next))
 			quota = next
 		}
+		read := r.At
+		if read.IsZero() {
+			read = now
+		}
 		st, ok := d.cpu[r.ID]
-		if !ok || r.Periods < st.periods || r.Throttled < st.throttled {
+		if !ok || r.Periods < st.periods || r.Throttled < st.throttled || r.Used < st.used || r.Stalled < st.stalled {
 			// First sight, or a new cgroup under the same id: only a baseline.
-			d.cpu[r.ID] = &cpuState{periods: r.Periods, throttled: r.Throttled, at: now}
+			d.cpu[r.ID] = &cpuState{periods: r.Periods, throttled: r.Throttled, used: r.Used, stalled: r.Stalled, read: read, at: now}
 			continue
 		}
 		if r.InFlight >= busyInFlight {
@@ -80,7 +102,33 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 			ratio = float64(dt) / float64(dp)
 		}
 		held := now.Sub(st.at)
-		*st = cpuState{periods: r.Periods, throttled: r.Throttled, at: now, demand: st.demand}
+		used, stalled := -1.0, -1.0 // unknown
+		if span := read.Sub(st.read); span > 0 {
+			if r.Used > 0 && quota > 0 {
+				used = float64(r.Used-st.used) / (float64(span) * quota)
+			}
+			if r.Pressure {
+				stalled = float64(r.Stalled-st.stalled) / float64(span)
+			}
+		}
+		*st = cpuState{periods: r.Periods, throttled: r.Throttled, used: r.Used, stalled: r.Stalled, read: read, at: now, demand: st.demand}
+		// wants: requests wait on a replica that uses nearly all its
+		// quota, or whose tasks wait for a CPU, though it was not
+		// throttled in ThrottleHigh of its periods.
+		wants := !idle && r.InFlight >= busyInFlight && (used >= cpuUsedHigh || stalled >= cpuStallHigh)
+		var demand string
+		if wants {
+			var saw []string
+			if used >= 0 {
+				saw = append(saw, fmt.Sprintf("used %.0f%% of its %g cpu", used*100, quota))
+				dec.Inputs["used/"+r.ID] = used
+			}
+			if stalled >= 0 {
+				saw = append(saw, fmt.Sprintf("waited for a CPU %.0f%% of the time", stalled*100))
+				dec.Inputs["stalled/"+r.ID] = stalled
+			}
+			demand = fmt.Sprintf("%s with %d requests in flight, throttled in %.0f%% of %d periods", strings.Join(saw, " and "), r.InFlight, ratio*100, dp)
+		}
 		switch {
 		case !idle && ratio >= p.ThrottleHigh:
 			st.demand = now
@@ -96,6 +144,20 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 				saturated++
 				dec.Inputs["throttled/"+r.ID] = ratio
 				notes = append(notes, fmt.Sprintf("replica %s throttled in %.0f%% of %d periods at its ceiling of %g cpu", r.ID, ratio*100, dp, quota))
+			}
+		case wants:
+			st.demand = now
+			if p.vertical() && quota < p.MaxCPU {
+				next := min(round2(quota*2), p.MaxCPU)
+				d.setCPU(dec, r.ID, next, ratio)
+				notes = append(notes, fmt.Sprintf("replica %s %s: cpu %g→%g", r.ID, demand, quota, next))
+				break
+			}
+			if quota > 0 {
+				st.saturated = true
+				saturated++
+				dec.Inputs["throttled/"+r.ID] = ratio
+				notes = append(notes, fmt.Sprintf("replica %s %s at its ceiling", r.ID, demand))
 			}
 		case p.vertical() && quota > p.CPU && (idle || ratio < p.ThrottleLow) && now.Sub(st.demand) >= cpuLowerAfter:
 			next := p.CPU

@@ -1,6 +1,7 @@
 package autoscale
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +238,116 @@ func TestCPUHysteresis(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A replica with requests waiting on it asks for more CPU when it used
+// nearly all its quota, or when its tasks waited for a CPU most of the
+// time (PSI, where its cgroup tells), though it was not throttled in 80%
+// of its periods: the quota followed throttling alone before, and a
+// replica at 50-100 requests in flight using all of its 0.3 cores was
+// left there ("throttled in 0% of 5 periods").
+func TestCPURaisedOnDemand(t *testing.T) {
+	type step struct {
+		inFlight  int
+		used      float64 // cores used over the second
+		throttled float64 // fraction of its 10 periods
+		stalled   float64 // fraction of the second some task waited; <0: no PSI
+	}
+	cases := []struct {
+		name   string
+		quota  float64
+		step   step
+		want   float64 // quota after the step
+		reason string  // in the decision's reason
+	}{
+		{"at its quota, never throttled", 0.3, step{60, 0.3, 0, -1}, 0.6, "used 100% of its 0.3 cpu with 60 requests in flight, throttled in 0% of 10 periods: cpu 0.3→0.6"},
+		{"near its quota, throttled in a third", 0.3, step{50, 0.28, 0.3, -1}, 0.6, "used 93% of its 0.3 cpu"},
+		{"below its quota: starved by its neighbours", 0.3, step{80, 0.15, 0, -1}, 0.3, ""},
+		{"at its quota with one request", 0.3, step{1, 0.3, 0, -1}, 0.3, ""},
+		{"waiting for a CPU most of the time", 0.3, step{60, 0.15, 0, 0.7}, 0.6, "used 50% of its 0.3 cpu and waited for a CPU 70% of the time"},
+		{"hardly waiting for a CPU", 0.3, step{60, 0.15, 0, 0.1}, 0.3, ""},
+		{"at its ceiling", 0.6, step{60, 0.6, 0, -1}, 0.6, "at its ceiling"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := clock.NewFake(t0)
+			d, err := New(Policy{CPU: 0.3, MaxCPU: 0.6}, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := ReplicaCPU{ID: "r1", Quota: tc.quota, Periods: 1000, Used: time.Minute, Stalled: time.Minute, Pressure: tc.step.stalled >= 0}
+			c.Advance(time.Second)
+			d.Decide(Current{Replicas: 1, CPU: []ReplicaCPU{r}})
+			s := tc.step
+			r.Periods += 10
+			r.Throttled += uint64(10*s.throttled + 0.5)
+			r.Used += time.Duration(s.used * float64(time.Second))
+			r.Stalled += time.Duration(max(s.stalled, 0) * float64(time.Second))
+			r.InFlight = s.inFlight
+			c.Advance(time.Second)
+			dec := d.Decide(Current{Replicas: 1, CPU: []ReplicaCPU{r}})
+			q, ok := dec.CPU["r1"]
+			if !ok {
+				q = tc.quota
+			}
+			if q != tc.want || (tc.reason == "") != !strings.Contains(dec.Reason, "requests in flight") || !strings.Contains(dec.Reason, tc.reason) {
+				t.Fatalf("quota %g, want %g; reason %q, want it to say %q", q, tc.want, dec.Reason, tc.reason)
+			}
+		})
+	}
+}
+
+// A quota raised on demand is held while the demand lasts and lowered
+// only cpuLowerAfter after it ends, as one raised for throttling is; the
+// share of its quota a replica used is measured between the readings of
+// its counters, not between verdicts.
+func TestCPUDemandHeldThenLowered(t *testing.T) {
+	c := clock.NewFake(t0)
+	d, err := New(Policy{CPU: 0.3, MaxCPU: 0.6}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ReplicaCPU{ID: "r1", Quota: 0.3, Periods: 1000, Used: time.Minute}
+	var changes []float64
+	run := func(secs int, inFlight int, cores float64) {
+		for range secs {
+			c.Advance(time.Second)
+			r.Periods += 10
+			r.Used += time.Duration(cores * float64(time.Second))
+			r.InFlight = inFlight
+			r.At = c.Now()
+			dec := d.Decide(Current{Replicas: 1, CPU: []ReplicaCPU{r}})
+			if q, ok := dec.CPU["r1"]; ok {
+				r.Quota = q
+				changes = append(changes, q)
+			}
+		}
+	}
+	run(1, 0, 0)
+	run(3, 60, 0.3) // at its quota: raised
+	run(5, 60, 0.4) // two thirds of its new quota: held
+	run(9, 0, 0.01) // the requests ended: held for 10 s
+	if want := []float64{0.6}; !slices.Equal(changes, want) {
+		t.Fatalf("quota changes %v, want %v", changes, want)
+	}
+	run(1, 0, 0.01) // 10 s without demand: half way back
+	if want := []float64{0.6, 0.45}; !slices.Equal(changes, want) {
+		t.Fatalf("quota changes %v, want %v", changes, want)
+	}
+	// A reading a second older than the verdict: the CPU time used is
+	// judged over the span between the readings.
+	run(1, 60, 0.1)
+	c.Advance(2 * time.Second)
+	r.Periods += 20
+	r.Used += 450 * time.Millisecond // 0.225 cores over the 2 s between the verdicts
+	r.At = c.Now().Add(-time.Second) // but read a second ago: 0.45 cores over 1 s
+	if dec := d.Decide(Current{Replicas: 1, CPU: []ReplicaCPU{r}}); dec.CPU != nil {
+		// Over the 1 s between the readings it used all of its 0.45 cores.
+		if !strings.Contains(dec.Reason, "used 100%") {
+			t.Fatalf("a stale reading judged against the verdicts' span: %s", dec.Reason)
+		}
+	} else {
+		t.Fatalf("used its whole quota between readings a second apart, not raised")
 	}
 }

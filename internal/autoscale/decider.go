@@ -39,6 +39,17 @@ type ReplicaCPU struct {
 	// InFlight is how many requests the replica is serving now: demand
 	// for its CPU even when it is not throttled.
 	InFlight int
+	// Used is the CPU time the replica used (cumulative): with requests
+	// waiting on it, using nearly all its quota is a want of more.
+	Used time.Duration
+	// Stalled is how long some task of the replica waited for a CPU
+	// (cumulative PSI "some"), when Pressure says its cgroup tells.
+	Stalled  time.Duration
+	Pressure bool
+	// At is when the counters were read; zero means the decider's clock
+	// now. The share of its quota a replica used is measured between
+	// readings.
+	At time.Time
 }
 
 // Current is what the app runs now.
@@ -276,7 +287,7 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	}
 	if p.Metric == "" && saturated*2 >= max(n, 1) && saturated > 0 && w.stable > float64(n) && want <= n {
 		want = min(n+1, int(math.Ceil(w.stable)))
-		why = fmt.Sprintf("%d of %d replica(s) throttled at their CPU ceiling with %.1f requests to spread, wants %d", saturated, n, w.stable, want)
+		why = fmt.Sprintf("%d of %d replica(s) saturated at their CPU ceiling with %.1f requests to spread, wants %d", saturated, n, w.stable, want)
 	}
 	if want == 0 {
 		why = fmt.Sprintf("no traffic in the last %s, wants 0", p.StableWindow)

@@ -28,15 +28,21 @@
 // is 0 and the stable window, observed in full, saw no traffic at all: no
 // sample with concurrency above zero and no arrivals.
 //
-// # Vertical: CPU throttling
+// # Vertical: CPU throttling and demand
 //
 // The cgroup CPU controller counts CFS periods in which a replica had work
 // (nr_periods) and those in which it hit its quota (nr_throttled). Following
 // the homeostatic-container rule, a replica throttled in at least
 // ThrottleHigh (80%) of its periods since it was last judged asks for more
 // CPU: its quota doubles, capped at MaxCPU (doubling 30% to 60% of a core
-// halved response times within seconds in the FastContainer experiment). Under
-// ThrottleLow (10%) it lets go: the quota moves half way back to the base CPU,
+// halved response times within seconds in the FastContainer experiment).
+// Demand asks too, throttled or not: a replica with two or more requests in
+// flight that used at least 90% of its quota between two readings of its
+// counters, or whose tasks waited for a CPU at least half of that time
+// (its cgroup's PSI "some" total, where the kernel has it for the cgroup),
+// is doubled the same way; at its ceiling it counts as saturated. Under
+// ThrottleLow (10%), and only 10 s after its last demand (throttled,
+// requests in flight), it lets go: the quota moves half way back to the base CPU,
 // so it settles inside the band instead of jumping over it; a replica that ran
 // for fewer than five periods in a whole stable window is idle and goes
 // straight back to the base. A replica is judged once it has run at least
@@ -45,7 +51,7 @@
 // cumulative, so the decider keeps each replica's last values: a replica seen
 // for the first time, or whose counters went backwards (a new cgroup under the
 // same id), only sets the baseline, and replicas missing from Current are
-// forgotten. When replicas throttled at their ceiling are at least half of
+// forgotten. When replicas saturated at their ceiling are at least half of
 // the app and there is more than one request per replica to spread, the
 // decider adds one replica per decision.
 //

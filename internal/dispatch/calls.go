@@ -127,16 +127,16 @@ func (d *Dispatcher) Check(ctx context.Context, id, addr string, h manifest.Heal
 	return err
 }
 
-// Usage reads the replica's throttling. The scaler reads usage on each
+// Usage reads the replica's CPU counters. The scaler reads usage on each
 // tick while it decides: a slow node must not hold up the app's other
 // replicas, so a remote read is bounded by usageLimit.
-func (d *Dispatcher) Usage(ctx context.Context, id string) (uint64, uint64, error) {
-	var p, t uint64
+func (d *Dispatcher) Usage(ctx context.Context, id string) (node.CPUUse, error) {
+	var u node.CPUUse
 	err := d.call(ctx, id, usageLimit, func(ctx context.Context, n node.Node) (err error) {
-		p, t, err = n.Usage(ctx, id)
+		u, err = n.Usage(ctx, id)
 		return err
 	})
-	return p, t, err
+	return u, err
 }
 
 func (d *Dispatcher) SetCPU(ctx context.Context, id string, cpus float64) error {

@@ -151,8 +151,8 @@ func (n *stuckNode) hang(ctx context.Context) error {
 
 func (n *stuckNode) Freeze(ctx context.Context, _ string) (int64, error) { return 0, n.hang(ctx) }
 func (n *stuckNode) Thaw(ctx context.Context, _ string) error            { return n.hang(ctx) }
-func (n *stuckNode) Usage(ctx context.Context, _ string) (uint64, uint64, error) {
-	return 1, 0, n.hang(ctx)
+func (n *stuckNode) Usage(ctx context.Context, _ string) (node.CPUUse, error) {
+	return node.CPUUse{Periods: 1}, n.hang(ctx)
 }
 func (n *stuckNode) SetCPU(ctx context.Context, _ string, _ float64) error { return n.hang(ctx) }
 func (n *stuckNode) Release(ctx context.Context, _ string) error           { return n.hang(ctx) }
@@ -175,7 +175,7 @@ func TestDispatcherCallsEndWithTheirNode(t *testing.T) {
 	calls := map[string]func() error{
 		"freeze":  func() error { _, err := d.Freeze(ctx, "r1"); return err },
 		"thaw":    func() error { return d.Thaw(ctx, "r1") },
-		"usage":   func() error { _, _, err := d.Usage(ctx, "r1"); return err },
+		"usage":   func() error { _, err := d.Usage(ctx, "r1"); return err },
 		"cpu":     func() error { return d.SetCPU(ctx, "r1", 1) },
 		"release": func() error { return d.Release(ctx, "r1") },
 	}

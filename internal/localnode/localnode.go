@@ -45,8 +45,8 @@ type Runtime interface {
 	Thaw(id string) error
 	UpdateCPU(id string, cpus float64) error
 	Stats(id string) (runtime.Stats, error)
-	// Throttling reads only the CFS period counters (autoscaling).
-	Throttling(id string) (periods, throttled uint64, err error)
+	// CPUUse reads only the CPU counters autoscaling needs.
+	CPUUse(id string) (runtime.CPUUse, error)
 	Get(id string) (*runtime.Container, error)
 	// Exec runs a process in a running container (command health checks).
 	Exec(ctx context.Context, id string, p runtime.ExecSpec) (runtime.ExitStatus, error)
@@ -447,8 +447,9 @@ func (n *Node) Check(ctx context.Context, id, addr string, h manifest.Health) er
 	return probe(ctx, c, h, addr, n.agent)
 }
 
-func (n *Node) Usage(_ context.Context, id string) (uint64, uint64, error) {
-	return n.rt.Throttling(id)
+func (n *Node) Usage(_ context.Context, id string) (node.CPUUse, error) {
+	u, err := n.rt.CPUUse(id)
+	return node.CPUUse{Periods: u.Periods, Throttled: u.Throttled, Used: u.Used, Stalled: u.Stalled, Pressure: u.Pressure}, err
 }
 
 func (n *Node) SetCPU(_ context.Context, id string, cpus float64) error {

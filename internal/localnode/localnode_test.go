@@ -185,8 +185,8 @@ func TestReplicaLadder(t *testing.T) {
 	if err := h.n.Check(ctx, id, st.Addr, cmd); err == nil || !strings.Contains(err.Error(), "exited with code 3: sick") {
 		t.Fatalf("failing command check: %v; want its exit code and output", err)
 	}
-	if _, _, err := h.n.Usage(ctx, id); err != nil {
-		t.Fatalf("usage: %v", err)
+	if u, err := h.n.Usage(ctx, id); err != nil || u.Used <= 0 {
+		t.Fatalf("usage: %+v, %v; want the CPU time its processes used", u, err)
 	}
 	if err := h.n.SetCPU(ctx, id, 0.5); err != nil {
 		t.Fatalf("set CPU: %v", err)

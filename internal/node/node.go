@@ -54,8 +54,22 @@ type Observer interface {
 	// Check checks replica id once with h: the command in its container,
 	// or a probe of its address.
 	Check(ctx context.Context, id, addr string, h manifest.Health) error
-	// Usage is replica id's CPU throttling (CFS periods, throttled ones).
-	Usage(ctx context.Context, id string) (periods, throttled uint64, err error)
+	// Usage is replica id's cumulative CPU counters.
+	Usage(ctx context.Context, id string) (CPUUse, error)
+}
+
+// CPUUse is a replica's cumulative CPU counters: what the vertical
+// scaler judges its want of CPU by.
+type CPUUse struct {
+	// Periods and Throttled are its CFS periods with work, and those in
+	// which it hit its quota.
+	Periods, Throttled uint64
+	// Used is the CPU time it used.
+	Used time.Duration
+	// Stalled is how long some task of it waited for a CPU (PSI "some"),
+	// where its cgroup tells (Pressure).
+	Stalled  time.Duration
+	Pressure bool
 }
 
 // Resizer changes a running replica's resources: the vertical scaler's

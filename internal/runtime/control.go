@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/runtime/cgroups"
@@ -84,23 +85,26 @@ func (r *Runtime) Stats(id string) (Stats, error) {
 	return s, nil
 }
 
-// Throttling reads the container's CFS period counters (cpu.stat
-// nr_periods and nr_throttled) and nothing else: what an autoscaling
-// decision needs, at a fraction of Stats's cost. After the container has
-// exited it returns the counters read at the exit.
-func (r *Runtime) Throttling(id string) (periods, throttled uint64, err error) {
+// CPUUse is what an autoscaling decision reads of a container's cgroup.
+type CPUUse = cgroups.CPUUse
+
+// CPUUse reads the container's CFS period counters, CPU time and CPU
+// pressure and nothing else: what an autoscaling decision needs, at a
+// fraction of Stats's cost. After the container has exited it returns
+// the counters read at the exit.
+func (r *Runtime) CPUUse(id string) (CPUUse, error) {
 	c, err := r.get(id)
 	if err != nil {
-		return 0, 0, err
+		return CPUUse{}, err
 	}
 	if c.exited() {
-		return c.final.NrPeriods, c.final.NrThrottled, nil
+		return CPUUse{Periods: c.final.NrPeriods, Throttled: c.final.NrThrottled, Used: time.Duration(c.final.CPUUsageNs)}, nil
 	}
-	periods, throttled, err = r.cgroupPaths(id).Throttling()
+	u, err := r.cgroupPaths(id).CPUUse()
 	if err != nil {
-		return 0, 0, fmt.Errorf("container %q: throttling: %w", id, err)
+		return CPUUse{}, fmt.Errorf("container %q: cpu use: %w", id, err)
 	}
-	return periods, throttled, nil
+	return u, nil
 }
 
 // live returns a container that has not exited.

@@ -38,6 +38,8 @@ type fakeCtr struct {
 	cpuUpdates []float64
 	// periods and throttled are the cgroup's CFS counters (cpu.stat).
 	periods, throttled uint64
+	// used is the CPU time its cgroup used (cpuacct.usage).
+	used time.Duration
 	// reads counts the reads of its counters (Stats).
 	reads int
 	done  chan struct{}
@@ -202,6 +204,15 @@ func (f *fakeRuntime) work(id string, periods, throttled uint64) {
 	}
 }
 
+// use adds CPU time used to container id's counters.
+func (f *fakeRuntime) use(id string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.ctrs[id]; c != nil {
+		c.used += d
+	}
+}
+
 // cpu returns container id's quota and the quotas UpdateCPU set.
 func (f *fakeRuntime) cpu(id string) (float64, []float64) {
 	f.mu.Lock()
@@ -221,7 +232,7 @@ func (f *fakeRuntime) Stats(id string) (runtime.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c.reads++
-	return runtime.Stats{MemoryBytes: 1 << 20, NrPeriods: c.periods, NrThrottled: c.throttled}, nil
+	return runtime.Stats{MemoryBytes: 1 << 20, NrPeriods: c.periods, NrThrottled: c.throttled, CPUUsageNs: uint64(c.used)}, nil
 }
 
 // reads counts the reads of container id's counters so far.
@@ -234,9 +245,9 @@ func (f *fakeRuntime) reads(id string) int {
 	return 0
 }
 
-func (f *fakeRuntime) Throttling(id string) (uint64, uint64, error) {
+func (f *fakeRuntime) CPUUse(id string) (runtime.CPUUse, error) {
 	st, err := f.Stats(id)
-	return st.NrPeriods, st.NrThrottled, err
+	return runtime.CPUUse{Periods: st.NrPeriods, Throttled: st.NrThrottled, Used: time.Duration(st.CPUUsageNs)}, err
 }
 
 func (f *fakeRuntime) Get(id string) (*runtime.Container, error) {

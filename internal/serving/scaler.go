@@ -6,6 +6,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/autoscale"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/node"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -45,11 +46,12 @@ func (s *scaler) observe(at time.Time, l route.Load, metric float64) {
 	s.d.Observe(autoscale.Sample{At: at, Concurrency: float64(l.InFlight), Requests: int(n), Metric: metric})
 }
 
-// cpuUsage is a replica's CPU throttling: its CFS periods, and how many
-// of them were throttled.
+// cpuUsage is a replica's CPU counters, read at a time, and its requests
+// in flight.
 type cpuUsage struct {
-	periods, throttled uint64
-	inFlight           int // requests in flight now, from the proxy's load
+	node.CPUUse
+	at       time.Time // when the counters were read
+	inFlight int       // requests in flight now, from the proxy's load
 }
 
 // usageIdle is the longest a ready replica's throttling goes unread: the
@@ -71,7 +73,7 @@ type usageLook struct {
 	moved time.Time // the last reading that saw a request or CPU work
 }
 
-// usage reads the CPU throttling of the app's ready replicas from their
+// usage reads the CPU counters of the app's ready replicas from their
 // node, without ctl.mu: a replica that had a request since its last
 // reading, or whose CFS periods moved, every round; one that did
 // neither for usageSettle at a period that doubles up to usageIdle, the
@@ -104,14 +106,14 @@ func (ctl *appCtl) usage(now time.Time, load route.Load) map[string]cpuUsage {
 			out[id] = u
 			continue
 		}
-		p, t, err := ctl.node.Usage(ctl.ctx(), id)
+		cu, err := ctl.node.Usage(ctl.ctx(), id)
 		if err != nil {
 			delete(ctl.looks, id)
 			continue
 		}
-		u := cpuUsage{periods: p, throttled: t, inFlight: el.InFlight}
+		u := cpuUsage{CPUUse: cu, at: now, inFlight: el.InFlight}
 		look := usageLook{u: u, at: now, every: tick, moved: l.moved}
-		if !ok || busy || u.periods != l.u.periods {
+		if !ok || busy || u.Periods != l.u.Periods {
 			look.moved = now
 		} else if now.Sub(l.moved) >= usageSettle {
 			look.every = min(max(l.every*2, tick), usageIdle)
@@ -128,7 +130,8 @@ func (ctl *appCtl) usage(now time.Time, load route.Load) map[string]cpuUsage {
 }
 
 // ask asks the decider for the active replica count and CPU quotas, from
-// the throttling counters of the ready replicas. ctl.mu is held.
+// the CPU counters and requests in flight of the ready replicas. ctl.mu
+// is held.
 func (ctl *appCtl) ask(active int, ready []*replica, usage map[string]cpuUsage) autoscale.Decision {
 	cur := autoscale.Current{Replicas: active}
 	for _, r := range ready {
@@ -136,7 +139,8 @@ func (ctl *appCtl) ask(active int, ready []*replica, usage map[string]cpuUsage) 
 		if !ok {
 			continue
 		}
-		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: u.periods, Throttled: u.throttled, InFlight: u.inFlight})
+		cur.CPU = append(cur.CPU, autoscale.ReplicaCPU{ID: r.rec.ID, Quota: r.rec.CPU, Periods: u.Periods, Throttled: u.Throttled,
+			Used: u.Used, Stalled: u.Stalled, Pressure: u.Pressure, At: u.at, InFlight: u.inFlight})
 	}
 	return ctl.scaler.d.Decide(cur)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // A replica throttled in most of its CPU periods gets its quota raised
@@ -87,4 +89,55 @@ func TestLadderVerticalCPU(t *testing.T) {
 			t.Errorf("cpu event %d: %s %q; want %s, %q with %q", i, e.Replica, e.Reason, id, head, w.why)
 		}
 	}
+}
+
+// A replica with requests waiting on it that uses all of its quota gets
+// more although it is never throttled (a quota just above its bursts,
+// or, on a busy host, a CPU shared with its neighbours): the quota
+// followed throttling alone before, and stayed at 0.5 here while 60
+// requests waited. Once they are answered, it goes back down after the
+// hold.
+func TestLadderCPURaisedOnDemand(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1\nmax = 1", "[resources]\ncpu = 0.5\nmax_cpu = 2")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	h.advance(tick)
+	h.advance(tick)
+
+	busy := func(inFlight int) {
+		now := h.clock.Now()
+		h.r.setLoad(route.Load{InFlight: inFlight, LastRequest: now, Endpoints: map[string]route.EndpointLoad{id: {InFlight: inFlight, LastRequest: now}}})
+	}
+	busy(60)
+	for i := 0; i < 50; i++ {
+		q, _ := h.rt.cpu(id)
+		// A period of work each tick, using all of the quota, never
+		// throttled.
+		h.rt.work(id, 1, 0)
+		h.rt.use(id, time.Duration(q*float64(tick)))
+		h.advance(tick)
+		if q, _ := h.rt.cpu(id); q == 2 {
+			break
+		}
+	}
+	if q, ups := h.rt.cpu(id); q != 2 || !slices.Equal(ups, []float64{1, 2}) {
+		t.Fatalf("60 requests in flight at the whole quota, never throttled: quota %g, updates %v; want 2 after [1 2]", q, ups)
+	}
+	h.wait("two cpu events", func() bool { return len(h.ev.of("cpu")) == 2 })
+	if e := h.ev.of("cpu")[0]; !strings.Contains(e.Reason, "used 100% of its 0.5 cpu with 60 requests in flight, throttled in 0% of") {
+		t.Fatalf("cpu event %q does not say why", e.Reason)
+	}
+
+	// The requests are answered: idle, the quota goes back to the base
+	// once the hold has passed.
+	busy(0)
+	for i := 0; i < 30; i++ {
+		h.advance(time.Second)
+		if q, _ := h.rt.cpu(id); q == 0.5 {
+			return
+		}
+	}
+	q, ups := h.rt.cpu(id)
+	t.Fatalf("idle after the requests: quota %g, updates %v; want back to 0.5", q, ups)
 }

@@ -234,18 +234,18 @@ func renderQuota(rep *bench.Report, up, out analysed) {
 		b.WriteString(".")
 	}
 	if up.rx.ups == 0 {
-		b.WriteString(" In the scale-up run the quota was never raised: the rule raises it when a replica is throttled in at least 80 % of its periods")
+		b.WriteString(" In the scale-up run the quota was never raised: the rule raises it when a replica is throttled in at least 80 % of its periods, " +
+			"or has 2 or more requests in flight while it uses at least 90 % of its quota or (where its cgroup tells) waits for a CPU half the time")
 		if up.cpuErr == "" && throttled(up) < 0.8 {
 			fmt.Fprintf(&b, ", and the replica was throttled in %s %% while it used %s of its %s cores with up to %d requests in flight: "+
-				"a replica that waits for a CPU the host's other work holds is not throttled, however busy it is",
+				"a replica that waits for a CPU the host's other work holds is not throttled and cannot use its quota, however busy it is",
 				bench.FormatValue(100*throttled(up)), bench.FormatValue(cores(up)), bench.FormatValue(baseCPU), concurrency)
 		}
-		b.WriteString(". The paper's rule judged throttling too, over 5 minutes on its own host; a rule that also judged demand (requests in " +
-			"flight, run-queue or pressure figures) would see this replica's.")
+		b.WriteString(". The paper's rule judged throttling only, over 5 minutes on its own host.")
 	}
 	if up.rx.downs > 0 || out.rx.downs > 0 {
-		b.WriteString(" A raised quota does not stay raised while the load lasts: the rule lowers it when a replica is throttled in under 10 % of its " +
-			"periods, which a replica waiting for a CPU the host's other work holds is, however many requests it has in flight " +
+		b.WriteString(" A raised quota was lowered while the load lasted: the rule lowers it when a replica is throttled in under 10 % of its " +
+			"periods and has shown no demand (throttling, 2 or more requests in flight) for 10 s " +
 			"(the paper's platform judged 5 minutes of throttling and kept the raised limit).")
 	}
 	b.WriteString(" This is shoal's behaviour, measured as it is, not tuned away.")

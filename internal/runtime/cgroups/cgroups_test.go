@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func layoutFrom(t *testing.T, name string) *Layout {
@@ -240,22 +241,34 @@ func TestRemoveMissing(t *testing.T) {
 	}
 }
 
-// Throttling reads the same CFS counters as Stats, from cpu.stat alone.
-func TestThrottling(t *testing.T) {
-	for name, p := range map[string]Paths{
-		"v1": v1Paths(fixture(t, "v1")),
-		"v2": {Unified: fixture(t, "v2"), V2: true},
+// CPUUse reads the same CFS counters and CPU time as Stats, from cpu.stat
+// (and cpuacct.usage on v1), and the "some" total of cpu.pressure where
+// the cgroup2 hierarchy has the cgroup: on v2, and on a hybrid host.
+func TestCPUUse(t *testing.T) {
+	hybrid := v1Paths(fixture(t, "v1"))
+	hybrid.Unified = fixture(t, "v2")
+	for name, tc := range map[string]struct {
+		p        Paths
+		pressure bool
+	}{
+		"v1":                 {v1Paths(fixture(t, "v1")), false},
+		"v1 without cgroup2": {Paths{V1: v1Paths(fixture(t, "v1")).V1, Unified: filepath.Join(t.TempDir(), "nope")}, false},
+		"hybrid":             {hybrid, true},
+		"v2":                 {Paths{Unified: fixture(t, "v2"), V2: true}, true},
 	} {
-		s, err := p.Stats()
+		s, err := tc.p.Stats()
 		if err != nil {
 			t.Fatal(err)
 		}
-		per, thr, err := p.Throttling()
-		if err != nil || per != s.NrPeriods || thr != s.NrThrottled || per == 0 || thr == 0 {
-			t.Errorf("%s: Throttling = %d, %d, %v; Stats says %d, %d", name, per, thr, err, s.NrPeriods, s.NrThrottled)
+		u, err := tc.p.CPUUse()
+		if err != nil || u.Periods != s.NrPeriods || u.Throttled != s.NrThrottled || u.Used != time.Duration(s.CPUUsageNs) || u.Periods == 0 || u.Throttled == 0 || u.Used == 0 {
+			t.Errorf("%s: CPUUse = %+v, %v; Stats says %d, %d, %d ns", name, u, err, s.NrPeriods, s.NrThrottled, s.CPUUsageNs)
+		}
+		if want := 2500 * time.Millisecond; u.Pressure != tc.pressure || (tc.pressure && u.Stalled != want) {
+			t.Errorf("%s: pressure %v, stalled %s; want %v, %s", name, u.Pressure, u.Stalled, tc.pressure, want)
 		}
 	}
-	if per, thr, err := (Paths{V1: map[string]string{}}).Throttling(); per != 0 || thr != 0 || err != nil {
-		t.Errorf("no cpu controller: %d, %d, %v", per, thr, err)
+	if u, err := (Paths{V1: map[string]string{}}).CPUUse(); u != (CPUUse{}) || err != nil {
+		t.Errorf("no cpu controller: %+v, %v", u, err)
 	}
 }
