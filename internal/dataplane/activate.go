@@ -2,17 +2,30 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
 )
 
-// activateRetry is how often a wake-up is sent again while the daemon does
-// not answer and requests for the app still wait.
-const activateRetry = 50 * time.Millisecond
+// A wake-up the daemon did not take (no answer within the call's time,
+// or an error status) is sent again while requests for the app wait:
+// after activateRetry, then twice as long each time up to
+// activateRetryMax, each call given twice the time of the one before, from
+// activateCall up to activateCallMax, so that a daemon slowed down by
+// load is not asked ever more often with calls it cannot answer in time.
+const (
+	activateRetry    = 50 * time.Millisecond
+	activateRetryMax = time.Second
+	activateCall     = 2 * time.Second
+	activateCallMax  = 30 * time.Second
+)
 
 // activator wakes cold apps by calling the daemon's API. The proxy calls
 // Activate for every request that has to wait; at most one call per app is
@@ -22,6 +35,7 @@ const activateRetry = 50 * time.Millisecond
 type activator struct {
 	log    *slog.Logger
 	hc     *http.Client
+	clock  clock.Clock
 	queued func(app string) bool // whether requests for app still wait
 
 	ctx    context.Context
@@ -50,10 +64,10 @@ type wake struct {
 }
 
 func newActivator(socket string, log *slog.Logger) *activator {
-	a := &activator{log: log, state: map[string]*wake{}, queued: func(string) bool { return false },
+	a := &activator{log: log, clock: clock.Real{}, state: map[string]*wake{}, queued: func(string) bool { return false },
 		asked: map[string]*demand{}, demands: make(chan struct{}, maxDemands)}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
-	a.hc = unixClient(socket, 2*time.Second)
+	a.hc = unixClient(socket, 0) // each call has its time (activateCall)
 	a.demandHC = unixClient(socket, demandTimeout)
 	return a
 }
@@ -75,8 +89,9 @@ func (a *activator) Activate(app string) {
 
 func (a *activator) run(app string) {
 	warned := false
+	wait, timeout := activateRetry, activateCall
 	for {
-		err := a.call(app)
+		err := a.call(app, timeout)
 		a.mu.Lock()
 		w := a.state[app]
 		switch {
@@ -95,10 +110,13 @@ func (a *activator) run(app string) {
 			a.log.Warn("proxy: the daemon does not answer a wake-up; retrying while requests wait", "app", app, "err", err)
 			warned = true
 		}
+		t := a.clock.NewTimer(wait)
 		select {
-		case <-time.After(activateRetry):
+		case <-t.C():
 		case <-a.ctx.Done():
+			t.Stop()
 		}
+		wait, timeout = min(2*wait, activateRetryMax), min(2*timeout, activateCallMax)
 		if !a.queued(app) || a.ctx.Err() != nil {
 			a.mu.Lock()
 			if w := a.state[app]; w != nil && !w.again {
@@ -111,8 +129,11 @@ func (a *activator) run(app string) {
 	}
 }
 
-func (a *activator) call(app string) error {
-	req, err := http.NewRequestWithContext(a.ctx, http.MethodPost, "http://daemon/v1/apps/"+url.PathEscape(app)+"/activate", nil)
+// call sends one wake-up: taken once the daemon answers 2xx (202).
+func (a *activator) call(app string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(a.ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://daemon/v1/apps/"+url.PathEscape(app)+"/activate", nil)
 	if err != nil {
 		return err
 	}
@@ -120,7 +141,11 @@ func (a *activator) call(app string) error {
 	if err != nil {
 		return err
 	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("wake-up of %s: the daemon answered %s", app, resp.Status)
+	}
 	return nil
 }
 

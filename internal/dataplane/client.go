@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/proxy"
 	"github.com/shoal-run/shoal/internal/route"
 )
@@ -46,22 +48,57 @@ const (
 // callTimeout bounds a control call other than wait-idle.
 const callTimeout = 5 * time.Second
 
+// A route change that did not reach the proxy is sent again after
+// retryFirst, then after twice as long each time up to retryMax, each
+// attempt given twice the time of the one before up to retryCallMax: a
+// proxy slowed down by load takes it in the end, and a change sent twice
+// is applied once (route versions).
+const (
+	retryFirst   = 50 * time.Millisecond
+	retryMax     = 2 * time.Second
+	retryCallMax = time.Minute
+	// syncAbove: with more changes than this to send again, the whole
+	// table goes in one call.
+	syncAbove = 32
+	// sendsAtOnce bounds the route calls on the wire (the proxy applies
+	// them one at a time anyway).
+	sendsAtOnce = 8
+)
+
 // Client is the daemon's side of the control socket: it changes the proxy
 // process's routes and reads its load. It remembers every route it set, so
 // that Sync can push the whole table to an adopted or restarted proxy.
 // Nothing here is on a request's path.
+//
+// Every route change gets a version (a counter that starts at the clock's
+// Unix nanoseconds, so that it rises across restarts of the daemon); the
+// proxy applies a change only when it is newer than what it holds for the
+// app (see control.stale). A change that does not reach the proxy is sent
+// again in the background with back-off until it does, or until a newer
+// one replaced it.
 type Client struct {
-	hc  *http.Client
-	log *slog.Logger
+	hc      *http.Client
+	log     *slog.Logger
+	clock   clock.Clock
+	timeout time.Duration // a route call's first (callTimeout)
 
-	// mu orders route changes: a change is sent while it is held, so the
-	// proxy applies them in the order serving made them.
-	mu     sync.Mutex
-	routes map[string]route.Route // by app, lower case
-	certs  []route.Cert           // as last set; nil: never set
-	hop    *Hop                   // nil: not in a cluster
-	chall  []proxy.Challenge      // the ACME challenges answered
-	broken atomic.Bool            // a change failed to reach the proxy
+	// mu guards the table and the versions; no call is made while it is
+	// held. aux orders the calls that carry no version (hop,
+	// certificates, challenges) and Sync.
+	mu      sync.Mutex
+	aux     sync.Mutex
+	routes  map[string]route.Route // by app, lower case
+	ver     uint64                 // of the last change
+	pending map[string]uint64      // apps whose change at that version is not known to have reached the proxy
+	synced  uint64                 // version of the last whole table the proxy took
+	retry   bool                   // the retry loop runs
+	kick    chan struct{}
+	slots   chan struct{}     // sendsAtOnce
+	certs   []route.Cert      // as last set; nil: never set
+	hop     *Hop              // nil: not in a cluster
+	chall   []proxy.Challenge // the ACME challenges answered
+	broken  atomic.Bool       // the whole table must be pushed again
+	warned  bool              // the failure was logged
 
 	loadMu     sync.Mutex
 	load       map[string]route.Load // every app's, read at loadAt
@@ -73,45 +110,56 @@ type Client struct {
 
 // NewClient returns a client of the control socket at path.
 func NewClient(path string, log *slog.Logger) *Client {
+	return newClient(unixClient(path, 0), log, clock.Real{})
+}
+
+func newClient(hc *http.Client, log *slog.Logger, clk clock.Clock) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Client{hc: unixClient(path, 0), log: log, routes: map[string]route.Route{}}
+	return &Client{hc: hc, log: log, clock: clk, timeout: callTimeout, routes: map[string]route.Route{},
+		pending: map[string]uint64{}, ver: uint64(clk.Now().UnixNano()), kick: make(chan struct{}, 1), slots: make(chan struct{}, sendsAtOnce)}
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+	_, err := c.doHeader(ctx, method, path, body, out)
+	return err
+}
+
+// doHeader is do that returns the answer's header.
+func (c *Client) doHeader(ctx context.Context, method, path string, body any, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "http://proxy"+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("proxy control %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("proxy control %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("proxy control %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+		return nil, fmt.Errorf("proxy control %s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
 	}
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			return fmt.Errorf("proxy control %s %s: %w", method, path, err)
+			return nil, fmt.Errorf("proxy control %s %s: %w", method, path, err)
 		}
 	} else {
 		io.Copy(io.Discard, resp.Body)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 func (c *Client) call(method, path string, body, out any) error {
@@ -128,102 +176,317 @@ func (c *Client) Info(ctx context.Context) (Info, error) {
 }
 
 // SetRoute sets one app's route in the proxy. Once it returns the proxy
-// sends nothing new to endpoints the route left out. A proxy that cannot
-// be reached gets the whole table at the next Sync.
+// sends nothing new to endpoints the route left out, unless the proxy
+// could not be reached: the change is then sent again in the background
+// until it arrives.
 func (c *Client) SetRoute(r route.Route) {
+	app := strings.ToLower(r.App)
+	c.mu.Lock()
+	c.ver++
+	v := c.ver
+	c.routes[app] = r
+	c.pending[app] = v
+	c.mu.Unlock()
+	c.deliver(app, v, &r, c.timeout)
+}
+
+// RemoveRoute removes an app from the proxy (sent again in the
+// background, as SetRoute's, until it arrives).
+func (c *Client) RemoveRoute(app string) {
+	app = strings.ToLower(app)
+	c.mu.Lock()
+	c.ver++
+	v := c.ver
+	delete(c.routes, app)
+	c.pending[app] = v
+	c.mu.Unlock()
+	c.deliver(app, v, nil, c.timeout)
+}
+
+// deliver sends app's change at version v (r nil: the removal) and
+// records the answer; a failure starts the retry loop. It reports whether
+// the change reached the proxy.
+func (c *Client) deliver(app string, v uint64, r *route.Route, timeout time.Duration) bool {
+	c.slots <- struct{}{} // its time runs once it has its turn
+	defer func() { <-c.slots }()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	path := "/v1/routes/" + url.PathEscape(app) + "?version=" + strconv.FormatUint(v, 10)
+	var a answer
+	var err error
+	if r != nil {
+		a, err = c.send(ctx, http.MethodPut, path, r)
+	} else {
+		a, err = c.send(ctx, http.MethodDelete, path, nil)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.routes[strings.ToLower(r.App)] = r
-	if err := c.call(http.MethodPut, "/v1/routes/"+url.PathEscape(r.App), r, nil); err != nil {
-		c.fail(err)
+	if err != nil {
+		c.failLocked(err)
+		return false
 	}
+	if c.pending[app] == v {
+		delete(c.pending, app)
+		if a.versioned && !a.applied {
+			// The latest change of the app was refused as stale: the
+			// proxy holds versions of an earlier daemon's. The whole
+			// table goes again, numbered above them.
+			c.ver = max(c.ver, a.version)
+			c.brokenLocked("the proxy holds newer route versions than this daemon's")
+		}
+	}
+	if a.versioned && a.table < c.synced {
+		// The proxy took a whole table at c.synced and now holds an
+		// older one: a new process that lost it.
+		c.brokenLocked("the proxy lost its route table")
+	}
+	return true
+}
+
+// failLocked notes a change that did not reach the proxy and starts the
+// retry loop. c.mu is held.
+func (c *Client) failLocked(err error) {
+	if !c.warned {
+		c.log.Error("proxy: a route change did not reach the proxy process; it is sent again until it does", "err", err)
+		c.warned = true
+	}
+	c.retryLocked()
+}
+
+// brokenLocked asks for the whole table to be pushed again. c.mu is held.
+func (c *Client) brokenLocked(why string) {
+	if !c.broken.Swap(true) {
+		c.log.Warn("proxy: the route table is pushed again", "why", why)
+	}
+	c.retryLocked()
+}
+
+// retryLocked starts the retry loop, or wakes it. c.mu is held.
+func (c *Client) retryLocked() {
+	if c.retry {
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	c.retry = true
+	go c.retryLoop()
+}
+
+// retryLoop sends again what did not reach the proxy, with back-off,
+// until everything has.
+func (c *Client) retryLoop() {
+	wait, timeout := retryFirst, c.timeout
+	for {
+		t := c.clock.NewTimer(wait)
+		<-t.C()
+		select { // a kick while waiting is served by this round
+		case <-c.kick:
+		default:
+		}
+		err := c.resend(timeout)
+		c.mu.Lock()
+		if err == nil && len(c.pending) == 0 && !c.broken.Load() {
+			c.retry = false
+			if c.warned {
+				c.log.Info("proxy: route changes reached the proxy process")
+				c.warned = false
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if err == nil {
+			wait, timeout = retryFirst, c.timeout
+			continue
+		}
+		wait, timeout = min(2*wait, retryMax), min(2*timeout, retryCallMax)
+	}
+}
+
+// resend sends the pending changes, or the whole table when it is broken
+// or many changes wait, each call within timeout.
+func (c *Client) resend(timeout time.Duration) error {
+	c.mu.Lock()
+	type change struct {
+		app string
+		v   uint64
+		r   *route.Route
+	}
+	var todo []change
+	for app, v := range c.pending {
+		ch := change{app: app, v: v}
+		if r, ok := c.routes[app]; ok {
+			ch.r = &r
+		}
+		todo = append(todo, ch)
+	}
+	whole := c.broken.Load() || len(todo) > syncAbove
+	c.mu.Unlock()
+	if whole {
+		return c.sync(timeout)
+	}
+	for _, ch := range todo {
+		if !c.deliver(ch.app, ch.v, ch.r, timeout) {
+			return fmt.Errorf("route change of %s: not delivered", ch.app)
+		}
+	}
+	return nil
 }
 
 // SetHop makes the proxy the one of node in a cluster whose proxies
 // authenticate hops with key; it is set again at every Sync. Call it
 // before the routes that name nodes.
 func (c *Client) SetHop(node string, key []byte) error {
+	c.aux.Lock()
+	defer c.aux.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.hop = &Hop{Node: node, Key: key}
-	return c.call(http.MethodPut, "/v1/hop", c.hop, nil)
+	hop := c.hop
+	c.mu.Unlock()
+	return c.call(http.MethodPut, "/v1/hop", hop, nil)
 }
 
 // SetChallenges replaces the ACME challenges the proxy answers (HTTP-01
 // on any host, TLS-ALPN-01 on its TLS listener); Sync sends them again.
 func (c *Client) SetChallenges(ctx context.Context, list []proxy.Challenge) error {
+	c.aux.Lock()
+	defer c.aux.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.chall = slices.Clone(list)
 	if c.chall == nil {
 		c.chall = []proxy.Challenge{}
 	}
-	return c.do(ctx, http.MethodPut, "/v1/challenges", c.chall, nil)
+	chall := c.chall
+	c.mu.Unlock()
+	return c.do(ctx, http.MethodPut, "/v1/challenges", chall, nil)
 }
 
 // SetCerts replaces the certificates the proxy serves over TLS with
-// certs, the whole set: sent in order with the route changes, kept here
-// and pushed again at every Sync (they live only in the proxy's memory).
+// certs, the whole set: kept here and pushed again at every Sync (they
+// live only in the proxy's memory), and with the whole table when this
+// call does not reach the proxy.
 func (c *Client) SetCerts(certs []route.Cert) {
+	c.aux.Lock()
+	defer c.aux.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.certs = slices.Clone(certs)
 	if c.certs == nil {
 		c.certs = []route.Cert{}
 	}
-	if err := c.call(http.MethodPut, "/v1/certs", c.certs, nil); err != nil {
-		c.fail(err)
-	}
-}
-
-// RemoveRoute removes an app from the proxy.
-func (c *Client) RemoveRoute(app string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.routes, strings.ToLower(app))
-	if err := c.call(http.MethodDelete, "/v1/routes/"+url.PathEscape(app), nil, nil); err != nil {
-		c.fail(err)
-	}
-}
-
-func (c *Client) fail(err error) {
-	if !c.broken.Swap(true) {
-		c.log.Error("proxy: a route change did not reach the proxy process; the table is pushed again when it is back", "err", err)
+	cs := c.certs
+	c.mu.Unlock()
+	if err := c.call(http.MethodPut, "/v1/certs", cs, nil); err != nil {
+		c.mu.Lock()
+		c.brokenLocked(err.Error())
+		c.mu.Unlock()
 	}
 }
 
 // Sync replaces the proxy's whole table with the routes (and the
 // certificates and ACME challenges, once set) set through this client:
 // apps it has no route for are removed, challenges it holds that this
-// client did not set are dropped.
+// client did not set are dropped. A failure is retried in the background.
 func (c *Client) Sync() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.hop != nil {
-		if err := c.call(http.MethodPut, "/v1/hop", c.hop, nil); err != nil {
-			c.broken.Store(true)
-			return err
-		}
+	err := c.sync(c.timeout)
+	if err != nil {
+		c.mu.Lock()
+		c.retryLocked()
+		c.mu.Unlock()
 	}
-	if c.certs != nil {
-		if err := c.call(http.MethodPut, "/v1/certs", c.certs, nil); err != nil {
-			c.broken.Store(true)
-			return err
-		}
+	return err
+}
+
+func (c *Client) sync(timeout time.Duration) error {
+	c.aux.Lock()
+	defer c.aux.Unlock()
+	err := c.syncOnce(timeout)
+	var stale errStale
+	if errors.As(err, &stale) {
+		// The proxy holds a newer whole table (an earlier daemon's
+		// versions): once more, numbered above it.
+		c.mu.Lock()
+		c.ver = max(c.ver, stale.version)
+		c.mu.Unlock()
+		err = c.syncOnce(timeout)
 	}
-	routes := slices.Collect(maps.Values(c.routes))
-	if err := c.call(http.MethodPut, "/v1/routes", routes, nil); err != nil {
+	if err != nil {
 		c.broken.Store(true)
+	}
+	return err
+}
+
+// errStale is a whole table the proxy refused as older than its own.
+type errStale struct{ version uint64 }
+
+func (e errStale) Error() string {
+	return fmt.Sprintf("proxy control: the whole table is older than the proxy's (version %d)", e.version)
+}
+
+// syncOnce pushes hop, certificates, the whole table and the challenges.
+// c.aux is held.
+func (c *Client) syncOnce(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c.mu.Lock()
+	hop, certs, chall := c.hop, c.certs, c.chall
+	c.ver++
+	v := c.ver
+	routes := slices.Collect(maps.Values(c.routes))
+	c.mu.Unlock()
+	if hop != nil {
+		if err := c.do(ctx, http.MethodPut, "/v1/hop", hop, nil); err != nil {
+			return err
+		}
+	}
+	if certs != nil {
+		if err := c.do(ctx, http.MethodPut, "/v1/certs", certs, nil); err != nil {
+			return err
+		}
+	}
+	a, err := c.send(ctx, http.MethodPut, "/v1/routes?version="+strconv.FormatUint(v, 10), routes)
+	if err != nil {
 		return err
 	}
-	if c.chall != nil { // the empty set too: a proxy adopted may hold some
-		if err := c.call(http.MethodPut, "/v1/challenges", c.chall, nil); err != nil {
-			c.broken.Store(true)
+	if a.versioned && !a.applied {
+		return errStale{a.version}
+	}
+	if chall != nil { // the empty set too: a proxy adopted may hold some
+		if err := c.do(ctx, http.MethodPut, "/v1/challenges", chall, nil); err != nil {
 			return err
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.synced = max(c.synced, v)
+	maps.DeleteFunc(c.pending, func(_ string, pv uint64) bool { return pv <= v })
 	c.broken.Store(false)
 	return nil
+}
+
+// answer is the proxy's answer to a route call.
+type answer struct {
+	versioned bool   // the proxy numbers route changes
+	version   uint64 // the highest it applied
+	table     uint64 // that of the last whole table it took
+	applied   bool
+}
+
+// send makes a route call and reads the proxy's answer.
+func (c *Client) send(ctx context.Context, method, path string, body any) (answer, error) {
+	var a answer
+	h, err := c.doHeader(ctx, method, path, body, nil)
+	if err != nil {
+		return a, err
+	}
+	if s := h.Get(headerVersion); s != "" {
+		var terr error
+		a.version, err = strconv.ParseUint(s, 10, 64)
+		a.table, terr = strconv.ParseUint(h.Get(headerTable), 10, 64)
+		a.versioned, a.applied = err == nil && terr == nil, h.Get(headerApplied) != "0"
+	}
+	return a, nil
 }
 
 // Loads returns every app's counters, read at once (nil when the proxy

@@ -18,7 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,14 +62,74 @@ type control struct {
 
 	mu     sync.Mutex
 	routes map[string]route.Route // as last pushed, by app (lower case)
-	log    *slog.Logger
+	// Route versions (routeVersion): the table's, the highest applied;
+	// floor, that of the last whole table; appVer, each app's last
+	// change above floor (removals too). A change at or below either is
+	// stale: a newer one reached the proxy first.
+	version, floor uint64
+	appVer         map[string]uint64
+	log            *slog.Logger
 }
 
 // maxRouteBody bounds a route push (the whole table in one call).
 const maxRouteBody = 64 << 20
 
 func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(time.Duration), log *slog.Logger) *control {
-	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]route.Route{}, log: log}
+	return &control{p: p, info: info, reg: reg, stop: stop, routes: map[string]route.Route{}, appVer: map[string]uint64{}, log: log}
+}
+
+// Route versions: the daemon numbers every route change (?version=N,
+// rising), so that a change sent again, or one that arrives after a newer
+// one (a call given up on and retried), is applied once and never undoes
+// a newer one. Every route call is answered with the versions the proxy
+// has: the highest applied (headerVersion) and that of its last whole
+// table (headerTable: 0 in a new process), and whether the change was
+// applied (headerApplied: 0 when it was stale). A call without a version
+// is applied as it comes.
+const (
+	headerVersion = "X-Shoal-Route-Version"
+	headerTable   = "X-Shoal-Route-Table"
+	headerApplied = "X-Shoal-Route-Applied"
+)
+
+// routeVersion reads a route call's version (0: none).
+func routeVersion(w http.ResponseWriter, r *http.Request) (uint64, bool) {
+	s := r.URL.Query().Get("version")
+	if s == "" {
+		return 0, true
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		httperr.Write(w, http.StatusBadRequest, fmt.Errorf("version %q: not a number", s), "version")
+		return 0, false
+	}
+	return v, true
+}
+
+// stale reports whether a change of app at version v is older than what
+// the proxy holds. c.mu is held.
+func (c *control) stale(app string, v uint64) bool {
+	return v != 0 && (v <= c.floor || v <= c.appVer[app])
+}
+
+// applied records app's change at version v. c.mu is held.
+func (c *control) applied(app string, v uint64) {
+	if v != 0 {
+		c.appVer[app] = v
+		c.version = max(c.version, v)
+	}
+}
+
+// answer ends a route call. c.mu is held.
+func (c *control) answer(w http.ResponseWriter, applied bool) {
+	w.Header().Set(headerVersion, strconv.FormatUint(c.version, 10))
+	w.Header().Set(headerTable, strconv.FormatUint(c.floor, 10))
+	if applied {
+		w.Header().Set(headerApplied, "1")
+	} else {
+		w.Header().Set(headerApplied, "0")
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // handler returns the control API:
@@ -75,9 +137,9 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 //	GET    /v1/info                      Info
 //	PUT    /v1/hop                       the proxy's node and hop key (Hop)
 //	GET    /v1/routes                    every route as last pushed
-//	PUT    /v1/routes                    replace the whole table ([]route.Route)
-//	PUT    /v1/routes/{app}              set one app's route (route.Route)
-//	DELETE /v1/routes/{app}              remove an app
+//	PUT    /v1/routes?version=N          replace the whole table ([]route.Route)
+//	PUT    /v1/routes/{app}?version=N    set one app's route (route.Route)
+//	DELETE /v1/routes/{app}?version=N    remove an app
 //	PUT    /v1/certs                     replace the certificates served over TLS ([]route.Cert)
 //	GET    /v1/load                      map app → route.Load, every app
 //	GET    /v1/load?since=NS             those whose load moved since (unix ns)
@@ -162,6 +224,10 @@ func (c *control) listRoutes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *control) replaceRoutes(w http.ResponseWriter, r *http.Request) {
+	v, ok := routeVersion(w, r)
+	if !ok {
+		return
+	}
 	var routes []route.Route
 	if !readJSON(w, r, &routes) {
 		return
@@ -177,12 +243,38 @@ func (c *control) replaceRoutes(w http.ResponseWriter, r *http.Request) {
 	// The lock orders table changes as they arrive.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.p.Update(routes)
+	if v != 0 && v < c.floor {
+		c.answer(w, false) // an older whole table than the one held
+		return
+	}
+	if v == 0 {
+		c.version, c.floor = 0, 0
+		clear(c.appVer)
+	} else {
+		// An app changed after the table was taken keeps its change.
+		for app, av := range c.appVer {
+			if av <= v {
+				continue
+			}
+			if rt, ok := c.routes[app]; ok {
+				next[app] = rt
+			} else {
+				delete(next, app)
+			}
+		}
+		maps.DeleteFunc(c.appVer, func(_ string, av uint64) bool { return av <= v })
+		c.floor, c.version = v, max(c.version, v)
+	}
+	c.p.Update(slices.Collect(maps.Values(next)))
 	c.routes = next
-	w.WriteHeader(http.StatusNoContent)
+	c.answer(w, true)
 }
 
 func (c *control) setRoute(w http.ResponseWriter, r *http.Request) {
+	v, ok := routeVersion(w, r)
+	if !ok {
+		return
+	}
 	var rt route.Route
 	if !readJSON(w, r, &rt) {
 		return
@@ -195,20 +287,36 @@ func (c *control) setRoute(w http.ResponseWriter, r *http.Request) {
 		httperr.Write(w, http.StatusBadRequest, fmt.Errorf("route of app %q sent to %q", rt.App, name), "app")
 		return
 	}
+	app := strings.ToLower(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stale(app, v) {
+		c.answer(w, false)
+		return
+	}
 	c.p.SetRoute(rt)
-	c.routes[strings.ToLower(name)] = rt
-	w.WriteHeader(http.StatusNoContent)
+	c.routes[app] = rt
+	c.applied(app, v)
+	c.answer(w, true)
 }
 
 func (c *control) removeRoute(w http.ResponseWriter, r *http.Request) {
+	v, ok := routeVersion(w, r)
+	if !ok {
+		return
+	}
 	name := r.PathValue("app")
+	app := strings.ToLower(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.stale(app, v) {
+		c.answer(w, false)
+		return
+	}
 	c.p.RemoveRoute(name)
-	delete(c.routes, strings.ToLower(name))
-	w.WriteHeader(http.StatusNoContent)
+	delete(c.routes, app)
+	c.applied(app, v)
+	c.answer(w, true)
 }
 
 func (c *control) setChallenges(w http.ResponseWriter, r *http.Request) {

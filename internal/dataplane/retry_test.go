@@ -1,0 +1,300 @@
+package dataplane
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
+)
+
+// flakyProxy is a proxy process's control API behind a socket whose route
+// calls the test drops (the connection closed unanswered) or holds.
+type flakyProxy struct {
+	sock string
+
+	mu   sync.Mutex
+	ctl  *control
+	drop int                             // route calls still to drop
+	hold func(r *http.Request) chan bool // a channel to wait on before serving r; nil: none
+	seen atomic.Int32                    // route calls that came
+}
+
+func newFlakyProxy(t *testing.T) *flakyProxy {
+	t.Helper()
+	f := &flakyProxy{sock: filepath.Join(t.TempDir(), "control.sock")}
+	f.ctl = f.freshControl(t)
+	l, err := net.Listen("unix", f.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(f.serve)}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return f
+}
+
+// freshControl is the control of a new proxy process: an empty table.
+func (f *flakyProxy) freshControl(t *testing.T) *control {
+	p := proxy.New(proxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { p.Close() })
+	return newControl(p, Info{}, nil, func(time.Duration) {}, slog.New(slog.DiscardHandler))
+}
+
+func (f *flakyProxy) serve(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/routes") {
+		f.seen.Add(1)
+		// The body is read first: a held call is served after its
+		// caller gave up on it, as a loaded proxy does.
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		f.mu.Lock()
+		drop := f.drop > 0
+		if drop {
+			f.drop--
+		}
+		var hold chan bool
+		if f.hold != nil {
+			hold = f.hold(r)
+		}
+		f.mu.Unlock()
+		if drop {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		if hold != nil {
+			<-hold
+		}
+	}
+	f.mu.Lock()
+	h := f.ctl.handler()
+	f.mu.Unlock()
+	h.ServeHTTP(w, r)
+}
+
+// route is the proxy's route of app ("" when it has none): its endpoints' IDs.
+func (f *flakyProxy) route(app string) string {
+	f.mu.Lock()
+	ctl := f.ctl
+	f.mu.Unlock()
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	rt, ok := ctl.routes[app]
+	if !ok {
+		return ""
+	}
+	var ids []string
+	for _, e := range rt.Endpoints {
+		ids = append(ids, e.ID)
+	}
+	return strings.Join(ids, ",")
+}
+
+func routeTo(app, id string) route.Route {
+	return route.Route{App: app, Endpoints: []route.Endpoint{{ID: id, Addr: "127.0.0.1:9"}}}
+}
+
+// advanceUntil moves the fake clock on, a retry's longest wait at a time,
+// until cond holds.
+func advanceUntil(t *testing.T, fc *clock.Fake, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after a minute of retries", what)
+		}
+		if fc.Timers() > 0 {
+			fc.Advance(retryMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A route change the proxy did not take (its calls dropped) is sent again
+// with back-off until it arrives, without waiting for a whole push.
+func TestRouteChangeRetriedUntilItArrives(t *testing.T) {
+	f := newFlakyProxy(t)
+	f.drop = 3
+	fc := clock.NewFake(time.Now())
+	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	c.SetRoute(routeTo("a", "a-1"))
+	if got := f.route("a"); got != "" {
+		t.Fatalf("a dropped call was applied: %q", got)
+	}
+	advanceUntil(t, fc, "the route change", func() bool { return f.route("a") == "a-1" })
+	if n := f.seen.Load(); n != 4 {
+		t.Errorf("%d route calls, want 4 (3 dropped, 1 taken)", n)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.pending) != 0 || c.broken.Load() {
+		t.Errorf("after the retry: pending %v, broken %v", c.pending, c.broken.Load())
+	}
+}
+
+// A route call the proxy takes only after its caller gave up on it (and
+// after a newer change of the app) never undoes the newer one; nor does a
+// removal undo a later route, nor a whole table an app's newer change.
+func TestDelayedRouteChangeNeverUndoesANewerOne(t *testing.T) {
+	f := newFlakyProxy(t)
+	release := make(chan bool)
+	f.hold = func(r *http.Request) chan bool {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/routes/a" && f.seen.Load() == 1 {
+			return release
+		}
+		return nil
+	}
+	fc := clock.NewFake(time.Now())
+	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	c.timeout = 100 * time.Millisecond
+	c.SetRoute(routeTo("a", "a-1")) // held, given up on
+	c.SetRoute(routeTo("a", "a-2"))
+	if got := f.route("a"); got != "a-2" {
+		t.Fatalf("route of a: %q, want a-2", got)
+	}
+	close(release) // the proxy gets to the first call at last
+	deadline := time.Now().Add(30 * time.Second)
+	for f.seen.Load() < 2 || f.route("a") == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the held call was not served")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	advanceUntil(t, fc, "no change pending", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending) == 0 && !c.retry
+	})
+	if got := f.route("a"); got != "a-2" {
+		t.Fatalf("a change given up on and taken late undid a newer one: route of a %q, want a-2", got)
+	}
+
+	// The same rules on the proxy's side, call by call.
+	ctl := f.freshControl(t)
+	h := ctl.handler()
+	call := func(method, path, body string) (applied string) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(body)))
+		if w.Code != http.StatusNoContent {
+			t.Fatalf("%s %s: %d %s", method, path, w.Code, w.Body)
+		}
+		return w.Header().Get(headerApplied)
+	}
+	a1, a2 := `{"app":"a","endpoints":[{"id":"a-1","addr":"127.0.0.1:9"}]}`, `{"app":"a","endpoints":[{"id":"a-2","addr":"127.0.0.1:9"}]}`
+	if call("PUT", "/v1/routes/a?version=5", a1) != "1" || call("DELETE", "/v1/routes/a?version=7", "") != "1" ||
+		call("PUT", "/v1/routes/a?version=6", a2) != "0" || call("PUT", "/v1/routes/a?version=7", a2) != "0" {
+		t.Fatal("a stale change was applied")
+	}
+	if _, ok := ctl.routes["a"]; ok {
+		t.Fatal("a change older than a removal brought the app back")
+	}
+	call("PUT", "/v1/routes/b?version=9", `{"app":"b"}`)
+	if call("PUT", "/v1/routes?version=8", "["+a1+"]") != "1" {
+		t.Fatal("a whole table newer than its floor was refused")
+	}
+	if _, ok := ctl.routes["b"]; !ok || ctl.routes["a"].Endpoints[0].ID != "a-1" {
+		t.Fatalf("a whole table at 8 dropped b's change at 9, or did not set a: %v", ctl.routes)
+	}
+	if call("PUT", "/v1/routes/a?version=8", a2) != "0" || call("PUT", "/v1/routes?version=3", "[]") != "0" {
+		t.Fatal("a change at or below the whole table's version was applied")
+	}
+	if call("PUT", "/v1/routes/a", a2) != "1" || ctl.routes["a"].Endpoints[0].ID != "a-2" {
+		t.Fatal("a change without a version (an older daemon's) was not applied")
+	}
+}
+
+// A proxy that answers with an older table than the client pushed (a new
+// process) gets the whole table again; one that holds newer versions (an
+// earlier daemon's) gets it numbered above them.
+func TestRouteTableResyncedWhenTheProxyLostIt(t *testing.T) {
+	f := newFlakyProxy(t)
+	fc := clock.NewFake(time.Now())
+	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	c.SetRoute(routeTo("a", "a-1"))
+	if err := c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.ctl = f.freshControl(t) // the proxy process was replaced
+	f.mu.Unlock()
+	c.SetRoute(routeTo("b", "b-1"))
+	advanceUntil(t, fc, "the whole table pushed again", func() bool { return f.route("a") == "a-1" && f.route("b") == "b-1" })
+
+	// A daemon restarted with a clock behind its predecessor's versions.
+	old := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), clock.NewFake(time.Now().Add(time.Hour)))
+	old.SetRoute(routeTo("c", "c-1"))
+	if err := old.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetRoute(routeTo("c", "c-2"))
+	advanceUntil(t, fc, "the table numbered above the proxy's", func() bool { return f.route("c") == "c-2" && f.route("a") == "a-1" })
+}
+
+// A wake-up the daemon refuses (an error status) or does not answer is
+// sent again with back-off while requests wait: it is never taken for
+// delivered.
+func TestWakeUpRetriedWhenRefused(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "api.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch calls.Add(1) {
+		case 1:
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case 2:
+			conn, _, _ := w.(http.Hijacker).Hijack()
+			conn.Close()
+		default:
+			w.WriteHeader(http.StatusAccepted)
+		}
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	a := newActivator(sock, slog.New(slog.DiscardHandler))
+	t.Cleanup(a.close)
+	fc := clock.NewFake(time.Now())
+	a.clock = fc
+	a.queued = func(string) bool { return true }
+	a.Activate("cold")
+	deadline := time.Now().Add(60 * time.Second)
+	for calls.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d wake-up calls, want 3 (refused, dropped, taken)", calls.Load())
+		}
+		if fc.Timers() > 0 {
+			fc.Advance(activateRetryMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Taken: no more calls.
+	for {
+		a.mu.Lock()
+		n := len(a.state)
+		a.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d wake-up calls, want 3", n)
+	}
+}
