@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 
 	legolog "github.com/go-acme/lego/v5/log"
@@ -15,7 +14,6 @@ import (
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/proxy"
-	"github.com/shoal-run/shoal/internal/secrets"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -102,14 +100,7 @@ func (d *Daemon) openACME(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	path := d.cfg.SecretsKeyFile
-	if path == "" {
-		path = filepath.Join(d.cfg.DataDir, "secrets.key")
-	}
-	key, err := secrets.LoadKey(path)
-	if err != nil {
-		return err
-	}
+	key := d.certsKey
 	log := d.log.With("part", "acme")
 	legolog.SetDefault(log)
 	f := acme.NewFollower(d.store, d.plane.Client().SetChallenges, clock.Real{}, log)

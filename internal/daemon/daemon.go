@@ -138,6 +138,7 @@ type Daemon struct {
 	apps      *serving.Manager
 	secrets   *secrets.Store
 	certs     *certs.Store    // the certificates the proxy serves
+	certsKey  *secrets.Key    // seals their keys and the ACME account's
 	route     serving.Router  // the proxy's table, for the dashboard's counters
 	cluster   *clusterNode    // nil on bolt: single host
 	lead      *leadership     // the leadership every leader-only subsystem follows; nil on bolt
@@ -204,7 +205,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	d.store = st
-	if err := d.openSecrets(); err != nil {
+	if err := d.openSecrets(ctx); err != nil {
 		return err
 	}
 	if d.images, err = image.Open(filepath.Join(cfg.DataDir, "images"), image.WithLogger(d.log)); err != nil {

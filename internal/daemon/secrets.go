@@ -12,6 +12,7 @@ import (
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/certs"
 	"github.com/shoal-run/shoal/internal/clock"
+	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/manifest"
@@ -20,10 +21,18 @@ import (
 	"github.com/shoal-run/shoal/internal/store"
 )
 
+// certsKeyLabel binds the key derived from the cluster secret to
+// certificates' keys.
+const certsKeyLabel = "shoal certificate keys"
+
 // openSecrets loads the secrets key (--secrets-key-file, else
 // <data-dir>/secrets.key, made on first use) and opens apps' secrets and
-// the proxy's certificates, whose keys it seals too.
-func (d *Daemon) openSecrets() error {
+// the proxy's certificates, whose keys it seals too. In a cluster given
+// no --secrets-key-file, each node's own file differs: certificates' keys
+// (and the ACME account's), which every node's proxy opens, are sealed
+// with a key derived from the cluster secret instead (what this node
+// sealed with its own file still opens).
+func (d *Daemon) openSecrets(ctx context.Context) error {
 	path := d.cfg.SecretsKeyFile
 	if path == "" {
 		path = filepath.Join(d.cfg.DataDir, "secrets.key")
@@ -32,8 +41,20 @@ func (d *Daemon) openSecrets() error {
 	if err != nil {
 		return err
 	}
+	d.certsKey = key
+	if _, ok := d.store.(*store.Etcd); ok && d.cfg.SecretsKeyFile == "" {
+		secret, err := cluster.Secret(ctx, d.store, d.cfg.ClusterTokenFile)
+		if err != nil {
+			return fmt.Errorf("certificates' key: %w", err)
+		}
+		ck, err := secrets.DeriveKey(secret, certsKeyLabel, "(the cluster secret's)")
+		if err != nil {
+			return err
+		}
+		d.certsKey = ck.WithOlder(key)
+	}
 	d.secrets = secrets.New(d.store, key, clock.Real{})
-	d.certs = certs.New(d.store, key, clock.Real{})
+	d.certs = certs.New(d.store, d.certsKey, clock.Real{})
 	return nil
 }
 

@@ -24,6 +24,21 @@ import (
 type forwarder struct {
 	l      net.Listener
 	target atomic.Pointer[string]
+	held   atomic.Pointer[chan struct{}] // while set, connections wait, then close
+}
+
+// hold keeps each connection accepted from now on unanswered until the
+// function returned is called, which closes them.
+func (f *forwarder) hold() (release func()) {
+	ch := make(chan struct{})
+	f.held.Store(&ch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.held.CompareAndSwap(&ch, nil)
+			close(ch)
+		})
+	}
 }
 
 func newForwarder(t *testing.T) *forwarder {
@@ -52,6 +67,10 @@ func newForwarder(t *testing.T) *forwarder {
 			go func() {
 				defer wg.Done()
 				defer c.Close()
+				if held := f.held.Load(); held != nil {
+					<-*held
+					return
+				}
 				u, err := net.DialTimeout("tcp", *to, 10*time.Second)
 				if err != nil {
 					return

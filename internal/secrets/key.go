@@ -9,6 +9,7 @@ package secrets
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -29,6 +30,34 @@ type Key struct {
 	// sealed record, so a node with another key says so.
 	ID   string
 	path string
+	// older keys still open what they sealed (Open picks by ID).
+	older []*Key
+}
+
+// DeriveKey makes a Key from a secret shared by the nodes of a cluster
+// (HKDF-SHA256, bound to label), for what every node must open; name
+// names it in errors.
+func DeriveKey(secret, label, name string) (*Key, error) {
+	if len(secret) < 16 {
+		return nil, fmt.Errorf("secrets key %s: the secret it is derived from holds %d bytes, want 16 or more", name, len(secret))
+	}
+	b, err := hkdf.Key(sha256.New, []byte(secret), nil, label, KeySize)
+	if err != nil {
+		return nil, fmt.Errorf("secrets key %s: %w", name, err)
+	}
+	return NewKey(b, name)
+}
+
+// WithOlder returns k that also opens what the older keys sealed (its own
+// seals use k): records sealed before a change of key stay readable.
+func (k *Key) WithOlder(older ...*Key) *Key {
+	c := *k
+	for _, o := range older {
+		if o != nil && o.ID != k.ID {
+			c.older = append(c.older, o)
+		}
+	}
+	return &c
 }
 
 // LoadKey reads the key in path, or makes one there (32 random bytes, mode
@@ -149,6 +178,11 @@ func (k *Key) Seal(app, name string, value []byte) (Sealed, error) {
 // another key, for another app or name, or was changed.
 func (k *Key) Open(app, name string, s Sealed) ([]byte, error) {
 	if s.KeyID != k.ID {
+		for _, o := range k.older {
+			if o.ID == s.KeyID {
+				return o.Open(app, name, s)
+			}
+		}
 		return nil, fmt.Errorf("secret %s/%s was sealed with key %s, this node's key (%s) is %s: every node of a cluster needs the same --secrets-key-file", app, name, s.KeyID, k.path, k.ID)
 	}
 	if len(s.Nonce) != k.aead.NonceSize() {

@@ -79,3 +79,40 @@ func TestLoadKeyRefuses(t *testing.T) {
 		t.Fatalf("a short key: %v", err)
 	}
 }
+
+// A key derived from a cluster's secret is the same on every node; with
+// an older key it still opens what the older one sealed, and seals with
+// its own.
+func TestDeriveKeyWithOlder(t *testing.T) {
+	a, err := DeriveKey("0123456789abcdef0123", "label", "derived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := DeriveKey("0123456789abcdef0123", "label", "derived")
+	other, _ := DeriveKey("0123456789abcdef0123", "another label", "derived")
+	if a.ID != b.ID || a.ID == other.ID {
+		t.Fatalf("derived ids %s, %s, %s: same secret and label alike, another label not", a.ID, b.ID, other.ID)
+	}
+	if _, err := DeriveKey("short", "label", "derived"); err == nil {
+		t.Fatal("derived from a secret of 5 bytes")
+	}
+	old, err := LoadKey(filepath.Join(t.TempDir(), "old.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealedOld, _ := old.Seal("app", "n", []byte("v1"))
+	k := a.WithOlder(old)
+	if got, err := k.Open("app", "n", sealedOld); err != nil || string(got) != "v1" {
+		t.Fatalf("opened the older key's record: %q, %v", got, err)
+	}
+	if _, err := a.Open("app", "n", sealedOld); err == nil {
+		t.Fatal("the derived key alone opened the older key's record")
+	}
+	s, _ := k.Seal("app", "n", []byte("v2"))
+	if s.KeyID != a.ID {
+		t.Fatalf("sealed with key %s, want the derived %s", s.KeyID, a.ID)
+	}
+	if got, err := b.Open("app", "n", s); err != nil || string(got) != "v2" {
+		t.Fatalf("another node's derived key: %q, %v", got, err)
+	}
+}

@@ -10,11 +10,17 @@ package pebbletest
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -56,6 +62,10 @@ type Options struct {
 	HTTPPort, TLSPort int
 	// Validity is a certificate's lifetime (0: Pebble's default, 90 days).
 	Validity time.Duration
+	// APIIP is where Pebble's ACME API listens ("": 127.0.0.1), e.g. a
+	// bridge's address that daemons in network namespaces reach; its
+	// certificate, signed by Pebble's minica root (APIRoot), names it.
+	APIIP string
 }
 
 var (
@@ -156,11 +166,26 @@ func start(t testing.TB, o Options, pebbleBin, challBin, certs string) (*Pebble,
 	if err != nil {
 		return nil, err
 	}
+	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	apiCert, apiKey := filepath.Join(certs, "localhost", "cert.pem"), filepath.Join(certs, "localhost", "key.pem")
+	if o.APIIP != "" {
+		l, err := net.Listen("tcp", net.JoinHostPort(o.APIIP, "0"))
+		if err != nil {
+			stopChall()
+			return nil, fmt.Errorf("pebble's API on %s: %w", o.APIIP, err)
+		}
+		listen = l.Addr().String()
+		l.Close()
+		if apiCert, apiKey, err = apiCertFor(dir, certs, o.APIIP); err != nil {
+			stopChall()
+			return nil, err
+		}
+	}
 	cfg := map[string]any{
-		"listenAddress":           "127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"listenAddress":           listen,
 		"managementListenAddress": "127.0.0.1:" + strconv.Itoa(freePort(t)),
-		"certificate":             filepath.Join(certs, "localhost", "cert.pem"),
-		"privateKey":              filepath.Join(certs, "localhost", "key.pem"),
+		"certificate":             apiCert,
+		"privateKey":              apiKey,
 		"httpPort":                o.HTTPPort,
 		"tlsPort":                 o.TLSPort,
 		"domainBlocklist":         []string{Blocked},
@@ -302,4 +327,47 @@ func (p *Pebble) IssuingRoot(ctx context.Context) (*x509.CertPool, []byte, error
 		return nil, nil, fmt.Errorf("pebble's issuing root: no PEM certificate in %q", b)
 	}
 	return pool, b, nil
+}
+
+// apiCertFor makes, in dir, a certificate for Pebble's API naming ip (and
+// localhost, 127.0.0.1), signed by Pebble's minica root in certs.
+func apiCertFor(dir, certs, ip string) (certFile, keyFile string, err error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(certs, "pebble.minica.pem"), filepath.Join(certs, "pebble.minica.key.pem"))
+	if err != nil {
+		return "", "", fmt.Errorf("pebble's minica root: %w", err)
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return "", "", fmt.Errorf("pebble's minica root: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     []string{"localhost", "pebble"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(ip)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, pair.PrivateKey)
+	if err != nil {
+		return "", "", fmt.Errorf("pebble's API certificate: %w", err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return "", "", err
+	}
+	certFile, keyFile = filepath.Join(dir, "api-cert.pem"), filepath.Join(dir, "api-key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, nil
 }
