@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -180,5 +182,70 @@ func TestBridgesSpread(t *testing.T) {
 	}
 	if l := nftList(t, o.Bridge); l != "" {
 		t.Errorf("table left after Close:\n%s", l)
+	}
+}
+
+// A restarted daemon adopts namespaces on every bridge, counts their
+// ports, and frees what a vanished one held on its own bridge.
+func TestRestoreAcrossBridges(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(t, -1)
+	o.Subnet = strings.Replace(o.Subnet, ".0/24", ".0/28", 1)
+	o.BridgePorts = 1 // four bridges of a /30 each
+	m1, err := New(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var att []*Attachment
+	for i := range 3 {
+		a, err := m1.Acquire(ctx, fmt.Sprint("c", i), Bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		att = append(att, a)
+	}
+	if err := destroyNetNS(att[2].NSPath); err != nil { // gone without a DEL
+		t.Fatal(err)
+	}
+	crash(m1)
+
+	m2 := newManager(t, o)
+	br := m2.br
+	if err := m2.Restore(ctx, map[string]string{"c0": att[0].NSPath, "c1": att[1].NSPath}); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	for i := range 2 {
+		got, ok := m2.Lookup(fmt.Sprint("c", i))
+		if !ok {
+			t.Fatalf("c%d not adopted", i)
+		}
+		if ip, _ := netip.AddrFromSlice(got.IP.To4()); !br.slice(i).Contains(ip) {
+			t.Fatalf("c%d adopted at %s, want an address of %s", i, got.IP, br.slice(i))
+		}
+	}
+	ipam := filepath.Join(o.CNIConfDir, "ipam", "shoal-"+br.names[2])
+	if ents, _ := os.ReadDir(ipam); countAddrs(ents) > 0 {
+		t.Errorf("the vanished namespace's address on %s is still reserved: %v", br.names[2], ents)
+	}
+	// The adopted hold their bridges' ports: the next goes to the third.
+	a, err := m2.Acquire(ctx, "c3", Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip, _ := netip.AddrFromSlice(a.IP.To4()); !br.slice(2).Contains(ip) {
+		t.Fatalf("after adoption: %s, want an address of %s", a.IP, br.slice(2))
+	}
+	for _, a := range []*Attachment{att[0], att[1], a} {
+		if err := m2.Release(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range br.names {
+		if _, err := net.InterfaceByName(b); err == nil {
+			t.Errorf("bridge %s left after Close", b)
+		}
 	}
 }
