@@ -263,6 +263,12 @@ func printAppStatus(w io.Writer, a types.App) {
 	if a.Waiting != "" {
 		fmt.Fprintf(w, "waiting:   %s\n", a.Waiting)
 	}
+	if a.TCP != "" {
+		fmt.Fprintf(w, "tcp:       %s\n", a.TCP)
+	}
+	if a.TCPError != "" {
+		fmt.Fprintf(w, "tcp:       not listening: %s\n", a.TCPError)
+	}
 	if len(a.Replicas) == 0 {
 		fmt.Fprintln(w, "replicas:  none")
 		return

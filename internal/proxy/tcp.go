@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/route"
 )
 
@@ -32,11 +34,21 @@ type tcpFront struct {
 	ports route.PortRange // the ports they may listen on
 	mu    sync.Mutex
 	ls    map[int]*tcpListener
-	// failed is the last bind error logged for a port, so that a port
-	// taken by another program is said once, not at every route change.
-	failed map[int]string
+	// failed is, by app, why its route's port has no listener of its own
+	// (logged once, not at every route change; told in the app's load).
+	failed map[string]string
+	// changed is when (unix nanoseconds) a listener came or went or a
+	// failure changed, so that LoadsSince tells the apps concerned.
+	changed int64
+	// retry runs syncTCP again while a port could not be bound: the
+	// program holding it may let it go.
+	retry  clock.Timer
 	closed bool
 }
+
+// tcpRetry is how often a TCP route's port that could not be bound is
+// tried again.
+const tcpRetry = 5 * time.Second
 
 type tcpListener struct {
 	app string
@@ -73,6 +85,17 @@ func (p *Proxy) syncTCP() {
 		if want[port] != l.app {
 			l.ln.Close()
 			delete(f.ls, port)
+			f.changed = p.table.clock.Now().UnixNano()
+		}
+	}
+	failed := map[string]string{}
+	for name, a := range *p.apps.Load() {
+		rt := a.route.Load()
+		if rt == nil || rt.tcpPort == 0 {
+			continue
+		}
+		if owner := want[rt.tcpPort]; owner != name {
+			failed[name] = fmt.Sprintf("port %d is app %q's", rt.tcpPort, owner)
 		}
 	}
 	for port, name := range want {
@@ -80,21 +103,21 @@ func (p *Proxy) syncTCP() {
 			continue
 		}
 		if f.host == "" {
-			p.tcpBindFailed(port, name, errors.New("the proxy has no address for TCP routes"))
+			failed[name] = "the proxy has no address for TCP routes"
 			continue
 		}
 		if !f.ports.Contains(port) {
 			// A route stored before the range was set, or a daemon that
 			// did not check it: never bind outside what the operator allowed.
-			p.tcpBindFailed(port, name, fmt.Errorf("port %d is outside the TCP ports allowed (%s, the daemon's --proxy-tcp-ports)", port, f.ports))
+			failed[name] = fmt.Sprintf("port %d is outside the TCP ports allowed (%s, the daemon's --proxy-tcp-ports)", port, f.ports)
 			continue
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(f.host, strconv.Itoa(port)))
 		if err != nil {
-			p.tcpBindFailed(port, name, err)
+			failed[name] = err.Error()
 			continue
 		}
-		delete(f.failed, port)
+		f.changed = p.table.clock.Now().UnixNano()
 		if f.ls == nil {
 			f.ls = map[int]*tcpListener{}
 		}
@@ -102,20 +125,81 @@ func (p *Proxy) syncTCP() {
 		p.log.Info("proxy: TCP route listening", "app", name, "addr", ln.Addr().String())
 		go p.ServeTCP(ln, name)
 	}
+	for name, why := range failed {
+		if f.failed[name] != why {
+			p.log.Error("proxy: TCP route cannot listen", "app", name, "err", why)
+		}
+	}
+	if !maps.Equal(failed, f.failed) {
+		f.changed = p.table.clock.Now().UnixNano()
+	}
+	f.failed = failed
+	if len(failed) > 0 && f.retry == nil {
+		f.retry = p.table.clock.AfterFunc(tcpRetry, func() {
+			f.mu.Lock()
+			f.retry = nil
+			f.mu.Unlock()
+			p.syncTCP()
+		})
+	}
 }
 
-// tcpBindFailed logs, once per port and error, that a TCP route could not
-// listen. f.mu is held.
-func (p *Proxy) tcpBindFailed(port int, app string, err error) {
+// tcpStatus tells app's TCP route: the address it listens on, or why it
+// has no listener ("" and "" for an app without one).
+func (p *Proxy) tcpStatus(app string) (addr, failure string) {
 	f := &p.tcp
-	if f.failed == nil {
-		f.failed = map[int]string{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, l := range f.ls {
+		if l.app == app {
+			return l.ln.Addr().String(), ""
+		}
 	}
-	if f.failed[port] == err.Error() {
-		return
+	return "", f.failed[app]
+}
+
+// tcpChangedSince reports whether a TCP listener came or went, or a
+// failure to listen changed, at or after s (unix nanoseconds).
+func (p *Proxy) tcpChangedSince(s int64) bool {
+	f := &p.tcp
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed >= s
+}
+
+// Load returns app's counters, with its TCP route's listener.
+func (p *Proxy) Load(app string) route.Load {
+	l := p.table.Load(app)
+	l.TCP, l.TCPError = p.tcpStatus(app)
+	return l
+}
+
+// Loads returns every app's counters (table.Loads), with their TCP
+// routes' listeners.
+func (p *Proxy) Loads() map[string]route.Load {
+	out := p.table.Loads()
+	p.withTCP(out)
+	return out
+}
+
+// LoadsSince is table.LoadsSince, with the TCP routes' listeners, and
+// every app of the table when one of those changed since.
+func (p *Proxy) LoadsSince(since time.Time) map[string]route.Load {
+	if p.tcpChangedSince(since.UnixNano()) {
+		return p.Loads()
 	}
-	f.failed[port] = err.Error()
-	p.log.Error("proxy: TCP route cannot listen", "app", app, "port", port, "err", err)
+	out := p.table.LoadsSince(since)
+	p.withTCP(out)
+	return out
+}
+
+func (p *Proxy) withTCP(loads map[string]route.Load) {
+	for name, l := range loads {
+		if addr, why := p.tcpStatus(name); addr != "" || why != "" {
+			l.TCP, l.TCPError = addr, why
+			loads[name] = l
+		}
+	}
 }
 
 // TCPAddr returns the address app's TCP route listens on, or nil.
@@ -137,6 +221,9 @@ func (p *Proxy) closeTCP() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
+	if f.retry != nil {
+		f.retry.Stop()
+	}
 	for port, l := range f.ls {
 		l.ln.Close()
 		delete(f.ls, port)

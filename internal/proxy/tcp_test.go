@@ -438,3 +438,50 @@ func TestTCPRouteClientCap(t *testing.T) {
 		return s == "b\n"
 	})
 }
+
+// A TCP route that has no listener says why in its app's load: the port
+// taken by another program (tried again until it is free) or by another
+// app; and the load read since the change tells it.
+func TestTCPRouteTellsWhyItDoesNotListen(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1_700_000_000, 0))
+	p := newTCPProxy(t, Options{TCPHost: "127.0.0.1", Clock: fc})
+	blocker, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close()
+	port := blocker.Addr().(*net.TCPAddr).Port
+	before := fc.Now()
+	p.SetRoute(tcpRoute("db", port, newTCPBackend(t, "b")))
+	l := p.Load("db")
+	if l.TCP != "" || !strings.Contains(l.TCPError, "address already in use") {
+		t.Fatalf("db's port held by another program: load says TCP %q, TCPError %q", l.TCP, l.TCPError)
+	}
+	if got := p.LoadsSince(before)["db"]; got.TCPError != l.TCPError {
+		t.Fatalf("LoadsSince: db's TCPError %q, want %q", got.TCPError, l.TCPError)
+	}
+	// A second app asking for the same port is told whose it is.
+	p.SetRoute(tcpRoute("zeta", port, newTCPBackend(t, "z")))
+	if got := p.Load("zeta").TCPError; !strings.Contains(got, `app "db"'s`) {
+		t.Fatalf("zeta, naming db's port: TCPError %q", got)
+	}
+	// The other program lets the port go: the next retry binds it.
+	blocker.Close()
+	fc.Advance(tcpRetry)
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Load("db").TCP == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("db does not listen after the port was freed and %s passed: %+v", tcpRetry, p.Load("db"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if l := p.Load("db"); l.TCP != "127.0.0.1:"+strconv.Itoa(port) || l.TCPError != "" {
+		t.Fatalf("db listening: TCP %q, TCPError %q", l.TCP, l.TCPError)
+	}
+	if got := dialTCPClient(t, "127.0.0.1:"+strconv.Itoa(port)).line(t); got != "b" {
+		t.Fatalf("through db's port: %q", got)
+	}
+	if l := p.Loads()["db"]; l.TCP == "" {
+		t.Fatalf("Loads: db %+v", l)
+	}
+}

@@ -138,6 +138,10 @@ type Load struct {
 	// Endpoints holds the app's routed endpoints and the ones that left
 	// the route but still have requests in flight.
 	Endpoints map[string]EndpointLoad
+	// TCP is the address a TCP app's route listens on; TCPError, when
+	// it has none, says why (the port is another app's, or taken).
+	TCP      string `json:",omitempty"`
+	TCPError string `json:",omitempty"`
 }
 
 // EndpointLoad is the proxy's view of one endpoint's traffic. It survives

@@ -78,6 +78,9 @@ func (m *Manager) Get(ctx context.Context, name string) (types.App, error) {
 	}
 	a.Sticky = ctl.rec.Sticky
 	a.Waiting = ctl.waiting
+	if ctl.rec.Config.TCP() {
+		a.TCP, a.TCPError = load.TCP, load.TCPError
+	}
 	switch {
 	case ctl.deleting:
 		a.State = "deleting"

@@ -87,6 +87,7 @@ type appCtl struct {
 	backoff    time.Time // no new replica before this
 	lastErr    string
 	waiting    string // what keeps a stateful app's ordinal from starting (plan.waiting)
+	tcpError   string // why the proxy has no listener for a TCP app's port, as last told
 	lastLog    []string
 	desired    int
 	floor      selfFloor        // what the app asked for through the self API
@@ -211,6 +212,7 @@ func (ctl *appCtl) reconcile() time.Duration {
 		return 0
 	}
 	ctl.touch(now, load)
+	ctl.tcpTold(load)
 	ctl.premadeOK = ctl.premadeAllowed(now, load)
 	v := ctl.view()
 	p := decide(v, observation{load: load, scale: ctl.autoscale(now, v, load, usage)}, now)

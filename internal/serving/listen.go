@@ -1,9 +1,25 @@
 package serving
 
 import (
+	"fmt"
+
 	"github.com/shoal-run/shoal/internal/errdefs"
 	"github.com/shoal-run/shoal/internal/manifest"
+	"github.com/shoal-run/shoal/internal/route"
 )
+
+// tcpTold writes a warning event when the proxy newly says that a TCP
+// app's port has no listener of the app's (its port taken by another
+// program, or another app's). ctl.mu is held.
+func (ctl *appCtl) tcpTold(load route.Load) {
+	if load.TCPError == ctl.tcpError {
+		return
+	}
+	ctl.tcpError = load.TCPError
+	if load.TCPError != "" && ctl.rec.Config.TCP() {
+		ctl.m.emit("warning", ctl.name, "", fmt.Sprintf("listen = %d: the proxy cannot listen: %s", ctl.rec.Config.Listen, load.TCPError), nil)
+	}
+}
 
 // checkListen refuses a TCP app (protocol = "tcp") whose listen port is
 // outside Options.TCPPorts, is one of the daemon's own (OwnPorts), or

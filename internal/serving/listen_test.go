@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
@@ -98,5 +99,46 @@ func TestTCPListenDefaultPorts(t *testing.T) {
 	_, err := h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m})
 	if !errdefs.IsInvalid(err) || errdefs.Field(err) != "listen" || !strings.Contains(err.Error(), "10000-65535") {
 		t.Fatalf("listen = 7070 by default: %v", err)
+	}
+}
+
+// When the proxy says a TCP app's port has no listener of its own, the
+// app's status says why and one warning event tells it; a listening
+// port shows where.
+func TestTCPListenFailureTold(t *testing.T) {
+	h := newHarness(t)
+	m := fmt.Sprintf("name = \"hello\"\nimage = \"hello:1\"\nport = %d\nprotocol = \"tcp\"\nlisten = 13306\n", h.port)
+	if _, err := h.m.Deploy(context.Background(), types.DeployRequest{Manifest: m}); err != nil {
+		t.Fatal(err)
+	}
+	why := "listen tcp 0.0.0.0:13306: bind: address already in use"
+	h.r.mu.Lock()
+	h.r.load = route.Load{TCPError: why}
+	h.r.mu.Unlock()
+	for range 3 {
+		h.advance(time.Second)
+	}
+	a, err := h.m.Get(context.Background(), "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.TCPError != why || a.TCP != "" {
+		t.Fatalf("status: tcp %q, tcp_error %q; want the proxy's error", a.TCP, a.TCPError)
+	}
+	warned := 0
+	for _, e := range h.eventsOf("warning") {
+		if strings.Contains(e, "listen = 13306: the proxy cannot listen: "+why) {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("%d warning events naming the failure, want 1: %q", warned, h.eventsOf("warning"))
+	}
+	h.r.mu.Lock()
+	h.r.load = route.Load{TCP: "0.0.0.0:13306"}
+	h.r.mu.Unlock()
+	h.advance(time.Second)
+	if a, _ = h.m.Get(context.Background(), "hello"); a.TCP != "0.0.0.0:13306" || a.TCPError != "" {
+		t.Fatalf("status once listening: tcp %q, tcp_error %q", a.TCP, a.TCPError)
 	}
 }

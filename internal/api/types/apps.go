@@ -84,6 +84,10 @@ type App struct {
 	// Waiting says what keeps one of a stateful app's ordinals from
 	// starting (in a cluster: the node that holds its volumes is lost).
 	Waiting string `json:"waiting,omitempty"`
+	// TCP is where a TCP app's port listens on the proxy's host, or
+	// TCPError why it does not (the port taken, or another app's).
+	TCP      string `json:"tcp,omitempty"`
+	TCPError string `json:"tcp_error,omitempty"`
 	// Premade is the id of the app's next replica, made ahead and waiting
 	// for its first request ("": none, or still being made).
 	Premade string `json:"premade,omitempty"`
