@@ -92,6 +92,20 @@ func (f *Fake) Timers() int {
 	return len(f.timers)
 }
 
+// Next returns how long until the earliest waiting timer is due, and
+// whether one waits.
+func (f *Fake) Next() (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var first time.Time
+	for _, t := range f.timers {
+		if t.active && (first.IsZero() || t.when.Before(first)) {
+			first = t.when
+		}
+	}
+	return first.Sub(f.now), !first.IsZero()
+}
+
 type fakeTimer struct {
 	clock  *Fake
 	when   time.Time

@@ -203,8 +203,10 @@ type harness struct {
 	reg   *prometheus.Registry
 	clock *clock.Fake
 	port  int
-	// held makes the health check "/held" fail while it is set.
-	held *atomic.Bool
+	// held makes the health check "/held" fail while it is set;
+	// heldProbes counts the checks of "/held".
+	held       *atomic.Bool
+	heldProbes *atomic.Int64
 	// netw and placer are its local node's.
 	netw   localnode.Network
 	placer localnode.Placer
@@ -279,8 +281,11 @@ func newHarnessPlaced(t *testing.T, frozen int64, netw localnode.Network, placer
 // newHarnessOpts is newHarness with its Manager's options changed by opt.
 func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 	t.Helper()
-	held := new(atomic.Bool)
+	held, heldProbes := new(atomic.Bool), new(atomic.Int64)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held" {
+			heldProbes.Add(1)
+		}
 		if r.URL.Path == "/fail" || (r.URL.Path == "/held" && held.Load()) { // a health check that does not pass
 			w.WriteHeader(http.StatusInternalServerError)
 		}
@@ -295,7 +300,7 @@ func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 	t.Cleanup(func() { st.Close() })
 	fc := clock.NewFake(time.Unix(1e9, 0))
 	h := &harness{t: t, rt: newFakeRuntime(fc), r: &fakeRouter{routes: map[string]route.Route{}}, ev: &fakeEvents{},
-		reg: prometheus.NewRegistry(), clock: fc, port: port, held: held}
+		reg: prometheus.NewRegistry(), clock: fc, port: port, held: held, heldProbes: heldProbes}
 	o := testOpts{Options: Options{Store: st, Images: fakeImages{}, Router: h.r,
 		Events: h.ev, Node: "n1", Dir: t.TempDir(), Clock: h.clock, FrozenMemory: 1 << 40, Registerer: h.reg},
 		Network: fakeNet{}, Runtime: h.rt}

@@ -22,7 +22,8 @@ func (ctl *appCtl) check(h manifest.Health, r *replica) error {
 
 // waitReady probes a starting replica until it answers, it exits, or the
 // start timeout passes. Probes are close together at first, because most
-// apps are ready within milliseconds, and spread out later.
+// apps are ready within milliseconds, and spread out later (readyPoll).
+// It counts its probes in r.timing.
 func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan struct{}) error {
 	m := ctl.m
 	began := m.clock.Now()
@@ -34,12 +35,13 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 		port.Command, port.TCP = nil, true
 	}
 	var last error
-	for i := 0; ; i++ {
+	for {
 		select {
 		case <-exited:
 			return errExitedEarly
 		default:
 		}
+		r.timing.checks++
 		if last = ctl.node.Check(ctl.ctx(), r.rec.ID, r.rec.Addr, port); last == nil {
 			if cfg.Health.Command == nil {
 				return ctl.waitReadyCommand(r, cfg, began, exited)
@@ -51,19 +53,33 @@ func (ctl *appCtl) waitReady(r *replica, cfg manifest.Config, exited <-chan stru
 		if ctl.ctx().Err() != nil {
 			return ctl.ctx().Err()
 		}
-		if m.clock.Since(began) >= limit {
+		since := m.clock.Since(began)
+		if since >= limit {
 			return fmt.Errorf("replica %s: not ready after %s: %v", r.rec.ID, limit, last)
 		}
-		wait := 2 * time.Millisecond
-		switch {
-		case i > 300:
-			wait = 50 * time.Millisecond
-		case i > 100:
-			wait = 10 * time.Millisecond
-		}
-		if err := ctl.pause(wait, exited); err != nil {
+		if err := ctl.pause(readyPoll(since, ctl.woken.Load()), exited); err != nil {
 			return err
 		}
+	}
+}
+
+// readyPoll is how long a starting replica waits for its next probe,
+// since its first: while a request waits for the app (a cold start), every
+// 500 µs for its first 100 ms, so that an app that boots in milliseconds
+// is routed within half a millisecond of listening; else, and then, every
+// 2 ms up to 300 ms, every 10 ms up to 2.3 s, and every 50 ms after. The
+// fast probes are only for a request waiting: a burst of starts to scale
+// out would spend on them the CPU its replicas boot with.
+func readyPoll(since time.Duration, waited bool) time.Duration {
+	switch {
+	case waited && since < 100*time.Millisecond:
+		return 500 * time.Microsecond
+	case since < 300*time.Millisecond:
+		return 2 * time.Millisecond
+	case since < 2300*time.Millisecond:
+		return 10 * time.Millisecond
+	default:
+		return 50 * time.Millisecond
 	}
 }
 

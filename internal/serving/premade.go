@@ -263,6 +263,7 @@ func (ctl *appCtl) takePremade(id string, rev int, why string) string {
 	now := ctl.m.clock.Now()
 	r.rec.StartedAt, r.lastActive, r.booting = now, now, true
 	ctl.reps[id] = r
+	ctl.timeStart(r, now)
 	ctl.move(r, mvStart, why+" (premade)", nil)
 	ctl.lead.wg.Add(1)
 	ctl.boots.add()

@@ -46,6 +46,8 @@ type replica struct {
 	// booting is set from its start until the node's Start of its
 	// container has returned: meanwhile only boot removes it (see remove).
 	booting bool
+	// timing is its start's, written by the start's goroutine only.
+	timing startTiming
 }
 
 func newReplicaID(app string) string {
@@ -83,6 +85,7 @@ func (ctl *appCtl) startReplica(rev int, why string, ord int) string {
 	}
 	ctl.m.self.mint(r, ctl.m.o.SelfURL)
 	ctl.reps[id] = r
+	ctl.timeStart(r, now)
 	ctl.move(r, mvStart, why, nil)
 	// Close waits for boots: one cut short by the daemon's exit would
 	// leave its namespace attached with nobody to release it.
@@ -117,7 +120,9 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 	}
 	if b.premade != nil {
 		// Its sandbox is made: the waiting pid 1 execs the entrypoint.
-		ctl.booted(r, b, began, *b.premade, false, ctl.node.(node.Premaker).Boot(ctl.ctx(), id), fail)
+		err := ctl.node.(node.Premaker).Boot(ctl.ctx(), id)
+		r.timing.started = m.clock.Now()
+		ctl.booted(r, b, began, *b.premade, false, err, fail)
 		return
 	}
 	mounts, err := ctl.mounts(r, cfg, digest)
@@ -152,6 +157,7 @@ func (ctl *appCtl) boot(r *replica, b *bootSpec) {
 	spec := ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision, Digest: digest,
 		Config: placed, Env: env, Mounts: mounts, Log: ctl.logs.path(id), Checkpointable: b.checkpointable}
 	st, restored, err := ctl.startOrRestore(spec, b.restore)
+	r.timing.started = m.clock.Now()
 	if m.starts != nil {
 		m.starts.release(admitted, err == nil)
 	}
@@ -209,6 +215,7 @@ func (ctl *appCtl) booted(r *replica, b *bootSpec, began time.Time, st Started, 
 	exited := make(chan struct{})
 	go ctl.watch(r, exited)
 	err = ctl.waitReady(r, cfg, exited)
+	r.timing.open = m.clock.Now()
 	ctl.mu.Lock()
 	stopping = r.state.exiting()
 	ctl.unlock()
@@ -231,7 +238,8 @@ func (ctl *appCtl) booted(r *replica, b *bootSpec, began time.Time, st Started, 
 		ctl.unlock() // it left while its last check ran: the move that took it out said why
 		return
 	}
-	ctl.unlock()
+	ctl.unlock() // publishes its route
+	ctl.logStartTiming(r, b.premade != nil, m.clock.Now())
 	go ctl.healthLoop(r, exited)
 	kind := "start"
 	if b.premade != nil {

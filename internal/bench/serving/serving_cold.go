@@ -152,7 +152,7 @@ func (e *env) coldAndThaw(ctx context.Context, rep *bench.Report) error {
 	}
 	coldTab := bench.Table{Title: "Cold start to first byte", Unit: "ms", Rows: rows[:4],
 		Note: "Each run deploys a fresh app with `min = 0` (untimed), then times its first request from sending it to the first " +
-			"byte of the answer: the proxy holds the request, the controller starts a replica, probes its port every 2 ms, and routes it. " +
+			"byte of the answer: the proxy holds the request, the controller starts a replica, probes its port every 500 µs (a request waits), and routes it. " +
 			"The plain cold starts run on a second daemon with `--premade -1` (no premade replicas: `runc run` on the start's path); " +
 			"from a premade replica, the run waits (untimed) until the app's replica made ahead has shoal-init waiting as its pid 1, " +
 			"and the start only hands it the entrypoint. The bare process is hello started on the host, timed from its exec to " +
