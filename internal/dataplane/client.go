@@ -106,6 +106,10 @@ type Client struct {
 	fullAt     time.Time // when the last read of every app's began
 	refreshing bool
 	loadErr    error
+	// loadWithin bounds the next background read: doubled after one that
+	// did not finish in time (up to retryCallMax), so that a proxy slowed
+	// down by load is read in the end; back to timeout after a read.
+	loadWithin time.Duration
 }
 
 // NewClient returns a client of the control socket at path.
@@ -523,9 +527,14 @@ func (c *Client) Load(app string) route.Load {
 		return st
 	}
 	c.refreshLocked()
+	last := c.load[app]
 	c.loadMu.Unlock()
 	var st route.Load
-	c.loadFailed(c.call(http.MethodGet, "/v1/load/"+url.PathEscape(app), nil, &st))
+	err := c.call(http.MethodGet, "/v1/load/"+url.PathEscape(app), nil, &st)
+	c.loadFailed(err)
+	if err != nil {
+		return last // the last known, not none
+	}
 	return st
 }
 
@@ -542,16 +551,21 @@ func (c *Client) refreshLocked() {
 	if !full {
 		path += "?since=" + strconv.FormatInt(c.loadAt.Add(-loadOverlap).UnixNano(), 10)
 	}
+	within := max(c.loadWithin, c.timeout)
 	go func() {
 		var all map[string]route.Load
-		err := c.call(http.MethodGet, path, nil, &all)
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		err := c.do(ctx, http.MethodGet, path, nil, &all)
+		cancel()
 		c.loadFailed(err)
 		c.loadMu.Lock()
 		defer c.loadMu.Unlock()
 		c.refreshing = false
 		if err != nil {
+			c.loadWithin = min(2*within, retryCallMax)
 			return
 		}
+		c.loadWithin = c.timeout
 		if full {
 			c.load, c.fullAt = all, began
 		} else {

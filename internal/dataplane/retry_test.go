@@ -298,3 +298,40 @@ func TestWakeUpRetriedWhenRefused(t *testing.T) {
 		t.Errorf("%d wake-up calls, want 3", n)
 	}
 }
+
+// A proxy slower to answer a load read than the read's time is read in
+// the end: each background read that did not finish in time gives the
+// next twice as long.
+func TestLoadReadInTheEndWhenSlow(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads atomic.Int32
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reads.Add(1)
+		time.Sleep(300 * time.Millisecond) // a proxy under load
+		w.Write([]byte(`{"a":{"queued":3}}`))
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	c := newClient(unixClient(sock, 0), slog.New(slog.DiscardHandler), clock.NewFake(time.Now()))
+	c.timeout = 100 * time.Millisecond
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c.loadMu.Lock()
+		got, refreshing := c.load["a"], c.refreshing
+		if !refreshing {
+			c.refreshLocked()
+		}
+		c.loadMu.Unlock()
+		if got.Queued == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load was never read in %d reads", reads.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
