@@ -31,6 +31,7 @@ import (
 	_ "github.com/shoal-run/shoal/internal/bench/resilience"
 	_ "github.com/shoal-run/shoal/internal/bench/selfscale"
 	_ "github.com/shoal-run/shoal/internal/bench/serving"
+	_ "github.com/shoal-run/shoal/internal/bench/stateful"
 	_ "github.com/shoal-run/shoal/internal/bench/storage"
 )
 

@@ -10,7 +10,7 @@ import (
 // bench all`.
 func TestSuites(t *testing.T) {
 	got := strings.Join(suiteNames(), ",")
-	if want := "lifecycle,serving,resilience,jobs,storage,host,cluster,density,fastcontainer,selfscale"; got != want {
+	if want := "lifecycle,serving,resilience,jobs,storage,host,cluster,density,fastcontainer,selfscale,stateful"; got != want {
 		t.Errorf("suites = %s, want %s", got, want)
 	}
 }

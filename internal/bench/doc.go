@@ -60,7 +60,7 @@
 //
 // Each suite is a package of its own under internal/bench (lifecycle,
 // serving, resilience, jobs, storage, host, cluster, selfscale,
-// fastcontainer, density) that registers
+// fastcontainer, density, stateful) that registers
 // itself from an init function; what several suites share (a daemon of the
 // binary under test, the runc and podman baselines, in-process runtime
 // boxes) is in package kit, the workload they run in containers in package
