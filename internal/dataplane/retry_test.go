@@ -135,14 +135,13 @@ func TestRouteChangeRetriedUntilItArrives(t *testing.T) {
 	if got := f.route("a"); got != "" {
 		t.Fatalf("a dropped call was applied: %q", got)
 	}
-	advanceUntil(t, fc, "the route change", func() bool { return f.route("a") == "a-1" })
-	if n := f.seen.Load(); n != 4 {
-		t.Errorf("%d route calls, want 4 (3 dropped, 1 taken)", n)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.pending) != 0 || c.broken.Load() {
-		t.Errorf("after the retry: pending %v, broken %v", c.pending, c.broken.Load())
+	advanceUntil(t, fc, "the route change taken and known taken", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return f.route("a") == "a-1" && len(c.pending) == 0 && !c.retry
+	})
+	if n := f.seen.Load(); n != 4 || c.broken.Load() {
+		t.Errorf("%d route calls, want 4 (3 dropped, 1 taken); broken %v", n, c.broken.Load())
 	}
 }
 
