@@ -23,16 +23,6 @@ func (d *Daemon) tcpHandler(api http.Handler) http.Handler {
 	return mux
 }
 
-// tcpAddr is where the TCP API listens: --api-tcp, or on a node of a
-// cluster without it, the --advertise address (other nodes reach the agent
-// there).
-func (d *Daemon) tcpAddr() string {
-	if d.cfg.APITCP == "" && d.cluster != nil {
-		return d.cfg.Advertise
-	}
-	return d.cfg.APITCP
-}
-
 // forwardApps makes a node of a cluster send the app requests of its API
 // (unix socket and TCP) to the leader while it follows, and serve those
 // that followers forward to it while it leads. A single host serves its

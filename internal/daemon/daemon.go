@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -121,6 +122,9 @@ type Daemon struct {
 	jobs    *jobService
 	servers []*http.Server
 	token   string
+	// tcpL and uiL are the TCP API's and the dashboard's listeners, bound
+	// early (bindTCP); nil when not asked for.
+	tcpL, uiL net.Listener
 	// selfAPI is this node's self API handler; selfFwd, set once the node
 	// is in a cluster, relays its replicas' calls to the leader.
 	selfAPI http.Handler
@@ -266,6 +270,9 @@ func (d *Daemon) open(ctx context.Context) error {
 	if _, ok := d.store.(*store.Etcd); ok {
 		d.lead = d.newLeadership()
 	}
+	if err := d.bindTCP(); err != nil {
+		return err
+	}
 	if err := d.openJobs(ctx); err != nil {
 		return err
 	}
@@ -335,6 +342,7 @@ func (d *Daemon) close() {
 	for _, s := range d.servers {
 		s.Close()
 	}
+	d.closeTCP()
 	// Jobs first: a node that stops queues its running jobs again for the
 	// other nodes while it is still a member.
 	d.stopTakingJobs()

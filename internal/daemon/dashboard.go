@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"path/filepath"
 
 	"github.com/shoal-run/shoal/internal/clock"
@@ -40,10 +38,7 @@ func (d *Daemon) serveUI(ctx context.Context) error {
 	if d.jobs != nil && d.jobs.Queue != nil {
 		o.Jobs = dashJobs{d.jobs.Queue}
 	}
-	l, err := net.Listen("tcp", d.cfg.UI)
-	if err != nil {
-		return fmt.Errorf("--ui %s: %w", d.cfg.UI, err)
-	}
+	l := d.uiL // bound by bindTCP
 	ui := dashboard.New(o)
 	go ui.Run(ctx)
 	d.start(l, ui.Handler())

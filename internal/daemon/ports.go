@@ -17,8 +17,8 @@ func (c *Config) tcpPorts() route.PortRange {
 
 // ownPorts are the ports this daemon listens on, or connects to for its
 // store, by the flag that names each: no TCP app may take one, for the
-// proxy would bind it on the daemon's host (a restarted daemon pushes the
-// routes before its API listens).
+// proxy would bind it on the daemon's host (at start the daemon binds its
+// own TCP listeners before it pushes a route: bindTCP).
 func (d *Daemon) ownPorts(selfURL string) map[int]string {
 	cfg := d.cfg
 	own := map[int]string{}

@@ -55,20 +55,12 @@ func (d *Daemon) serve(ctx context.Context) error {
 	}
 	d.start(ul, srv.Handler(""))
 	d.log.Info("API listening", "addr", d.cfg.API)
-	if addr := d.tcpAddr(); addr != "" {
+	if tl := d.tcpL; tl != nil { // bound by bindTCP
 		tok, err := loadToken(d.cfg.TokenFile, filepath.Join(d.cfg.DataDir, "api-token"))
 		if err != nil {
 			return err
 		}
 		d.token = tok
-		flag := "--api-tcp"
-		if d.cfg.APITCP == "" {
-			flag = "--advertise"
-		}
-		tl, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("%s %s: %w", flag, addr, err)
-		}
 		d.start(tl, d.tcpHandler(srv.Handler(tok)))
 		d.log.Info("TCP API listening (bearer token required)", "addr", tl.Addr().String())
 	}
