@@ -175,7 +175,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 			d.log.Error("proxy: push the route table", "err", err)
 		}
 	}
-	d.notes = append(d.notes, criuNote(ctx, d.confiner != nil))
+	d.notes = append(d.notes, criuNote(ctx))
 	return nil
 }
 
@@ -227,16 +227,12 @@ func cpuPlacer(rt *runtime.Runtime) (*placement.CPUs, string) {
 // criuNote says which tiers idle replicas take on this host: the freezer
 // always, then a checkpoint to disk where CRIU works; and which CRIU that
 // is, its version and whether `criu check` passed, or why there is none.
-// Apps confined to user namespaces of their own are not checkpointed.
-func criuNote(ctx context.Context, confined bool) string {
+// Apps in user namespaces of their own are checkpointed as others are.
+func criuNote(ctx context.Context) string {
 	c := runtime.FindCRIU(ctx)
 	tiers := "idle replicas: cgroup freezer tier (thaw in about a millisecond), then after freeze_timeout a CRIU checkpoint on disk that the next start restores"
-	switch {
-	case !c.Usable():
+	if !c.Usable() {
 		tiers = "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start, no checkpoint tier"
-	case confined:
-		tiers = "idle replicas: cgroup freezer tier (thaw in about a millisecond); stopped replicas cold-start, no checkpoint tier: " +
-			"apps run in user namespaces of their own, and CRIU cannot dump a replica whose network namespace the host's user namespace owns"
 	}
 	return tiers + "; CRIU: " + c.String()
 }

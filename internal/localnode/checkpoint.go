@@ -25,11 +25,6 @@ func (n *Node) CheckpointUsable(ctx context.Context) error {
 		return fmt.Errorf("%w: the runtime takes no checkpoints", runtime.ErrNotCheckpointable)
 	case n.init == "":
 		return fmt.Errorf("%w: replicas write their logs to a file, not through shoal-init's pipe", runtime.ErrNotCheckpointable)
-	case n.confiner != nil:
-		// CRIU refuses to dump a container whose namespaces do not all
-		// belong to its user namespace, and a replica's network
-		// namespace is made (and owned) by the host's.
-		return fmt.Errorf("%w: replicas run in user namespaces of their own, and CRIU cannot dump one whose network namespace the host's user namespace owns", runtime.ErrNotCheckpointable)
 	}
 	return ck.CheckpointUsable(ctx)
 }

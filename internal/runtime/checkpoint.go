@@ -34,6 +34,15 @@ import (
 //     connections (an idle keep-alive connection from the proxy, say) are
 //     not carried over: CRIU's configuration for shoal (criuConfigText)
 //     says tcp-close, and a restored process sees them closed.
+//   - A container in a user namespace (UserNS) is not told of its network
+//     namespace: its runtime runs in it (runtimeNetNS). CRIU would refuse
+//     to dump a network namespace its user namespace does not own, so the
+//     dump runs in that network namespace too, where CRIU takes it as its
+//     own and leaves it alone, and the restore runs in the new one, where
+//     the restored tasks stay. Those tasks read their images and bind
+//     their mounts' sources from inside the user namespace: the images are
+//     shared with its root (shareImages), the sources shown under
+//     ExposeDir (exposeMounts).
 //
 // A failed dump leaves the container running as it was (frozen again if
 // it was); a failed restore is a failed create: nothing is left.
@@ -111,10 +120,16 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, dir string) error {
 	logFile := filepath.Join(c.rec.Bundle, "runtime.log")
 	cmd := r.command(runCtx, "--criu", FindCRIU(ctx).Path, "--log", logFile, "--log-format", "json",
 		"checkpoint", "--image-path", dir, "--work-path", dir, id)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = startIn(cmd, r.runtimeNetNSOf(id, c.rec.NetNSPath))
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		msg := logError(logFile)
 		if msg == "" {
-			msg = strings.TrimSpace(string(out))
+			msg = strings.TrimSpace(out.String())
 		}
 		err = fmt.Errorf("container %q: checkpoint: %s checkpoint: %w: %s%s", id, r.name, err, msg, criuError(filepath.Join(dir, "dump.log")))
 		if c.exited() {
@@ -174,7 +189,36 @@ func (r *Runtime) restoreArgs(ctx context.Context, s *Spec, bundle string) ([]st
 	if err := os.Mkdir(work, 0o700); err != nil {
 		return nil, err
 	}
+	if s.UserNS != nil {
+		if err := shareImages(s.RestoreFrom, s.UserNS.HostID); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", s.RestoreFrom, err)
+		}
+	}
 	return []string{"--criu", FindCRIU(ctx).Path}, nil
+}
+
+// shareImages lets the restored tasks of a container in a user namespace
+// read the images in dir: CRIU's restored init opens some (timens-0.img)
+// as the host's root before its user namespace is mapped, others as that
+// namespace's root after, so the images stay the host root's, in group
+// gid (the namespace root's host gid), readable by the group.
+func shareImages(dir string, gid uint32) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type()&os.ModeSymlink != 0 {
+			return nil
+		}
+		if err := os.Lchown(p, 0, int(gid)); err != nil {
+			return err
+		}
+		mode := os.FileMode(0o640)
+		if d.IsDir() {
+			mode = 0o750
+		}
+		return os.Chmod(p, mode)
+	})
 }
 
 // restoreVerb is the verb that restores instead of `run --detach`.

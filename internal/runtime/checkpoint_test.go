@@ -3,6 +3,7 @@ package runtime
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -320,5 +321,79 @@ func TestCheckpointNotCheckpointable(t *testing.T) {
 	}
 	if c, err := r.Get(s.ID); err != nil || c.Status != StatusRunning {
 		t.Fatalf("after a refused checkpoint: %+v, %v", c, err)
+	}
+}
+
+// TestCheckpointRestoreUserNS: a slowboot container in a user namespace
+// of its own, in a network namespace the host's user namespace owns (the
+// runtime runs in it), is dumped and restored into another such
+// namespace, and answers there as the same process, root in the
+// namespace still the range's first id. Its images can be read by the
+// host's root and by that range's root alone.
+func TestCheckpointRestoreUserNS(t *testing.T) {
+	r := newTestRuntime(t, nil)
+	needCRIU(t, r)
+	const host = 3000131072
+	if err := UserNSUsable(host, 65536); err != nil {
+		t.Fatal(err)
+	}
+	// A bind mount from under a folder only the host's root may enter,
+	// as the daemon's secrets and volumes are.
+	private := filepath.Join(t.TempDir(), "private")
+	if err := os.MkdirAll(filepath.Join(private, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(private, "data", "f"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(private, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounts := []Mount{{Source: filepath.Join(private, "data"), Destination: "/data", ReadOnly: true}}
+	s, _ := slowbootSpec(t)
+	s.UserNS, s.Mounts = &UserNS{HostID: host, Size: 65536}, mounts
+	runClosing(t, r, s)
+	first := waitHTTP(t, s.NetNSPath)
+	if err := r.Freeze(s.ID); err != nil {
+		t.Fatal(err)
+	}
+	img := filepath.Join(t.TempDir(), "img")
+	if err := r.Checkpoint(context.Background(), s.ID, img); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	wait(t, r, s.ID)
+	if err := r.Delete(context.Background(), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := slowbootSpec(t)
+	rs.UserNS, rs.Mounts = &UserNS{HostID: host, Size: 65536}, mounts
+	rs.RestoreFrom = img
+	runClosing(t, r, rs)
+	second := waitHTTP(t, rs.NetNSPath)
+	if first != second {
+		t.Fatalf("restored slowboot answers %q, want the dumped process's %q", second, first)
+	}
+	c, err := r.Get(rs.ID)
+	if err != nil || c.Status != StatusRunning {
+		t.Fatalf("restored container: %+v, %v", c, err)
+	}
+	m, err := os.ReadFile("/proc/" + strconv.Itoa(c.Pid) + "/uid_map")
+	if f := strings.Fields(string(m)); err != nil || len(f) != 3 || f[0] != "0" || f[1] != strconv.Itoa(host) || f[2] != "65536" {
+		t.Fatalf("restored container's uid map: %q, %v", m, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(img, "inventory.img"), &st); err != nil || st.Uid != 0 || st.Gid != host || st.Mode&0o007 != 0 {
+		t.Fatalf("image owner %d:%d mode %o, %v; want 0:%d, nothing for others", st.Uid, st.Gid, st.Mode, err, host)
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/data/f", c.Pid)); err != nil || string(b) != "kept" {
+		t.Fatalf("restored container's /data/f: %q, %v", b, err)
+	}
+	if err := r.Delete(context.Background(), rs.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{s.ID, rs.ID} {
+		if dir := exposedDir(r.bundle(id)); func() bool { _, err := os.Lstat(dir); return !os.IsNotExist(err) }() {
+			t.Errorf("%s left behind", dir)
+		}
 	}
 }

@@ -114,6 +114,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 		if criuArgs, err = r.restoreArgs(ctx, &s, bundle); err != nil {
 			return nil, fmt.Errorf("container %q: restore: %w", s.ID, err)
 		}
+		if s.UserNS != nil {
+			if err := exposeMounts(bundle, spec); err != nil {
+				return nil, fmt.Errorf("container %q: restore: %w", s.ID, err)
+			}
+		}
 		s.Checkpointable = true
 	}
 	if s.Checkpointable {

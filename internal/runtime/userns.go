@@ -3,6 +3,7 @@ package runtime
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -162,6 +163,44 @@ func exposeRootfs(bundle string, hostID uint32) (string, error) {
 	return root, nil
 }
 
+// exposeMounts shows the sources of spec's bind mounts to the tasks of a
+// container restored in a user namespace: CRIU binds them from inside
+// that namespace, as its root (`runc run` opens them as the host's root
+// first), and their parents need not be searchable by it. Each source is
+// bind-mounted under the container's folder in ExposeDir (exposeRootfs's,
+// searchable by the container's root alone) and named from there.
+// unexposeRootfs unmounts them.
+func exposeMounts(bundle string, spec *specs.Spec) error {
+	dir := exposedDir(bundle)
+	for i := range spec.Mounts {
+		m := &spec.Mounts[i]
+		if m.Type != "bind" {
+			continue
+		}
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", m.Destination, err)
+		}
+		target := filepath.Join(dir, fmt.Sprintf("mount-%d", i))
+		if fi.IsDir() {
+			err = os.Mkdir(target, 0o700)
+		} else {
+			var f *os.File
+			if f, err = os.OpenFile(target, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); err == nil {
+				err = f.Close()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", m.Destination, err)
+		}
+		if err := unix.Mount(m.Source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount %s: expose %s: %w", m.Destination, m.Source, err)
+		}
+		m.Source = target
+	}
+	return nil
+}
+
 // unexposeRootfs undoes exposeRootfs, if it was done.
 func unexposeRootfs(bundle string) error {
 	dir := exposedDir(bundle)
@@ -187,6 +226,21 @@ func runtimeNetNS(s *Spec) string {
 		return ""
 	}
 	return s.NetNSPath
+}
+
+// runtimeNetNSOf is the network namespace the runtime of container id
+// (made with netns) runs in: netns when its config maps a user namespace,
+// else none ("").
+func (r *Runtime) runtimeNetNSOf(id, netns string) string {
+	b, err := os.ReadFile(filepath.Join(r.specDir(id), "config.json"))
+	if err != nil {
+		return ""
+	}
+	var spec specs.Spec
+	if json.Unmarshal(b, &spec) != nil || spec.Linux == nil || len(spec.Linux.UIDMappings) == 0 {
+		return ""
+	}
+	return netns
 }
 
 // startIn starts cmd in the network namespace at path ("": this

@@ -36,6 +36,9 @@ func (ctl *appCtl) view() view {
 	if pm := ctl.premade; pm != nil {
 		v.premade = premadeView{id: pm.r.rec.ID, rev: pm.r.rec.Revision, made: pm.made}
 	}
+	if c := ctl.ckpt; c != nil {
+		v.restorable = c.rev
+	}
 	v.ordWait = ctl.ordinalsWaiting()
 	if progressing(v.rollout) {
 		cfg, _, err := ctl.configOf(v.rollout.Revision)

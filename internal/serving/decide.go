@@ -59,6 +59,10 @@ type view struct {
 	// whether the tier may keep one for the app now.
 	premade   premadeView
 	premadeOK bool
+	// restorable is the revision the app's checkpoint restores (0:
+	// none): its next start of that revision restores the checkpoint
+	// rather than take a premade replica, and none is kept meanwhile.
+	restorable int
 }
 
 // premadeView is what decide sees of an app's premade replica.
@@ -384,7 +388,7 @@ func (pl *planner) thaw(r *repView, s *revView) {
 // when set.
 func (pl *planner) start(rev int, instead, why string) {
 	s := planStep{kind: stepStart, rev: rev, id: instead, why: why}
-	if pm := pl.v.premade; pm.made && pm.rev == rev && !pl.premadeTaken {
+	if pm := pl.v.premade; pm.made && pm.rev == rev && !pl.premadeTaken && pl.v.restorable != rev {
 		s.premade, pl.premadeTaken = pm.id, true
 	}
 	pl.add(s)
@@ -405,13 +409,15 @@ func (pl *planner) premake(sets map[int]*revView, weights map[int]int) {
 		switch {
 		case pm.rev != v.revision:
 			pl.add(planStep{kind: stepUnpremake, id: pm.id, why: fmt.Sprintf("revision %d is the app's current", v.revision)})
+		case v.restorable == v.revision:
+			pl.add(planStep{kind: stepUnpremake, id: pm.id, why: "the app's checkpoint restores its next replica"})
 		case !v.premadeOK:
 			pl.add(planStep{kind: stepUnpremake, id: pm.id, why: "the app has replicas, or the budget keeps those of more recently used apps"})
 		default:
 			return
 		}
 	}
-	if !v.premadeOK || weights[v.revision] == 0 {
+	if !v.premadeOK || weights[v.revision] == 0 || v.restorable == v.revision {
 		return
 	}
 	if s := sets[v.revision]; s != nil && s.active()+len(s.frozen)+s.freezing > 0 {

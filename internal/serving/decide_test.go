@@ -276,6 +276,24 @@ func TestDecide(t *testing.T) {
 			want: want{cause: causeAutoscaler, next: 0, steps: []string{"unpremake p: the app has replicas, or the budget keeps those of more recently used apps"}},
 		},
 		{
+			name: "pre-made tier: none while the app has a checkpoint of its revision, which the next start restores",
+			v:    view{max: 10, revision: 1, traffic: one, premadeOK: true, restorable: 1, premade: premadeView{id: "p", rev: 1, made: true}},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 0, steps: []string{"unpremake p: the app's checkpoint restores its next replica"}},
+		},
+		{
+			name: "pre-made tier: a request for an app with a checkpoint restores it rather than take the premade replica",
+			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, restorable: 1, premade: premadeView{id: "p", rev: 1, made: true}},
+			load: route.Load{Queued: 1, LastRequest: t0},
+			want: want{n: 1, cause: causeWaiting, scale: true, steps: []string{"start 1: scale out", "unpremake p: the app's checkpoint restores its next replica"}, next: tick},
+		},
+		{
+			name: "pre-made tier: a checkpoint of another revision keeps none from being made",
+			v:    view{max: 10, revision: 2, traffic: []trafficShare{{2, 100}}, premadeOK: true, restorable: 1},
+			load: quiet,
+			want: want{cause: causeAutoscaler, next: 0, steps: []string{"premake 2: the app is at zero replicas"}},
+		},
+		{
 			name: "pre-made tier: none while the app has replicas of its revision",
 			v:    view{max: 10, revision: 1, traffic: one, premadeOK: true, reps: []repView{frozen("a", 1, time.Minute)}},
 			load: quiet,

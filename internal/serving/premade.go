@@ -140,7 +140,8 @@ func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 		return false
 	}
 	want := !ctl.rec.Config.State.Enabled() && !ctl.rec.Config.Stateful.Enabled() && !now.Before(ctl.premadeAfter) &&
-		weightsOf(ctl.rec.Traffic, ctl.rec.Revision)[ctl.rec.Revision] > 0
+		weightsOf(ctl.rec.Traffic, ctl.rec.Revision)[ctl.rec.Revision] > 0 &&
+		(ctl.ckpt == nil || ctl.ckpt.rev != ctl.rec.Revision) // its checkpoint restores the next one
 	for _, r := range ctl.reps {
 		if r.rec.Revision == ctl.rec.Revision && !r.state.exiting() {
 			want = false
