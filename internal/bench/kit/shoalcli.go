@@ -337,3 +337,45 @@ func (e *Daemon) Pid() int {
 	}
 	return e.daemon.Process.Pid
 }
+
+// StartTimings reads the controller's "serving: start timing" debug lines
+// of the starts of apps named prefix-something from the premade tier (or
+// not): each duration in them (woken, start, boot, route, since_woken) by
+// key, and the probes made as counts.
+func (e *Daemon) StartTimings(prefix string, premade bool) (map[string][]time.Duration, []int) {
+	out := map[string][]time.Duration{}
+	var probes []int
+	f, err := os.Open(e.logPath)
+	if err != nil {
+		return out, nil
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg     string `json:"msg"`
+			App     string `json:"app"`
+			Premade bool   `json:"premade"`
+			Probes  int    `json:"probes"`
+			Woken   *int64 `json:"woken"`
+			Start   int64  `json:"start"`
+			Boot    int64  `json:"boot"`
+			Route   int64  `json:"route"`
+			Since   *int64 `json:"since_woken"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "serving: start timing" ||
+			line.Premade != premade || !strings.HasPrefix(line.App, prefix+"-") {
+			continue
+		}
+		out["start"] = append(out["start"], time.Duration(line.Start))
+		out["boot"] = append(out["boot"], time.Duration(line.Boot))
+		out["route"] = append(out["route"], time.Duration(line.Route))
+		if line.Woken != nil && line.Since != nil {
+			out["woken"] = append(out["woken"], time.Duration(*line.Woken))
+			out["since_woken"] = append(out["since_woken"], time.Duration(*line.Since))
+		}
+		probes = append(probes, line.Probes)
+	}
+	return out, probes
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -185,6 +186,15 @@ func (e *env) coldAndThaw(ctx context.Context, rep *bench.Report) error {
 			bench.Verdict(s.Median, func(v float64) bool { return v <= 10 }), bench.Verdict(s.P99, func(v float64) bool { return v <= 25 }),
 			bench.FormatValue(coldTab.Median(svColdHello)), bench.FormatValue(coldTab.Median(svBareHello)),
 			bench.FormatRatio(s.Median/coldTab.Median(svBareHello)))
+	}
+	if tm, probes := e.Daemon.StartTimings("hello-premade", true); len(tm["boot"]) > 0 {
+		ms := func(k string) string { return bench.FormatValue(bench.Millis(bench.Summarize(tm[k]).Median)[0]) }
+		sort.Ints(probes)
+		rep.Para("Where a premade start's time goes, from the daemon's `serving: start timing` debug lines (%d starts, medians): "+
+			"the request waited %s ms for the start to be decided, the entrypoint was handed to shoal-init in %s ms, "+
+			"the app took %s ms to boot until its port took a connection (%d probes), and its route was published %s ms later; "+
+			"the rest of the first byte is the proxy's wake-up call and its forward.", len(tm["boot"]), ms("woken"), ms("start"),
+			ms("boot"), probes[len(probes)/2], ms("route"))
 	}
 	over := thawTab.Median(svThawHello) - thawTab.Median(svWarm)
 	rep.Para("A thaw of hello costs %s ms over a warm request (target ≤ 5 ms: %s). slowboot from the frozen tier answers in %s ms "+
