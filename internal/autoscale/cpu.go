@@ -117,7 +117,7 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 		// throttled in ThrottleHigh of its periods.
 		wants := !idle && r.InFlight >= busyInFlight && (used >= cpuUsedHigh || stalled >= cpuStallHigh)
 		var demand string
-		if wants {
+		if wants && p.vertical() && quota < p.MaxCPU {
 			var saw []string
 			if used >= 0 {
 				saw = append(saw, fmt.Sprintf("used %.0f%% of its %g cpu", used*100, quota))
@@ -145,20 +145,14 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 				dec.Inputs["throttled/"+r.ID] = ratio
 				notes = append(notes, fmt.Sprintf("replica %s throttled in %.0f%% of %d periods at its ceiling of %g cpu", r.ID, ratio*100, dp, quota))
 			}
-		case wants:
+		case wants && p.vertical() && quota < p.MaxCPU:
+			// Not below its ceiling, it is no cause to scale out: a
+			// replica waiting for a CPU the host's other work holds
+			// would not be helped by another beside it.
 			st.demand = now
-			if p.vertical() && quota < p.MaxCPU {
-				next := min(round2(quota*2), p.MaxCPU)
-				d.setCPU(dec, r.ID, next, ratio)
-				notes = append(notes, fmt.Sprintf("replica %s %s: cpu %g→%g", r.ID, demand, quota, next))
-				break
-			}
-			if quota > 0 {
-				st.saturated = true
-				saturated++
-				dec.Inputs["throttled/"+r.ID] = ratio
-				notes = append(notes, fmt.Sprintf("replica %s %s at its ceiling", r.ID, demand))
-			}
+			next := min(round2(quota*2), p.MaxCPU)
+			d.setCPU(dec, r.ID, next, ratio)
+			notes = append(notes, fmt.Sprintf("replica %s %s: cpu %g→%g", r.ID, demand, quota, next))
 		case p.vertical() && quota > p.CPU && (idle || ratio < p.ThrottleLow) && now.Sub(st.demand) >= cpuLowerAfter:
 			next := p.CPU
 			why := fmt.Sprintf("idle (%d periods in %s)", dp, held.Round(time.Millisecond))

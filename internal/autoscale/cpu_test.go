@@ -267,7 +267,7 @@ func TestCPURaisedOnDemand(t *testing.T) {
 		{"at its quota with one request", 0.3, step{1, 0.3, 0, -1}, 0.3, ""},
 		{"waiting for a CPU most of the time", 0.3, step{60, 0.15, 0, 0.7}, 0.6, "used 50% of its 0.3 cpu and waited for a CPU 70% of the time"},
 		{"hardly waiting for a CPU", 0.3, step{60, 0.15, 0, 0.1}, 0.3, ""},
-		{"at its ceiling", 0.6, step{60, 0.6, 0, -1}, 0.6, "at its ceiling"},
+		{"at its ceiling", 0.6, step{60, 0.6, 0, -1}, 0.6, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,5 +349,36 @@ func TestCPUDemandHeldThenLowered(t *testing.T) {
 		}
 	} else {
 		t.Fatalf("used its whole quota between readings a second apart, not raised")
+	}
+}
+
+// Demand without throttling at the ceiling is no cause to scale out: two
+// replicas using all their CPU, waiting for a CPU most of the time, with
+// 15 requests to spread stay two at target 10 (a replica waiting for CPUs
+// the host's other work holds would not be helped by another beside it).
+func TestCPUDemandAtCeilingDoesNotScaleOut(t *testing.T) {
+	c := clock.NewFake(t0)
+	d, err := New(Policy{CPU: 1, MaxCPU: 1}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := []ReplicaCPU{{ID: "a", Quota: 1, Pressure: true}, {ID: "b", Quota: 1, Pressure: true}}
+	for i := 0; i < 10; i++ {
+		c.Advance(100 * time.Millisecond)
+		d.Observe(Sample{Concurrency: 15})
+		if i == 0 || i == 9 {
+			for j := range rs {
+				if i == 9 {
+					rs[j].Periods += 10
+					rs[j].Used += 900 * time.Millisecond
+					rs[j].Stalled += 800 * time.Millisecond
+					rs[j].InFlight = 8
+				}
+			}
+			dec := d.Decide(Current{Replicas: 2, CPU: rs})
+			if dec.Replicas != 2 || dec.CPU != nil {
+				t.Fatalf("step %d: %+v", i, dec)
+			}
+		}
 	}
 }

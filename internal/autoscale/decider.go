@@ -287,7 +287,7 @@ func (d *Decider) decideReplicas(now time.Time, n, saturated int, dec *Decision)
 	}
 	if p.Metric == "" && saturated*2 >= max(n, 1) && saturated > 0 && w.stable > float64(n) && want <= n {
 		want = min(n+1, int(math.Ceil(w.stable)))
-		why = fmt.Sprintf("%d of %d replica(s) saturated at their CPU ceiling with %.1f requests to spread, wants %d", saturated, n, w.stable, want)
+		why = fmt.Sprintf("%d of %d replica(s) throttled at their CPU ceiling with %.1f requests to spread, wants %d", saturated, n, w.stable, want)
 	}
 	if want == 0 {
 		why = fmt.Sprintf("no traffic in the last %s, wants 0", p.StableWindow)

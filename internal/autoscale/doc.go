@@ -40,7 +40,9 @@
 // flight that used at least 90% of its quota between two readings of its
 // counters, or whose tasks waited for a CPU at least half of that time
 // (its cgroup's PSI "some" total, where the kernel has it for the cgroup),
-// is doubled the same way; at its ceiling it counts as saturated. Under
+// is doubled the same way (at its ceiling it is no cause to scale out, as
+// throttling there is: it may be waiting for CPUs the host's other work
+// holds, which another replica beside it would not get either). Under
 // ThrottleLow (10%), and only 10 s after its last demand (throttled,
 // requests in flight), it lets go: the quota moves half way back to the base CPU,
 // so it settles inside the band instead of jumping over it; a replica that ran
@@ -51,7 +53,7 @@
 // cumulative, so the decider keeps each replica's last values: a replica seen
 // for the first time, or whose counters went backwards (a new cgroup under the
 // same id), only sets the baseline, and replicas missing from Current are
-// forgotten. When replicas saturated at their ceiling are at least half of
+// forgotten. When replicas throttled at their ceiling are at least half of
 // the app and there is more than one request per replica to spread, the
 // decider adds one replica per decision.
 //
