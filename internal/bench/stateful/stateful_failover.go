@@ -181,6 +181,7 @@ func (e *env) sysbenchChunk(ctx context.Context) (txns, failed int, ok bool) {
 		e.Opts.Logf("galera: sysbench ended without a summary: %v", err)
 		return 0, 0, false
 	}
+	e.Opts.Logf("galera: sysbench %s: %d transactions, %d ignored errors", sbChunk, txns, failed)
 	return txns, failed, true
 }
 

@@ -93,6 +93,16 @@ func (e *env) render(rep *bench.Report, rows []bench.Row, sides []runSide, deplo
 	if rowsKept > 0 {
 		p = append(p, fmt.Sprintf("In every run each row the writer saw committed (%d in all) was found on all 3 members afterwards: none was lost.", rowsKept))
 	}
+	var per []string
+	for _, sd := range sides {
+		if sd.sbTxns >= 0 {
+			per = append(per, fmt.Sprintf("%s killed: %d transactions, %d ignored errors", sd.victim, sd.sbTxns, sd.sbFailed))
+		}
+	}
+	if len(per) > 0 {
+		p = append(p, "sysbench counts an error each time a statement fails, and with errors ignored a thread goes on at once: "+
+			"a connection that keeps failing adds errors fast (by run: "+strings.Join(per, "; ")+").")
+	}
 	if crashed > 0 {
 		p = append(p, fmt.Sprintf("%d sysbench run(s) of %s ended without a summary (sysbench 1.0.20 may crash when it reconnects "+
 			"after a member's connection is reset): their transactions are not counted; the writer's are.", crashed, sbChunk))
