@@ -176,13 +176,19 @@ type Scale struct {
 	RollbackGrace Duration `toml:"rollback_grace"`
 	// Checkpoint, when false, keeps the app's replicas off the checkpoint
 	// tier: a replica frozen for freeze_timeout is stopped, not dumped to
-	// disk, and the next start boots. Unset: on where the host can.
+	// disk, and the next start boots. True: every such replica is dumped
+	// where the host can. Unset: only a replica whose boot was slow
+	// (serving's checkpointMinBoot), where a restore is the faster start.
 	Checkpoint *bool `toml:"checkpoint" json:",omitempty"`
 }
 
 // CheckpointOn reports whether the app's replicas may be checkpointed
 // ([scale] checkpoint, true unless set false).
 func (s Scale) CheckpointOn() bool { return s.Checkpoint == nil || *s.Checkpoint }
+
+// CheckpointAlways reports whether [scale] checkpoint = true asks for
+// every idle replica to be checkpointed, however fast it boots.
+func (s Scale) CheckpointAlways() bool { return s.Checkpoint != nil && *s.Checkpoint }
 
 // Resources is the [resources] table.
 type Resources struct {

@@ -57,11 +57,33 @@ func (ctl *appCtl) checkpointerFor(rev int) checkpointer {
 	return ck
 }
 
-// checkpointOrStop stops a frozen replica by dumping it to disk when it
-// may be (not a stateful app's), else as stopReplica does. ctl.mu is
+// checkpointMinBoot is how long a replica's boot (start to ready) must
+// have taken for it to be checkpointed when its app leaves [scale]
+// checkpoint unset: a restore costs a few hundred milliseconds whatever
+// the app (CRIU's own work: 400-700 ms measured on a loaded 2-core
+// host), so an app that boots faster starts sooner by booting, or from
+// its premade sandbox, and its image would only take disk.
+const checkpointMinBoot = time.Second
+
+// slowBoot reports whether replica r is worth a checkpoint by its boot:
+// it was itself restored (its app boots slowly), or it booted in
+// checkpointMinBoot or more, or its app asks for every replica. ctl.mu is
 // held.
+func (ctl *appCtl) slowBoot(r *replica) bool {
+	if r.restored {
+		return true
+	}
+	if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil && cfg.Scale.CheckpointAlways() {
+		return true
+	}
+	return r.rec.ReadyAt != nil && r.rec.ReadyAt.Sub(r.rec.StartedAt) >= checkpointMinBoot
+}
+
+// checkpointOrStop stops a frozen replica by dumping it to disk when it
+// may be (not a stateful app's, and one whose boot was slow: slowBoot),
+// else as stopReplica does. ctl.mu is held.
 func (ctl *appCtl) checkpointOrStop(r *replica, why string) {
-	if r.state != StateFrozen || r.rec.Ordinal != nil || ctl.checkpointerFor(r.rec.Revision) == nil {
+	if r.state != StateFrozen || r.rec.Ordinal != nil || !ctl.slowBoot(r) || ctl.checkpointerFor(r.rec.Revision) == nil {
 		ctl.stopReplica(r, why)
 		return
 	}

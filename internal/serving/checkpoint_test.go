@@ -76,7 +76,7 @@ func (h *harness) eventsOf(kind string) []string {
 // rather than booting; the checkpoint restores once and is gone.
 func TestCheckpointTier(t *testing.T) {
 	h, cn := newCkptHarness(t)
-	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"` + "\ncheckpoint = true")
 	h.m.Activate("hello")
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	first := h.replicas()[StateReady][0]
@@ -110,7 +110,7 @@ func TestCheckpointTier(t *testing.T) {
 // reason; a failed dump stops it as before, with an event.
 func TestCheckpointFallbacks(t *testing.T) {
 	h, cn := newCkptHarness(t)
-	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"` + "\ncheckpoint = true")
 	cycle := func() {
 		h.m.Activate("hello")
 		h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
@@ -172,14 +172,14 @@ func TestCheckpointOptOut(t *testing.T) {
 // app's removal.
 func TestCheckpointOtherRevisionAndRemove(t *testing.T) {
 	h, cn := newCkptHarness(t)
-	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"` + "\ncheckpoint = true")
 	h.m.Activate("hello")
 	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
 	h.advance(30 * time.Second)
 	h.wait("frozen", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
 	h.advance(10 * time.Minute)
 	h.wait("checkpointed", func() bool { return len(h.replicas()) == 0 && len(cn.checkpoints(t)) == 1 })
-	h.deploy(`idle_timeout = "31s"` + "\n" + `freeze_timeout = "10m"`)
+	h.deploy(`idle_timeout = "31s"` + "\n" + `freeze_timeout = "10m"` + "\ncheckpoint = true")
 	h.m.Activate("hello")
 	// Until revision 2 is ready, traffic stays on revision 1, which the
 	// activation may start (from its checkpoint): wait for revision 2's.
@@ -206,4 +206,47 @@ func TestCheckpointOtherRevisionAndRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.wait("dropped with the app", func() bool { return len(cn.checkpoints(t)) == 0 })
+}
+
+// With [scale] checkpoint unset, only a replica whose boot was slow is
+// checkpointed: one that was ready at once is stopped (a boot, or its
+// premade sandbox, is the faster start), one that took checkpointMinBoot
+// or more is dumped.
+func TestCheckpointOnlySlowBootsByDefault(t *testing.T) {
+	h, cn := newCkptHarness(t)
+	h.deploy(`idle_timeout = "30s"` + "\n" + `freeze_timeout = "10m"`)
+	h.m.Activate("hello")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	h.advance(30 * time.Second)
+	h.wait("frozen", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	h.advance(10 * time.Minute)
+	h.wait("stopped", func() bool { return len(h.replicas()[StateFrozen]) == 0 })
+	if ck := cn.checkpoints(t); len(ck) != 0 {
+		t.Fatalf("a replica ready at once was checkpointed: %v", ck)
+	}
+	if ev := h.eventsOf("checkpoint"); len(ev) != 0 {
+		t.Fatalf("checkpoint events for a fast boot: %q", ev)
+	}
+
+	// A slow boot: the health check holds the replica back while the
+	// clock passes checkpointMinBoot.
+	h, cn = newCkptHarness(t)
+	h.held.Store(true)
+	h.deploy(`idle_timeout = "30s"`+"\n"+`freeze_timeout = "10m"`, "[health]\nhttp = \"/held\"")
+	h.m.Activate("hello")
+	h.wait("a replica starting", func() bool { return len(h.replicas()[StateStarting]) == 1 })
+	h.advance(checkpointMinBoot)
+	h.held.Store(false)
+	for i := 0; i < 100 && len(h.replicas()[StateReady]) == 0; i++ {
+		h.advance(100 * time.Millisecond) // the next probes
+	}
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	slow := h.replicas()[StateReady][0]
+	h.advance(30 * time.Second)
+	h.wait("frozen", func() bool { return len(h.replicas()[StateFrozen]) == 1 })
+	h.advance(10 * time.Minute)
+	h.wait("checkpointed", func() bool { return len(cn.checkpoints(t)) == 1 })
+	if ck := cn.checkpoints(t); !strings.HasSuffix(ck[0], "/hello/"+slow) {
+		t.Fatalf("checkpoints on disk: %v, want hello/%s", ck, slow)
+	}
 }
