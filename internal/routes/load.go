@@ -56,15 +56,19 @@ func (r *Router) Load(app string) route.Load {
 		}
 		if x, ok := rep.loads[app]; ok {
 			l = addLoad(l, x)
+			if l.TCPError == "" && x.TCPError != "" {
+				l.TCPError = "node " + node + ": " + x.TCPError
+			}
 		}
 	}
 	return l
 }
 
-// addLoad returns the load of a and b together.
+// addLoad returns the load of a and b together; a TCP app's listener is
+// a's (this node's proxy).
 func addLoad(a, b route.Load) route.Load {
 	out := route.Load{InFlight: a.InFlight + b.InFlight, Queued: a.Queued + b.Queued, Requests: a.Requests + b.Requests,
-		LastRequest: later(a.LastRequest, b.LastRequest),
+		LastRequest: later(a.LastRequest, b.LastRequest), TCP: a.TCP, TCPError: a.TCPError,
 		Endpoints:   make(map[string]route.EndpointLoad, len(a.Endpoints)+len(b.Endpoints))}
 	for id, e := range a.Endpoints {
 		out.Endpoints[id] = e
@@ -72,7 +76,7 @@ func addLoad(a, b route.Load) route.Load {
 	for id, e := range b.Endpoints {
 		o := out.Endpoints[id]
 		out.Endpoints[id] = route.EndpointLoad{InFlight: o.InFlight + e.InFlight, Requests: o.Requests + e.Requests,
-			LastRequest: later(o.LastRequest, e.LastRequest)}
+			Answered: o.Answered + e.Answered, LastRequest: later(o.LastRequest, e.LastRequest)}
 	}
 	return out
 }
@@ -121,11 +125,12 @@ func (r *Router) ReportLoads(ctx context.Context, loads func() map[string]route.
 }
 
 // busiest returns the apps of now with requests in flight or requests
-// since prev, at most maxReportApps of them, the most in flight first.
+// since prev, or a TCP port this node's proxy cannot listen on, at most
+// maxReportApps of them, the most in flight first.
 func busiest(now, prev map[string]route.Load) map[string]route.Load {
 	var apps []string
 	for app, l := range now {
-		if l.InFlight > 0 || l.Requests != prev[app].Requests {
+		if l.InFlight > 0 || l.Requests != prev[app].Requests || l.TCPError != "" {
 			apps = append(apps, app)
 		}
 	}

@@ -376,3 +376,28 @@ func TestRevokedLeaderFollows(t *testing.T) {
 		t.Fatalf("n1's proxy routes %v after Revoke; want the stored route", got)
 	}
 }
+
+// TestLoadKeepsTCPAndAnswered: the leader's Load keeps its own proxy's TCP
+// listener, tells a follower's failure to listen with the follower's
+// name, and sums the answers each endpoint gave (the health checks'
+// proof of life); a follower reports an app whose port it cannot listen
+// on even without traffic.
+func TestLoadKeepsTCPAndAnswered(t *testing.T) {
+	g := newRig(t)
+	n1 := g.node("n1", true)
+	n1.proxy.loads["db"] = route.Load{TCP: "0.0.0.0:13306",
+		Endpoints: map[string]route.EndpointLoad{"db1": {Requests: 4, Answered: 4}}}
+	n1.r.Report("n2", map[string]route.Load{"db": {TCPError: "bind: address already in use",
+		Endpoints: map[string]route.EndpointLoad{"db1": {Requests: 3, Answered: 2}}}})
+	l := n1.r.Load("db")
+	if l.TCP != "0.0.0.0:13306" || l.TCPError != "node n2: bind: address already in use" {
+		t.Fatalf("load: tcp %q, tcp error %q", l.TCP, l.TCPError)
+	}
+	if e := l.Endpoints["db1"]; e.Answered != 6 || e.Requests != 7 {
+		t.Fatalf("endpoint db1 %+v; want 7 requests, 6 answered", e)
+	}
+	quiet := map[string]route.Load{"db": {TCPError: "bind: address already in use", Requests: 1}, "web": {Requests: 2}}
+	if got := busiest(quiet, quiet); len(got) != 1 || got["db"].TCPError == "" {
+		t.Fatalf("busiest without traffic: %v; want db, whose port has no listener", got)
+	}
+}
