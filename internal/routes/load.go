@@ -69,7 +69,7 @@ func (r *Router) Load(app string) route.Load {
 func addLoad(a, b route.Load) route.Load {
 	out := route.Load{InFlight: a.InFlight + b.InFlight, Queued: a.Queued + b.Queued, Requests: a.Requests + b.Requests,
 		LastRequest: later(a.LastRequest, b.LastRequest), TCP: a.TCP, TCPError: a.TCPError,
-		Endpoints:   make(map[string]route.EndpointLoad, len(a.Endpoints)+len(b.Endpoints))}
+		Endpoints: make(map[string]route.EndpointLoad, len(a.Endpoints)+len(b.Endpoints))}
 	for id, e := range a.Endpoints {
 		out.Endpoints[id] = e
 	}
