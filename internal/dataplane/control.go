@@ -64,8 +64,9 @@ type control struct {
 	routes map[string]route.Route // as last pushed, by app (lower case)
 	// Route versions (routeVersion): the table's, the highest applied;
 	// floor, that of the last whole table; appVer, each app's last
-	// change above floor (removals too). A change at or below either is
-	// stale: a newer one reached the proxy first.
+	// change above floor (removals too). A change at or below floor, or
+	// below appVer, is stale: a newer one reached the proxy first; one at
+	// appVer is that change sent again.
 	version, floor uint64
 	appVer         map[string]uint64
 	log            *slog.Logger
@@ -84,8 +85,9 @@ func newControl(p *proxy.Proxy, info Info, reg prometheus.Gatherer, stop func(ti
 // a newer one. Every route call is answered with the versions the proxy
 // has: the highest applied (headerVersion) and that of its last whole
 // table (headerTable: 0 in a new process), and whether the change was
-// applied (headerApplied: 0 when it was stale). A call without a version
-// is applied as it comes.
+// applied (headerApplied: 0 when it was stale; 1 for the change last
+// applied sent again, which is not applied twice). A call without a
+// version is applied as it comes.
 const (
 	headerVersion = "X-Shoal-Route-Version"
 	headerTable   = "X-Shoal-Route-Table"
@@ -109,7 +111,14 @@ func routeVersion(w http.ResponseWriter, r *http.Request) (uint64, bool) {
 // stale reports whether a change of app at version v is older than what
 // the proxy holds. c.mu is held.
 func (c *control) stale(app string, v uint64) bool {
-	return v != 0 && (v <= c.floor || v <= c.appVer[app])
+	return v != 0 && (v <= c.floor || v < c.appVer[app])
+}
+
+// again reports whether a change of app at version v is the one last
+// applied, sent again (its first call given up on, taken late): it is
+// answered applied, and not applied twice. c.mu is held.
+func (c *control) again(app string, v uint64) bool {
+	return v != 0 && v > c.floor && v == c.appVer[app]
 }
 
 // applied records app's change at version v. c.mu is held.
@@ -290,6 +299,10 @@ func (c *control) setRoute(w http.ResponseWriter, r *http.Request) {
 	app := strings.ToLower(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.again(app, v) {
+		c.answer(w, true)
+		return
+	}
 	if c.stale(app, v) {
 		c.answer(w, false)
 		return
@@ -309,6 +322,10 @@ func (c *control) removeRoute(w http.ResponseWriter, r *http.Request) {
 	app := strings.ToLower(name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.again(app, v) {
+		c.answer(w, true)
+		return
+	}
 	if c.stale(app, v) {
 		c.answer(w, false)
 		return

@@ -196,11 +196,19 @@ func TestDelayedRouteChangeNeverUndoesANewerOne(t *testing.T) {
 	}
 	a1, a2 := `{"app":"a","endpoints":[{"id":"a-1","addr":"127.0.0.1:9"}]}`, `{"app":"a","endpoints":[{"id":"a-2","addr":"127.0.0.1:9"}]}`
 	if call("PUT", "/v1/routes/a?version=5", a1) != "1" || call("DELETE", "/v1/routes/a?version=7", "") != "1" ||
-		call("PUT", "/v1/routes/a?version=6", a2) != "0" || call("PUT", "/v1/routes/a?version=7", a2) != "0" {
+		call("PUT", "/v1/routes/a?version=6", a2) != "0" {
 		t.Fatal("a stale change was applied")
 	}
 	if _, ok := ctl.routes["a"]; ok {
 		t.Fatal("a change older than a removal brought the app back")
+	}
+	// The change at 7 sent again is answered applied, and applied once:
+	// whatever comes at 7 again does not undo it.
+	if call("DELETE", "/v1/routes/a?version=7", "") != "1" || call("PUT", "/v1/routes/a?version=7", a2) != "1" {
+		t.Fatal("the change last applied, sent again, was answered stale")
+	}
+	if _, ok := ctl.routes["a"]; ok {
+		t.Fatal("a change at the version of the removal brought the app back")
 	}
 	call("PUT", "/v1/routes/b?version=9", `{"app":"b"}`)
 	if call("PUT", "/v1/routes?version=8", "["+a1+"]") != "1" {
@@ -214,6 +222,47 @@ func TestDelayedRouteChangeNeverUndoesANewerOne(t *testing.T) {
 	}
 	if call("PUT", "/v1/routes/a", a2) != "1" || ctl.routes["a"].Endpoints[0].ID != "a-2" {
 		t.Fatal("a change without a version (an older daemon's) was not applied")
+	}
+}
+
+// A change the proxy took only after its caller gave up on it, sent again
+// at the same version, is the same change: the proxy answers it applied,
+// and the client pushes no whole table for it.
+func TestRouteChangeTakenLateAndSentAgainIsNoStaleOne(t *testing.T) {
+	f := newFlakyProxy(t)
+	release := make(chan bool)
+	var wholes int // under f.mu
+	f.hold = func(r *http.Request) chan bool {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/routes" {
+			wholes++
+		}
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/routes/a" && f.seen.Load() == 1 {
+			return release
+		}
+		return nil
+	}
+	fc := clock.NewFake(time.Now())
+	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	c.timeout = 100 * time.Millisecond
+	c.SetRoute(routeTo("a", "a-1")) // held, given up on
+	close(release)                  // then taken
+	deadline := time.Now().Add(30 * time.Second)
+	for f.route("a") == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the held call was not served")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	advanceUntil(t, fc, "no change pending", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.pending) == 0 && !c.retry
+	})
+	f.mu.Lock()
+	n := wholes
+	f.mu.Unlock()
+	if n != 0 || f.seen.Load() != 2 {
+		t.Fatalf("%d whole-table pushes and %d route calls after a change sent again once taken, want 0 and 2", n, f.seen.Load())
 	}
 }
 
