@@ -217,7 +217,8 @@ func (e *edge) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, err
 // onDemand asks missing for name's certificate and, when one is being
 // obtained, holds the handshake (its bound stretched to OnDemandWait)
 // until SetCerts brings it: nil when it is refused or does not come in
-// time, or when client holds its most already (maxOnDemandPerClient).
+// time, or when client or a prefix of it holds its most already
+// (onDemandCaps).
 func (e *edge) onDemand(ctx context.Context, name, client string) *tls.Certificate {
 	if ctx == nil {
 		ctx = context.Background()

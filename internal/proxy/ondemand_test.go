@@ -3,7 +3,9 @@ package proxy
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -168,5 +170,57 @@ func TestOnDemandClient(t *testing.T) {
 		if got := onDemandClient(a); got != want {
 			t.Errorf("onDemandClient(%s) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// One subscriber has many addresses: an IPv6 /56 (256 /64s) or /48, IPv4
+// addresses in one /24. Their held handshakes are capped by prefix too, so
+// that 200 addresses of one /56 cannot take every place; another /56 is
+// still held until its /48 holds its most, and another /48 or /24 is held
+// as before. Every count is given back.
+func TestOnDemandCapByPrefix(t *testing.T) {
+	var e edge
+	hold := func(format string, n int) (got []string) {
+		t.Helper()
+		for i := range n {
+			a, err := net.ResolveTCPAddr("tcp", fmt.Sprintf(format, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := onDemandClient(a); e.holdFor(c) {
+				got = append(got, c)
+			}
+		}
+		return got
+	}
+	// 200 addresses, each in its own /64 of 2001:db8:0:ab00::/56.
+	a := hold("[2001:db8:0:ab%02x::1]:443", 200)
+	if len(a) != 32 {
+		t.Fatalf("200 addresses of one /56 hold %d handshakes, want its cap 32", len(a))
+	}
+	b := hold("[2001:db8:0:ac%02x::1]:443", 200) // another /56 of the same /48
+	if len(b) != 32 {
+		t.Fatalf("another /56 holds %d, want 32", len(b))
+	}
+	if c := hold("[2001:db8:0:ad%02x::1]:443", 10); len(c) != 0 {
+		t.Fatalf("a third /56 of a /48 holding 64 holds %d, want 0", len(c))
+	}
+	d := hold("[2001:db8:1:ab%02x::1]:443", 1) // another /48
+	if len(d) != 1 {
+		t.Fatal("a handshake of another /48 refused")
+	}
+	v4 := hold("198.51.100.%d:443", 200)
+	if len(v4) != 32 {
+		t.Fatalf("200 addresses of one IPv4 /24 hold %d, want 32", len(v4))
+	}
+	if other := hold("198.51.101.%d:443", 1); len(other) != 1 {
+		t.Fatal("a handshake of another /24 refused")
+	}
+	v4 = append(v4, "198.51.101.0")
+	for _, c := range slices.Concat(a, b, d, v4) {
+		e.unhold(c)
+	}
+	if len(e.held) != 0 {
+		t.Fatalf("held counts left: %v", e.held)
 	}
 }
