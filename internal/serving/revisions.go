@@ -75,7 +75,7 @@ func (m *Manager) Rollback(ctx context.Context, name string, req types.RollbackR
 		// Its ordinals go back one at a time (decideStateful): the
 		// rollback is done once every one runs revision to.
 		ro := ctl.rec.Rollout
-		ro.State, ro.DoneAt = rolloutProgressing, nil
+		ro.State, ro.DoneAt, ro.Requested = rolloutProgressing, nil, true
 		ro.Reason = fmt.Sprintf("rolling back from revision %d by request, one ordinal at a time", from)
 	}
 	ctl.roFailures, ctl.failures, ctl.strikes, ctl.backoff = 0, 0, 0, time.Time{}

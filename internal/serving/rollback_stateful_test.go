@@ -83,3 +83,62 @@ func TestStatefulRollbackDoneWhenOrdinalsMoved(t *testing.T) {
 		t.Fatalf("rollout when done: %+v", ro)
 	}
 }
+
+// A stateful app's rollback the operator asked for is never undone: when
+// the revision it goes back to fails before it is ready `failures` times,
+// the rollback ends failed, the app stays on that revision with the
+// error in its status and an event, and its ordinals never roll forward
+// to the revision it left.
+func TestStatefulRollbackFailureIsNotUndone(t *testing.T) {
+	h := newHarness(t)
+	stateful := "[stateful]\nreplicas = 2\n[volumes]\ndata = \"/data\""
+	health := "[health]\nhttp = \"/held\"\nstart_timeout = \"2s\"\nfailures = 1"
+	h.deploy("", stateful, env("1"), health)
+	onRev := func(rev int) bool {
+		ords := h.ordinalRevs()
+		if len(ords) != 2 {
+			return false
+		}
+		for _, r := range ords {
+			if r.Revision != rev || State(r.State) != StateReady {
+				return false
+			}
+		}
+		return true
+	}
+	h.advanceUntil("2 ordinals of revision 1 ready", 100*time.Millisecond, func() bool { return onRev(1) })
+	h.deploy("", stateful, env("2"), health)
+	h.advanceUntil("2 ordinals of revision 2 ready", 100*time.Millisecond, func() bool { return onRev(2) })
+	h.held.Store(true) // revision 1 cannot pass its check
+	if _, err := h.m.Rollback(context.Background(), "hello", types.RollbackRequest{To: 1}); err != nil {
+		t.Fatal(err)
+	}
+	h.advanceUntil("the rollback ends", 100*time.Millisecond, func() bool {
+		ro := h.app().Rollout
+		return ro != nil && ro.State != types.RolloutProgressing
+	})
+	a := h.app()
+	if a.Revision != 1 || a.Rollout.State != types.RolloutFailed || a.Rollout.Revision != 1 || a.Rollout.From != 2 ||
+		!strings.Contains(a.Rollout.Reason, "failed before it was ready") {
+		t.Fatalf("after the requested rollback to 1 failed: revision %d, rollout %+v", a.Revision, a.Rollout)
+	}
+	if a.Error == "" {
+		t.Fatalf("the failed rollback's error is not in the app's status: %+v", a)
+	}
+	if ev := h.eventsOf("rollback"); len(ev) == 0 || !strings.Contains(ev[len(ev)-1], "rollback to revision 1 failed") {
+		t.Fatalf("rollback events %q", ev)
+	}
+	// It stays on revision 1: no ordinal goes (back) to revision 2.
+	for range 30 {
+		h.advance(100 * time.Millisecond)
+		if a := h.app(); a.Revision != 1 || a.Rollout.State != types.RolloutFailed {
+			t.Fatalf("the failed rollback moved on: revision %d, rollout %+v", a.Revision, a.Rollout)
+		}
+		if r, ok := h.ordinalRevs()[1]; ok && r.Revision != 1 {
+			t.Fatalf("ordinal 1 went back to revision %d after the failed rollback", r.Revision)
+		}
+	}
+	// Once revision 1 passes its check, every ordinal runs it.
+	h.held.Store(false)
+	h.advanceUntil("2 ordinals of revision 1 ready again", 100*time.Millisecond, func() bool { return onRev(1) })
+}

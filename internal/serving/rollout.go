@@ -105,7 +105,10 @@ func progressing(ro *rollout) bool { return ro != nil && ro.State == rolloutProg
 // endRollout ends a rollout whose revision never became ready: the app's
 // current revision goes back to the one the rollout started from, whose
 // replicas have kept the traffic; with none to go back to, the rollout
-// failed. ctl.mu is held.
+// failed. A rollback the operator asked for fails too: the app stays on
+// the revision asked for (its replicas keep failing and backing off
+// until another deploy or rollback), never going back to the one left.
+// ctl.mu is held.
 func (ctl *appCtl) endRollout(now time.Time, why string) {
 	ro := new(rollout)
 	*ro = *ctl.rec.Rollout
@@ -113,6 +116,11 @@ func (ctl *appCtl) endRollout(now time.Time, why string) {
 	ro.DoneAt, ro.Reason = &now, why
 	ctl.roFailures = 0
 	ctl.saveApp()
+	if ro.Requested {
+		ro.State = rolloutFailed
+		ctl.m.emit("rollback", ctl.name, "", fmt.Sprintf("rollback to revision %d failed, the app stays on it: %s", ro.Revision, why), nil)
+		return
+	}
 	var prev revisionRecord
 	err := fmt.Errorf("no earlier revision")
 	if ro.From > 0 {

@@ -41,14 +41,17 @@ const (
 	rolloutProgressing = "progressing" // the revision's replicas are starting
 	rolloutDone        = "done"        // traffic moved to the revision
 	rolloutRolledBack  = "rolled_back" // it never became ready; traffic stayed on From
-	rolloutFailed      = "failed"      // it never became ready and no earlier revision exists
+	rolloutFailed      = "failed"      // it never became ready and no earlier revision exists, or it was a requested rollback
 )
 
 // rollout is the rollout of an app's last revision, as stored in its
 // record (the API's is types.Rollout).
 type rollout struct {
-	Revision  int        `json:"revision"`
-	From      int        `json:"from,omitempty"`
+	Revision int `json:"revision"`
+	From     int `json:"from,omitempty"`
+	// Requested marks a rollback an operator asked for (a stateful
+	// app's, which progresses): if it fails it is never undone.
+	Requested bool       `json:"requested,omitempty"`
 	State     string     `json:"state"`
 	Ready     int        `json:"ready"`
 	Want      int        `json:"want"`
