@@ -216,6 +216,11 @@ func (c *Client) deliver(app string, v uint64, r *route.Route, timeout time.Dura
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	path := "/v1/routes/" + url.PathEscape(app) + "?version=" + strconv.FormatUint(v, 10)
+	// The whole table known taken when the call goes: one taken while it
+	// is under way may be newer than the answer.
+	c.mu.Lock()
+	synced := c.synced
+	c.mu.Unlock()
 	var a answer
 	var err error
 	if r != nil {
@@ -239,9 +244,9 @@ func (c *Client) deliver(app string, v uint64, r *route.Route, timeout time.Dura
 			c.brokenLocked("the proxy holds newer route versions than this daemon's")
 		}
 	}
-	if a.versioned && a.table < c.synced {
-		// The proxy took a whole table at c.synced and now holds an
-		// older one: a new process that lost it.
+	if a.versioned && a.table < synced {
+		// The proxy took a whole table at synced before the call and
+		// now holds an older one: a new process that lost it.
 		c.brokenLocked("the proxy lost its route table")
 	}
 	return true

@@ -383,3 +383,63 @@ func TestLoadReadInTheEndWhenSlow(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// lateAnswers is a transport whose answers to the calls it picks reach
+// the client only once the test lets them.
+type lateAnswers struct {
+	rt      http.RoundTripper
+	pick    func(r *http.Request) bool
+	held    chan struct{} // the answer came and is held
+	release chan struct{}
+}
+
+func (l *lateAnswers) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.rt.RoundTrip(r)
+	if err == nil && l.pick(r) {
+		l.held <- struct{}{}
+		<-l.release
+	}
+	return resp, err
+}
+
+// An answer the proxy gave before it took a whole table, read by the
+// client after that table's push ended, is no sign that the proxy lost
+// its table: the client compares it with the table it knew taken when it
+// made the call.
+func TestRouteAnswerOlderThanTheSyncIsNoLostTable(t *testing.T) {
+	f := newFlakyProxy(t)
+	var wholes int // under f.mu
+	f.hold = func(r *http.Request) chan bool {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/routes" {
+			wholes++
+		}
+		return nil
+	}
+	hc := unixClient(f.sock, 0)
+	late := &lateAnswers{rt: hc.Transport, held: make(chan struct{}), release: make(chan struct{}),
+		pick: func(r *http.Request) bool { return r.URL.Path == "/v1/routes/a" }}
+	hc.Transport = late
+	fc := clock.NewFake(time.Now())
+	c := newClient(hc, slog.New(slog.DiscardHandler), fc)
+	c.timeout = time.Minute
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.SetRoute(routeTo("a", "a-1"))
+	}()
+	<-late.held // answered with the table the proxy had: none
+	if err := c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	close(late.release)
+	<-done
+	if c.broken.Load() {
+		t.Fatal("an answer given before the whole table was taken read as a proxy that lost it")
+	}
+	f.mu.Lock()
+	n := wholes
+	f.mu.Unlock()
+	if n != 1 || f.route("a") != "a-1" {
+		t.Fatalf("%d whole-table pushes, want 1; route of a %q", n, f.route("a"))
+	}
+}
