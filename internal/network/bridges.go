@@ -91,6 +91,10 @@ func (s bridgeSet) index(name string) int {
 func (m *Manager) Ceiling() string {
 	s := m.br
 	total := len(s.names) * s.ports
+	if m.old != "" {
+		return fmt.Sprintf("network: bridge %s on %s, the single-bridge layout of an earlier daemon (%s), kept until the daemon restarts with no replica left: at most %d replicas and bridged containers on this host (a Linux bridge takes %d ports)",
+			s.names[0], s.subnet, m.old, total, MaxBridgePorts)
+	}
 	if len(s.names) == 1 {
 		return fmt.Sprintf("network: bridge %s on %s: at most %d replicas and bridged containers on this host (the subnet's addresses; a Linux bridge takes %d ports)",
 			s.names[0], s.subnet, total, MaxBridgePorts)

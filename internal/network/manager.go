@@ -112,6 +112,7 @@ type Manager struct {
 	log      *slog.Logger
 	cni      *cniNet
 	br       bridgeSet
+	old      string // why br is an earlier daemon's single bridge, if it is
 	pol      *policy
 	boundDir bool // New bound StateDir onto itself
 
@@ -144,9 +145,22 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 	if err := checkSubnet(subnet, br); err != nil {
 		return nil, err
 	}
-	c, err := newCNINet(&o, br, hostMTU())
+	mtu := hostMTU()
+	c, err := newCNINet(&o, br, mtu)
 	if err != nil {
 		return nil, err
+	}
+	old := oldLayout(o.StateDir, br, c)
+	if old != "" {
+		for _, b := range br.names[1:] {
+			os.Remove(filepath.Join(o.CNIConfDir, "shoal-"+b+".conflist"))
+		}
+		br = singleBridge(o.Bridge, subnet)
+		if c, err = newCNINet(&o, br, mtu); err != nil {
+			return nil, err
+		}
+		o.Logger.Warn("network: keeping the single-bridge layout of an earlier daemon, on the whole subnet, until the daemon restarts with no replica left",
+			"bridge", o.Bridge, "subnet", subnet, "why", old, "ports", br.ports)
 	}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
@@ -160,7 +174,7 @@ func New(ctx context.Context, o Options) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{
-		o: o, log: o.Logger, cni: c, br: br, pol: pol, boundDir: bound,
+		o: o, log: o.Logger, cni: c, br: br, old: old, pol: pol, boundDir: bound,
 		ports:       make([]int, len(br.names)),
 		pool:        map[Mode][]*entry{},
 		owned:       map[string]*entry{},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,27 +109,12 @@ func (m *Manager) adopt(name, containerID string) error {
 }
 
 // reservations maps the container IDs holding an address in host-local's
-// data dirs to their bridge. Each reservation is a file named after the
-// address whose first line is the container ID.
+// data dirs to their bridge.
 func (m *Manager) reservations() map[string]int {
 	ids := map[string]int{}
 	for br, n := range m.cni.nets {
-		ents, err := os.ReadDir(n.ipam)
-		if err != nil {
-			continue
-		}
-		for _, de := range ents {
-			if _, err := netip.ParseAddr(de.Name()); err != nil {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(n.ipam, de.Name()))
-			if err != nil {
-				continue
-			}
-			id, _, _ := strings.Cut(strings.ReplaceAll(string(b), "\r", ""), "\n")
-			if id = strings.TrimSpace(id); id != "" {
-				ids[id] = br
-			}
+		for _, id := range reserved(n.ipam) {
+			ids[id] = br
 		}
 	}
 	return ids
