@@ -2,6 +2,7 @@ package routes
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
@@ -49,7 +50,10 @@ func (r *Router) Load(app string) route.Load {
 	now := r.clk.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for node, rep := range r.reports {
+	// In the nodes' order, so that a failure to listen told by two
+	// followers is told by the same one each time.
+	for _, node := range slices.Sorted(maps.Keys(r.reports)) {
+		rep := r.reports[node]
 		if now.Sub(rep.at) > ReportMaxAge {
 			delete(r.reports, node)
 			continue

@@ -70,7 +70,7 @@ const checkpointMinBoot = time.Second
 // checkpointMinBoot or more, or its app asks for every replica. ctl.mu is
 // held.
 func (ctl *appCtl) slowBoot(r *replica) bool {
-	if r.restored {
+	if r.rec.Restored {
 		return true
 	}
 	if cfg, _, err := ctl.configOf(r.rec.Revision); err == nil && cfg.Scale.CheckpointAlways() {

@@ -100,6 +100,16 @@ func TestCheckpointTier(t *testing.T) {
 	if want := filepath.Join(cn.dir, ".checkpoints", "hello", first); c.spec.RestoreFrom != want {
 		t.Fatalf("second replica started with RestoreFrom %q, want %q", c.spec.RestoreFrom, want)
 	}
+	ctl := h.m.app("hello")
+	ctl.mu.Lock()
+	for _, r := range ctl.reps {
+		// Its record says it was restored, so that a restarted daemon
+		// still checkpoints it however fast its restore was.
+		if r.rec.ID == id && (!r.rec.Restored || !ctl.slowBoot(r)) {
+			t.Errorf("restored replica %s: record Restored %v, slowBoot %v", id, r.rec.Restored, ctl.slowBoot(r))
+		}
+	}
+	ctl.unlock()
 	h.wait("the checkpoint, used, is dropped", func() bool { return len(cn.checkpoints(t)) == 0 })
 	if ev := h.eventsOf("checkpoint"); len(ev) != 2 || !strings.Contains(ev[1], "restored from the checkpoint of "+first) {
 		t.Fatalf("checkpoint events: %q", ev)

@@ -19,9 +19,6 @@ import (
 // replica is one replica of an app on this node.
 type replica struct {
 	rec replicaRecord
-	// restored is set for a replica restored from a checkpoint (its boot
-	// time is the restore's): its app is one worth checkpointing.
-	restored bool
 	// state is where it stands on the ladder; only ctl.move changes it
 	// (rec.State lists it).
 	state State
@@ -190,7 +187,7 @@ func (ctl *appCtl) booted(r *replica, b *bootSpec, began time.Time, st Started, 
 	ctl.mu.Lock()
 	if err == nil && restored {
 		ctl.restored(r, b.restore)
-		r.restored = true
+		r.rec.Restored = true
 	}
 	r.booting = false
 	stopping := r.state.exiting()

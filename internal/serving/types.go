@@ -93,6 +93,10 @@ type replicaRecord struct {
 	CPUSet    string     `json:"cpuset,omitempty"` // CPUs it is pinned to
 	StartedAt time.Time  `json:"started_at"`
 	ReadyAt   *time.Time `json:"ready_at,omitempty"`
+	// Restored is set for a replica restored from a checkpoint: its
+	// ReadyAt tells the restore, not its app's boot, and its app is one
+	// worth checkpointing again (slowBoot), also after a restart.
+	Restored bool `json:"restored,omitempty"`
 	// FrozenAt and Memory (bytes in use) are a frozen replica's, kept so
 	// that a restarted daemon keeps its freeze timer and counts it in the
 	// frozen-memory budget at what it holds.
