@@ -38,7 +38,10 @@ func startGaleraStart(t *testing.T, grastate string, env ...string) *galeraStart
 	g := &galeraStart{t: t, datadir: filepath.Join(dir, "data"), args: filepath.Join(dir, "mariadbd.args"), done: make(chan error, 1)}
 	bin := filepath.Join(dir, "bin")
 	for name, body := range map[string]string{
-		"mariadbd":           "printf '%s\\n' \"$@\" > " + g.args + ".tmp && mv " + g.args + ".tmp " + g.args,
+		// --wsrep-recover logs the position InnoDB holds, as mariadbd does.
+		"mariadbd": "for a; do case $a in --wsrep-recover) rec=1;; --log-error=*) log=\"${a#--log-error=}\";; esac; done\n" +
+			"if [ -n \"$rec\" ]; then echo \"[Note] WSREP: Recovered position: " + recovered + "\" >> \"$log\"; exit 0; fi\n" +
+			"printf '%s\\n' \"$@\" > " + g.args + ".tmp && mv " + g.args + ".tmp " + g.args,
 		"mariadb-install-db": "for a; do case $a in --datadir=*) mkdir -p \"${a#--datadir=}/mysql\";; esac; done",
 	} {
 		if err := os.MkdirAll(bin, 0o755); err != nil {
@@ -142,6 +145,9 @@ func galeraPort(t *testing.T) (port int, listen func()) {
 	}
 }
 
+// recovered is the position the stub mariadbd --wsrep-recover reports.
+const recovered = "5e0a4f4c-0000-0000-0000-000000000001:57"
+
 const (
 	grastateSafe   = "# GALERA saved state\nversion: 2.1\nuuid: 5e0a4f4c-0000-0000-0000-000000000001\nseqno: 42\nsafe_to_bootstrap: 1\n"
 	grastateUnsafe = "# GALERA saved state\nversion: 2.1\nuuid: 5e0a4f4c-0000-0000-0000-000000000001\nseqno: -1\nsafe_to_bootstrap: 0\n"
@@ -153,14 +159,47 @@ const (
 // (safe_to_bootstrap: 0) or on a fresh volume (a reseed) while its peers
 // run, it waits for one of them and joins, never starting a second cluster
 // beside theirs; the others always join; a member without peers starts
-// the cluster.
+// the cluster, fresh or safe to bootstrap; after every member went down
+// uncleanly (safe_to_bootstrap: 0, no peers) it refuses, naming the
+// manual step, unless GALERA_FORCE_BOOTSTRAP=1, and then starts from its
+// recovered position.
 func TestGaleraStartBootstrap(t *testing.T) {
 	// The window is 2 s: 6 s past it the member still waits.
 	const past = 8 * time.Second
-	t.Run("no peers", func(t *testing.T) {
+	for _, c := range []struct{ name, grastate string }{
+		{"no peers, fresh volume", ""},
+		{"no peers, safe to bootstrap", grastateSafe},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := startGaleraStart(t, c.grastate, "GALERA_ORDINAL=0", "GALERA_PEERS=")
+			if args := g.result(); !newCluster(args) {
+				t.Fatalf("a member without peers joins: %q", args)
+			}
+		})
+	}
+	t.Run("no peers, every member crashed", func(t *testing.T) {
 		g := startGaleraStart(t, grastateUnsafe, "GALERA_ORDINAL=0", "GALERA_PEERS=")
-		if args := g.result(); !newCluster(args) {
-			t.Fatalf("a member without peers joins: %q", args)
+		select {
+		case err := <-g.done:
+			g.done <- err
+			if err == nil {
+				t.Fatalf("galera-start succeeded:\n%s", g.out.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("galera-start did not end in 60s:\n%s", g.out.String())
+		}
+		if _, err := os.Stat(g.args); err == nil {
+			t.Fatalf("mariadbd was started:\n%s", g.out.String())
+		}
+		if out := g.out.String(); !strings.Contains(out, "GALERA_FORCE_BOOTSTRAP=1") || !strings.Contains(out, recovered) {
+			t.Fatalf("the log names neither the manual step nor the recovered position:\n%s", out)
+		}
+	})
+	t.Run("no peers, every member crashed, forced", func(t *testing.T) {
+		g := startGaleraStart(t, grastateUnsafe, "GALERA_ORDINAL=0", "GALERA_PEERS=", "GALERA_FORCE_BOOTSTRAP=1")
+		args := g.result()
+		if !newCluster(args) || !strings.Contains(strings.Join(args, " "), "--wsrep-start-position="+recovered) {
+			t.Fatalf("forced, it does not start a new cluster from its recovered position: %q\n%s", args, g.out.String())
 		}
 	})
 	t.Run("a peer answers", func(t *testing.T) {
