@@ -99,6 +99,11 @@ type Client struct {
 	chall   []proxy.Challenge // the ACME challenges answered
 	broken  atomic.Bool       // the whole table must be pushed again
 	warned  bool              // the failure was logged
+	// ctx bounds the route calls; Close cancels it and ends the retry
+	// loop.
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed bool
 
 	loadMu     sync.Mutex
 	load       map[string]route.Load // every app's, read at loadAt
@@ -121,8 +126,19 @@ func newClient(hc *http.Client, log *slog.Logger, clk clock.Clock) *Client {
 	if log == nil {
 		log = slog.Default()
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{hc: hc, log: log, clock: clk, timeout: callTimeout, routes: map[string]route.Route{},
-		pending: map[string]uint64{}, ver: uint64(clk.Now().UnixNano()), kick: make(chan struct{}, 1), slots: make(chan struct{}, sendsAtOnce)}
+		pending: map[string]uint64{}, ver: uint64(clk.Now().UnixNano()), kick: make(chan struct{}, 1), slots: make(chan struct{}, sendsAtOnce),
+		ctx: ctx, cancel: cancel}
+}
+
+// Close stops sending route changes again: the retry loop ends and its
+// route calls under way are given up on. Calls made after it fail.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
 }
 
 func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
@@ -213,7 +229,7 @@ func (c *Client) RemoveRoute(app string) {
 func (c *Client) deliver(app string, v uint64, r *route.Route, timeout time.Duration) bool {
 	c.slots <- struct{}{} // its time runs once it has its turn
 	defer func() { <-c.slots }()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	path := "/v1/routes/" + url.PathEscape(app) + "?version=" + strconv.FormatUint(v, 10)
 	// The whole table known taken when the call goes: one taken while it
@@ -270,8 +286,12 @@ func (c *Client) brokenLocked(why string) {
 	c.retryLocked()
 }
 
-// retryLocked starts the retry loop, or wakes it. c.mu is held.
+// retryLocked starts the retry loop, or wakes it (not once closed). c.mu
+// is held.
 func (c *Client) retryLocked() {
+	if c.closed {
+		return
+	}
 	if c.retry {
 		select {
 		case c.kick <- struct{}{}:
@@ -284,21 +304,29 @@ func (c *Client) retryLocked() {
 }
 
 // retryLoop sends again what did not reach the proxy, with back-off,
-// until everything has.
+// until everything has or the client is closed.
 func (c *Client) retryLoop() {
 	wait, timeout := retryFirst, c.timeout
 	for {
 		t := c.clock.NewTimer(wait)
-		<-t.C()
+		select {
+		case <-t.C():
+		case <-c.ctx.Done():
+			t.Stop()
+			c.mu.Lock()
+			c.retry = false
+			c.mu.Unlock()
+			return
+		}
 		select { // a kick while waiting is served by this round
 		case <-c.kick:
 		default:
 		}
 		err := c.resend(timeout)
 		c.mu.Lock()
-		if err == nil && len(c.pending) == 0 && !c.broken.Load() {
+		if c.closed || err == nil && len(c.pending) == 0 && !c.broken.Load() {
 			c.retry = false
-			if c.warned {
+			if c.warned && !c.closed {
 				c.log.Info("proxy: route changes reached the proxy process")
 				c.warned = false
 			}
@@ -436,7 +464,7 @@ func (e errStale) Error() string {
 // syncOnce pushes hop, certificates, the whole table and the challenges.
 // c.aux is held.
 func (c *Client) syncOnce(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	c.mu.Lock()
 	hop, certs, chall := c.hop, c.certs, c.chall

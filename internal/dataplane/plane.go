@@ -368,6 +368,7 @@ func (pl *Plane) Stop(ctx context.Context) error {
 	}
 	close(pl.quit)
 	<-pl.done
+	pl.client.Close() // no route change is sent again to a proxy stopping
 	pl.mu.Lock()
 	info, exited := pl.info, pl.exited
 	pl.mu.Unlock()

@@ -243,6 +243,7 @@ func TestRouteChangeTakenLateAndSentAgainIsNoStaleOne(t *testing.T) {
 	}
 	fc := clock.NewFake(time.Now())
 	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	t.Cleanup(c.Close)
 	c.timeout = 100 * time.Millisecond
 	c.SetRoute(routeTo("a", "a-1")) // held, given up on
 	close(release)                  // then taken
@@ -421,6 +422,7 @@ func TestRouteAnswerOlderThanTheSyncIsNoLostTable(t *testing.T) {
 	hc.Transport = late
 	fc := clock.NewFake(time.Now())
 	c := newClient(hc, slog.New(slog.DiscardHandler), fc)
+	t.Cleanup(c.Close)
 	c.timeout = time.Minute
 	done := make(chan struct{})
 	go func() {
@@ -441,5 +443,47 @@ func TestRouteAnswerOlderThanTheSyncIsNoLostTable(t *testing.T) {
 	f.mu.Unlock()
 	if n != 1 || f.route("a") != "a-1" {
 		t.Fatalf("%d whole-table pushes, want 1; route of a %q", n, f.route("a"))
+	}
+}
+
+// Close ends the retry loop of a client whose changes never reach the
+// proxy, and its timer with it; nothing is sent again after.
+func TestCloseEndsTheRetryLoop(t *testing.T) {
+	f := newFlakyProxy(t)
+	f.drop = 1 << 30
+	fc := clock.NewFake(time.Now())
+	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	c.SetRoute(routeTo("a", "a-1"))
+	deadline := time.Now().Add(30 * time.Second)
+	for f.seen.Load() < 3 { // sent again: the loop runs
+		if time.Now().After(deadline) {
+			t.Fatal("the change was not sent again")
+		}
+		if fc.Timers() > 0 {
+			fc.Advance(retryMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.Close()
+	for {
+		c.mu.Lock()
+		running := c.retry
+		c.mu.Unlock()
+		if !running && fc.Timers() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the retry loop runs on after Close (%d timers)", fc.Timers())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n := f.seen.Load()
+	c.SetRoute(routeTo("a", "a-2")) // fails at once, and starts no loop
+	fc.Advance(time.Hour)
+	c.mu.Lock()
+	running := c.retry
+	c.mu.Unlock()
+	if running || fc.Timers() != 0 || f.seen.Load() != n {
+		t.Fatalf("after Close: retry loop %v, %d timers, %d route calls more", running, fc.Timers(), f.seen.Load()-n)
 	}
 }
