@@ -36,9 +36,16 @@ const cpuUsedHigh = 0.9
 // cpuStallHigh is the share of the time since its last verdict in which
 // some task of a replica waited for a CPU (its cgroup's PSI "some", where
 // the kernel tells) for busyInFlight requests waiting on it to ask for
-// more CPU: its work waits for a CPU, whether at its quota or behind its
-// neighbours, and a higher quota lets it catch up as soon as one frees.
+// more CPU, provided it also used cpuUsedStalled of its quota: its work
+// waits for a CPU near its quota, and a higher quota lets it catch up as
+// soon as one frees. Stall alone is no demand for quota: a replica
+// starved by a busy host waits as long while using little of its quota,
+// and a higher one it could not use would only be taken from the others.
 const cpuStallHigh = 0.5
+
+// cpuUsedStalled is the share of its quota a replica stalled in
+// cpuStallHigh of the time must have used to ask for more.
+const cpuUsedStalled = 0.7
 
 // cpuState is one replica's counters at its last verdict.
 type cpuState struct {
@@ -113,9 +120,9 @@ func (d *Decider) decideCPU(now time.Time, cur Current, dec *Decision) (notes []
 		}
 		*st = cpuState{periods: r.Periods, throttled: r.Throttled, used: r.Used, stalled: r.Stalled, read: read, at: now, demand: st.demand}
 		// wants: requests wait on a replica that uses nearly all its
-		// quota, or whose tasks wait for a CPU, though it was not
-		// throttled in ThrottleHigh of its periods.
-		wants := !idle && r.InFlight >= busyInFlight && (used >= cpuUsedHigh || stalled >= cpuStallHigh)
+		// quota, or most of it while its tasks wait for a CPU, though it
+		// was not throttled in ThrottleHigh of its periods.
+		wants := !idle && r.InFlight >= busyInFlight && (used >= cpuUsedHigh || (used >= cpuUsedStalled && stalled >= cpuStallHigh))
 		var demand string
 		if wants && p.vertical() && quota < p.MaxCPU {
 			var saw []string

@@ -242,11 +242,13 @@ func TestCPUHysteresis(t *testing.T) {
 }
 
 // A replica with requests waiting on it asks for more CPU when it used
-// nearly all its quota, or when its tasks waited for a CPU most of the
-// time (PSI, where its cgroup tells), though it was not throttled in 80%
-// of its periods: the quota followed throttling alone before, and a
-// replica at 50-100 requests in flight using all of its 0.3 cores was
-// left there ("throttled in 0% of 5 periods").
+// nearly all its quota, or most of it while its tasks waited for a CPU
+// most of the time (PSI, where its cgroup tells), though it was not
+// throttled in 80% of its periods: the quota followed throttling alone
+// before, and a replica at 50-100 requests in flight using all of its 0.3
+// cores was left there ("throttled in 0% of 5 periods"). Waiting for a
+// CPU while using half its quota or less is contention on the host, not
+// at the quota: no raise.
 func TestCPURaisedOnDemand(t *testing.T) {
 	type step struct {
 		inFlight  int
@@ -265,7 +267,9 @@ func TestCPURaisedOnDemand(t *testing.T) {
 		{"near its quota, throttled in a third", 0.3, step{50, 0.28, 0.3, -1}, 0.6, "used 93% of its 0.3 cpu"},
 		{"below its quota: starved by its neighbours", 0.3, step{80, 0.15, 0, -1}, 0.3, ""},
 		{"at its quota with one request", 0.3, step{1, 0.3, 0, -1}, 0.3, ""},
-		{"waiting for a CPU most of the time", 0.3, step{60, 0.15, 0, 0.7}, 0.6, "used 50% of its 0.3 cpu and waited for a CPU 70% of the time"},
+		{"most of its quota, waiting for a CPU most of the time", 0.3, step{60, 0.22, 0, 0.7}, 0.6, "used 73% of its 0.3 cpu and waited for a CPU 70% of the time"},
+		{"waiting for a CPU, starved by a busy host", 0.3, step{60, 0.15, 0, 0.7}, 0.3, ""},
+		{"under half its quota, waiting for a CPU", 0.3, step{2, 0.135, 0, 0.6}, 0.3, ""},
 		{"hardly waiting for a CPU", 0.3, step{60, 0.15, 0, 0.1}, 0.3, ""},
 		{"at its ceiling", 0.6, step{60, 0.6, 0, -1}, 0.6, ""},
 	}
