@@ -27,6 +27,9 @@ type fakeRuntime struct {
 	hook func(s runtime.Spec) int
 	// failRestore makes a restore (Spec.RestoreFrom) fail.
 	failRestore bool
+	// onRead, if set, runs in a read of CPU counters (CPUUse) before it
+	// returns: a slow read.
+	onRead func()
 }
 
 type fakeCtr struct {
@@ -247,6 +250,12 @@ func (f *fakeRuntime) reads(id string) int {
 
 func (f *fakeRuntime) CPUUse(id string) (runtime.CPUUse, error) {
 	st, err := f.Stats(id)
+	f.mu.Lock()
+	onRead := f.onRead
+	f.mu.Unlock()
+	if onRead != nil {
+		onRead()
+	}
 	return runtime.CPUUse{Periods: st.NrPeriods, Throttled: st.NrThrottled, Used: time.Duration(st.CPUUsageNs)}, err
 }
 

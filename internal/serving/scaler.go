@@ -111,7 +111,10 @@ func (ctl *appCtl) usage(now time.Time, load route.Load) map[string]cpuUsage {
 			delete(ctl.looks, id)
 			continue
 		}
-		u := cpuUsage{CPUUse: cu, at: now, inFlight: el.InFlight}
+		// Stamped when the read returned, not with the round's now: the
+		// decider judges the CPU time used over the span between two
+		// readings, which a slow read would otherwise shorten.
+		u := cpuUsage{CPUUse: cu, at: ctl.m.clock.Now(), inFlight: el.InFlight}
 		look := usageLook{u: u, at: now, every: tick, moved: l.moved}
 		if !ok || busy || u.Periods != l.u.Periods {
 			look.moved = now

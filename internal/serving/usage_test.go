@@ -63,3 +63,42 @@ func TestUsageIdleBacksOff(t *testing.T) {
 		t.Fatalf("5 rounds of CPU work: %d reads, want 5", n)
 	}
 }
+
+// A reading of a replica's CPU counters is stamped when it returned, not
+// with the round's start: the decider judges the CPU time used over the
+// span between two readings, so a read slower than the one before (here
+// by a tick) stamped early makes a replica that used 80% of its quota
+// look as if it used 160%, and its quota was raised for it.
+func TestUsageStampedWhenRead(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("min = 1\nmax = 1", "[resources]\ncpu = 0.3\nmax_cpu = 0.6")
+	h.wait("ready", func() bool { return len(h.replicas()[StateReady]) == 1 })
+	id := h.replicas()[StateReady][0]
+	round := func(used time.Duration) {
+		h.r.setLoad(route.Load{InFlight: 60, LastRequest: h.clock.Now(),
+			Endpoints: map[string]route.EndpointLoad{id: {InFlight: 60, LastRequest: h.clock.Now()}}})
+		h.rt.work(id, 10, 0)
+		h.rt.use(id, used)
+		h.advance(tick)
+	}
+	half := 15 * time.Millisecond // half of 0.3 cores over a tick
+	for range 5 {
+		round(half)
+	}
+	// 80% of its quota over two ticks, read a tick late.
+	h.rt.mu.Lock()
+	h.rt.onRead = func() {
+		h.rt.mu.Lock()
+		h.rt.onRead = nil
+		h.rt.mu.Unlock()
+		h.clock.Advance(tick)
+	}
+	h.rt.mu.Unlock()
+	round(48 * time.Millisecond)
+	for range 3 {
+		round(half)
+	}
+	if _, ups := h.rt.cpu(id); len(ups) != 0 {
+		t.Fatalf("quota changes %v for a replica that used at most 80%% of its quota", ups)
+	}
+}
