@@ -84,9 +84,12 @@ type Client struct {
 
 	// mu guards the table and the versions; no call is made while it is
 	// held. aux orders the calls that carry no version (hop,
-	// certificates, challenges) and Sync.
+	// certificates, challenges), each sent with what is set when it is
+	// held, so the last sent is the newest; a whole table's call is not
+	// made under it. syncMu orders the whole pushes.
 	mu      sync.Mutex
 	aux     sync.Mutex
+	syncMu  sync.Mutex
 	routes  map[string]route.Route // by app, lower case
 	ver     uint64                 // of the last change
 	pending map[string]uint64      // apps whose change at that version is not known to have reached the proxy
@@ -436,8 +439,8 @@ func (c *Client) Sync() error {
 }
 
 func (c *Client) sync(timeout time.Duration) error {
-	c.aux.Lock()
-	defer c.aux.Unlock()
+	c.syncMu.Lock()
+	defer c.syncMu.Unlock()
 	err := c.syncOnce(timeout)
 	var stale errStale
 	if errors.As(err, &stale) {
@@ -461,27 +464,39 @@ func (e errStale) Error() string {
 	return fmt.Sprintf("proxy control: the whole table is older than the proxy's (version %d)", e.version)
 }
 
-// syncOnce pushes hop, certificates, the whole table and the challenges.
-// c.aux is held.
+// syncOnce pushes hop, certificates, the whole table and the challenges;
+// c.aux is held for the hop and certificates, and the challenges, not
+// for the table (a minute at most to a loaded proxy), so that an ACME
+// challenge set meanwhile is not held back. c.syncMu is held.
 func (c *Client) syncOnce(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
+	c.aux.Lock()
 	c.mu.Lock()
-	hop, certs, chall := c.hop, c.certs, c.chall
+	hop, certs := c.hop, c.certs
+	c.mu.Unlock()
+	err := func() error {
+		defer c.aux.Unlock()
+		if hop != nil {
+			if err := c.do(ctx, http.MethodPut, "/v1/hop", hop, nil); err != nil {
+				return err
+			}
+		}
+		if certs != nil {
+			if err := c.do(ctx, http.MethodPut, "/v1/certs", certs, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
 	c.ver++
 	v := c.ver
 	routes := slices.Collect(maps.Values(c.routes))
 	c.mu.Unlock()
-	if hop != nil {
-		if err := c.do(ctx, http.MethodPut, "/v1/hop", hop, nil); err != nil {
-			return err
-		}
-	}
-	if certs != nil {
-		if err := c.do(ctx, http.MethodPut, "/v1/certs", certs, nil); err != nil {
-			return err
-		}
-	}
 	a, err := c.send(ctx, http.MethodPut, "/v1/routes?version="+strconv.FormatUint(v, 10), routes)
 	if err != nil {
 		return err
@@ -489,10 +504,16 @@ func (c *Client) syncOnce(timeout time.Duration) error {
 	if a.versioned && !a.applied {
 		return errStale{a.version}
 	}
+	c.aux.Lock()
+	c.mu.Lock()
+	chall := c.chall
+	c.mu.Unlock()
 	if chall != nil { // the empty set too: a proxy adopted may hold some
-		if err := c.do(ctx, http.MethodPut, "/v1/challenges", chall, nil); err != nil {
-			return err
-		}
+		err = c.do(ctx, http.MethodPut, "/v1/challenges", chall, nil)
+	}
+	c.aux.Unlock()
+	if err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -485,5 +486,48 @@ func TestCloseEndsTheRetryLoop(t *testing.T) {
 	c.mu.Unlock()
 	if running || fc.Timers() != 0 || f.seen.Load() != n {
 		t.Fatalf("after Close: retry loop %v, %d timers, %d route calls more", running, fc.Timers(), f.seen.Load()-n)
+	}
+}
+
+// An ACME challenge set while a whole table's push waits on a loaded
+// proxy reaches the proxy at once: the push does not hold it back.
+func TestChallengesNotHeldBehindAWholePush(t *testing.T) {
+	f := newFlakyProxy(t)
+	release := make(chan bool)
+	f.hold = func(r *http.Request) chan bool {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/routes" {
+			return release
+		}
+		return nil
+	}
+	fc := clock.NewFake(time.Now())
+	c := newClient(unixClient(f.sock, 0), slog.New(slog.DiscardHandler), fc)
+	t.Cleanup(c.Close)
+	c.timeout = time.Minute
+	synced := make(chan error, 1)
+	go func() { synced <- c.Sync() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for f.seen.Load() < 1 { // the whole table is held
+		if time.Now().After(deadline) {
+			t.Fatal("the whole table was not sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	set := make(chan error, 1)
+	go func() {
+		set <- c.SetChallenges(context.Background(), []proxy.Challenge{{Type: proxy.HTTP01, Domain: "www.example.test", Token: "tok", KeyAuth: "tok.k"}})
+	}()
+	select {
+	case err := <-set:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("the challenges waited for the whole table's push")
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
 	}
 }
