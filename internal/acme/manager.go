@@ -414,6 +414,9 @@ func (r *runner) legoClient(ctx context.Context) (*lego.Client, error) {
 		return r.client, nil
 	}
 	m := r.m
+	if err := m.o.Key.CanSeal(); err != nil {
+		return nil, err // no order without a key to seal the account's and the certificate's
+	}
 	u, err := loadAccount(ctx, m.o.Store, m.o.Key, m.o.CA, m.o.Email)
 	if err != nil {
 		return nil, err

@@ -25,13 +25,20 @@ import (
 // certificates' keys.
 const certsKeyLabel = "shoal certificate keys"
 
+// errNoCertsKey is why a node of a cluster whose only key for
+// certificates would come from the store refuses to seal one.
+var errNoCertsKey = refusal("in a cluster, certificate keys need a key kept outside etcd: give every node --cluster-token-file (or the same --secrets-key-file)")
+
+// refusal is an error that cannot be worked around by the request: the
+// daemon must be started otherwise.
+type refusal string
+
+func (r refusal) Error() string        { return string(r) }
+func (r refusal) Is(target error) bool { return target == errdefs.ErrUnavailable }
+
 // openSecrets loads the secrets key (--secrets-key-file, else
 // <data-dir>/secrets.key, made on first use) and opens apps' secrets and
-// the proxy's certificates, whose keys it seals too. In a cluster given
-// no --secrets-key-file, each node's own file differs: certificates' keys
-// (and the ACME account's), which every node's proxy opens, are sealed
-// with a key derived from the cluster secret instead (what this node
-// sealed with its own file still opens).
+// the proxy's certificates, whose keys it seals too (certsKey).
 func (d *Daemon) openSecrets(ctx context.Context) error {
 	path := d.cfg.SecretsKeyFile
 	if path == "" {
@@ -41,21 +48,60 @@ func (d *Daemon) openSecrets(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.certsKey = key
-	if _, ok := d.store.(*store.Etcd); ok && d.cfg.SecretsKeyFile == "" {
-		secret, err := cluster.Secret(ctx, d.store, d.cfg.ClusterTokenFile)
-		if err != nil {
-			return fmt.Errorf("certificates' key: %w", err)
-		}
-		ck, err := secrets.DeriveKey(secret, certsKeyLabel, "(the cluster secret's)")
-		if err != nil {
-			return err
-		}
-		d.certsKey = ck.WithOlder(key)
+	_, inCluster := d.store.(*store.Etcd)
+	ck, err := certsKey(ctx, d.store, inCluster, d.cfg.SecretsKeyFile, d.cfg.ClusterTokenFile, key)
+	if err != nil {
+		return err
+	}
+	d.certsKey = ck
+	if why := ck.CanSeal(); why != nil {
+		d.notes = append(d.notes, "certificates cannot be added or ordered: "+why.Error())
+		d.log.Warn("certificates cannot be added or ordered", "reason", why)
 	}
 	d.secrets = secrets.New(d.store, key, clock.Real{})
 	d.certs = certs.New(d.store, d.certsKey, clock.Real{})
 	return nil
+}
+
+// certsKey returns the key that seals certificates' keys (and the ACME
+// account's), which every node's proxy opens. On one host, or with
+// --secrets-key-file (keyFile, the same on every node), it is own. In a
+// cluster without one, each node's own file differs: the key is derived
+// from the cluster secret of --cluster-token-file (tokenFile), kept off
+// the store. Without that file the only shared secret is the one in the
+// store, beside the records it would seal: the key then opens what was
+// sealed before (with own or that secret) but refuses to seal
+// (errNoCertsKey). A key derived from a secret left in the store also
+// opens, so records sealed before --cluster-token-file stay readable.
+func certsKey(ctx context.Context, st store.Store, inCluster bool, keyFile, tokenFile string, own *secrets.Key) (*secrets.Key, error) {
+	if !inCluster || keyFile != "" {
+		return own, nil
+	}
+	var stored *secrets.Key
+	if kv, err := st.Get(ctx, store.ClusterSecretKey); err == nil {
+		if s := strings.TrimSpace(string(kv.Value)); len(s) >= 16 {
+			if stored, err = secrets.DeriveKey(s, certsKeyLabel, "(the cluster secret kept in the store)"); err != nil {
+				return nil, err
+			}
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("certificates' key: cluster secret: %w", err)
+	}
+	if tokenFile == "" {
+		if stored == nil {
+			return own.OpenOnly(errNoCertsKey), nil
+		}
+		return stored.WithOlder(own).OpenOnly(errNoCertsKey), nil
+	}
+	secret, err := cluster.Secret(ctx, st, tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificates' key: %w", err)
+	}
+	ck, err := secrets.DeriveKey(secret, certsKeyLabel, "(the cluster secret's, --cluster-token-file)")
+	if err != nil {
+		return nil, err
+	}
+	return ck.WithOlder(own, stored), nil
 }
 
 // secretsAPI is apps' secrets as the API serves them: never a value out.

@@ -51,7 +51,13 @@ func TestClusterEdgeACME(t *testing.T) {
 		t.Fatalf("curl (Debian's curl; scripts/install-deps.sh test): %v", err)
 	}
 	plainFw, tlsFw := newForwarder(t), newForwarder(t)
-	c := startClusterWith(t, 0, true)
+	// Certificates' keys are sealed with a key kept off etcd: the
+	// cluster secret of --cluster-token-file, the same on every node.
+	token := filepath.Join(t.TempDir(), "cluster.token")
+	if err := os.WriteFile(token, []byte("e2e-cluster-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startClusterWith(t, 0, true, "--cluster-token-file", token)
 	peb := pebbletest.Start(t, pebbletest.Options{HTTPPort: plainFw.port(), TLSPort: tlsFw.port(),
 		Validity: 90 * time.Second, APIIP: c.HostIP})
 	c.Opts.Args = append(c.Opts.Args, "--proxy-tls", "0.0.0.0:"+clusterTLSPort,

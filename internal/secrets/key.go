@@ -32,6 +32,8 @@ type Key struct {
 	path string
 	// older keys still open what they sealed (Open picks by ID).
 	older []*Key
+	// refuse, when set, is why this key must not seal (OpenOnly).
+	refuse error
 }
 
 // DeriveKey makes a Key from a secret shared by the nodes of a cluster
@@ -59,6 +61,18 @@ func (k *Key) WithOlder(older ...*Key) *Key {
 	}
 	return &c
 }
+
+// OpenOnly returns k that still opens what it (or its older keys) sealed
+// but refuses to seal anything new, with why: a key whose secret is kept
+// beside what it would seal protects nothing.
+func (k *Key) OpenOnly(why error) *Key {
+	c := *k
+	c.refuse = why
+	return &c
+}
+
+// CanSeal tells why k refuses to seal (OpenOnly), or nil.
+func (k *Key) CanSeal() error { return k.refuse }
 
 // LoadKey reads the key in path, or makes one there (32 random bytes, mode
 // 0600) when the file does not exist. A key file readable or writable by
@@ -167,6 +181,9 @@ func aad(app, name string) []byte { return []byte("shoal secret\x00" + app + "\x
 
 // Seal encrypts value, app's secret name.
 func (k *Key) Seal(app, name string, value []byte) (Sealed, error) {
+	if k.refuse != nil {
+		return Sealed{}, k.refuse
+	}
 	nonce := make([]byte, k.aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
 		return Sealed{}, fmt.Errorf("secret %s/%s: %w", app, name, err)

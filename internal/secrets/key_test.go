@@ -2,6 +2,7 @@ package secrets
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,5 +115,24 @@ func TestDeriveKeyWithOlder(t *testing.T) {
 	}
 	if got, err := b.Open("app", "n", s); err != nil || string(got) != "v2" {
 		t.Fatalf("another node's derived key: %q, %v", got, err)
+	}
+}
+
+func TestOpenOnlyRefusesToSeal(t *testing.T) {
+	k, err := LoadKey(filepath.Join(t.TempDir(), "k.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, _ := k.Seal("app", "n", []byte("v"))
+	why := errors.New("no key kept off the store")
+	ro := k.OpenOnly(why)
+	if got, err := ro.Open("app", "n", sealed); err != nil || string(got) != "v" {
+		t.Fatalf("an open-only key opening its own record: %q, %v", got, err)
+	}
+	if _, err := ro.Seal("app", "n", []byte("v")); !errors.Is(err, why) {
+		t.Fatalf("an open-only key sealed: %v; want %v", err, why)
+	}
+	if ro.CanSeal() != why || k.CanSeal() != nil {
+		t.Fatalf("CanSeal: %v, %v", ro.CanSeal(), k.CanSeal())
 	}
 }
