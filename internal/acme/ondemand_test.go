@@ -229,3 +229,25 @@ func TestDemandAppDomainAndBackoff(t *testing.T) {
 		}
 	}
 }
+
+// A key that must not seal (a cluster whose only shared secret is in the
+// store) orders nothing: the order fails at once, before the CA is asked,
+// and the domain's LAST ERROR says why.
+func TestNoOrderWithoutASealingKey(t *testing.T) {
+	m, st, clk := onDemandManager(t, OnDemand{})
+	why := errors.New("in a cluster, certificate keys need a key kept outside etcd")
+	m.o.Key = m.o.Key.OpenOnly(why)
+	ctx := context.Background()
+	if _, err := store.ClaimDomains(ctx, st, "web", []string{"www.shop.test"}); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{m: m, w: st, certs: certs.New(st, m.o.Key, clk)}
+	r.pass(ctx)
+	list, err := r.certs.ListInfo(ctx)
+	if err != nil || len(list) != 1 || list[0].LastError != why.Error() || !list[0].Pending() {
+		t.Fatalf("certificates after an order without a sealing key: %+v, %v; want www.shop.test pending, LastError %q", list, err, why)
+	}
+	if _, err := st.Get(ctx, store.ACMEAccountKey); !errdefs.IsNotFound(err) {
+		t.Fatalf("an account kept without a sealing key: %v", err)
+	}
+}
