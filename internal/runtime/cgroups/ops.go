@@ -15,8 +15,8 @@ import (
 )
 
 // freezePolls bounds how often Freeze re-reads the freezer state while the
-// kernel is still freezing tasks.
-const freezePolls = 2000
+// kernel is still freezing tasks: about 8 s in all, for a loaded host.
+const freezePolls = 4000
 
 // Freeze stops every task of the cgroup and returns once the kernel reports
 // the cgroup frozen.
@@ -84,8 +84,18 @@ func (p Paths) setFrozenV1(state string) error {
 	}
 	file := filepath.Join(d, "freezer.state")
 	for i := 0; i < freezePolls; i++ {
-		// Writing FROZEN again restarts a freeze that got stuck in FREEZING.
+		// Writing FROZEN again restarts a freeze that got stuck in
+		// FREEZING. A v1 freeze can stay stuck while a task is in the
+		// middle of a fork (a shell's loop forking every few ms): a brief
+		// thaw lets it finish before the next try, as runc's own freezer
+		// does.
 		if i%50 == 0 {
+			if i > 0 && state == "FROZEN" {
+				if err := os.WriteFile(file, []byte("THAWED"), 0); err != nil {
+					return fmt.Errorf("%s: %w", file, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
 			if err := os.WriteFile(file, []byte(state), 0); err != nil {
 				return fmt.Errorf("%s: %w", file, err)
 			}
