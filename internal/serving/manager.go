@@ -112,7 +112,7 @@ type Manager struct {
 	// leader is the leader work of this node's term in a cluster.
 	leader  *leading
 	changed <-chan struct{} // the cluster's live nodes changed
-	wg      sync.WaitGroup
+	wg      group
 	eventQueue
 	self  tokenIndex
 	quiet quietApps
