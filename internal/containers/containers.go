@@ -27,6 +27,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/group"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
@@ -46,7 +47,10 @@ type Service struct {
 	attached map[string]*network.Attachment // container id → its namespace
 	removing map[string]bool                // --rm containers being removed
 	starting map[string]int                 // image digest → containers being started from it
-	pending  sync.WaitGroup                 // background releases and removals
+	// pending counts the background releases and removals. A run whose
+	// client's server closed at the daemon's stop may still add one while
+	// Drain waits: a group, not a sync.WaitGroup.
+	pending group.Group
 
 	// stopping is set when the daemon shuts down: a run whose client
 	// connection closes then leaves its container running (the next daemon

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/cluster"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/group"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -36,47 +36,7 @@ type lead struct {
 	st     store.Store
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     group // the controllers' goroutines and the starts under way
-}
-
-// group counts goroutines, as a sync.WaitGroup does, but may be added to
-// from zero while Wait waits: the lead's end waits for work started by
-// goroutines it does not count (a drain, a health check, a watch ending
-// on its replica's exit publish a route), which a sync.WaitGroup forbids
-// ("reused before previous Wait has returned"). Work added after Wait
-// returned is not waited for; the lead's context is cancelled by then.
-type group struct {
-	mu   sync.Mutex
-	n    int
-	zero *sync.Cond
-}
-
-// Add adds delta, which may be negative, to the count.
-func (g *group) Add(delta int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.n += delta
-	switch {
-	case g.n < 0:
-		panic("serving: negative group count")
-	case g.n == 0 && g.zero != nil:
-		g.zero.Broadcast()
-	}
-}
-
-// Done takes one from the count.
-func (g *group) Done() { g.Add(-1) }
-
-// Wait returns once the count is zero.
-func (g *group) Wait() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.zero == nil {
-		g.zero = sync.NewCond(&g.mu)
-	}
-	for g.n > 0 {
-		g.zero.Wait()
-	}
+	wg     group.Group // the controllers' goroutines and the starts under way
 }
 
 // newLead returns a lead under ctx, writing through term t (nil: the store).

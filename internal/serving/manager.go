@@ -14,6 +14,7 @@ import (
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/clock"
 	"github.com/shoal-run/shoal/internal/errdefs"
+	"github.com/shoal-run/shoal/internal/group"
 	"github.com/shoal-run/shoal/internal/image"
 	"github.com/shoal-run/shoal/internal/route"
 	"github.com/shoal-run/shoal/internal/store"
@@ -112,7 +113,7 @@ type Manager struct {
 	// leader is the leader work of this node's term in a cluster.
 	leader  *leading
 	changed <-chan struct{} // the cluster's live nodes changed
-	wg      group
+	wg      group.Group
 	eventQueue
 	self  tokenIndex
 	quiet quietApps

@@ -1,4 +1,4 @@
-package serving
+package group
 
 import (
 	"sync/atomic"
@@ -13,7 +13,7 @@ import (
 // the group waits for the new work, or returned before it was added.
 func TestGroupAddedFromZeroWhileWaiting(t *testing.T) {
 	for range 300 {
-		var g group
+		var g Group
 		g.Add(1)
 		go func() {
 			time.Sleep(50 * time.Microsecond) // Wait is likely blocked by now
@@ -28,7 +28,7 @@ func TestGroupAddedFromZeroWhileWaiting(t *testing.T) {
 
 // Wait returns once every counted goroutine is done.
 func TestGroupWaitsForAll(t *testing.T) {
-	var g group
+	var g Group
 	var done atomic.Int32
 	g.Add(3)
 	for range 3 {
