@@ -15,7 +15,7 @@ type activator interface {
 }
 
 // routeActivate serves POST /v1/apps/{name}/activate: 202 once the wake-up
-// is queued (an unknown app is ignored, as the proxy answers its requests).
+// is queued (one for an app not loaded yet is kept for it: serving's wakes.go).
 func (s *Server) routeActivate(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/apps/{name}/activate", func(w http.ResponseWriter, r *http.Request) {
 		a, ok := s.Apps.(activator)

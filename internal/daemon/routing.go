@@ -70,8 +70,8 @@ func (d *Daemon) newClusterRouting(local routes.Local, loads func() map[string]r
 	// The routes lead from the start of each term of this node, before
 	// serving publishes as leader.
 	d.lead.hub.Register(cr.router)
-	cr.act = &routes.Activator{Leader: cr, Leading: cr.router.Leading, Logger: d.log}
 	cr.ctx, cr.stop = context.WithCancel(context.Background())
+	cr.act = &routes.Activator{Leader: cr, Leading: cr.router.Leading, Logger: d.log, Done: cr.ctx.Done()}
 	cr.wg.Add(2)
 	go func() { defer cr.wg.Done(); cr.followLive() }()
 	go func() { defer cr.wg.Done(); cr.router.Run(cr.ctx) }()

@@ -5,11 +5,21 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
 )
 
-// activateTimeout bounds one wake-up sent to the leader; the proxy asks
-// again while its requests wait.
-const activateTimeout = 5 * time.Second
+// activateTimeout bounds one wake-up sent to the leader. One the leader
+// did not take (no leader during an election, its agent not answering)
+// is sent again, after activateRetry and then twice as long each time up
+// to activateRetryMax, for up to activateKeep: the proxy had its 202 and
+// does not ask again, and the request waits for this one.
+const (
+	activateTimeout  = 5 * time.Second
+	activateRetry    = 100 * time.Millisecond
+	activateRetryMax = 2 * time.Second
+	activateKeep     = time.Minute
+)
 
 // Waker wakes an app on this node: serving's Activate.
 type Waker interface {
@@ -26,12 +36,17 @@ type LeaderWaker interface {
 // there); otherwise the leader is asked, whose controller starts or thaws
 // a replica on the node placement picks. The route that comes back
 // through the store releases the held requests. Activate never blocks,
-// and sends at most one wake-up of an app to the leader at a time.
+// and sends at most one wake-up of an app to the leader at a time, again
+// while the leader does not take it (activateKeep).
 type Activator struct {
 	Local   Waker
 	Leader  LeaderWaker
 	Leading func() bool
 	Logger  *slog.Logger
+	// Clock times the retries (nil: the real one); Done, when closed,
+	// ends them (the routing stops).
+	Clock clock.Clock
+	Done  <-chan struct{}
 
 	mu      sync.Mutex
 	sending map[string]bool
@@ -59,10 +74,46 @@ func (a *Activator) Activate(app string) {
 			delete(a.sending, app)
 			a.mu.Unlock()
 		}()
-		ctx, cancel := context.WithTimeout(context.Background(), activateTimeout)
-		defer cancel()
-		if err := a.Leader.ActivateOnLeader(ctx, app); err != nil && a.Logger != nil {
-			a.Logger.Warn("routes: wake an app through the leader", "app", app, "err", err)
-		}
+		a.send(app)
 	}()
+}
+
+// send sends app's wake-up to the leader until it takes it, this node
+// leads, activateKeep passes or Done closes.
+func (a *Activator) send(app string) {
+	clk := a.Clock
+	if clk == nil {
+		clk = clock.Real{}
+	}
+	start, wait, warned := clk.Now(), activateRetry, false
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), activateTimeout)
+		err := a.Leader.ActivateOnLeader(ctx, app)
+		cancel()
+		if err == nil {
+			return
+		}
+		if clk.Since(start) >= activateKeep {
+			if a.Logger != nil {
+				a.Logger.Warn("routes: a wake-up the leader did not take; given up", "app", app, "err", err)
+			}
+			return
+		}
+		if !warned && a.Logger != nil {
+			a.Logger.Warn("routes: wake an app through the leader; retrying", "app", app, "err", err)
+			warned = true
+		}
+		t := clk.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-a.Done:
+			t.Stop()
+			return
+		}
+		wait = min(2*wait, activateRetryMax)
+		if a.Leading() {
+			a.Local.Activate(app)
+			return
+		}
+	}
 }

@@ -2,10 +2,13 @@ package routes
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shoal-run/shoal/internal/clock"
 )
 
 type wakes struct {
@@ -75,5 +78,51 @@ func until(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// leaderAway fails the first wake-ups sent to it (no leader during an
+// election), then takes them.
+type leaderAway struct {
+	calls atomic.Int32
+	fails int32
+}
+
+func (l *leaderAway) ActivateOnLeader(ctx context.Context, app string) error {
+	if l.calls.Add(1) <= l.fails {
+		return errors.New("the cluster has no leader")
+	}
+	return nil
+}
+
+// A wake-up the leader did not take is sent again (the proxy, answered
+// 202, does not ask again), until it is taken; and for no longer than
+// activateKeep.
+func TestActivatorRetriesUntilTheLeaderTakesIt(t *testing.T) {
+	fc := clock.NewFake(time.Unix(1e9, 0))
+	leader := &leaderAway{fails: 3}
+	a := &Activator{Local: &wakes{}, Leader: leader, Leading: func() bool { return false }, Clock: fc}
+	a.Activate("web")
+	until(t, "the wake-up to be taken after the leader failed it thrice", func() bool {
+		fc.Advance(activateRetryMax)
+		return leader.calls.Load() == 4
+	})
+	until(t, "the wake-up to end once taken", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.sending) == 0
+	})
+
+	away := &leaderAway{fails: 1 << 30}
+	a = &Activator{Local: &wakes{}, Leader: away, Leading: func() bool { return false }, Clock: fc}
+	a.Activate("web")
+	until(t, "the wake-up to be given up after activateKeep", func() bool {
+		fc.Advance(activateRetryMax)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return len(a.sending) == 0
+	})
+	if n := away.calls.Load(); n < 2 || n > int32(activateKeep/activateRetryMax)+10 {
+		t.Fatalf("%d wake-ups sent before giving up; want a retry every %s or less for %s", n, activateRetryMax, activateKeep)
 	}
 }

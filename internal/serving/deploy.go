@@ -108,7 +108,7 @@ func (m *Manager) create(ctx context.Context, l *lead, d deployment) (*appCtl, e
 		m.mu.Unlock()
 		return nil, m.errNotLeader()
 	}
-	m.apps[name] = ctl
+	m.addApp(ctl)
 	m.mu.Unlock()
 	if err := os.MkdirAll(ctl.logs.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("app %q: %w", name, err)

@@ -227,7 +227,7 @@ func (m *Manager) load(ctx context.Context, l *lead) error {
 		ctl.publish()
 		ctl.unlock()
 		m.mu.Lock()
-		m.apps[rec.Config.Name] = ctl
+		m.addApp(ctl)
 		m.mu.Unlock()
 		m.run(ctl)
 		if l.term != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -110,6 +111,8 @@ type Manager struct {
 	mu   sync.Mutex
 	apps map[string]*appCtl
 	lead *lead // the apps run under it; nil while a node of a cluster follows
+	// wakes are the wake-ups of apps without a controller yet (wakes.go).
+	wakes map[string]time.Time
 	// leader is the leader work of this node's term in a cluster.
 	leader  *leading
 	changed <-chan struct{} // the cluster's live nodes changed
@@ -223,14 +226,17 @@ func (m *Manager) Close() {
 }
 
 // Activate wakes app: the proxy calls it when a request finds no ready
-// replica. It never blocks.
+// replica. It never blocks. A wake-up of an app not loaded yet is kept for
+// its controller (wakes.go).
 func (m *Manager) Activate(app string) {
-	if ctl := m.app(app); ctl != nil {
-		if !ctl.woken.Load() {
-			ctl.wokenAt.Store(m.clock.Now().UnixNano())
-		}
-		ctl.woken.Store(true)
-		poke(ctl.wake)
+	m.mu.Lock()
+	ctl := m.apps[app]
+	if ctl == nil {
+		m.keepWake(app)
+	}
+	m.mu.Unlock()
+	if ctl != nil {
+		ctl.activate(m.clock.Now())
 	}
 }
 

@@ -1,0 +1,80 @@
+package serving
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A wake-up that comes while the daemon starts, before the app's
+// controller is loaded, is kept and reaches the controller: the proxy,
+// which had its 202, does not ask again, and its load (read before the
+// request came) shows nothing waiting, yet the app starts a replica.
+func TestWakeBeforeLoadIsKept(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("")
+	h.m.Close()
+	o := h.m.o
+	o.Registerer = prometheus.NewRegistry()
+	m, err := New(h.withLocal(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	m.Activate("hello") // the app is not loaded yet
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	h.advanceUntil("the kept wake-up starts a replica", tick, func() bool { return len(h.replicas()[StateReady]) == 1 })
+}
+
+// A wake-up that comes before the app's deploy made its controller (a
+// route the proxy had from an earlier run, say) is kept for it.
+func TestWakeBeforeDeployIsKept(t *testing.T) {
+	h := newHarness(t)
+	h.m.Activate("hello")
+	h.deploy("")
+	h.advanceUntil("the kept wake-up starts a replica", tick, func() bool { return len(h.replicas()[StateReady]) == 1 })
+}
+
+// A kept wake-up lapses after keptWakeFor: nobody waits for it any more,
+// and the app, deployed later, starts no replica for it.
+func TestKeptWakeLapses(t *testing.T) {
+	h := newHarness(t)
+	h.m.Activate("hello")
+	h.clock.Advance(keptWakeFor)
+	h.deploy("")
+	for range 5 {
+		h.advance(tick)
+	}
+	if r := h.replicas(); len(r) != 0 {
+		t.Fatalf("replicas after a lapsed wake-up: %v, want none", r)
+	}
+}
+
+// The wake-ups kept are bounded in count: past maxKeptWakes, those that
+// lapsed make room, and otherwise a new one is dropped.
+func TestKeptWakesBounded(t *testing.T) {
+	h := newHarness(t)
+	for i := range maxKeptWakes + 10 {
+		h.m.Activate(fmt.Sprintf("app-%d", i))
+	}
+	h.m.mu.Lock()
+	n := len(h.m.wakes)
+	h.m.mu.Unlock()
+	if n != maxKeptWakes {
+		t.Fatalf("%d wake-ups kept, want %d", n, maxKeptWakes)
+	}
+	h.clock.Advance(keptWakeFor)
+	h.m.Activate("late")
+	h.m.mu.Lock()
+	_, kept := h.m.wakes["late"]
+	n = len(h.m.wakes)
+	h.m.mu.Unlock()
+	if !kept || n != 1 {
+		t.Fatalf("after the others lapsed: late kept %v, %d kept; want true, 1", kept, n)
+	}
+}
