@@ -8,6 +8,7 @@
 package containers
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"sort"
 	"sync"
@@ -32,6 +34,7 @@ import (
 	"github.com/shoal-run/shoal/internal/labels"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/sandbox/stub"
 )
 
 const defaultPids = 1024
@@ -51,6 +54,9 @@ type Service struct {
 	// client's server closed at the daemon's stop may still add one while
 	// Drain waits: a group, not a sync.WaitGroup.
 	pending group.Group
+	pool    premadePool
+	hidden  map[string]bool  // premade containers no run has taken
+	taken   map[string]taken // premade containers runs took, until removed
 
 	// stopping is set when the daemon shuts down: a run whose client
 	// connection closes then leaves its container running (the next daemon
@@ -64,7 +70,9 @@ type Service struct {
 // New returns the service of rt, with its images, network pool, log and
 // metrics (registered with reg).
 func New(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *Service {
-	s := &Service{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}, starting: map[string]int{}}
+	s := &Service{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}, starting: map[string]int{},
+		hidden: map[string]bool{}, taken: map[string]taken{}}
+	s.pool.ready, s.pool.making, s.pool.work = map[shape]*premade{}, map[shape]chan struct{}{}, map[chan struct{}]bool{}
 	s.started = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_containers_started_total", Help: "Containers started, by network mode.",
 	}, []string{"network"})
@@ -84,12 +92,23 @@ func New(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.
 }
 
 // Run starts a container for req, streams its output through attach and
-// waits for it to exit.
+// waits for it to exit. A --rm run takes a container made ahead for its
+// shape when there is one (see premadePool).
 func (s *Service) Run(ctx context.Context, req types.RunRequest, attach func() (io.Writer, io.Writer)) (types.Exit, error) {
 	t0 := time.Now()
 	p, err := s.plan(ctx, req)
 	if err != nil {
 		return types.Exit{}, err
+	}
+	if p.remove {
+		// Made again for the next run of its shape, once this one has
+		// taken it (or found none).
+		defer s.refill(p)
+		if b := s.takePremade(ctx, p); b != nil {
+			if exit, err, ok := s.runPremade(ctx, p, b, attach, t0); ok {
+				return exit, err
+			}
+		}
 	}
 	started := false
 	defer func() {
@@ -137,21 +156,167 @@ func (s *Service) Run(ctx context.Context, req types.RunRequest, attach func() (
 	s.duration.WithLabelValues("start").Observe(time.Since(t0).Seconds())
 	t1 := time.Now()
 	stdout, stderr := attach()
+	return s.finish(p, id, t1, stdout, stderr, &held{r: outR}, &held{r: errR}, func() (types.Exit, bool) {
+		return s.wait(ctx, id, p.timeout)
+	}), nil
+}
+
+// runPremade runs p's command in premade sandbox b: its shoal-init reads
+// the command and execs it. Output is held back from attach until the
+// command writes some or ends, so that a command shoal-init cannot run is
+// an error as on the ordinary path. ok is false if b's shoal-init was
+// gone (b is then removed and the run takes the ordinary path).
+func (s *Service) runPremade(ctx context.Context, p *runPlan, b *premade, attach func() (io.Writer, io.Writer), t0 time.Time) (_ types.Exit, _ error, ok bool) {
+	id := b.id
+	cmd := stub.Encode(stub.Cmd{Args: p.spec.Args, Env: p.reqEnv, Cwd: p.spec.Cwd})
+	_, err := b.stdin.Write(cmd)
+	b.stdin.Close()
+	b.stdin = nil
+	if err != nil {
+		s.log.Warn("premade container gone", "container", id, "err", err)
+		s.mu.Lock()
+		delete(s.taken, id)
+		s.mu.Unlock()
+		s.destroyPremade(b)
+		return types.Exit{}, nil, false
+	}
+	s.trackNet(id, b.att)
+	s.unpin(p.digest) // the runtime lists the container
+	s.started.WithLabelValues(string(p.mode)).Inc()
+	s.duration.WithLabelValues("start").Observe(time.Since(t0).Seconds())
+	t1 := time.Now()
+	done := make(chan waited, 1)
+	go func() {
+		exit, left := s.wait(ctx, id, p.timeout)
+		done <- waited{exit, left}
+	}()
+	out, errh := hold(b.outR), hold(b.errR)
+	w, failed := gate(out, errh, done)
+	if failed != "" {
+		out.discard()
+		errh.discard()
+		s.removeAfter(p, id)
+		return types.Exit{}, fmt.Errorf("container %s: start: %s", id, failed), true
+	}
+	stdout, stderr := attach()
+	return s.finish(p, id, t1, stdout, stderr, out, errh, func() (types.Exit, bool) {
+		if w == nil {
+			r := <-done
+			w = &r
+		}
+		return w.exit, w.left
+	}), nil, true
+}
+
+// waited is how a container's wait ended.
+type waited struct {
+	exit types.Exit
+	left bool
+}
+
+// gate waits until the command given to a premade container's shoal-init
+// surely runs: it wrote to stdout, or to stderr other than shoal-init's
+// line saying it cannot run the command, or it ended (then w is how, read
+// from done). failed is shoal-init's reason (`cannot run "NAME": WHY`)
+// if it could not run the command: it then exited 127 after that line.
+func gate(out, errh *held, done <-chan waited) (w *waited, failed string) {
+	outFirst, errFirst := out.done, errh.done
+	for {
+		select {
+		case <-outFirst:
+			outFirst = nil
+			if len(out.first) > 0 {
+				return nil, ""
+			}
+			// Closed: the command ends.
+		case <-errFirst:
+			errFirst = nil
+			if len(errh.first) > 0 && !bytes.HasPrefix(errh.first, []byte(stub.Failed)) {
+				return nil, ""
+			}
+			// The command ends, or it may not have run.
+		case r := <-done:
+			if r.left {
+				return &r, ""
+			}
+			<-errh.done
+			if r.exit.Code == 127 && bytes.HasPrefix(errh.first, []byte(stub.Failed)) {
+				line, _, _ := bytes.Cut(errh.first, []byte("\n"))
+				return &r, string(bytes.TrimPrefix(line, []byte("shoal-init: ")))
+			}
+			return &r, ""
+		}
+	}
+}
+
+// held is a container's stdout or stderr with what was first read of it.
+type held struct {
+	r     *os.File
+	first []byte
+	err   error
+	done  chan struct{} // closed once first is read; nil: nothing read ahead
+}
+
+// hold reads the first output of r in the background.
+func hold(r *os.File) *held {
+	h := &held{r: r, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		buf := make([]byte, 32<<10)
+		n, err := r.Read(buf)
+		h.first, h.err = buf[:n], err
+	}()
+	return h
+}
+
+// copyTo writes what h holds and the rest of its output to w, then closes it.
+func (h *held) copyTo(w io.Writer) {
+	if h.done != nil {
+		<-h.done
+		w.Write(h.first)
+		if h.err != nil {
+			h.r.Close()
+			return
+		}
+	}
+	io.Copy(w, h.r)
+	h.r.Close()
+}
+
+// discard closes h once its first read has ended.
+func (h *held) discard() {
+	h.r.Close()
+	if h.done != nil {
+		<-h.done
+	}
+}
+
+// finish streams a started container's output (out, errh) to stdout and
+// stderr while it waits for its exit; the network is released and a --rm
+// container removed in the background. If wait says the container was
+// left (the daemon is stopping), its output is dropped.
+func (s *Service) finish(p *runPlan, id string, t1 time.Time, stdout, stderr io.Writer, out, errh *held, wait func() (types.Exit, bool)) types.Exit {
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); io.Copy(stdout, outR); outR.Close() }()
-	go func() { defer copies.Done(); io.Copy(stderr, errR); errR.Close() }()
-
-	exit, left := s.wait(ctx, id, p.timeout)
+	go func() { defer copies.Done(); out.copyTo(stdout) }()
+	go func() { defer copies.Done(); errh.copyTo(stderr) }()
+	exit, left := wait()
 	if left {
 		// The daemon is stopping: the container keeps running for the next
 		// daemon, its output has nowhere to go.
-		outR.Close()
-		errR.Close()
-		return exit, nil
+		out.r.Close()
+		errh.r.Close()
+		return exit
 	}
 	copies.Wait()
 	s.duration.WithLabelValues("run").Observe(time.Since(t1).Seconds())
+	s.removeAfter(p, id)
+	return exit
+}
+
+// removeAfter releases the network of container id, which has exited, and
+// removes a --rm one, in the background.
+func (s *Service) removeAfter(p *runPlan, id string) {
 	// Tearing down a bridge attachment takes tens of milliseconds of CNI and
 	// iptables work; the caller does not wait for it.
 	s.pending.Add(1)
@@ -174,10 +339,10 @@ func (s *Service) Run(ctx context.Context, req types.RunRequest, attach func() (
 			s.duration.WithLabelValues("delete").Observe(time.Since(t2).Seconds())
 			s.mu.Lock()
 			delete(s.removing, id)
+			delete(s.taken, id)
 			s.mu.Unlock()
 		}()
 	}
-	return exit, nil
 }
 
 // wait waits for the container to exit, killing it when the timeout passes
@@ -230,8 +395,12 @@ func (s *Service) wait(ctx context.Context, id string, timeout time.Duration) (e
 	}
 }
 
-// Drain waits for the background releases and removals to finish.
-func (s *Service) Drain() { s.pending.Wait() }
+// Drain removes the premade containers, stops making them and waits for
+// the background releases and removals to finish.
+func (s *Service) Drain() {
+	s.closePremade()
+	s.pending.Wait()
+}
 
 // Stopping marks the daemon as shutting down: a run whose client
 // connection closes from now on leaves its container running for the next
@@ -279,7 +448,7 @@ func (s *Service) WatchAdopted(cs []*runtime.Container) {
 }
 
 // List returns the containers the runtime knows, newest first, leaving out
-// --rm containers being removed.
+// --rm containers being removed and premade ones no run has taken.
 func (s *Service) List(ctx context.Context) ([]types.Container, error) {
 	cs, err := s.rt.List(ctx)
 	if err != nil {
@@ -287,14 +456,24 @@ func (s *Service) List(ctx context.Context) ([]types.Container, error) {
 	}
 	out := make([]types.Container, 0, len(cs))
 	s.mu.Lock()
-	removing := make(map[string]bool, len(s.removing))
+	skip := make(map[string]bool, len(s.removing)+len(s.hidden))
 	for id := range s.removing {
-		removing[id] = true
+		skip[id] = true
+	}
+	for id := range s.hidden {
+		skip[id] = true
+	}
+	taken := make(map[string]taken, len(s.taken))
+	for id, t := range s.taken {
+		taken[id] = t
 	}
 	s.mu.Unlock()
 	for _, c := range cs {
-		if removing[c.ID] {
+		if skip[c.ID] {
 			continue
+		}
+		if t, ok := taken[c.ID]; ok {
+			c.Labels, c.Created = t.labels, t.created
 		}
 		a := types.Container{ID: c.ID, Status: c.Status, Pid: c.Pid, Created: c.Created, Labels: c.Labels, Image: c.Labels[labels.Image]}
 		json.Unmarshal([]byte(c.Labels[labels.Command]), &a.Command)
@@ -316,8 +495,10 @@ func (s *Service) unpin(digest string) {
 }
 
 // ImageUsers maps each image digest in use to one container using it
-// ("starting" for a container not yet created).
+// ("starting" for a container not yet created). Premade containers are
+// removed first: they do not keep an image.
 func (s *Service) ImageUsers(ctx context.Context) (map[string]string, error) {
+	s.dropPremade()
 	cs, err := s.rt.List(ctx)
 	if err != nil {
 		return nil, err
@@ -327,8 +508,12 @@ func (s *Service) ImageUsers(ctx context.Context) (map[string]string, error) {
 	for d := range s.starting {
 		m[d] = "starting"
 	}
+	hidden := maps.Clone(s.hidden)
 	s.mu.Unlock()
 	for _, c := range cs {
+		if hidden[c.ID] {
+			continue
+		}
 		if d := c.Labels[labels.Digest]; d != "" {
 			m[d] = c.ID
 		}
@@ -339,7 +524,7 @@ func (s *Service) ImageUsers(ctx context.Context) (map[string]string, error) {
 // Remove deletes container id with its mounts, cgroups and network.
 func (s *Service) Remove(ctx context.Context, id string) error {
 	s.mu.Lock()
-	removing := s.removing[id]
+	removing := s.removing[id] || s.hidden[id]
 	s.mu.Unlock()
 	if removing {
 		return fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)

@@ -22,6 +22,8 @@ type runPlan struct {
 	timeout time.Duration
 	remove  bool
 	digest  string // image pinned while the container starts
+	// imageEnv is the image's environment, reqEnv the request's on top.
+	imageEnv, reqEnv []string
 }
 
 func (s *Service) plan(ctx context.Context, req types.RunRequest) (_ *runPlan, retErr error) {
@@ -81,6 +83,7 @@ func (s *Service) plan(ctx context.Context, req types.RunRequest) (_ *runPlan, r
 	}
 	// The runtime adds a default PATH when the image sets none.
 	env := append([]string{}, img.Config.Env...)
+	p.imageEnv, p.reqEnv = env[:len(env):len(env)], req.Env
 	cmdJSON, _ := json.Marshal(args)
 	p.spec = runtime.Spec{
 		Layers: img.Layers,

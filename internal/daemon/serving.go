@@ -111,6 +111,7 @@ func (d *Daemon) openServing(ctx context.Context) error {
 		}
 		return err
 	}
+	d.ctrs.KeepPremade(initBin) // `run --rm` takes containers made ahead too
 	appsDir := filepath.Join(cfg.DataDir, "apps")
 	lo := localnode.Options{Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Placer: placer,
 		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log, Version: cfg.Version,
