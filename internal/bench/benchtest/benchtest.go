@@ -155,17 +155,16 @@ func lockSuites(t *testing.T) {
 	t.Cleanup(func() { f.Close() })
 }
 
-// Quick runs suite s for real in quick mode (BENCH_QUICK=1), writes the
-// docs (to $BENCH_TEST_DOCS when set), and checks that every table row has
-// numbers or says why not (a missing program is no reason), that every chart is well-formed and linked, that
-// check (if not nil) passes, and that nothing is left behind. It keeps the
-// harness from rotting; it asserts no speed.
+// Quick runs suite s for real in quick mode (BENCH_QUICK=1) and checks
+// its section (Section) and that nothing is left behind. It keeps the
+// harness from rotting; it asserts no speed. The shoal binary is
+// $SHOAL_BIN when set (make test builds it, shoal-init beside it), else
+// one built from this source tree.
 func Quick(t *testing.T, s bench.Suite, check func(t *testing.T, rep *bench.Report, docs string)) {
 	NeedRoot(t, "runc", "podman", "go")
-	bin := buildShoal(t)
-	docs := os.Getenv("BENCH_TEST_DOCS")
-	if docs == "" {
-		docs = t.TempDir()
+	bin := os.Getenv("SHOAL_BIN")
+	if bin == "" {
+		bin = buildShoal(t)
 	}
 	lockSuites(t)
 	dataDir := t.TempDir()
@@ -174,6 +173,20 @@ func Quick(t *testing.T, s bench.Suite, check func(t *testing.T, rep *bench.Repo
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	Section(t, s, rep, check)
+	assertNoLeftovers(t, dataDir)
+}
+
+// Section writes the docs of suite s's report rep (to $BENCH_TEST_DOCS
+// when set) and checks that every table row has numbers or says why not
+// (a missing program is no reason), that every chart is well-formed and
+// linked, and that check (if not nil) passes.
+func Section(t *testing.T, s bench.Suite, rep *bench.Report, check func(t *testing.T, rep *bench.Report, docs string)) {
+	t.Helper()
+	docs := os.Getenv("BENCH_TEST_DOCS")
+	if docs == "" {
+		docs = t.TempDir()
 	}
 	if err := rep.WriteDocs(docs); err != nil {
 		t.Fatal(err)
@@ -208,7 +221,6 @@ func Quick(t *testing.T, s bench.Suite, check func(t *testing.T, rep *bench.Repo
 	if check != nil {
 		check(t, rep, docs)
 	}
-	assertNoLeftovers(t, dataDir)
 }
 
 // assertNoLeftovers checks that no mount lies under dir and no container of

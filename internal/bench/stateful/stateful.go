@@ -150,29 +150,10 @@ func (e *env) deploy(ctx context.Context) (time.Duration, error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	e.route = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	text := string(raw)
-	for _, r := range [][2]string{
-		{`image = "galera:1"`, fmt.Sprintf("image = %q", tag)},
-		{"listen = 13306", "listen = " + strconv.Itoa(port)},
-		// The password in the environment rather than a secret: the
-		// suite's cluster lives only as long as the run.
-		{`MARIADB_PASSWORD_FILE = "/run/secrets/db_password"`, fmt.Sprintf("MARIADB_PASSWORD = %q", password)},
-	} {
-		if !strings.Contains(text, r[0]) {
-			return 0, fmt.Errorf("examples/galera/shoal.toml has no %q", r[0])
-		}
-		text = strings.Replace(text, r[0], r[1], 1)
+	text, err := galeraManifest(string(raw), tag, port)
+	if err != nil {
+		return 0, err
 	}
-	// Its [secrets] table (the last) goes with the secret.
-	sec := strings.Index(text, "\n[secrets]\n")
-	if sec < 0 {
-		return 0, fmt.Errorf("examples/galera/shoal.toml has no [secrets] table")
-	}
-	rest := text[sec+len("\n[secrets]\n"):]
-	if nl := strings.IndexByte(rest, '\n'); nl >= 0 && strings.TrimSpace(rest[nl:]) != "" {
-		return 0, fmt.Errorf("examples/galera/shoal.toml: [secrets] is not its last table with one line")
-	}
-	text = text[:sec+1]
 	path := filepath.Join(e.Dir, "galera.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return 0, err
@@ -190,6 +171,34 @@ func (e *env) deploy(ctx context.Context) (time.Duration, error) {
 	d := time.Since(t0)
 	e.Opts.Logf("galera: 3 synced members %v after the deploy", d.Round(time.Second))
 	return d, nil
+}
+
+// galeraManifest is examples/galera/shoal.toml (raw) as the suite deploys
+// it: its image tag, its TCP route on port, the password in the
+// environment rather than a secret (the suite's cluster lives only as
+// long as the run), its [secrets] table gone.
+func galeraManifest(raw, tag string, port int) (string, error) {
+	text := raw
+	for _, r := range [][2]string{
+		{`image = "galera:1"`, fmt.Sprintf("image = %q", tag)},
+		{"listen = 13306", "listen = " + strconv.Itoa(port)},
+		{`MARIADB_PASSWORD_FILE = "/run/secrets/db_password"`, fmt.Sprintf("MARIADB_PASSWORD = %q", password)},
+	} {
+		if !strings.Contains(text, r[0]) {
+			return "", fmt.Errorf("examples/galera/shoal.toml has no %q", r[0])
+		}
+		text = strings.Replace(text, r[0], r[1], 1)
+	}
+	// Its [secrets] table (the last) goes with the secret.
+	sec := strings.Index(text, "\n[secrets]\n")
+	if sec < 0 {
+		return "", fmt.Errorf("examples/galera/shoal.toml has no [secrets] table")
+	}
+	rest := text[sec+len("\n[secrets]\n"):]
+	if nl := strings.IndexByte(rest, '\n'); nl >= 0 && strings.TrimSpace(rest[nl:]) != "" {
+		return "", fmt.Errorf("examples/galera/shoal.toml: [secrets] is not its last table with one line")
+	}
+	return text[:sec+1], nil
 }
 
 // sql runs statements with Debian's mariadb client as the application
