@@ -3,6 +3,7 @@ package cgroups
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +271,26 @@ func TestCPUUse(t *testing.T) {
 	}
 	if u, err := (Paths{V1: map[string]string{}}).CPUUse(); u != (CPUUse{}) || err != nil {
 		t.Errorf("no cpu controller: %+v, %v", u, err)
+	}
+}
+
+// TestTasksOf: a freeze that did not end names each task of the cgroup
+// and its children with its state and where it sleeps.
+func TestTasksOf(t *testing.T) {
+	d := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(d, "step"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	if err := os.WriteFile(filepath.Join(d, "step", "tasks"), []byte(self+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	comm, _ := os.ReadFile("/proc/self/comm")
+	got := tasksOf(d)
+	if !strings.HasPrefix(got, "tasks: "+self+" "+strings.TrimSpace(string(comm))+" ") {
+		t.Errorf("tasksOf = %q; want this process's pid and comm", got)
+	}
+	if got := tasksOf(t.TempDir()); got != "no task" {
+		t.Errorf("tasksOf an empty cgroup = %q", got)
 	}
 }

@@ -109,7 +109,39 @@ func (p Paths) setFrozenV1(state string) error {
 		}
 		time.Sleep(100 * time.Microsecond * time.Duration(1+i/100))
 	}
-	return fmt.Errorf("%s: did not become %s", file, state)
+	b, _ := os.ReadFile(file)
+	return fmt.Errorf("%s: did not become %s (%s; %s)", file, state, strings.TrimSpace(string(b)), tasksOf(d))
+}
+
+// tasksOf says what each task of the v1 freezer cgroup d and its children
+// is doing: "pid comm state wchan", to tell from a freeze that did not
+// end which task the kernel could not freeze.
+func tasksOf(d string) string {
+	var out []string
+	filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() || e.Name() != "tasks" {
+			return nil
+		}
+		b, _ := os.ReadFile(path)
+		for _, tid := range strings.Fields(string(b)) {
+			proc := filepath.Join("/proc", tid)
+			stat, _ := os.ReadFile(filepath.Join(proc, "stat"))
+			comm, st := "?", "?"
+			if i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')'); i >= 0 && j > i {
+				comm = string(stat[i+1 : j])
+				if f := strings.Fields(string(stat[j+1:])); len(f) > 0 {
+					st = f[0]
+				}
+			}
+			wchan, _ := os.ReadFile(filepath.Join(proc, "wchan"))
+			out = append(out, fmt.Sprintf("%s %s %s %s", tid, comm, st, strings.TrimSpace(string(wchan))))
+		}
+		return nil
+	})
+	if len(out) == 0 {
+		return "no task"
+	}
+	return "tasks: " + strings.Join(out, ", ")
 }
 
 func (p Paths) setFrozenV2(frozen bool) error {
