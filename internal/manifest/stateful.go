@@ -35,7 +35,16 @@ type Stateful struct {
 	// Freeze lets idle replicas freeze after [scale] idle_timeout, as a
 	// stateless app's do; without it they stay ready.
 	Freeze bool `toml:"freeze" json:",omitempty"`
+	// PeerPorts are the TCP ports the replicas reach each other on (a
+	// Galera member's 4567, 4568 and 4444). In a cluster each node
+	// publishes them, unchanged, on its advertised address for the
+	// ordinal it runs, and SHOAL_PEERS names the peers' nodes; so two
+	// ordinals never share a node. The first is the port in SHOAL_PEERS.
+	PeerPorts []int `toml:"peer_ports" json:",omitempty"`
 }
+
+// MaxPeerPorts bounds stateful.peer_ports.
+const MaxPeerPorts = 16
 
 // Enabled reports whether the app is stateful.
 func (s Stateful) Enabled() bool { return s.Replicas > 0 }
@@ -88,6 +97,20 @@ func (s *Stateful) validate(c *Config, defined bool, scaleSet []string) error {
 		if strings.ContainsRune(a, 0) {
 			return errdefs.Invalid(fmt.Sprintf("stateful.ready_command[%d]", i), "must not contain a NUL byte")
 		}
+	}
+	if len(s.PeerPorts) > MaxPeerPorts {
+		return errdefs.Invalid("stateful.peer_ports", "has %d ports; at most %d", len(s.PeerPorts), MaxPeerPorts)
+	}
+	seen := map[int]bool{}
+	for i, p := range s.PeerPorts {
+		key := fmt.Sprintf("stateful.peer_ports[%d]", i)
+		switch {
+		case p < 1 || p > 65535:
+			return errdefs.Invalid(key, "%d is not a TCP port (1-65535) the replicas reach each other on", p)
+		case seen[p]:
+			return errdefs.Invalid(key, "port %d is listed twice", p)
+		}
+		seen[p] = true
 	}
 	for _, name := range sortedKeys(c.Volumes) {
 		if ordinalSuffix.MatchString(name) {

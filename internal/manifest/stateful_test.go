@@ -37,6 +37,13 @@ func TestParseStateful(t *testing.T) {
 	if plain.Stateful.Enabled() || plain.Hash() == c.Hash() {
 		t.Fatal("an app without [stateful] is stateful, or hashes as one")
 	}
+	pp, err := Parse([]byte(statefulBase+"[stateful]\nreplicas = 3\nready_command = [\"sh\", \"-c\", \"true\"]\nreseed = true\npeer_ports = [4567, 4568, 4444]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pp.Stateful.PeerPorts) != 3 || pp.Stateful.PeerPorts[0] != 4567 || pp.Hash() == c.Hash() {
+		t.Fatalf("peer_ports %v: parsed, and a part of the hash", pp.Stateful.PeerPorts)
+	}
 	if ReplicaName("db", 2) != "db-2" || OrdinalVolume("data", 0) != "data-0" {
 		t.Fatal("names")
 	}
@@ -63,6 +70,11 @@ func TestParseStatefulErrors(t *testing.T) {
 		{"empty ready_command", statefulBase + "[stateful]\nreplicas = 2\nready_command = []\n", "stateful.ready_command", "program"},
 		{"unknown key", statefulBase + "[stateful]\nreplicas = 2\nreplica = 3\n", "stateful.replica", "unknown"},
 		{"wrong type", statefulBase + "[stateful]\nreplicas = \"3\"\n", "stateful.replicas", ""},
+		{"peer port 0", statefulBase + "[stateful]\nreplicas = 2\npeer_ports = [4567, 0]\n", "stateful.peer_ports[1]", "1-65535"},
+		{"peer port too high", statefulBase + "[stateful]\nreplicas = 2\npeer_ports = [65536]\n", "stateful.peer_ports[0]", "1-65535"},
+		{"peer port twice", statefulBase + "[stateful]\nreplicas = 2\npeer_ports = [4567, 4568, 4567]\n", "stateful.peer_ports[2]", "twice"},
+		{"too many peer ports", statefulBase + "[stateful]\nreplicas = 2\npeer_ports = [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]\n", "stateful.peer_ports", "at most 16"},
+		{"peer ports not a list", statefulBase + "[stateful]\nreplicas = 2\npeer_ports = 4567\n", "stateful.peer_ports", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.toml), "")

@@ -24,6 +24,12 @@ import (
 //	  set egress_none { type ipv4_addr }                # replicas without egress
 //	  set pairs { type ipv4_addr . ipv4_addr }          # source . destination allowed between attachments
 //	  set ports { type inet_service }                   # host TCP ports replicas reach (self API, proxy)
+//	  set peer_out { type ipv4_addr . inet_service }    # a stateful replica and its peer ports, anywhere
+//	  map peer_dnat { type ipv4_addr . inet_service : ipv4_addr }   # node address . peer port: replica
+//	  chain peers_in { type nat hook prerouting priority dstnat        # published peer ports
+//	    meta l4proto tcp dnat ip to ip daddr . tcp dport map @peer_dnat }
+//	  chain peers_local { type nat hook output priority dstnat         # the same, from the host
+//	    meta l4proto tcp dnat ip to ip daddr . tcp dport map @peer_dnat }
 //	  chain prerouting { type filter hook prerouting priority filter   # bridge to bridge
 //	    iifname @bridges ip daddr <subnet> ip daddr != <gateway> ct state established,related accept
 //	    iifname @bridges ip daddr <subnet> ip daddr != <gateway> ip saddr . ip daddr @pairs accept
@@ -35,8 +41,10 @@ import (
 //	  chain forward { type filter hook forward priority filter          # bridge to elsewhere
 //	    ct state established,related accept
 //	    iifname @bridges oifname @bridges accept         # decided in prerouting
+//	    iifname != @bridges oifname @bridges ct status dnat accept   # a published peer port
 //	    iifname != @bridges oifname @bridges reject ...  # no way in but the host's own
 //	    iifname @bridges meta nfproto != ipv4 reject ...
+//	    iifname @bridges meta l4proto tcp ip saddr . tcp dport @peer_out accept
 //	    iifname @bridges ip saddr @egress_none reject ...
 //	    iifname @bridges ip daddr <each of blocked> reject ... }
 //	  chain postrouting { type nat hook postrouting priority srcnat - 1
@@ -62,6 +70,10 @@ const (
 	chainForward  = "forward"
 	chainPost     = "postrouting"
 	setBridges    = "bridges"
+	setPeerOut    = "peer_out"
+	mapPeerDNAT   = "peer_dnat"
+	chainPeersIn  = "peers_in"
+	chainPeersOut = "peers_local"
 )
 
 // blocked are the destinations public egress does not reach: this
@@ -95,6 +107,20 @@ type tableState struct {
 	egressNone []netip.Addr
 	pairs      [][2]netip.Addr
 	ports      []uint16
+	peerOut    []peerPort // stateful replicas' peer ports they may reach
+	peerDNAT   []publish  // peer ports published on a node address
+}
+
+// peerPort is an address and a TCP port.
+type peerPort struct {
+	addr netip.Addr
+	port uint16
+}
+
+// publish is a replica's peer port published on a node's address.
+type publish struct {
+	on      peerPort   // the node's address and the port
+	replica netip.Addr // the replica's, where the port is the same
 }
 
 func newNFTTable(name string, bridges []string, subnet netip.Prefix, bits int) (*nftTable, error) {
@@ -105,6 +131,11 @@ func newNFTTable(name string, bridges []string, subnet netip.Prefix, bits int) (
 		setPairs: {Table: t.table, Name: setPairs, Concatenation: true,
 			KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr)},
 		setPorts: {Table: t.table, Name: setPorts, KeyType: nftables.TypeInetService},
+		setPeerOut: {Table: t.table, Name: setPeerOut, Concatenation: true,
+			KeyType: nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)},
+		mapPeerDNAT: {Table: t.table, Name: mapPeerDNAT, Concatenation: true, IsMap: true,
+			KeyType:  nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService),
+			DataType: nftables.TypeIPAddr},
 	}
 	if err := t.dial(); err != nil {
 		return nil, err
@@ -171,7 +202,7 @@ func (t *nftTable) build(s tableState) error {
 	c.AddTable(t.table) // so that the delete finds one
 	c.DelTable(t.table)
 	c.AddTable(t.table)
-	for _, name := range []string{setBridges, setEgressNone, setPairs, setPorts} {
+	for _, name := range []string{setBridges, setEgressNone, setPairs, setPorts, setPeerOut, mapPeerDNAT} {
 		set := t.sets[name]
 		set.ID = 0 // a fresh one for this batch
 		if err := c.AddSet(set, t.elements(name, s)); err != nil {
@@ -214,17 +245,33 @@ func (t *nftTable) build(s tableState) error {
 
 	rule(forward, established(), []expr.Any{accept()})
 	rule(forward, in, out, []expr.Any{accept()}) // decided in prerouting
+	rule(forward, notIn, out, dnatted(), []expr.Any{accept()})
 	rule(forward, notIn, out, []expr.Any{reject()})
 	rule(forward, in, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		reject()})
+	rule(forward, in, tcp(), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: setPeerOut, SetID: t.sets[setPeerOut].ID},
+		accept()})
 	rule(forward, in, []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Lookup{SourceRegister: 1, SetName: setEgressNone, SetID: t.sets[setEgressNone].ID},
 		reject()})
 	for _, p := range blocked {
 		rule(forward, in, ipv4(), daddrIn(p), []expr.Any{reject()})
+	}
+
+	for name, hook := range map[string]*nftables.ChainHook{chainPeersIn: nftables.ChainHookPrerouting, chainPeersOut: nftables.ChainHookOutput} {
+		ch := c.AddChain(&nftables.Chain{Name: name, Table: t.table, Type: nftables.ChainTypeNAT,
+			Hooknum: hook, Priority: nftables.ChainPriorityNATDest})
+		rule(ch, ipv4(), tcp(), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Lookup{SourceRegister: 1, DestRegister: 1, IsDestRegSet: true, SetName: mapPeerDNAT, SetID: t.sets[mapPeerDNAT].ID},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1}})
 	}
 
 	post := c.AddChain(&nftables.Chain{Name: chainPost, Table: t.table, Type: nftables.ChainTypeNAT,
@@ -236,7 +283,28 @@ func (t *nftTable) build(s tableState) error {
 }
 
 // Rules per chain, for the guard's check.
-var chainRules = map[string]int{chainPre: 3, chainInput: 3, chainForward: 5 + len(blocked), chainPost: 1}
+var chainRules = map[string]int{chainPre: 3, chainInput: 3, chainForward: 7 + len(blocked), chainPost: 1,
+	chainPeersIn: 1, chainPeersOut: 1}
+
+// tcp matches TCP packets.
+func tcp() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+	}
+}
+
+// dnatted matches packets of connections whose destination was
+// translated: to a published peer port (peer_dnat).
+func dnatted() []expr.Any {
+	mask := make([]byte, 4)
+	binary.NativeEndian.PutUint32(mask, 1<<5) // IPS_DST_NAT
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
 
 // ipv4 matches IPv4 packets.
 func ipv4() []expr.Any {
@@ -317,8 +385,24 @@ func (t *nftTable) elements(name string, s tableState) []nftables.SetElement {
 		for _, p := range s.ports {
 			els = append(els, nftables.SetElement{Key: binary.BigEndian.AppendUint16(nil, p)})
 		}
+	case setPeerOut:
+		for _, p := range s.peerOut {
+			els = append(els, nftables.SetElement{Key: p.key()})
+		}
+	case mapPeerDNAT:
+		for _, p := range s.peerDNAT {
+			a := p.replica.As4()
+			els = append(els, nftables.SetElement{Key: p.on.key(), Val: a[:]})
+		}
 	}
 	return els
+}
+
+// key is p as a concatenation of an address and a port: each field
+// padded to 4 bytes.
+func (p peerPort) key() []byte {
+	a := p.addr.As4()
+	return append(binary.BigEndian.AppendUint16(a[:], p.port), 0, 0)
 }
 
 func pairElement(p [2]netip.Addr) nftables.SetElement {
@@ -329,7 +413,7 @@ func pairElement(p [2]netip.Addr) nftables.SetElement {
 // change adds and removes elements in one batch.
 func (t *nftTable) change(add, del tableState) error {
 	c := t.conn
-	for _, name := range []string{setEgressNone, setPairs, setPorts} {
+	for _, name := range []string{setEgressNone, setPairs, setPorts, setPeerOut, mapPeerDNAT} {
 		if els := t.elements(name, del); len(els) > 0 {
 			if err := c.SetDeleteElements(t.sets[name], els); err != nil {
 				return err

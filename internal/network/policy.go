@@ -40,6 +40,25 @@ type Policy struct {
 	// Allow names the apps whose attachments this one may reach on any
 	// port (connections the other way stay refused).
 	Allow []string `json:"allow,omitempty"`
+	// PeerPorts are TCP ports of a stateful app's replicas: this one
+	// reaches them at any address (its peers, on other nodes), and, with
+	// Publish, they are published on Publish, the node's address: a
+	// connection there to one of them goes to this attachment, same port.
+	// A port of an address is published for one attachment at a time.
+	PeerPorts []uint16   `json:"peer_ports,omitempty"`
+	Publish   netip.Addr `json:"publish,omitzero"`
+}
+
+// elements are the peer ports' elements of the table for m.
+func (m member) peerElements() tableState {
+	var s tableState
+	for _, port := range m.PeerPorts {
+		s.peerOut = append(s.peerOut, peerPort{m.IP, port})
+		if m.Publish.Is4() {
+			s.peerDNAT = append(s.peerDNAT, publish{on: peerPort{m.Publish, port}, replica: m.IP})
+		}
+	}
+	return s
 }
 
 // member is an attachment with a policy, as kept in its file.
@@ -119,6 +138,9 @@ func (p *policy) state() tableState {
 			s.egressNone = append(s.egressNone, m.IP)
 		}
 		s.pairs = append(s.pairs, p.pairsFrom(name, m)...)
+		pe := m.peerElements()
+		s.peerOut = append(s.peerOut, pe.peerOut...)
+		s.peerDNAT = append(s.peerDNAT, pe.peerDNAT...)
 	}
 	for port := range p.ports {
 		s.ports = append(s.ports, port)
@@ -162,10 +184,13 @@ func (p *policy) set(name string, m member) error {
 			return err
 		}
 	}
+	if err := p.publishedLocked(name, m); err != nil {
+		return err
+	}
 	if err := writeFileAtomic(filepath.Join(p.dir, name), b); err != nil {
 		return fmt.Errorf("network policy of %s: %w", name, err)
 	}
-	var add tableState
+	add := m.peerElements()
 	if m.Egress == EgressNone {
 		add.egressNone = []netip.Addr{m.IP}
 	}
@@ -175,6 +200,25 @@ func (p *policy) set(name string, m member) error {
 		delete(p.members, name)
 		os.Remove(filepath.Join(p.dir, name))
 		return fmt.Errorf("network policy of %s: %w", name, err)
+	}
+	return nil
+}
+
+// publishedLocked refuses m when another member publishes one of its peer
+// ports on the same address.
+func (p *policy) publishedLocked(name string, m member) error {
+	if !m.Publish.IsValid() {
+		return nil
+	}
+	for other, o := range p.members {
+		if other == name || o.Publish != m.Publish {
+			continue
+		}
+		for _, port := range m.PeerPorts {
+			if slices.Contains(o.PeerPorts, port) {
+				return fmt.Errorf("peer port %d of %s is published for %s (app %s) already: %w", port, m.Publish, o.IP, o.App, errdefs.ErrConflict)
+			}
+		}
 	}
 	return nil
 }
@@ -191,7 +235,7 @@ func (p *policy) dropLocked(name string) error {
 	if !ok {
 		return nil
 	}
-	var del tableState
+	del := m.peerElements()
 	if m.Egress == EgressNone {
 		del.egressNone = []netip.Addr{m.IP}
 	}
@@ -285,7 +329,11 @@ func (m *Manager) SetPolicy(a *Attachment, p Policy) error {
 	if !held {
 		return fmt.Errorf("netns %s: not held by %s: %w", a.NSPath, a.holder, errdefs.ErrConflict)
 	}
+	if p.Publish.IsValid() && !p.Publish.Is4() {
+		return errdefs.Invalid("publish", "%s is not an IPv4 address", p.Publish)
+	}
 	p.Allow = slices.Clone(p.Allow)
+	p.PeerPorts = slices.Clone(p.PeerPorts)
 	return m.pol.set(name, member{IP: ip, Policy: p})
 }
 

@@ -1,0 +1,93 @@
+package network
+
+import (
+	"context"
+	"crypto/rand"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shoal-run/shoal/internal/errdefs"
+)
+
+// TestPolicyPeerPorts: a stateful replica's peer ports. Its replica
+// reaches them at a private address (another node's) and no other port
+// there; published on an address of the host (the node's), a connection
+// from beyond the host, and one from the host, to that address and port
+// reaches the replica; a second replica may not publish the same port
+// there; the rules go with the replica, and the table at the end.
+func TestPolicyPeerPorts(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(t, -1)
+	m := newManager(t, o)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b [2]byte
+	rand.Read(b[:])
+	base := netip.AddrFrom4([4]byte{10, 78, b[0], b[1] &^ 3})
+	peerNS, peer := outside(t, base)
+	node := base.Next() // the host's side of the link: the node's address
+	lnPeer := listenIn(t, peerNS, peer+":0")
+	lnOther := listenIn(t, peerNS, peer+":0")
+	peerPort := uint16(lnPeer.Addr().(*net.TCPAddr).Port)
+
+	a, err := m.Acquire(ctx, "db-0", Bridge)
+	must(err)
+	b1, err := m.Acquire(ctx, "db-1", Bridge)
+	must(err)
+	c, err := m.Acquire(ctx, "other-0", Bridge)
+	must(err)
+	lnB := listenIn(t, b1.NSPath, "0.0.0.0:0")
+	bPort := uint16(lnB.Addr().(*net.TCPAddr).Port)
+	published := net.JoinHostPort(node.String(), strconv.Itoa(int(bPort)))
+
+	must(m.SetPolicy(a, Policy{App: "db"}))
+	wantReach(t, "a private address, no peer ports", a.NSPath, lnPeer.Addr().String(), false)
+	must(m.SetPolicy(a, Policy{App: "db", PeerPorts: []uint16{peerPort}}))
+	wantReach(t, "a peer port at a private address", a.NSPath, lnPeer.Addr().String(), true)
+	wantReach(t, "another port at that address", a.NSPath, lnOther.Addr().String(), false)
+
+	wantReach(t, "an unpublished port of the node's address", peerNS, published, false)
+	must(m.SetPolicy(b1, Policy{App: "db", PeerPorts: []uint16{bPort}, Publish: node}))
+	wantReach(t, "a published peer port, from beyond the host", peerNS, published, true)
+	wantReach(t, "a published peer port, from the host", "", published, true)
+	elem := node.String() + " . " + strconv.Itoa(int(bPort)) + " : " + b1.IP.String()
+	if l := nftList(t, o.Bridge); !strings.Contains(l, elem) {
+		t.Fatalf("no element %s:\n%s", elem, l)
+	}
+	err = m.SetPolicy(c, Policy{App: "other", PeerPorts: []uint16{bPort}, Publish: node})
+	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), strconv.Itoa(int(bPort))) {
+		t.Fatalf("a second replica publishing port %d on %s: %v, want a conflict naming the port", bPort, node, err)
+	}
+	if err := m.SetPolicy(c, Policy{App: "other", PeerPorts: []uint16{1}, Publish: netip.MustParseAddr("::1")}); err == nil {
+		t.Fatal("peer ports published on an IPv6 address")
+	}
+
+	// A restarted Manager keeps them.
+	must(m.Close(ctx))
+	m = newManager(t, o)
+	must(m.Restore(ctx, map[string]string{"db-0": a.NSPath, "db-1": b1.NSPath, "other-0": c.NSPath}))
+	wantReach(t, "a published peer port after a restart", peerNS, published, true)
+	wantReach(t, "a peer port after a restart", a.NSPath, lnPeer.Addr().String(), true)
+
+	b1, _ = m.Lookup("db-1")
+	must(m.Release(ctx, b1))
+	if l := nftList(t, o.Bridge); strings.Contains(l, elem) || strings.Contains(l, " : "+b1.IP.String()) {
+		t.Fatalf("the published port outlived its replica:\n%s", l)
+	}
+	wantReach(t, "the node's address once the replica is gone", peerNS, published, false)
+	for _, id := range []string{"db-0", "other-0"} {
+		at, _ := m.Lookup(id)
+		must(m.Release(ctx, at))
+	}
+	must(m.Close(ctx))
+	if l := nftList(t, o.Bridge); l != "" {
+		t.Fatalf("the policy table outlived the bridge:\n%s", l)
+	}
+}
