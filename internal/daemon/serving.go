@@ -116,6 +116,12 @@ func (d *Daemon) openServing(ctx context.Context) error {
 	lo := localnode.Options{Runtime: d.rt, Images: d.images, Network: d.net, Router: router, Placer: placer,
 		Dir: appsDir, Init: initBin, Clock: clock.Real{}, Logger: d.log, Version: cfg.Version,
 		SecretsDir: d.secretsDir(), Secrets: d.secrets}
+	if _, ok := d.store.(*store.Etcd); ok {
+		var why string
+		if lo.PeerHost, why = peerHost(ctx, cfg.Advertise); why != "" {
+			d.log.Warn("stateful apps' peer ports are not published on this node", "advertise", cfg.Advertise, "why", why)
+		}
+	}
 	o := serving.Options{
 		Store: d.store, Images: d.images, Router: router, Events: servingEvents{d.events},
 		Node: cfg.Node, Dir: appsDir, ProxyAddr: d.proxyAddr, FrozenMemory: frozen, Premade: premade, PremadeMemory: premadeMem,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -69,15 +70,17 @@ const muteFor = 10 * time.Second
 type info struct {
 	Name         string
 	CPUs         int
-	Memory       int64 // bytes
-	FrozenMemory int64 // bytes frozen replicas may hold there (0: the leader's budget)
-	Draining     bool  // a member that takes no new replica
+	Memory       int64  // bytes
+	FrozenMemory int64  // bytes frozen replicas may hold there (0: the leader's budget)
+	Draining     bool   // a member that takes no new replica
+	Host         string // of its --advertise address ("": none)
 }
 
 // infoOf is a live node's record as placement sees it.
 func infoOf(n cluster.Node) info {
+	host, _, _ := net.SplitHostPort(n.Addr)
 	return info{Name: n.Name, CPUs: n.CPUs, Memory: n.Memory, FrozenMemory: n.FrozenMemory,
-		Draining: n.State == cluster.StateDraining}
+		Draining: n.State == cluster.StateDraining, Host: host}
 }
 
 // Options configure a Dispatcher.
@@ -181,6 +184,17 @@ func (d *Dispatcher) FrozenBudget(node string) int64 {
 		return ln.info.FrozenMemory
 	}
 	return 0
+}
+
+// Host is the host of live node n's --advertise address, where it
+// publishes its stateful replicas' peer ports ("": not live, or none).
+func (d *Dispatcher) Host(n string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ln := d.live[n]; ln != nil {
+		return ln.info.Host
+	}
+	return ""
 }
 
 // Where returns the node replica id was placed on, or "" when it is not

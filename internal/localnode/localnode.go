@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,6 +117,10 @@ type Options struct {
 	// Version is the daemon's, which HTTP health checks send in their
 	// User-Agent ("": dev).
 	Version string
+	// PeerHost is the node's address in a cluster (its --advertise), on
+	// which it publishes its stateful replicas' peer ports; not valid on
+	// a single host, where the replicas reach each other on the bridge.
+	PeerHost netip.Addr
 }
 
 // Node runs replicas on this host.
@@ -131,6 +136,7 @@ type Node struct {
 	init     string
 	confiner Confiner
 	agent    string // HTTP health checks' User-Agent
+	peerHost netip.Addr
 	// secretsRoot and secrets: see Options.SecretsDir and Secrets.
 	secretsRoot string
 	secrets     Secrets
@@ -174,7 +180,7 @@ func New(o Options) (*Node, error) {
 		o.Version = "dev"
 	}
 	n := &Node{rt: o.Runtime, net: o.Network, placer: o.Placer, images: o.Images, router: o.Router, clock: o.Clock,
-		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version,
+		log: o.Logger, dir: o.Dir, init: o.Init, confiner: o.Confiner, agent: HealthAgent + "/" + o.Version, peerHost: o.PeerHost,
 		secretsRoot: o.SecretsDir, secrets: o.Secrets, att: map[string]*network.Attachment{}, logs: map[string]string{},
 		premade: map[string]*waiting{}}
 	n.dropAllCheckpoints()
@@ -237,7 +243,18 @@ func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *r
 		// A stateful app's replicas reach each other (a cluster's members).
 		allow = append(slices.Clone(allow), s.App)
 	}
-	if err := n.net.SetPolicy(att, network.Policy{App: s.App, Egress: network.Egress(nc.EgressMode()), Allow: allow}); err != nil {
+	pol := network.Policy{App: s.App, Egress: network.Egress(nc.EgressMode()), Allow: allow}
+	if sf := s.Config.Stateful; sf.Enabled() {
+		advertise := att.IP.String()
+		if len(sf.PeerPorts) > 0 && n.peerHost.IsValid() {
+			for _, p := range sf.PeerPorts {
+				pol.PeerPorts = append(pol.PeerPorts, uint16(p))
+			}
+			pol.Publish, advertise = n.peerHost, n.peerHost.String()
+		}
+		spec.Env = append(spec.Env, EnvAdvertiseHost+"="+advertise)
+	}
+	if err := n.net.SetPolicy(att, pol); err != nil {
 		return st, fmt.Errorf("network policy: %w", err)
 	}
 	st.Addr = net.JoinHostPort(att.IP.String(), strconv.Itoa(s.Config.Port))
@@ -599,3 +616,8 @@ func runtimeMounts(ms []node.Mount) []runtime.Mount {
 	}
 	return out
 }
+
+// EnvAdvertiseHost is, in a stateful app's replica, the address its peers
+// reach its peer ports at: its node's in a cluster where the app has
+// stateful.peer_ports, else its own (README, Running a database).
+const EnvAdvertiseHost = "SHOAL_ADVERTISE_HOST"

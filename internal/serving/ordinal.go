@@ -19,9 +19,18 @@ const (
 	EnvPeerHosts = "SHOAL_PEER_HOSTS" // the same addresses without the port
 )
 
+// nodeHosts tells the address of a live node of the cluster (its
+// --advertise host), where it publishes its stateful replicas' peer ports
+// ("": not known).
+type nodeHosts interface {
+	Host(node string) string
+}
+
 // ordinalEnv is the environment of ordinal ord's new replica: its name,
 // and the addresses of the other ordinals that run (have an address and
-// are not on their way out) as it starts. ctl.mu is held.
+// are not on their way out) as it starts. With stateful.peer_ports an
+// address is the peer's at its first peer port: in a cluster its node's
+// address, where its node publishes them. ctl.mu is held.
 func (ctl *appCtl) ordinalEnv(ord int) []string {
 	type peer struct {
 		ord  int
@@ -30,7 +39,7 @@ func (ctl *appCtl) ordinalEnv(ord int) []string {
 	var peers []peer
 	for _, r := range ctl.reps {
 		if o := r.rec.Ordinal; o != nil && *o != ord && r.rec.Addr != "" && !r.state.exiting() && r.state != stateNew {
-			peers = append(peers, peer{*o, r.rec.Addr})
+			peers = append(peers, peer{*o, ctl.peerAddr(r)})
 		}
 	}
 	sort.Slice(peers, func(i, j int) bool { return peers[i].ord < peers[j].ord })
@@ -49,6 +58,25 @@ func (ctl *appCtl) ordinalEnv(ord int) []string {
 		EnvPeers + "=" + strings.Join(addrs, ","),
 		EnvPeerHosts + "=" + strings.Join(hosts, ","),
 	}
+}
+
+// peerAddr is where ordinal replica r is reached by its peers (see
+// ordinalEnv). ctl.mu is held.
+func (ctl *appCtl) peerAddr(r *replica) string {
+	ports := ctl.rec.Config.Stateful.PeerPorts
+	if len(ports) == 0 {
+		return r.rec.Addr
+	}
+	host, _, err := net.SplitHostPort(r.rec.Addr)
+	if err != nil {
+		return r.rec.Addr
+	}
+	if nh, ok := ctl.m.disp.(nodeHosts); ok && r.rec.Node != "" {
+		if h := nh.Host(r.rec.Node); h != "" {
+			host = h
+		}
+	}
+	return net.JoinHostPort(host, strconv.Itoa(ports[0]))
 }
 
 // ordinalsWaiting are the ordinals of a stateful app, in a cluster, that
