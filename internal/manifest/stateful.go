@@ -38,8 +38,10 @@ type Stateful struct {
 	// PeerPorts are the TCP ports the replicas reach each other on (a
 	// Galera member's 4567, 4568 and 4444). In a cluster each node
 	// publishes them, unchanged, on its advertised address for the
-	// ordinal it runs, and SHOAL_PEERS names the peers' nodes; so two
-	// ordinals never share a node. The first is the port in SHOAL_PEERS.
+	// ordinal it runs, and SHOAL_PEERS names the peers' nodes: a second
+	// ordinal on a node fails to start (the ports are taken), so a
+	// cluster needs a node per ordinal (and one more for a reseed). The
+	// first is the port in SHOAL_PEERS.
 	PeerPorts []int `toml:"peer_ports" json:",omitempty"`
 }
 
