@@ -396,7 +396,7 @@ func (m *Manager) create(ctx context.Context, mode Mode) (*entry, error) {
 		if err == nil {
 			// Isolated before anyone gets the namespace; the bridge,
 			// made by the first add, gets its settings too.
-			err = errors.Join(isolatePort(port), prepareBridge(m.br.names[e.br]))
+			err = errors.Join(isolatePort(port), bridgeSettings(m.br.names[e.br]))
 			if err != nil {
 				err = errors.Join(err, m.cni.del(context.WithoutCancel(ctx), e.br, name, e.path))
 			}

@@ -77,11 +77,17 @@ type policy struct {
 	dir string
 	log *slog.Logger
 
+	// watch isolates ports as the kernel tells of them (portwatch.go);
+	// nil when link notifications could not be had: every guard's pass
+	// then checks every port.
+	watch *portWatch
+
 	mu       sync.Mutex
 	t        *nftTable
 	members  map[string]member // by namespace name
 	ports    map[uint16]bool
 	rebuilds uint64
+	sweeps   uint64 // passes over every bridge port (prepare)
 }
 
 // openPolicy loads the policies of the namespaces still in stateDir,
@@ -123,9 +129,19 @@ func openPolicy(br bridgeSet, stateDir string, log *slog.Logger) (*policy, error
 		p.t.close()
 		return nil, fmt.Errorf("network policy: %w", err)
 	}
+	// Subscribed before the sweep: a port added meanwhile is told.
+	if p.watch, err = openPortWatch(br.names, log); err != nil {
+		log.Warn("network policy: no link notifications; the guard checks every bridge port each pass", "err", err)
+	}
 	if err := p.prepare(); err != nil {
+		if p.watch != nil {
+			p.watch.f.Close()
+		}
 		p.t.close()
 		return nil, fmt.Errorf("network policy: %w", err)
+	}
+	if p.watch != nil {
+		go p.watch.run()
 	}
 	return p, nil
 }
@@ -265,12 +281,27 @@ func (p *policy) allowPort(port uint16) error {
 }
 
 // heal rebuilds the table when it is not what it must be (someone flushed
-// the ruleset, deleted the table or emptied a set), and isolates bridge
-// ports that are not.
+// the ruleset, deleted the table or emptied a set), and gives the bridges
+// their settings. Their ports are the watch's to isolate: heal checks each
+// only when the watch lost notifications or has none.
 func (p *policy) heal() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	err := p.prepare()
+	var err error
+	if p.watch == nil || p.watch.sweep() {
+		err = p.prepare()
+	} else {
+		for _, b := range p.br.names {
+			err = errors.Join(err, bridgeSettings(b))
+		}
+		for _, port := range p.watch.next(rotatePorts) {
+			if !p.watch.bridges[onBridge(port)] {
+				p.watch.remove(port) // gone, or on none of the set's bridges now
+				continue
+			}
+			err = errors.Join(err, isolatePort(port))
+		}
+	}
 	ok, cerr := p.t.check(p.state())
 	if cerr != nil {
 		return errors.Join(err, cerr)
@@ -297,6 +328,9 @@ func (p *policy) close(remove bool) error {
 		os.Remove(p.dir)
 	}
 	p.t.close()
+	if p.watch != nil {
+		p.watch.close()
+	}
 	return err
 }
 
@@ -349,36 +383,62 @@ func (m *Manager) AllowHostPort(port int) error {
 
 // prepare runs prepareBridge on every bridge of the set.
 func (p *policy) prepare() error {
+	p.sweeps++
 	var errs []error
 	for _, b := range p.br.names {
-		errs = append(errs, prepareBridge(b))
+		ports, err := prepareBridge(b)
+		errs = append(errs, err)
+		if p.watch != nil {
+			for _, port := range ports {
+				p.watch.add(port)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// prepareBridge sets up the bridge, once it exists, for the policy:
+// prepareBridge sets up the bridge, once it exists, for the policy, and
+// returns its ports:
 // every port isolated (an attachment's frames reach the host, never
 // another port), and the host answering the ARP requests of one port for
 // another's address (private VLAN proxy ARP, at once, not after the
 // default random delay), so that traffic between attachments goes through
 // the host's forward path, where the table decides.
-func prepareBridge(bridge string) error {
+func prepareBridge(bridge string) ([]string, error) {
 	dir := filepath.Join("/sys/class/net", bridge)
 	if _, err := os.Stat(dir); err != nil {
-		return nil // made with the first attachment
+		return nil, nil // made with the first attachment
 	}
-	errs := []error{
-		writeSysctl(filepath.Join("/proc/sys/net/ipv4/conf", bridge, "proxy_arp_pvlan"), "1"),
-		writeSysctl(filepath.Join("/proc/sys/net/ipv4/neigh", bridge, "proxy_delay"), "0"),
-	}
+	errs := []error{bridgeSettings(bridge)}
 	ports, err := os.ReadDir(filepath.Join(dir, "brif"))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("bridge %s: ports: %w", bridge, err))
 	}
+	names := make([]string, 0, len(ports))
 	for _, port := range ports {
+		names = append(names, port.Name())
 		errs = append(errs, isolatePort(port.Name()))
 	}
-	return errors.Join(errs...)
+	return names, errors.Join(errs...)
+}
+
+// bridgeSettings gives the bridge, once it exists, prepareBridge's
+// settings but for its ports'.
+func bridgeSettings(bridge string) error {
+	err := writeSysctl(filepath.Join("/proc/sys/net/ipv4/conf", bridge, "proxy_arp_pvlan"), "1")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // made with the first attachment
+	}
+	return errors.Join(err, writeSysctl(filepath.Join("/proc/sys/net/ipv4/neigh", bridge, "proxy_delay"), "0"))
+}
+
+// onBridge returns the bridge port is on, "" when none (or no port).
+func onBridge(port string) string {
+	dst, err := os.Readlink(filepath.Join("/sys/class/net", port, "master"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(dst)
 }
 
 // isolatePort sets the bridge port flag isolated on the host side of an
