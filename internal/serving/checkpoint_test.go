@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/shoal-run/shoal/internal/localnode"
+	"github.com/shoal-run/shoal/internal/node"
 )
 
 // ckptNode is a local node that takes checkpoints the fake way: a dump
@@ -258,5 +260,55 @@ func TestCheckpointOnlySlowBootsByDefault(t *testing.T) {
 	h.wait("checkpointed", func() bool { return len(cn.checkpoints(t)) == 1 })
 	if ck := cn.checkpoints(t); !strings.HasSuffix(ck[0], "/hello/"+slow) {
 		t.Fatalf("checkpoints on disk: %v, want hello/%s", ck, slow)
+	}
+}
+
+// premakeNode is a checkpointing node that makes premade replicas (as
+// Start does, its Boot a no-op) and records their specs.
+type premakeNode struct {
+	*ckptNode
+	mu    sync.Mutex
+	specs []ReplicaSpec
+}
+
+func (n *premakeNode) Premake(ctx context.Context, s ReplicaSpec) (node.Premade, error) {
+	n.mu.Lock()
+	n.specs = append(n.specs, s)
+	n.mu.Unlock()
+	st, err := n.Start(ctx, s)
+	return node.Premade{Started: st}, err
+}
+
+func (n *premakeNode) Boot(context.Context, string) error { return nil }
+
+func (n *premakeNode) premade() []ReplicaSpec {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]ReplicaSpec(nil), n.specs...)
+}
+
+// A premade replica of an app that may be checkpointed is made
+// checkpointable, as a replica booted the ordinary way is: the start that
+// takes it must be dumpable when it goes idle, or an app whose premade
+// sandbox was ready first never reached the checkpoint tier ("not made
+// checkpointable"). One of an app that opted out is not.
+func TestPremadeReplicaCheckpointable(t *testing.T) {
+	for _, c := range []struct {
+		scale string
+		want  bool
+	}{{"checkpoint = true", true}, {"checkpoint = false", false}} {
+		var pn *premakeNode
+		h := newHarnessOpts(t, func(o *testOpts) {
+			o.Premade = 1
+			o.WrapLocal = func(h *harness, n *localnode.Node) Node {
+				pn = &premakeNode{ckptNode: &ckptNode{Node: n, h: h, dir: o.Dir}}
+				return pn
+			}
+		})
+		h.deploy(`idle_timeout = "30s"` + "\n" + c.scale)
+		h.wait("a premade replica", func() bool { return len(pn.premade()) == 1 })
+		if got := pn.premade()[0].Checkpointable; got != c.want {
+			t.Errorf("%s: premade replica made with Checkpointable %v, want %v", c.scale, got, c.want)
+		}
 	}
 }

@@ -30,6 +30,9 @@ type premadeBox struct {
 	cfg    manifest.Config
 	digest string
 	env    []string
+	// checkpointable: made so that the node may checkpoint it, as a
+	// replica booted the ordinary way would be.
+	checkpointable bool
 	// Under ctl.mu: made once the node's Premake returned; st is what it
 	// made.
 	made   bool
@@ -175,7 +178,8 @@ func (ctl *appCtl) premake(rev int, why string) {
 		ID: newReplicaID(ctl.name), App: ctl.name, Revision: rev, Node: m.o.Node, StartedAt: now, CPU: cfg.Resources.CPU,
 	}}
 	m.self.mint(r, m.o.SelfURL)
-	box := &premadeBox{r: r, cfg: cfg, digest: digest, env: r.selfEnv(m.o.SelfURL), done: make(chan struct{})}
+	box := &premadeBox{r: r, cfg: cfg, digest: digest, env: r.selfEnv(m.o.SelfURL), done: make(chan struct{}),
+		checkpointable: ctl.checkpointerFor(rev) != nil}
 	ctl.premade = box
 	m.log.Debug("serving: premaking a replica", "app", ctl.name, "replica", r.rec.ID, "revision", rev, "why", why)
 	ctl.lead.wg.Add(1)
@@ -192,7 +196,7 @@ func (ctl *appCtl) makePremade(box *premadeBox) {
 	var pm node.Premade
 	if err == nil {
 		pm, err = ctl.node.(node.Premaker).Premake(ctl.ctx(), ReplicaSpec{ID: id, App: ctl.name, Revision: r.rec.Revision,
-			Digest: box.digest, Config: box.cfg, Env: box.env, Mounts: mounts, Log: ctl.logs.path(id)})
+			Digest: box.digest, Config: box.cfg, Env: box.env, Mounts: mounts, Log: ctl.logs.path(id), Checkpointable: box.checkpointable})
 	}
 	ctl.mu.Lock()
 	keep := err == nil && ctl.premade == box && !ctl.deleting && ctl.ctx().Err() == nil
