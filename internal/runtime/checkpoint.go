@@ -149,25 +149,46 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, dir string) error {
 	case <-runCtx.Done():
 		return fmt.Errorf("container %q: checkpoint: dumped, but init has not exited: %w", id, runCtx.Err())
 	}
+	// What they wrote to their root file system (checkpoint_rootfs.go).
+	if err := saveUpper(c.rec.Bundle, dir); err != nil {
+		return fmt.Errorf("container %q: checkpoint: %w", id, err)
+	}
 	r.log.Debug("container checkpointed", "container", id, "dir", dir, "took", since(t0))
 	return nil
 }
 
-// criuError is the last error line of a CRIU log but its "Dumping
-// FAILED" or "Restoring FAILED", as " (criu: <line>)", or "".
+// criuError is the cause CRIU's log gives, as " (criu: <line>)", or "":
+// the first line of the last run of error lines before its "Dumping
+// FAILED" or "Restoring FAILED" (what went wrong first, not what failed
+// after it: "Can't open file ... on restore", then "Unable to open fd"),
+// or, with no such line, its last error line. Lines after it (a helper's
+// error on the way out) are not the cause.
 func criuError(file string) string {
 	f, err := os.Open(file)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	var last string
+	var last, first string
+	inRun := false
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if l := sc.Text(); strings.Contains(l, "Error") && !strings.Contains(l, "FAILED") {
-			last = strings.TrimSpace(l)
+		l := sc.Text()
+		if strings.Contains(l, "FAILED") && strings.Contains(l, "Error") {
+			if first != "" {
+				last = first
+			}
+			break
 		}
+		isErr := strings.Contains(l, "Error")
+		if isErr {
+			last = strings.TrimSpace(l)
+			if !inRun {
+				first = last
+			}
+		}
+		inRun = isErr
 	}
 	if last == "" {
 		return ""
@@ -209,6 +230,9 @@ func shareImages(dir string, gid uint32) error {
 		}
 		if d.Type()&os.ModeSymlink != 0 {
 			return nil
+		}
+		if d.IsDir() && d.Name() == rootfsUpperDir && filepath.Dir(p) == dir {
+			return filepath.SkipDir // the writable layer keeps its owners
 		}
 		if err := os.Lchown(p, 0, int(gid)); err != nil {
 			return err

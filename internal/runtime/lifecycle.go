@@ -76,6 +76,11 @@ func (r *Runtime) create(ctx context.Context, s Spec, start bool) (_ *Container,
 	if err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}
+	if s.RestoreFrom != "" {
+		if err := seedUpper(s.RestoreFrom, rw); err != nil {
+			return nil, fmt.Errorf("container %q: restore: %w", s.ID, err)
+		}
+	}
 	if err := mountRootfs(bundle, rw, s.Layers); err != nil {
 		return nil, fmt.Errorf("container %q: %w", s.ID, err)
 	}

@@ -15,11 +15,12 @@ import (
 
 // mountRootfs mounts an overlay of layers (bottom first) with the upper
 // and work directories made in rw (the bundle, or its disk) at
-// <bundle>/rootfs.
+// <bundle>/rootfs. An upper directory already there (a restore's, seeded
+// from its checkpoint) is kept.
 func mountRootfs(bundle, rw string, layers []string) error {
 	upper, work, rootfs := filepath.Join(rw, "upper"), filepath.Join(rw, "work"), filepath.Join(bundle, "rootfs")
 	for _, d := range []string{upper, work, rootfs} {
-		if err := os.Mkdir(d, 0o755); err != nil {
+		if err := os.Mkdir(d, 0o755); err != nil && (d != upper || !errors.Is(err, os.ErrExist)) {
 			return err
 		}
 	}
