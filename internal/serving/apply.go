@@ -34,7 +34,7 @@ func (ctl *appCtl) view() view {
 		desired: ctl.desired, backoff: ctl.backoff, woken: ctl.woken.Load(), floor: ctl.floor,
 		reps: make([]repView, 0, len(ctl.reps)), premadeOK: ctl.premadeOK}
 	if pm := ctl.premade; pm != nil {
-		v.premade = premadeView{id: pm.r.rec.ID, rev: pm.r.rec.Revision, made: pm.made}
+		v.premade = premadeView{id: pm.r.rec.ID, rev: pm.r.rec.Revision, made: pm.made, began: pm.r.rec.StartedAt}
 	}
 	if c := ctl.ckpt; c != nil {
 		v.restorable = c.rev

@@ -67,10 +67,16 @@ type view struct {
 
 // premadeView is what decide sees of an app's premade replica.
 type premadeView struct {
-	id   string // "": none
-	rev  int
-	made bool // its sandbox is made: a start may take it
+	id    string // "": none
+	rev   int
+	made  bool      // its sandbox is made: a start may take it
+	began time.Time // its making began
 }
+
+// premadeWait bounds how long after its making began a start waits for a
+// premade replica being made rather than start one of its own: begun
+// before the start, it is ready sooner, unless its making is stuck.
+const premadeWait = time.Second
 
 // observation is what the controller observed for a round: the app's
 // load, and what the autoscaler asked for.
@@ -242,8 +248,9 @@ type planner struct {
 	now  time.Time
 	reps map[string]*repView
 	p    plan
-	// premadeTaken: a start of the plan takes the premade replica.
-	premadeTaken bool
+	// premadeTaken: a start of the plan takes the premade replica, or
+	// (premadeWaits) waits for it to be made.
+	premadeTaken, premadeWaits bool
 }
 
 // decide plans a reconcile round: the app's replica count (the
@@ -388,8 +395,17 @@ func (pl *planner) thaw(r *repView, s *revView) {
 // when set.
 func (pl *planner) start(rev int, instead, why string) {
 	s := planStep{kind: stepStart, rev: rev, id: instead, why: why}
-	if pm := pl.v.premade; pm.made && pm.rev == rev && !pl.premadeTaken && pl.v.restorable != rev {
-		s.premade, pl.premadeTaken = pm.id, true
+	if pm := pl.v.premade; pm.id != "" && pm.rev == rev && !pl.premadeTaken && pl.v.restorable != rev {
+		switch {
+		case pm.made:
+			s.premade, pl.premadeTaken = pm.id, true
+		case instead == "" && pl.now.Before(pm.began.Add(premadeWait)):
+			// Being made: the round after it is (the node's Premake
+			// returning wakes it), or premadeWait after it began,
+			// starts this one.
+			pl.premadeTaken, pl.premadeWaits = true, true
+			return
+		}
 	}
 	pl.add(s)
 }
@@ -661,6 +677,9 @@ func (pl *planner) retire(sets map[int]*revView, weights map[int]int, surge int)
 // rollback_grace) while it only has frozen replicas (thousands of idle
 // apps cost nothing), and never (0) when it has none.
 func (pl *planner) next(reps []*repView, weights map[int]int) time.Duration {
+	if pl.premadeWaits {
+		return min(tick, pl.v.premade.began.Add(premadeWait).Sub(pl.now))
+	}
 	load := pl.obs.load
 	if load.InFlight > 0 {
 		return tick

@@ -258,10 +258,29 @@ func TestDecide(t *testing.T) {
 			want: want{n: 1, cause: causeWaiting, scale: true, steps: []string{"start 1 from p: scale out"}, next: tick},
 		},
 		{
-			name: "pre-made tier: one still being made is not taken (nor dropped: the app is not at zero until the next round)",
-			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, premade: premadeView{id: "p", rev: 1}},
+			name: "pre-made tier: a start waits for one being made, begun before it, rather than start its own (nor is it dropped)",
+			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, premade: premadeView{id: "p", rev: 1, began: ago(300 * time.Millisecond)}},
+			load: route.Load{Queued: 1, LastRequest: t0},
+			want: want{n: 1, cause: causeWaiting, scale: true, next: tick},
+		},
+		{
+			name: "pre-made tier: the round that waits for one being made is due when premadeWait has passed since its making began",
+			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, premade: premadeView{id: "p", rev: 1, began: ago(premadeWait - 30*time.Millisecond)}},
+			load: route.Load{Queued: 1, LastRequest: t0},
+			want: want{n: 1, cause: causeWaiting, scale: true, next: 30 * time.Millisecond},
+		},
+		{
+			name: "pre-made tier: one being made for premadeWait is not waited for any longer (nor dropped: the app is not at zero until the next round)",
+			v:    view{max: 10, revision: 1, traffic: one, woken: true, premadeOK: true, premade: premadeView{id: "p", rev: 1, began: ago(premadeWait)}},
 			load: route.Load{Queued: 1, LastRequest: t0},
 			want: want{n: 1, cause: causeWaiting, scale: true, steps: []string{"start 1: scale out"}, next: tick},
+		},
+		{
+			name:  "pre-made tier: of two starts, one waits for the premade replica being made and the other starts",
+			v:     view{max: 10, revision: 1, traffic: one, premadeOK: true, premade: premadeView{id: "p", rev: 1, began: ago(300 * time.Millisecond)}},
+			load:  busy,
+			scale: autoscale.Decision{Replicas: 2},
+			want:  want{n: 2, cause: causeAutoscaler, scale: true, steps: []string{"start 1: scale out"}, next: tick},
 		},
 		{
 			name: "pre-made tier: a new revision drops the old one's and makes its own",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,7 +34,10 @@ type fakeRuntime struct {
 }
 
 type fakeCtr struct {
-	spec   runtime.Spec
+	spec runtime.Spec
+	// stdin keeps a copy of a pipe given as its stdin open, as its
+	// process would (a premade replica's pid 1 waits on it).
+	stdin  *os.File
 	pid    int
 	frozen bool
 	cpu    float64
@@ -72,7 +76,17 @@ func (f *fakeRuntime) Run(ctx context.Context, s runtime.Spec) (*runtime.Contain
 	f.pid++
 	c := &fakeCtr{spec: s, pid: f.pid, cpu: s.Limits.CPUs, done: make(chan struct{})}
 	f.ctrs[s.ID] = c
-	if s.Stdout != nil {
+	if in, ok := s.Stdin.(*os.File); ok {
+		fd, err := syscall.Dup(int(in.Fd()))
+		if err != nil {
+			return nil, err
+		}
+		c.stdin = os.NewFile(uintptr(fd), in.Name())
+	}
+	if s.Stdout != nil && strings.HasPrefix(s.Stdout.Name(), "|") {
+		// A pipe to the node's log writer: no file to stamp.
+		fmt.Fprintf(s.Stdout, "%s started\n", s.ID)
+	} else if s.Stdout != nil {
 		c.stdout = s.Stdout.Name()
 		if err := f.stamp(c.stdout, func() error { _, err := fmt.Fprintf(s.Stdout, "%s started\n", s.ID); return err }); err != nil {
 			return nil, err

@@ -218,6 +218,8 @@ type harness struct {
 	secrets string
 	// wrapLocal, if set, wraps its local node.
 	wrapLocal func(h *harness, n *localnode.Node) Node
+	// init is its local node's shoal-init ("": none).
+	init string
 }
 
 // testOpts are a harness Manager's options and its local node's.
@@ -233,6 +235,9 @@ type testOpts struct {
 	SecretsDir string
 	// WrapLocal, if set, wraps the local node (checkpoint_test.go).
 	WrapLocal func(h *harness, n *localnode.Node) Node
+	// Init is the local node's shoal-init ("": none; the fake runtime
+	// runs no file).
+	Init string
 }
 
 // withLocal returns o with a local node (also its hook runner) on o's
@@ -242,7 +247,7 @@ type testOpts struct {
 func (h *harness) withLocal(o Options) Options {
 	h.t.Helper()
 	n, err := localnode.New(localnode.Options{Runtime: h.lrt, Images: o.Images, Network: h.netw, Router: o.Router,
-		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger, SecretsDir: h.secrets})
+		Placer: h.placer, Dir: o.Dir, Clock: o.Clock, Logger: o.Logger, SecretsDir: h.secrets, Init: h.init})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -306,6 +311,7 @@ func newHarnessOpts(t *testing.T, opt func(o *testOpts)) *harness {
 		Network: fakeNet{}, Runtime: h.rt}
 	opt(&o)
 	h.netw, h.placer, h.remote, h.lrt, h.secrets, h.wrapLocal = o.Network, o.Placer, o.Remote, o.Runtime, o.SecretsDir, o.WrapLocal
+	h.init = o.Init
 	h.m, err = New(h.withLocal(o.Options))
 	if err != nil {
 		t.Fatal(err)
