@@ -3,9 +3,16 @@ package serving
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoal-run/shoal/internal/proxy"
+	"github.com/shoal-run/shoal/internal/route"
 )
 
 // A wake-up that comes while the daemon starts, before the app's
@@ -76,5 +83,67 @@ func TestKeptWakesBounded(t *testing.T) {
 	h.m.mu.Unlock()
 	if !kept || n != 1 {
 		t.Fatalf("after the others lapsed: late kept %v, %d kept; want true, 1", kept, n)
+	}
+}
+
+// lateWaker passes the proxy's wake-ups on to the Manager set later.
+type lateWaker struct{ m atomic.Pointer[Manager] }
+
+func (w *lateWaker) Activate(app string) {
+	if m := w.m.Load(); m != nil {
+		m.Activate(app)
+	}
+}
+
+// staleLoad is the proxy process's load as a controller may read it while
+// the daemon starts: a snapshot taken before the request came.
+type staleLoad struct{ *proxy.Proxy }
+
+func (s staleLoad) Load(app string) route.Load {
+	return route.Load{Endpoints: s.Proxy.Load(app).Endpoints}
+}
+
+// A request the proxy holds for an app whose controller the restarted
+// daemon has not loaded yet is served once the app loads, not answered
+// 503 at its queue timeout.
+func TestRequestQueuedBeforeLoadIsServed(t *testing.T) {
+	h := newHarness(t)
+	h.deploy("")
+	rt := h.r.route("hello") // the proxy has the app's route from before
+	h.m.Close()
+	var w lateWaker
+	prx := proxy.New(proxy.Options{Activator: &w, Clock: h.clock, Logger: slog.New(slog.DiscardHandler),
+		Registerer: prometheus.NewRegistry()})
+	prx.SetRoute(rt)
+	o := h.m.o
+	o.Registerer, o.Router = prometheus.NewRegistry(), staleLoad{prx}
+	m, err := New(h.withLocal(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	w.m.Store(m)
+	code := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		prx.ServeHTTP(rec, httptest.NewRequest("GET", "http://hello.localhost/", nil))
+		code <- rec.Code
+	}()
+	h.wait("the request queued", func() bool { return prx.Load("hello").Queued == 1 })
+	if err := m.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.m = m
+	var got int
+	h.advanceUntil("the queued request answered", tick, func() bool {
+		select {
+		case got = <-code:
+			return true
+		default:
+			return false
+		}
+	})
+	if got != http.StatusOK {
+		t.Fatalf("the queued request was answered %d, want 200", got)
 	}
 }
