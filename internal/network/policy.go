@@ -88,6 +88,10 @@ type policy struct {
 	ports    map[uint16]bool
 	rebuilds uint64
 	sweeps   uint64 // passes over every bridge port (prepare)
+	// want is state() as of the last change of members or ports, nil
+	// after one: the guard's pass does not work it out again (it takes
+	// time in the square of the members).
+	want *tableState
 }
 
 // openPolicy loads the policies of the namespaces still in stateDir,
@@ -212,8 +216,10 @@ func (p *policy) set(name string, m member) error {
 	}
 	add.pairs = p.pairsOf(name, m)
 	p.members[name] = m
+	p.want = nil
 	if err := p.t.change(add, tableState{}); err != nil {
 		delete(p.members, name)
+		p.want = nil
 		os.Remove(filepath.Join(p.dir, name))
 		return fmt.Errorf("network policy of %s: %w", name, err)
 	}
@@ -257,6 +263,7 @@ func (p *policy) dropLocked(name string) error {
 	}
 	del.pairs = p.pairsOf(name, m)
 	delete(p.members, name)
+	p.want = nil
 	os.Remove(filepath.Join(p.dir, name))
 	if err := p.t.change(tableState{}, del); err != nil {
 		// The elements may be gone already (a table flushed from
@@ -277,6 +284,7 @@ func (p *policy) allowPort(port uint16) error {
 		return fmt.Errorf("network policy: host port %d: %w", port, err)
 	}
 	p.ports[port] = true
+	p.want = nil
 	return nil
 }
 
@@ -302,7 +310,11 @@ func (p *policy) heal() error {
 			err = errors.Join(err, isolatePort(port))
 		}
 	}
-	ok, cerr := p.t.check(p.state())
+	if p.want == nil {
+		st := p.state()
+		p.want = &st
+	}
+	ok, cerr := p.t.check(*p.want)
 	if cerr != nil {
 		return errors.Join(err, cerr)
 	}

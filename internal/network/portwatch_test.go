@@ -233,3 +233,77 @@ func TestGuardChecksPortsInTurn(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPolicyHealMembers is the guard's pass with 0, 200 and 1000
+// attachments holding a policy (every replica holds one), no port.
+func BenchmarkPolicyHealMembers(b *testing.B) {
+	for _, n := range []int{0, 200, 1000} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			bridge, _ := testBridgePorts(b, 0)
+			p := openTestPolicy(b, bridge)
+			for i := range n {
+				ip := netip.AddrFrom4([4]byte{10, 79, byte(i / 250), byte(2 + i%250)})
+				if err := p.set(fmt.Sprintf("bridge-%016x", i), member{IP: ip, Policy: Policy{App: fmt.Sprint("app", i)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := p.heal(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := p.heal(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if p.rebuilds != 0 {
+				b.Fatalf("%d rebuilds", p.rebuilds)
+			}
+		})
+	}
+}
+
+// The guard's pass checks the table against what it must hold as of the
+// last change (kept, not worked out again each pass): a member set or
+// dropped, or a host port allowed, is no cause for a rebuild, and a set
+// emptied from outside still is.
+func TestGuardWantsTheLastChange(t *testing.T) {
+	bridge, _ := testBridgePorts(t, 0)
+	p := openTestPolicy(t, bridge)
+	heal := func(what string, rebuilds uint64) {
+		t.Helper()
+		if err := p.heal(); err != nil {
+			t.Fatal(err)
+		}
+		p.mu.Lock()
+		n := p.rebuilds
+		p.mu.Unlock()
+		if n != rebuilds {
+			t.Fatalf("after %s: %d rebuilds, want %d", what, n, rebuilds)
+		}
+	}
+	heal("opening", 0)
+	ip := netip.MustParseAddr("10.79.0.2")
+	if err := p.set("bridge-0000000000000001", member{IP: ip, Policy: Policy{App: "a", Egress: EgressNone}}); err != nil {
+		t.Fatal(err)
+	}
+	heal("a member set", 0)
+	if err := p.set("bridge-0000000000000002", member{IP: netip.MustParseAddr("10.79.0.3"), Policy: Policy{App: "b", Allow: []string{"a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	heal("a member allowing the other set", 0)
+	if err := p.drop("bridge-0000000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	heal("a member dropped", 0)
+	if err := p.allowPort(4242); err != nil {
+		t.Fatal(err)
+	}
+	heal("a host port allowed", 0)
+	if out, err := exec.Command("nft", "flush", "set", "inet", bridge, "ports").CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	heal("the ports set flushed from outside", 1)
+	heal("the rebuild", 1)
+}
