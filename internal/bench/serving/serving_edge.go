@@ -157,34 +157,22 @@ func (e *env) startNginxH2(ctx context.Context, web, rpc string) (string, string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", nil, err
 	}
-	conf := fmt.Sprintf(`user root;
-worker_processes auto;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    http2_max_concurrent_streams 128;
+	confPath, err := writeNginxConf(dir, fmt.Sprintf(`    http2_max_concurrent_streams 128;
     # Its default of 1000 requests a connection ends h2load's one
     # connection within the first second.
     keepalive_requests 10000000;
     upstream web {
-        server %[2]s;
+        server %[1]s;
         keepalive 64;
         keepalive_requests 10000000;
     }
     upstream rpc {
-        server %[3]s;
+        server %[2]s;
         keepalive 64;
         keepalive_requests 10000000;
     }
     server {
-        listen 127.0.0.1:%[4]d http2;
+        listen 127.0.0.1:%[3]d http2;
         location / {
             proxy_pass http://web;
             proxy_http_version 1.1;
@@ -193,15 +181,13 @@ http {
         }
     }
     server {
-        listen 127.0.0.1:%[5]d http2;
+        listen 127.0.0.1:%[4]d http2;
         location / {
             grpc_pass grpc://rpc;
         }
     }
-}
-`, dir, web, rpc, pw, pg)
-	confPath := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+`, web, rpc, pw, pg))
+	if err != nil {
 		return "", "", nil, err
 	}
 	webAddr, rpcAddr := fmt.Sprintf("127.0.0.1:%d", pw), fmt.Sprintf("127.0.0.1:%d", pg)

@@ -151,6 +151,36 @@ func (e *env) startNginx(ctx context.Context, addr string) (string, func() error
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", nil, err
 	}
+	confPath, err := writeNginxConf(dir, fmt.Sprintf(`    upstream replica {
+        server %[1]s;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:%[2]d;
+        location / {
+            proxy_pass http://replica;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+        }
+    }
+`, addr, port))
+	if err != nil {
+		return "", nil, err
+	}
+	nginxAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	stop, err := runNginx(ctx, dir, confPath, nginxAddr)
+	if err != nil {
+		return "", nil, err
+	}
+	return nginxAddr, stop, nil
+}
+
+// writeNginxConf writes dir/nginx.conf with the head every nginx of this
+// bench shares (root, all workers, its pid, error log and temporary files
+// under dir, no access log) and, inside its http block, body: the caller's
+// settings, upstreams and servers. It returns the file's path.
+func writeNginxConf(dir, body string) (string, error) {
 	conf := fmt.Sprintf(`user root;
 worker_processes auto;
 pid %[1]s/nginx.pid;
@@ -163,31 +193,12 @@ http {
     fastcgi_temp_path %[1]s/fastcgi;
     uwsgi_temp_path %[1]s/uwsgi;
     scgi_temp_path %[1]s/scgi;
-    upstream replica {
-        server %[2]s;
-        keepalive 64;
-    }
-    server {
-        listen 127.0.0.1:%[3]d;
-        location / {
-            proxy_pass http://replica;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $host;
-        }
-    }
-}
-`, dir, addr, port)
+`, dir) + body + "}\n"
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
-		return "", nil, err
+		return "", err
 	}
-	nginxAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	stop, err := runNginx(ctx, dir, confPath, nginxAddr)
-	if err != nil {
-		return "", nil, err
-	}
-	return nginxAddr, stop, nil
+	return confPath, nil
 }
 
 // runNginx runs nginx on the configuration at confPath with its prefix and

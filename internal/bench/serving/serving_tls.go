@@ -321,29 +321,17 @@ func (e *env) startNginxTLS(ctx context.Context, dir, addr, certFile, keyFile st
 	if err := os.MkdirAll(ndir, 0o755); err != nil {
 		return "", nil, err
 	}
-	conf := fmt.Sprintf(`user root;
-worker_processes auto;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    keepalive_requests 10000000;
+	confPath, err := writeNginxConf(ndir, fmt.Sprintf(`    keepalive_requests 10000000;
     upstream replica {
-        server %[2]s;
+        server %[1]s;
         keepalive 64;
         keepalive_requests 10000000;
     }
     server {
-        listen 127.0.0.1:%[3]d ssl http2;
-        server_name %[4]s;
-        ssl_certificate %[5]s;
-        ssl_certificate_key %[6]s;
+        listen 127.0.0.1:%[2]d ssl http2;
+        server_name %[3]s;
+        ssl_certificate %[4]s;
+        ssl_certificate_key %[5]s;
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_session_cache shared:SSL:10m;
         location / {
@@ -353,10 +341,8 @@ http {
             proxy_set_header Host $host;
         }
     }
-}
-`, ndir, addr, port, tlsDomain, certFile, keyFile)
-	confPath := filepath.Join(ndir, "nginx.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+`, addr, port, tlsDomain, certFile, keyFile))
+	if err != nil {
 		return "", nil, err
 	}
 	nginxAddr := fmt.Sprintf("127.0.0.1:%d", port)
