@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -177,6 +178,16 @@ func TestGaleraStartBootstrap(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an advertised address", func(t *testing.T) {
+		g := startGaleraStart(t, "", "GALERA_ORDINAL=0", "GALERA_PEERS=", "SHOAL_ADVERTISE_HOST=192.0.2.7")
+		if args := g.result(); !slices.Contains(args, "--wsrep-node-address=192.0.2.7") {
+			t.Fatalf("SHOAL_ADVERTISE_HOST is not its wsrep_node_address: %q", args)
+		}
+		g = startGaleraStart(t, "", "GALERA_ORDINAL=0", "GALERA_PEERS=")
+		if args := g.result(); strings.Contains(strings.Join(args, " "), "--wsrep-node-address") {
+			t.Fatalf("without SHOAL_ADVERTISE_HOST: %q", args)
+		}
+	})
 	t.Run("no peers, every member crashed", func(t *testing.T) {
 		g := startGaleraStart(t, grastateUnsafe, "GALERA_ORDINAL=0", "GALERA_PEERS=")
 		select {
