@@ -17,39 +17,11 @@ import (
 // it alive: it never leaves the route (no app status says it fails its
 // check, no health event says it left), and no request fails.
 func TestBusyReplicaStaysRouted(t *testing.T) {
-	if _, err := exec.LookPath("ab"); err != nil {
-		t.Fatalf("ab (apache2-utils; scripts/install-deps.sh test installs it): %v", err)
-	}
-	d := startDaemon(t)
-	d.debianImage("apache-php")
 	const name = "busy-apache"
-	d.t.Cleanup(func() {
-		if d.t.Failed() {
-			d.t.Logf("%s's log:\n%s", name, d.shoal("app", "logs", name).stdout)
-		}
-	})
-	if r, _ := d.deployFile(`name = "` + name + `"
-image = "debian-apache-php:1"
-port = 80
-[scale]
-min = 1
-max = 1
-[resources]
-cpu = 0.3
-max_cpu = 0.3
-memory = "256Mi"
-pids = 256
-[health]
-http = "/"
+	d, proxy := startApachePHP(t, name, "0.3", `http = "/"
 interval = "500ms"
 timeout = "300ms"
-`); r.code != 0 {
-		t.Fatalf("deploy: %s%s", r.stdout, r.stderr)
-	}
-	proxy := d.proxyAddr()
-	if code, body, _ := get(t, proxy, name, "/"); code != 200 || !strings.Contains(body, "PHP Version") {
-		t.Fatalf("GET /: %d %.200s", code, body)
-	}
+`)
 
 	// Watch the app's status while the load runs.
 	var mu sync.Mutex
@@ -101,6 +73,46 @@ timeout = "300ms"
 	for _, e := range d.events(name, "health") {
 		t.Errorf("health event: %s %s", e.Replica, e.Reason)
 	}
+}
+
+// startApachePHP starts a daemon and deploys Debian's Apache with mod_php
+// as app name, one replica at 0.3 of a core and at most maxCPU, with
+// health as its [health] section; it fails the test without ab, or if the
+// app's phpinfo() page does not answer through the proxy, and logs the
+// app's log when the test fails. It returns the daemon and the proxy's
+// address.
+func startApachePHP(t *testing.T, name, maxCPU, health string) (*daemon, string) {
+	t.Helper()
+	if _, err := exec.LookPath("ab"); err != nil {
+		t.Fatalf("ab (apache2-utils; scripts/install-deps.sh test installs it): %v", err)
+	}
+	d := startDaemon(t)
+	d.debianImage("apache-php")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s's log:\n%.4000s", name, d.shoal("app", "logs", name).stdout)
+		}
+	})
+	if r, _ := d.deployFile(`name = "` + name + `"
+image = "debian-apache-php:1"
+port = 80
+[scale]
+min = 1
+max = 1
+[resources]
+cpu = 0.3
+max_cpu = ` + maxCPU + `
+memory = "256Mi"
+pids = 256
+[health]
+` + health); r.code != 0 {
+		t.Fatalf("deploy: %s%s", r.stdout, r.stderr)
+	}
+	proxy := d.proxyAddr()
+	if code, body, _ := get(t, proxy, name, "/"); code != 200 || !strings.Contains(body, "PHP Version") {
+		t.Fatalf("GET /: %d %.200s", code, body)
+	}
+	return d, proxy
 }
 
 // abNoFailures matches ab's report of no failed request but for a length

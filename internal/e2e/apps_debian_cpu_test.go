@@ -26,35 +26,8 @@ import (
 // the replica met; a replica a loaded host starves below its quota
 // (its cgroup's CPU time tells) is not raised, and need not be.
 func TestDebianApacheCPUFollowsDemand(t *testing.T) {
-	if _, err := exec.LookPath("ab"); err != nil {
-		t.Fatalf("ab (apache2-utils; scripts/install-deps.sh test installs it): %v", err)
-	}
-	d := startDaemon(t)
-	d.debianImage("apache-php")
 	const name = "demand-apache"
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("%s's log:\n%.4000s", name, d.shoal("app", "logs", name).stdout)
-		}
-	})
-	d.deploy(`name = "` + name + `"
-image = "debian-apache-php:1"
-port = 80
-[scale]
-min = 1
-max = 1
-[resources]
-cpu = 0.3
-max_cpu = 0.6
-memory = "256Mi"
-pids = 256
-[health]
-tcp = true
-`)
-	proxy := d.proxyAddr()
-	if code, body, _ := get(t, proxy, name, "/"); code != 200 || !strings.Contains(body, "PHP Version") {
-		t.Fatalf("GET /: %d %.200s", code, body)
-	}
+	d, proxy := startApachePHP(t, name, "0.6", "tcp = true\n")
 	pid := d.runcPid(d.readyReplica(name).ID)
 	if pid == 0 {
 		t.Fatalf("no pid for %s's replica", name)
