@@ -10,6 +10,7 @@
 #   nginx       nginx: a static page on :80
 #   python      python3: a tiny http.server app on :8080, run as nobody
 #   galera      mariadb-server + galera-4: a Galera cluster member on :3306 (scripts/galera/)
+#   django      python3-django: a small Django project on :8080 that migrates SQLite at boot (scripts/django/)
 # Prints the path of each image's tar on stdout, progress on stderr.
 #
 # Built images are kept in $SHOAL_IMAGE_CACHE (default
@@ -23,8 +24,10 @@ set -eu
 cache="${SHOAL_IMAGE_CACHE:-/var/cache/shoal/debian-images}"
 all="apache-php nginx python"
 all="$all galera"
+all="$all django"
 script=$(readlink -f "$0")
 . "$(dirname "$script")/galera/image.sh" # galera's customizeGalera and configureGalera
+. "$(dirname "$script")/django/image.sh" # django's customizeDjango and configureDjango
 
 say() { echo "debian-images: $*" >&2; }
 die() { say "$*"; exit 1; }
@@ -36,6 +39,7 @@ packages() {
 	nginx) echo "nginx" ;;
 	python) echo "python3" ;;
 	galera) echo "mariadb-server galera-4 rsync iproute2 procps" ;; # galera-start's rsync SST needs rsync and ss
+	django) echo "python3-django" ;;
 	*) return 1 ;;
 	esac
 }
@@ -123,6 +127,7 @@ customize() {
 		EOF
 		;;
 	galera) customizeGalera "$root" ;;
+	django) customizeDjango "$root" ;;
 	esac
 }
 
@@ -143,6 +148,7 @@ configure() {
 			--config.env PYTHONUNBUFFERED=1
 		;;
 	galera) configureGalera "$2" ;;
+	django) configureDjango "$2" ;;
 	esac
 }
 
@@ -210,9 +216,12 @@ done
 mkdir -p "$cache"
 # The cache key of the images but galera's: a digest of this script without galera's lines.
 sha256sum() { grep -v galera "$1" | command sha256sum; }
+sha256sum() { grep -v -e galera -e django "$1" | command sha256sum; } # nor django's: each image's key changes only with its own lines
 hash=$(sha256sum "$script" | cut -c1-12)
 for name in $names; do
 	[ "$name" != galera ] || hash=$(cat "$script" "$(dirname "$script")"/galera/* | command sha256sum | cut -c1-12)
+	[ "$name" != galera ] || hash=$(grep -v django "$script" | cat - "$(dirname "$script")"/galera/* | command sha256sum | cut -c1-12) # without django's lines
+	[ "$name" != django ] || hash=$(find "$script" "$(dirname "$script")"/django -type f | LC_ALL=C sort | xargs cat | command sha256sum | cut -c1-12)
 	out="$cache/$name-$hash.tar"
 	if [ -f "$out" ]; then
 		say "$name: cached $out"

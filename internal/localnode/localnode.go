@@ -203,6 +203,7 @@ func (n *Node) Start(ctx context.Context, s node.ReplicaSpec) (node.Started, err
 // process is shoal-init waiting on stdin for ahead's command (Premake).
 func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *runtime.Spec) error) (node.Started, error) {
 	var st node.Started
+	t0 := time.Now()
 	fromPeer := !filepath.IsAbs(s.Log)
 	s, err := n.localize(s)
 	if err != nil {
@@ -230,6 +231,7 @@ func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *r
 	}
 	st.CPUSet = n.placer.Place(placement.Request{ID: s.ID, App: s.App, MaxCPU: s.Config.Resources.MaxCPU})
 	spec.Limits.CPUSet = st.CPUSet
+	tSpec := time.Now()
 	att, err := n.net.Acquire(ctx, s.ID, bridge)
 	if err != nil {
 		return st, fmt.Errorf("network: %w", err)
@@ -264,6 +266,7 @@ func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *r
 			return st, fmt.Errorf("network: %w", err)
 		}
 	}
+	tNet := time.Now()
 	logf, err := os.OpenFile(s.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return st, fmt.Errorf("log: %w", err)
@@ -298,6 +301,7 @@ func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *r
 			return st, err
 		}
 	}
+	tLog := time.Now()
 	c, err := n.rt.Run(ctx, spec)
 	logf.Close()
 	if f, ok := spec.Stdin.(*os.File); ok {
@@ -310,6 +314,11 @@ func (n *Node) start(ctx context.Context, s node.ReplicaSpec, ahead func(spec *r
 		n.chargeWriter(s.ID, writer.Process.Pid)
 	}
 	st.Pid = c.Pid
+	// Where a start's time went (bench fastcontainer reads it): the spec
+	// (image, volumes, user namespace, secrets), the network namespace
+	// and its policy, the log pipe, the container.
+	n.log.Debug("replica start timing", "replica", s.ID, "restore", s.RestoreFrom != "", "spec", tSpec.Sub(t0),
+		"network", tNet.Sub(tSpec), "log", tLog.Sub(tNet), "container_ns", time.Since(tLog))
 	return st, nil
 }
 

@@ -50,8 +50,8 @@ func TestExampleManifests(t *testing.T) {
 // import line says.
 func TestDebianExampleManifests(t *testing.T) {
 	texts := exampleManifests(t, "../../examples/debian/*/shoal.toml", 3, "debian-")
-	if len(texts) != 3 {
-		t.Fatalf("%d Debian example manifests parsed, want 3 (apache-php, nginx, python)", len(texts))
+	if len(texts) != 4 {
+		t.Fatalf("%d Debian example manifests parsed, want 4 (apache-php, django, nginx, python)", len(texts))
 	}
 	for name, text := range texts {
 		if !strings.Contains(text, "scripts/debian-images.sh "+name+")\" --tag debian-"+name+":1") {

@@ -3,7 +3,10 @@
 // with 100 concurrent connections) on Debian's own packages behind shoal's
 // proxy, with shoal's autoscaler deciding the scale-up (a raised CPU
 // quota) and the scale-out (a second replica), reported beside the paper's
-// figures.
+// figures; and its experiment 2 (a slow-booting framework app's cold start
+// against its restore from a CRIU image) with the slowboot example and a
+// Django project from Debian's python3-django, cold, restored from the
+// checkpoint tier, thawed from the frozen tier and warm.
 package fastcontainer
 
 import (
@@ -88,7 +91,7 @@ func FastContainer(ctx context.Context, o bench.Options) (_ *bench.Report, retEr
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	se, err := kit.NewServingEnv(ctx, o, dir, fcNet)
+	se, err := kit.NewServingEnv(ctx, o, dir, fcNet, "slowboot")
 	if err != nil {
 		return nil, fmt.Errorf("fastcontainer: %w", err)
 	}
@@ -110,5 +113,9 @@ func FastContainer(ctx context.Context, o bench.Options) (_ *bench.Report, retEr
 		results = append(results, res)
 	}
 	render(rep, results)
+	rep.Heading("Experiment 2: slow-booting apps restored from a checkpoint")
+	if err := e.restores(ctx, rep); err != nil {
+		return rep, fmt.Errorf("fastcontainer: experiment 2: %w", err)
+	}
 	return rep, nil
 }

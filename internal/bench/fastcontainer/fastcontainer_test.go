@@ -14,13 +14,17 @@ import (
 // TestQuick runs the suite for real in quick mode (a few hundred requests
 // a run) and checks its mechanics: the reference run and the scale-out's
 // windows measured, the decision found in the events, the tables and
-// charts there. It asserts no time.
+// charts there; experiment 2's slowboot and Django apps measured cold,
+// restored from their checkpoints (real CRIU), thawed and warm. It
+// asserts no time.
 func TestQuick(t *testing.T) {
 	s, _ := bench.Lookup("fastcontainer")
 	benchtest.Quick(t, s, func(t *testing.T, rep *bench.Report, docs string) {
 		benchtest.CheckTables(t, rep, map[string][]string{
 			tLatency:  {rOne, rOutAfter},
 			tReaction: {rxOutDec, rxOutDone},
+			tRestore: {"slowboot, " + rsCold, "slowboot, " + rsRestored, "slowboot, " + rsThawed, "slowboot, " + rsWarm,
+				"django, " + rsCold, "django, " + rsRestored, "django, " + rsThawed, "django, " + rsWarm},
 		})
 		for _, name := range []string{"fastcontainer-latency.svg", "fastcontainer-quota.svg"} {
 			if _, ok := rep.Charts()[name]; !ok {

@@ -379,3 +379,57 @@ func (e *Daemon) StartTimings(prefix string, premade bool) (map[string][]time.Du
 	}
 	return out, probes
 }
+
+// RestoreTimings reads the node's "replica start timing" debug lines of
+// the restores of replicas named prefix-something, with the runtime's
+// "container created" line of each: by key, the replica's spec, its
+// network namespace and policy, its log pipe and its container (bundle
+// and OCI runtime's restore, and the rest: "bundle", "runtime").
+func (e *Daemon) RestoreTimings(prefix string) map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	f, err := os.Open(e.logPath)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	created := map[string][2]time.Duration{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg       string `json:"msg"`
+			Container string `json:"container"`
+			Bundle    string `json:"bundle"`
+			Runtime   string `json:"runtime"`
+			Replica   string `json:"replica"`
+			Restore   bool   `json:"restore"`
+			Spec      int64  `json:"spec"`
+			Network   int64  `json:"network"`
+			Log       int64  `json:"log"`
+			Ctr       int64  `json:"container_ns"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil {
+			continue
+		}
+		switch {
+		case line.Msg == "container created" && strings.HasPrefix(line.Container, prefix+"-"):
+			b, err1 := time.ParseDuration(line.Bundle)
+			r, err2 := time.ParseDuration(line.Runtime)
+			if err1 == nil && err2 == nil {
+				created[line.Container] = [2]time.Duration{b, r}
+			}
+		case line.Msg == "replica start timing" && line.Restore && strings.HasPrefix(line.Replica, prefix+"-"):
+			c, ok := created[line.Replica]
+			if !ok {
+				continue
+			}
+			out["spec"] = append(out["spec"], time.Duration(line.Spec))
+			out["network"] = append(out["network"], time.Duration(line.Network))
+			out["log"] = append(out["log"], time.Duration(line.Log))
+			out["container"] = append(out["container"], time.Duration(line.Ctr))
+			out["bundle"] = append(out["bundle"], c[0])
+			out["runtime"] = append(out["runtime"], c[1])
+		}
+	}
+	return out
+}
