@@ -3,11 +3,8 @@ package proxy
 import (
 	"bufio"
 	"crypto/tls"
-	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,9 +16,7 @@ import (
 // streams of one cleartext HTTP/2 connection (prior knowledge), many at a
 // time, as h2load does in the serving suite, to an HTTP/1.1 backend.
 func BenchmarkServeH2C(b *testing.B) {
-	be, _, _ := benchSetup(b)
-	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p := benchProxy(b)
 	addr := serveProxy(b, p)
 	var proto http.Protocols
 	proto.SetUnencryptedHTTP2(true)
@@ -34,9 +29,7 @@ func BenchmarkServeH2C(b *testing.B) {
 // benchTLS starts the proxy's TLS listener with an ECDSA P-256
 // certificate for edge.test routed to a backend, and returns its address.
 func benchTLS(b *testing.B) string {
-	be, _, _ := benchSetup(b)
-	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(route.Route{App: "a", Domains: []string{"edge.test"}, Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p := benchProxy(b, "edge.test")
 	cp, kp := certstest.NewCA(b, "Bench CA").Issue(b, []string{"edge.test"}, time.Time{}, time.Time{})
 	if err := p.SetCerts([]route.Cert{{Domains: []string{"edge.test"}, CertPEM: cp, KeyPEM: kp}}); err != nil {
 		b.Fatal(err)
@@ -58,27 +51,9 @@ func benchTLS(b *testing.B) string {
 // TLS, as wrk does in the serving suite.
 func BenchmarkServeTLS(b *testing.B) {
 	addr := benchTLS(b)
-	req := []byte("GET / HTTP/1.1\r\nHost: edge.test\r\nUser-Agent: bench\r\n\r\n")
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := tls.Dial("tcp", addr, &tls.Config{ServerName: "edge.test", InsecureSkipVerify: true})
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := skipAnswer(br); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
+	benchKeptAlive(b, func() (net.Conn, error) {
+		return tls.Dial("tcp", addr, &tls.Config{ServerName: "edge.test", InsecureSkipVerify: true})
+	}, "edge.test")
 }
 
 // BenchmarkHandshakeTLS opens a new TLS connection (a full TLS 1.3

@@ -2,22 +2,15 @@ package proxy
 
 import (
 	"bufio"
-	"io"
-	"log/slog"
 	"net"
-	"strings"
 	"testing"
-
-	"github.com/shoal-run/shoal/internal/route"
 )
 
 // BenchmarkServeSerial is BenchmarkServe with one client sending one
 // request at a time: the latency of a single request through the fast
 // path, wake-ups included, rather than its throughput.
 func BenchmarkServeSerial(b *testing.B) {
-	be, _, _ := benchSetup(b)
-	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p := benchProxy(b)
 	addr := serveProxy(b, p)
 	req := []byte("GET / HTTP/1.1\r\nHost: a.localhost\r\nUser-Agent: bench\r\n\r\n")
 	c, err := net.Dial("tcp", addr)

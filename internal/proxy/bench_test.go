@@ -51,6 +51,15 @@ func benchSetup(b *testing.B) (backendURL, proxyURL string, client *http.Client)
 	return be.URL, fr.URL, &http.Client{Transport: tr}
 }
 
+// benchProxy is a proxy that logs nothing, routing app a, and domains, to
+// the backend of benchSetup.
+func benchProxy(b *testing.B, domains ...string) *Proxy {
+	be, _, _ := benchSetup(b)
+	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	p.SetRoute(route.Route{App: "a", Domains: domains, Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	return p
+}
+
 // BenchmarkDirect is the baseline: a client straight to the backend.
 func BenchmarkDirect(b *testing.B) {
 	be, _, client := benchSetup(b)
@@ -67,9 +76,7 @@ func BenchmarkProxy(b *testing.B) {
 // BenchmarkServeHTTP measures the proxy's own handler with an in-memory
 // response writer, the backend on loopback.
 func BenchmarkServeHTTP(b *testing.B) {
-	be, _, _ := benchSetup(b)
-	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p := benchProxy(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		req := httptest.NewRequest("GET", "http://a.localhost/", nil)
@@ -87,9 +94,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // kept-alive connections from a client that allocates nothing, so that
 // allocations reported are the proxy's and the backend's.
 func BenchmarkServe(b *testing.B) {
-	be, _, _ := benchSetup(b)
-	p := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	p.SetRoute(route.Route{App: "a", Endpoints: []route.Endpoint{{ID: "a1", Addr: strings.TrimPrefix(be, "http://")}}})
+	p := benchProxy(b)
 	benchServeAt(b, serveProxy(b, p))
 }
 
@@ -110,10 +115,16 @@ func BenchmarkServeHop(b *testing.B) {
 // benchServeAt sends b.N GETs to the proxy at addr on kept-alive
 // connections from a client that allocates nothing.
 func benchServeAt(b *testing.B, addr string) {
-	req := []byte("GET / HTTP/1.1\r\nHost: a.localhost\r\nUser-Agent: bench\r\n\r\n")
+	benchKeptAlive(b, func() (net.Conn, error) { return net.Dial("tcp", addr) }, "a.localhost")
+}
+
+// benchKeptAlive sends b.N GETs for host in parallel, on kept-alive
+// connections that dial opens, from a client that allocates nothing.
+func benchKeptAlive(b *testing.B, dial func() (net.Conn, error), host string) {
+	req := []byte("GET / HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: bench\r\n\r\n")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", addr)
+		c, err := dial()
 		if err != nil {
 			b.Error(err)
 			return
