@@ -16,10 +16,11 @@ const (
 )
 
 // keepWake keeps a wake-up of app, which has no controller; m.mu is held.
-// Of several, the first's time is kept (the start gate's order).
+// Of several, the first's time is kept (the start gate's order), unless it
+// lapsed: a new wake-up then replaces it.
 func (m *Manager) keepWake(app string) {
 	now := m.clock.Now()
-	if _, ok := m.wakes[app]; ok {
+	if at, ok := m.wakes[app]; ok && now.Sub(at) < keptWakeFor {
 		return
 	}
 	if m.wakes == nil {

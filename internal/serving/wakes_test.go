@@ -62,6 +62,17 @@ func TestKeptWakeLapses(t *testing.T) {
 	}
 }
 
+// A wake-up after a lapsed one is kept in its place: the lapsed one does
+// not hide it, and the app, deployed then, starts a replica.
+func TestWakeAfterALapsedOneIsKept(t *testing.T) {
+	h := newHarness(t)
+	h.m.Activate("hello")
+	h.clock.Advance(keptWakeFor)
+	h.m.Activate("hello")
+	h.deploy("")
+	h.advanceUntil("the second wake-up starts a replica", tick, func() bool { return len(h.replicas()[StateReady]) == 1 })
+}
+
 // The wake-ups kept are bounded in count: past maxKeptWakes, those that
 // lapsed make room, and otherwise a new one is dropped.
 func TestKeptWakesBounded(t *testing.T) {
