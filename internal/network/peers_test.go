@@ -91,3 +91,75 @@ func TestPolicyPeerPorts(t *testing.T) {
 		t.Fatalf("the policy table outlived the bridge:\n%s", l)
 	}
 }
+
+// TestPolicyRefusedKeepsOld: a policy refused because its peer port is
+// published for another replica leaves the attachment the policy it had:
+// its egress stays none and its own published port stays.
+func TestPolicyRefusedKeepsOld(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(t, -1)
+	m := newManager(t, o)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b [2]byte
+	rand.Read(b[:])
+	base := netip.AddrFrom4([4]byte{10, 79, b[0], b[1] &^ 3})
+	peerNS, _ := outside(t, base)
+	node := base.Next()
+
+	a, err := m.Acquire(ctx, "db-0", Bridge)
+	must(err)
+	c, err := m.Acquire(ctx, "other-0", Bridge)
+	must(err)
+	lnC := listenIn(t, c.NSPath, "0.0.0.0:0")
+	cPort := uint16(lnC.Addr().(*net.TCPAddr).Port)
+	aPort := cPort + 1
+	if cPort == 65535 {
+		aPort = cPort - 1
+	}
+	must(m.SetPolicy(a, Policy{App: "db", PeerPorts: []uint16{aPort}, Publish: node}))
+	must(m.SetPolicy(c, Policy{App: "other", Egress: EgressNone, PeerPorts: []uint16{cPort}, Publish: node}))
+	published := net.JoinHostPort(node.String(), strconv.Itoa(int(cPort)))
+	wantReach(t, "a published peer port", peerNS, published, true)
+	before := nftList(t, o.Bridge)
+
+	err = m.SetPolicy(c, Policy{App: "other", Egress: EgressNone, PeerPorts: []uint16{aPort}, Publish: node})
+	if !errdefs.IsConflict(err) {
+		t.Fatalf("publishing port %d of another replica: %v, want a conflict", aPort, err)
+	}
+	after := nftList(t, o.Bridge)
+	if after != before {
+		t.Fatalf("a refused policy changed the table:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if !strings.Contains(nftSet(t, after, setEgressNone), c.IP.String()) {
+		t.Fatalf("%s left the egress_none set:\n%s", c.IP, after)
+	}
+	wantReach(t, "the old published peer port after a refused policy", peerNS, published, true)
+
+	// The policy stays after a restart too (its file).
+	must(m.Close(ctx))
+	m = newManager(t, o)
+	must(m.Restore(ctx, map[string]string{"db-0": a.NSPath, "other-0": c.NSPath}))
+	if l := nftList(t, o.Bridge); !strings.Contains(nftSet(t, l, setEgressNone), c.IP.String()) {
+		t.Fatalf("%s not in the egress_none set after a restart:\n%s", c.IP, l)
+	}
+	for _, id := range []string{"db-0", "other-0"} {
+		at, _ := m.Lookup(id)
+		must(m.Release(ctx, at))
+	}
+}
+
+// nftSet is the part of listing l that declares set name.
+func nftSet(t *testing.T, l, name string) string {
+	t.Helper()
+	i := strings.Index(l, "set "+name+" {")
+	if i < 0 {
+		t.Fatalf("no set %s:\n%s", name, l)
+	}
+	j := strings.Index(l[i:], "}")
+	return l[i : i+j]
+}

@@ -199,14 +199,38 @@ func (p *policy) set(name string, m member) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.members[name]; ok {
+	// Checked before the old policy goes: a refused policy leaves the
+	// attachment the one it had.
+	if err := p.publishedLocked(name, m); err != nil {
+		return err
+	}
+	old, had := p.members[name]
+	if had {
 		if err := p.dropLocked(name); err != nil {
 			return err
 		}
 	}
-	if err := p.publishedLocked(name, m); err != nil {
+	if err := p.addLocked(name, m, b); err != nil {
+		if had {
+			if ob, merr := json.Marshal(old); merr != nil {
+				err = errors.Join(err, merr)
+			} else if rerr := p.addLocked(name, old, ob); rerr != nil {
+				// The old elements could not be put back: the member
+				// stays and the rebuild makes the table what it must be.
+				p.members[name] = old
+				p.want = nil
+				err = errors.Join(err, writeFileAtomic(filepath.Join(p.dir, name), ob),
+					p.rebuildLocked(fmt.Sprintf("restoring the policy of %s failed (%v)", name, rerr)))
+			}
+		}
 		return err
 	}
+	return nil
+}
+
+// addLocked gives namespace name, which has no policy, the policy of m
+// (b is m as JSON).
+func (p *policy) addLocked(name string, m member, b []byte) error {
 	if err := writeFileAtomic(filepath.Join(p.dir, name), b); err != nil {
 		return fmt.Errorf("network policy of %s: %w", name, err)
 	}
