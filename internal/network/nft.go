@@ -43,10 +43,11 @@ import (
 //	    iifname @bridges oifname @bridges accept         # decided in prerouting
 //	    iifname != @bridges oifname @bridges ct status dnat accept   # a published peer port
 //	    iifname != @bridges oifname @bridges reject ...  # no way in but the host's own
-//	    iifname @bridges meta nfproto != ipv4 reject ...
+//	    iifname @bridges meta nfproto != ipv4 reject ...  # fe80::/10 among them
+//	    iifname @bridges ip daddr 169.254.0.0/16 reject ...
 //	    iifname @bridges meta l4proto tcp ip saddr . tcp dport @peer_out accept
 //	    iifname @bridges ip saddr @egress_none reject ...
-//	    iifname @bridges ip daddr <each of blocked> reject ... }
+//	    iifname @bridges ip daddr <each other of blocked> reject ... }
 //	  chain postrouting { type nat hook postrouting priority srcnat - 1
 //	    ip saddr <subnet> ip daddr <subnet> snat ip to ip saddr }
 //	}
@@ -84,12 +85,16 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("10.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
 	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
+	linkLocal,
 	netip.MustParsePrefix("172.16.0.0/12"),
 	netip.MustParsePrefix("192.168.0.0/16"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
+
+// linkLocal is IPv4's link-local range, cloud metadata services' among
+// them: rejected before the peer ports are accepted.
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
 
 // nftTable is the policy table of a host's bridges.
 type nftTable struct {
@@ -251,6 +256,8 @@ func (t *nftTable) build(s tableState) error {
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
 		reject()})
+	// Link-local first: no peer port reaches a metadata service.
+	rule(forward, in, ipv4(), daddrIn(linkLocal), []expr.Any{reject()})
 	rule(forward, in, tcp(), []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
@@ -261,7 +268,9 @@ func (t *nftTable) build(s tableState) error {
 		&expr.Lookup{SourceRegister: 1, SetName: setEgressNone, SetID: t.sets[setEgressNone].ID},
 		reject()})
 	for _, p := range blocked {
-		rule(forward, in, ipv4(), daddrIn(p), []expr.Any{reject()})
+		if p != linkLocal {
+			rule(forward, in, ipv4(), daddrIn(p), []expr.Any{reject()})
+		}
 	}
 
 	for name, hook := range map[string]*nftables.ChainHook{chainPeersIn: nftables.ChainHookPrerouting, chainPeersOut: nftables.ChainHookOutput} {

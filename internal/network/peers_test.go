@@ -163,3 +163,31 @@ func nftSet(t *testing.T, l, name string) string {
 	j := strings.Index(l[i:], "}")
 	return l[i : i+j]
 }
+
+// TestPolicyPeerPortsNotLinkLocal: a replica with egress none reaches its
+// peer ports at a private address (a node's) but not at a link-local one
+// (a cloud metadata service's).
+func TestPolicyPeerPortsNotLinkLocal(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(t, -1)
+	m := newManager(t, o)
+	var b [3]byte
+	rand.Read(b[:])
+	privNS, priv := outside(t, netip.AddrFrom4([4]byte{10, 80, b[0], b[1] &^ 3}))
+	llNS, ll := outside(t, netip.AddrFrom4([4]byte{169, 254, 100 + b[2]%100, b[1] &^ 3}))
+	lnPriv := listenIn(t, privNS, priv+":0")
+	lnLL := listenIn(t, llNS, ll+":0")
+	port := func(ln net.Listener) uint16 { return uint16(ln.Addr().(*net.TCPAddr).Port) }
+
+	a, err := m.Acquire(ctx, "db-0", Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(ctx, a) })
+	if err := m.SetPolicy(a, Policy{App: "db", Egress: EgressNone, PeerPorts: []uint16{port(lnPriv), port(lnLL)}}); err != nil {
+		t.Fatal(err)
+	}
+	wantReach(t, "a peer port at a private address", a.NSPath, lnPriv.Addr().String(), true)
+	wantReach(t, "a peer port at a link-local address", a.NSPath, lnLL.Addr().String(), false)
+	wantReach(t, "the link-local address from the host", "", lnLL.Addr().String(), true)
+}
