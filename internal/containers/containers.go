@@ -41,8 +41,8 @@ const defaultPids = 1024
 
 // Service runs one-off containers for `shoal run`.
 type Service struct {
-	rt   *runtime.Runtime
-	imgs *image.Store
+	rt   containerRuntime
+	imgs imageStore
 	net  *network.Manager
 	log  *slog.Logger
 
@@ -57,6 +57,10 @@ type Service struct {
 	pool    premadePool
 	hidden  map[string]bool  // premade containers no run has taken
 	taken   map[string]taken // premade containers runs took, until removed
+	// imgRemoval is the digest of the image HoldImage holds for its
+	// removal, if any; removals take holdMu in turn.
+	imgRemoval string
+	holdMu     sync.Mutex
 
 	// stopping is set when the daemon shuts down: a run whose client
 	// connection closes then leaves its container running (the next daemon
@@ -67,12 +71,27 @@ type Service struct {
 	duration *prometheus.HistogramVec
 }
 
+// containerRuntime is what the service uses of the runtime.
+type containerRuntime interface {
+	Run(ctx context.Context, spec runtime.Spec) (*runtime.Container, error)
+	Delete(ctx context.Context, id string) error
+	Wait(ctx context.Context, id string) (runtime.ExitStatus, error)
+	Signal(id string, sig syscall.Signal) error
+	List(ctx context.Context) ([]*runtime.Container, error)
+}
+
+// imageStore is what the service uses of the image store.
+type imageStore interface {
+	Get(ctx context.Context, ref string) (image.Image, error)
+}
+
 // New returns the service of rt, with its images, network pool, log and
 // metrics (registered with reg).
 func New(rt *runtime.Runtime, imgs *image.Store, nm *network.Manager, log *slog.Logger, reg *prometheus.Registry) *Service {
 	s := &Service{rt: rt, imgs: imgs, net: nm, log: log, attached: map[string]*network.Attachment{}, removing: map[string]bool{}, starting: map[string]int{},
 		hidden: map[string]bool{}, taken: map[string]taken{}}
-	s.pool.ready, s.pool.making, s.pool.work = map[shape]*premade{}, map[shape]chan struct{}{}, map[chan struct{}]bool{}
+	s.pool.ready, s.pool.making, s.pool.work = map[shape]*premade{}, map[shape]chan struct{}{}, map[chan struct{}]string{}
+	s.pool.make, s.pool.destroy = s.makePremade, s.destroyPremade
 	s.started = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shoal_containers_started_total", Help: "Containers started, by network mode.",
 	}, []string{"network"})
@@ -494,31 +513,49 @@ func (s *Service) unpin(digest string) {
 	s.mu.Unlock()
 }
 
-// ImageUsers maps each image digest in use to one container using it
-// ("starting" for a container not yet created). Premade containers are
-// removed first: they do not keep an image.
-func (s *Service) ImageUsers(ctx context.Context) (map[string]string, error) {
-	s.dropPremade()
+// HoldImage begins the removal of image digest. It removes the image's
+// premade containers, waits for those being made, and tells whether a
+// container still uses the image: user is its id ("starting" for one not
+// yet created). If none does, the caller removes the image and then calls
+// release; until then no premade container of the image is made (a refill
+// begun later finds the image gone and is abandoned). Removals are held
+// one at a time.
+func (s *Service) HoldImage(ctx context.Context, digest string) (user string, release func(), err error) {
+	s.holdMu.Lock()
+	s.mu.Lock()
+	s.imgRemoval = digest
+	s.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.imgRemoval = ""
+			s.mu.Unlock()
+			s.holdMu.Unlock()
+		})
+	}
+	s.dropPremadeOf(digest)
 	cs, err := s.rt.List(ctx)
 	if err != nil {
-		return nil, err
+		release()
+		return "", nil, err
 	}
-	m := map[string]string{}
 	s.mu.Lock()
-	for d := range s.starting {
-		m[d] = "starting"
+	if s.starting[digest] > 0 {
+		user = "starting"
 	}
 	hidden := maps.Clone(s.hidden)
 	s.mu.Unlock()
 	for _, c := range cs {
-		if hidden[c.ID] {
-			continue
-		}
-		if d := c.Labels[labels.Digest]; d != "" {
-			m[d] = c.ID
+		if user == "" && !hidden[c.ID] && c.Labels[labels.Digest] == digest {
+			user = c.ID
 		}
 	}
-	return m, nil
+	if user != "" {
+		release()
+		return user, nil, nil
+	}
+	return "", release, nil
 }
 
 // Remove deletes container id with its mounts, cgroups and network.

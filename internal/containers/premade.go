@@ -45,15 +45,18 @@ type premade struct {
 // PremadeShapes shapes run most recently. A run that takes one has it
 // made again in the background once it has ended; a run of a shape that
 // has none takes the ordinary path and has one made. What it makes is
-// hidden from List, ImageUsers and Remove until a run takes it.
+// hidden from List, HoldImage and Remove until a run takes it.
 type premadePool struct {
 	init   string // host path of shoal-init; "": none is made
 	ready  map[shape]*premade
-	making map[shape]chan struct{} // closed when it is ready or failed
-	recent []shape                 // most recently run first
-	work   map[chan struct{}]bool
-	gen    int // dropped premades: those being made then are not kept
+	making map[shape]chan struct{}  // closed when it is ready or failed
+	recent []shape                  // most recently run first
+	work   map[chan struct{}]string // background work → the image digest it uses
+	gen    int                      // dropped premades: those being made then are not kept
 	closed bool
+	// make and destroy are makePremade and destroyPremade (tests fake them).
+	make    func(sh shape, p *runPlan, init string) (*premade, error)
+	destroy func(b *premade)
 }
 
 // taken is what List shows of a premade container a run took: the run's
@@ -122,17 +125,17 @@ func (s *Service) touch(sh shape) {
 		r = r[:len(r)-1]
 		if b := s.pool.ready[old]; b != nil {
 			delete(s.pool.ready, old)
-			s.spawn(func() { s.destroyPremade(b) })
+			s.spawn(old.digest, func() { s.pool.destroy(b) })
 		}
 	}
 	s.pool.recent = r
 }
 
-// spawn runs f in the background; Close and dropPremade wait for it. s.mu
-// is held.
-func (s *Service) spawn(f func()) {
+// spawn runs f, which uses image digest, in the background; dropPremade
+// and dropPremadeOf wait for it. s.mu is held.
+func (s *Service) spawn(digest string, f func()) {
 	done := make(chan struct{})
-	s.pool.work[done] = true
+	s.pool.work[done] = digest
 	go func() {
 		defer func() {
 			s.mu.Lock()
@@ -145,34 +148,45 @@ func (s *Service) spawn(f func()) {
 }
 
 // refill has a sandbox of p's shape made in the background unless one is
-// ready or being made, or the shape is no longer among the recent ones.
+// ready or being made, the shape is no longer among the recent ones, or
+// its image is being removed. p was planned before the run: its image may
+// have been removed since. Registered as work of the image, the refill is
+// ordered with the image's removal (HoldImage): begun before, it is waited
+// for and its sandbox not kept; begun during, it is abandoned here; begun
+// after, it finds the image gone and is abandoned.
 func (s *Service) refill(p *runPlan) {
 	sh := p.shape()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.pool.init == "" || s.pool.closed || s.pool.ready[sh] != nil || s.pool.making[sh] != nil || !slices.Contains(s.pool.recent, sh) {
+	if s.pool.init == "" || s.pool.closed || s.pool.ready[sh] != nil || s.pool.making[sh] != nil || !slices.Contains(s.pool.recent, sh) ||
+		s.imgRemoval == sh.digest {
 		return
 	}
 	made := make(chan struct{})
 	s.pool.making[sh] = made
 	gen, init := s.pool.gen, s.pool.init
-	// The image stays pinned while its sandbox is made (ImageUsers).
-	s.starting[sh.digest]++
-	s.spawn(func() {
-		b, err := s.makePremade(sh, p, init)
+	s.spawn(sh.digest, func() {
+		var b *premade
+		_, err := s.imgs.Get(context.Background(), sh.digest)
+		if err == nil {
+			b, err = s.pool.make(sh, p, init)
+		}
 		s.mu.Lock()
 		delete(s.pool.making, sh)
-		keep := err == nil && !s.pool.closed && gen == s.pool.gen && s.pool.ready[sh] == nil && slices.Contains(s.pool.recent, sh)
+		keep := err == nil && !s.pool.closed && gen == s.pool.gen && s.pool.ready[sh] == nil && slices.Contains(s.pool.recent, sh) &&
+			s.imgRemoval != sh.digest
 		if keep {
 			s.pool.ready[sh] = b
 		}
 		close(made)
 		s.mu.Unlock()
-		s.unpin(sh.digest)
-		if err != nil {
+		switch {
+		case isNotFound(err):
+			s.log.Debug("premade container not made: the image was removed", "image", sh.digest)
+		case err != nil:
 			s.log.Warn("premade container", "image", sh.digest, "network", sh.mode, "err", err)
-		} else if !keep {
-			s.destroyPremade(b)
+		case !keep:
+			s.pool.destroy(b)
 		}
 	})
 }
@@ -247,7 +261,7 @@ func (s *Service) destroyPremade(b *premade) {
 }
 
 // dropPremade removes the premade sandboxes, ready or being made, and
-// waits until they are gone: an image they hold may then be removed.
+// waits until they are gone.
 func (s *Service) dropPremade() {
 	s.mu.Lock()
 	ready := s.pool.ready
@@ -259,7 +273,34 @@ func (s *Service) dropPremade() {
 	}
 	s.mu.Unlock()
 	for _, b := range ready {
-		s.destroyPremade(b)
+		s.pool.destroy(b)
+	}
+	for _, c := range work {
+		<-c
+	}
+}
+
+// dropPremadeOf removes the premade sandboxes of image digest and waits
+// for the work using it (sandboxes being made or removed) to end. Those
+// being made are not kept while HoldImage holds the image.
+func (s *Service) dropPremadeOf(digest string) {
+	s.mu.Lock()
+	var drop []*premade
+	for sh, b := range s.pool.ready {
+		if sh.digest == digest {
+			delete(s.pool.ready, sh)
+			drop = append(drop, b)
+		}
+	}
+	var work []chan struct{}
+	for c, d := range s.pool.work {
+		if d == digest {
+			work = append(work, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range drop {
+		s.pool.destroy(b)
 	}
 	for _, c := range work {
 		<-c

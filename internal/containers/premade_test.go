@@ -103,7 +103,7 @@ func TestGate(t *testing.T) {
 // PremadeShapes of them; another run of a shape makes it the most recent.
 func TestPremadeShapesBounded(t *testing.T) {
 	s := &Service{}
-	s.pool.ready, s.pool.work = map[shape]*premade{}, map[chan struct{}]bool{}
+	s.pool.ready, s.pool.work = map[shape]*premade{}, map[chan struct{}]string{}
 	shapes := make([]shape, PremadeShapes+1)
 	for i := range shapes {
 		shapes[i] = shape{digest: "sha256:a", mode: network.None, limits: runtime.Limits{Pids: int64(i + 1)}}

@@ -316,23 +316,26 @@ func (d *Daemon) closeJobs() {
 	}
 }
 
-// imageUsers maps the image digests in use by containers and sandboxes to
-// one user each, so that an image in use is not removed.
-func (d *Daemon) imageUsers(ctx context.Context) (map[string]string, error) {
-	m, err := d.ctrs.ImageUsers(ctx)
-	if err != nil || d.jobs == nil || d.jobs.rt == nil {
-		return m, err
+// holdImage holds image digest for its removal (containers.HoldImage):
+// user is a container or sandbox using it, so that an image in use is not
+// removed.
+func (d *Daemon) holdImage(ctx context.Context, digest string) (user string, release func(), err error) {
+	user, release, err = d.ctrs.HoldImage(ctx, digest)
+	if err != nil || user != "" || d.jobs == nil || d.jobs.rt == nil {
+		return user, release, err
 	}
 	cs, err := d.jobs.rt.List(ctx)
 	if err != nil {
-		return nil, err
+		release()
+		return "", nil, err
 	}
 	for _, c := range cs {
-		if dg := c.Labels[labels.Digest]; dg != "" {
-			m[dg] = c.ID
+		if c.Labels[labels.Digest] == digest {
+			release()
+			return c.ID, nil, nil
 		}
 	}
-	return m, nil
+	return "", release, nil
 }
 
 // cleanJobDirs unmounts and removes work directories left by a daemon that

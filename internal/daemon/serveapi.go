@@ -25,7 +25,7 @@ import (
 // when configured, and the UI when asked for.
 func (d *Daemon) serve(ctx context.Context) error {
 	srv := &api.Server{
-		Images:     images.New(d.images, d.imageUsers),
+		Images:     images.New(d.images, d.holdImage),
 		Containers: d.ctrs,
 		Jobs:       jobsAPI{d.jobs.Queue},
 		Nodes:      nodeService{d},

@@ -18,15 +18,21 @@ import (
 // Service adapts the image store to the API.
 type Service struct {
 	s *image.Store
-	// users lists the image digests containers still use; their layers
-	// are mounted, so those images cannot be removed.
-	users func(ctx context.Context) (map[string]string, error)
+	// hold holds an image for its removal: it names a container still
+	// using it (its layers are mounted, so it cannot be removed), or
+	// returns release, called once the image is removed, until which no
+	// container is made of it.
+	hold Hold
 }
 
-// New returns the service of store; users, if not nil, lists the image
-// digests containers still use (digest → container id).
-func New(store *image.Store, users func(ctx context.Context) (map[string]string, error)) *Service {
-	return &Service{s: store, users: users}
+// Hold holds image digest for its removal: user is a container still
+// using it, else the caller removes the image, then calls release.
+type Hold func(ctx context.Context, digest string) (user string, release func(), err error)
+
+// New returns the service of store; hold, if not nil, holds an image for
+// its removal.
+func New(store *image.Store, hold Hold) *Service {
+	return &Service{s: store, hold: hold}
 }
 
 func toAPIImage(i image.Image) types.Image {
@@ -124,14 +130,15 @@ func (s *Service) Remove(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	if s.users != nil {
-		used, err := s.users(ctx)
+	if s.hold != nil {
+		id, release, err := s.hold(ctx, img.Digest)
 		if err != nil {
 			return err
 		}
-		if id, ok := used[img.Digest]; ok {
+		if id != "" {
 			return fmt.Errorf("image %q is used by container %s (remove it first with `shoal rm %s`): %w", ref, id, id, errdefs.ErrConflict)
 		}
+		defer release()
 	}
 	return s.s.Remove(ctx, ref)
 }
