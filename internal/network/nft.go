@@ -41,7 +41,7 @@ import (
 //	  chain forward { type filter hook forward priority filter          # bridge to elsewhere
 //	    ct state established,related accept
 //	    iifname @bridges oifname @bridges accept         # decided in prerouting
-//	    iifname != @bridges oifname @bridges ct status dnat accept   # a published peer port
+//	    iifname != @bridges oifname @bridges ct status dnat meta l4proto tcp ip daddr . tcp dport @peer_out accept   # a published peer port
 //	    iifname != @bridges oifname @bridges reject ...  # no way in but the host's own
 //	    iifname @bridges meta nfproto != ipv4 reject ...  # fe80::/10 among them
 //	    iifname @bridges ip daddr 169.254.0.0/16 reject ...
@@ -249,8 +249,12 @@ func (t *nftTable) build(s tableState) error {
 	rule(input, in, []expr.Any{reject()})
 
 	rule(forward, established(), []expr.Any{accept()})
-	rule(forward, in, out, []expr.Any{accept()}) // decided in prerouting
-	rule(forward, notIn, out, dnatted(), []expr.Any{accept()})
+	rule(forward, in, out, []expr.Any{accept()})            // decided in prerouting
+	rule(forward, notIn, out, dnatted(), tcp(), []expr.Any{ // to a replica's peer port only
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: 1, SetName: setPeerOut, SetID: t.sets[setPeerOut].ID},
+		accept()})
 	rule(forward, notIn, out, []expr.Any{reject()})
 	rule(forward, in, []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},

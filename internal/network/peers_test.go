@@ -3,8 +3,10 @@ package network
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,4 +192,43 @@ func TestPolicyPeerPortsNotLinkLocal(t *testing.T) {
 	wantReach(t, "a peer port at a private address", a.NSPath, lnPriv.Addr().String(), true)
 	wantReach(t, "a peer port at a link-local address", a.NSPath, lnLL.Addr().String(), false)
 	wantReach(t, "the link-local address from the host", "", lnLL.Addr().String(), true)
+}
+
+// TestPolicyForeignDNAT: from beyond the host a connection DNATed into the
+// bridges gets through only to a replica's peer port (as peer_dnat
+// translates it), not one some other table DNATed to another port.
+func TestPolicyForeignDNAT(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(t, -1)
+	m := newManager(t, o)
+	var b [2]byte
+	rand.Read(b[:])
+	base := netip.AddrFrom4([4]byte{10, 81, b[0], b[1] &^ 3})
+	peerNS, _ := outside(t, base)
+	node := base.Next()
+
+	a, err := m.Acquire(ctx, "db-0", Bridge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Release(ctx, a) })
+	lnPeer := listenIn(t, a.NSPath, "0.0.0.0:0")
+	lnOther := listenIn(t, a.NSPath, "0.0.0.0:0")
+	port := func(ln net.Listener) string { return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) }
+	if err := m.SetPolicy(a, Policy{App: "db", PeerPorts: []uint16{uint16(lnPeer.Addr().(*net.TCPAddr).Port)}, Publish: node}); err != nil {
+		t.Fatal(err)
+	}
+	// Another table DNATs the node's address, the other port, to the replica.
+	table := fmt.Sprintf("shoaltest%x", b[:])
+	script := "table ip " + table + " {\n chain pre { type nat hook prerouting priority dstnat; policy accept;\n" +
+		"  ip daddr " + node.String() + " tcp dport " + port(lnOther) + " dnat to " + a.IP.String() + "\n }\n}\n"
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("nft", "delete", "table", "ip", table).Run() })
+
+	wantReach(t, "a published peer port", peerNS, net.JoinHostPort(node.String(), port(lnPeer)), true)
+	wantReach(t, "another port DNATed by another table", peerNS, net.JoinHostPort(node.String(), port(lnOther)), false)
 }
