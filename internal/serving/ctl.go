@@ -96,6 +96,7 @@ type appCtl struct {
 	// none; premadeOK says whether the tier may keep one for the app (this
 	// round's), premadeAfter when one may be made again after a failure.
 	premade      *premadeBox
+	premadeDrops int // premade replicas dropped whose removal is not over; ctl.mu
 	premadeOK    bool
 	premadeAfter time.Time
 

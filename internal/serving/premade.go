@@ -39,6 +39,9 @@ type premadeBox struct {
 	st     Started
 	memory int64
 	done   chan struct{} // closed when Premake returned and what failed or was dropped meanwhile is removed
+	// dropping: unpremake dropped it and its removal counts in
+	// ctl.premadeDrops until over. Under ctl.mu.
+	dropping bool
 }
 
 // premadeRetry is how long an app whose premade replica could not be made
@@ -58,17 +61,23 @@ type premadeBudget struct {
 }
 
 type premadeUse struct {
-	used   time.Time // its last request
-	want   bool
-	held   bool  // it has a premade replica
-	memory int64 // what its last premade replica held
+	used     time.Time // its last request
+	want     bool
+	held     bool  // it has a premade replica, or one whose removal is not over
+	dropping bool  // what it holds is being removed
+	memory   int64 // what its last premade replica held
 }
 
 // admitPremade tells the budget of app ctl's use and whether it wants a
-// premade replica, and reports whether it may keep one. Apps holding one
-// that no longer fit are woken, to drop theirs, and those that now fit
-// without one, to make theirs. ctl.mu is held.
-func (m *Manager) admitPremade(ctl *appCtl, used time.Time, want, held bool, memory int64) bool {
+// premade replica, and reports whether it may keep one (it holds one) or
+// make one (it holds none). The budget admits the most recently used apps
+// that fit its count and memory; one admitted without a premade replica
+// may make one only while those held, by the admitted and by those whose
+// replica is being removed, leave room: the budget is a bound, never
+// passed while an evicted replica goes. Apps holding one that no longer
+// fit are woken, to drop theirs, and those that may now make theirs.
+// ctl.mu is held.
+func (m *Manager) admitPremade(ctl *appCtl, used time.Time, want, held, dropping bool, memory int64) bool {
 	b := &m.premades
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -83,14 +92,25 @@ func (m *Manager) admitPremade(ctl *appCtl, used time.Time, want, held bool, mem
 	if used.After(u.used) {
 		u.used = used
 	}
-	u.want, u.held = want, held
+	u.want, u.held, u.dropping = want, held, dropping
 	if memory > 0 {
 		u.memory = memory
 	}
+	memOf := func(x *premadeUse) int64 {
+		if x.memory <= 0 {
+			return premadeGuess
+		}
+		return x.memory
+	}
 	var cands []*appCtl
+	heldN, heldMem := 0, int64(0)
 	for c, x := range b.apps {
 		if x.want {
 			cands = append(cands, c)
+		}
+		if x.held {
+			heldN++
+			heldMem += memOf(x)
 		}
 	}
 	sort.Slice(cands, func(i, j int) bool {
@@ -101,24 +121,37 @@ func (m *Manager) admitPremade(ctl *appCtl, used time.Time, want, held bool, mem
 		return cands[i].name < cands[j].name
 	})
 	admitted := map[*appCtl]bool{}
+	mayMake := map[*appCtl]bool{}
 	var total int64
+	fits := func(n int, mem int64) bool {
+		return n <= m.o.Premade && (m.o.PremadeMemory <= 0 || mem <= m.o.PremadeMemory)
+	}
 	for i, c := range cands {
-		mem := b.apps[c].memory
-		if mem <= 0 {
-			mem = premadeGuess
-		}
-		if i >= m.o.Premade || (m.o.PremadeMemory > 0 && total+mem > m.o.PremadeMemory) {
+		x := b.apps[c]
+		mem := memOf(x)
+		if !fits(i+1, total+mem) {
 			break
 		}
 		total += mem
 		admitted[c] = true
+		if !x.held && fits(heldN+1, heldMem+mem) {
+			mayMake[c] = true
+			heldN++
+			heldMem += mem
+		}
 	}
 	for c, x := range b.apps {
-		if c != ctl && x.held != admitted[c] {
+		if c == ctl {
+			continue
+		}
+		if (x.held && !x.dropping && !admitted[c]) || (!x.held && mayMake[c]) {
 			poke(c.changed) // to drop its premade replica, or make one
 		}
 	}
-	return admitted[ctl]
+	if held {
+		return admitted[ctl]
+	}
+	return mayMake[ctl]
 }
 
 // forgetPremade drops app ctl from the budget.
@@ -161,7 +194,7 @@ func (ctl *appCtl) premadeAllowed(now time.Time, load route.Load) bool {
 	if ctl.rec.Updated.After(used) {
 		used = ctl.rec.Updated
 	}
-	return m.admitPremade(ctl, used, want, ctl.premade != nil, mem)
+	return m.admitPremade(ctl, used, want, ctl.premade != nil || ctl.premadeDrops > 0, ctl.premade == nil && ctl.premadeDrops > 0, mem)
 }
 
 // premake has the node make a replica of revision rev ahead. ctl.mu is
@@ -225,6 +258,8 @@ func (ctl *appCtl) unpremake(why string) {
 		return
 	}
 	ctl.premade = nil
+	box.dropping = true
+	ctl.premadeDrops++
 	ctl.m.log.Debug("serving: premade replica dropped", "app", ctl.name, "replica", box.r.rec.ID, "why", why)
 	if box.made { // else makePremade removes it once made
 		ctl.queue(action{kind: actUnpremake, pm: box})
@@ -237,6 +272,14 @@ func (ctl *appCtl) unpremake(why string) {
 // traffic yet).
 func (ctl *appCtl) dropPremade(box *premadeBox) {
 	defer ctl.notify()
+	defer func() {
+		ctl.mu.Lock()
+		if box.dropping {
+			box.dropping = false
+			ctl.premadeDrops--
+		}
+		ctl.unlock()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id := box.r.rec.ID
