@@ -61,21 +61,25 @@ func (c *Client) whileLive(ctx context.Context, node string) (context.Context, f
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
+	// Whether the node is live is seen before the call begins, not when
+	// the goroutine first runs: on a busy host the call may reach the node,
+	// and the node leave, before then.
+	next := c.watch.next(c.Live)
+	seen := c.isLive(node)
 	go func() {
-		seen := false
 		for {
-			next := c.watch.next(c.Live)
+			select {
+			case <-next:
+			case <-ctx.Done():
+				return
+			}
+			next = c.watch.next(c.Live)
 			live := c.isLive(node)
 			if seen && !live {
 				cancel(fmt.Errorf("node %s left the cluster's live nodes: %w", node, errdefs.ErrUnavailable))
 				return
 			}
 			seen = seen || live
-			select {
-			case <-next:
-			case <-ctx.Done():
-				return
-			}
 		}
 	}()
 	return ctx, func() { cancel(nil) }

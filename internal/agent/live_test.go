@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -266,5 +267,26 @@ func TestCallToClosedNodeIsUnavailable(t *testing.T) {
 		if errors.Is(err, context.Canceled) || !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "node n2") {
 			t.Fatalf("call to a node that hangs up: %v; want unavailable naming n2, not canceled", err)
 		}
+	}
+}
+
+// Whether the node is live is seen when the call begins: a node that
+// leaves before the watching goroutine first runs (one processor, so it
+// runs only once the caller waits) still ends the call.
+func TestCallEndsWhenNodeLeavesAtOnce(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	live := newFakeLive("n1", "n2")
+	c := NewClient(testStore(t), testSecret)
+	c.Live = live
+	ctx, release := c.whileLive(context.Background(), "n2")
+	defer release()
+	live.drop("n2")
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call to a node that left the live set at once did not end")
+	}
+	if err := context.Cause(ctx); !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("cause %v, want unavailable", err)
 	}
 }
