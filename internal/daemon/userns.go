@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,10 +21,9 @@ func (d *Daemon) openConfiner() *userns.Confiner {
 		d.appsAsRoot("SHOAL_APP_USERNS=0")
 		return nil
 	}
-	h := sha256.Sum256([]byte(filepath.Clean(d.cfg.DataDir)))
 	o := userns.Options{
 		Store:    d.store,
-		MountDir: filepath.Join("/run/shoal-userns", hex.EncodeToString(h[:8])),
+		MountDir: userns.LayersDir(d.cfg.DataDir),
 		CopyDir:  filepath.Join(d.cfg.DataDir, "userns"),
 		Logger:   d.log,
 	}

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/mountinfo"
+	"github.com/shoal-run/shoal/internal/userns"
 )
 
 // usernsApp serves, on :80, the uid map and the sizes of masked /proc
@@ -161,18 +160,8 @@ func TestAppUserNamespaceCopied(t *testing.T) {
 }
 
 // usernsMountDir is where daemon d keeps its idmapped layers.
-func usernsMountDir(d *daemon) string {
-	h := sha256.Sum256([]byte(filepath.Clean(d.dataDir)))
-	return filepath.Join("/run/shoal-userns", hex.EncodeToString(h[:8]))
-}
+func usernsMountDir(d *daemon) string { return userns.LayersDir(d.dataDir) }
 
 // unmountLayers removes the idmapped layers a daemon killed with SIGKILL
 // left (a daemon that stops unmounts them).
-func (d *daemon) unmountLayers() {
-	dir := usernsMountDir(d)
-	mps, _ := mountinfo.MountsUnder(dir)
-	for i := len(mps) - 1; i >= 0; i-- {
-		syscall.Unmount(mps[i], syscall.MNT_DETACH)
-	}
-	os.RemoveAll(dir)
-}
+func (d *daemon) unmountLayers() { userns.RemoveLayers(usernsMountDir(d)) }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/cluster/clustertest"
+	"github.com/shoal-run/shoal/internal/mountinfo"
+	"github.com/shoal-run/shoal/internal/userns"
 )
 
 // testCluster is a real cluster made by a test (clustertest): three etcd
@@ -70,6 +72,18 @@ func startClusterWith(t *testing.T, nodes int, proxy bool, args ...string) *test
 			}
 			if err := cl.Close(); err != nil {
 				t.Errorf("cluster cleanup: %v", err)
+			}
+			// A node killed and not started again leaves nothing either:
+			// not the idmapped layers of its apps, outside its folders.
+			for _, nd := range cl.Nodes {
+				dir := userns.LayersDir(nd.DataDir)
+				if mps, _ := mountinfo.MountsUnder(dir); len(mps) != 0 {
+					t.Errorf("node %s left idmapped layers mounted: %v", nd.Name, mps)
+					userns.RemoveLayers(dir)
+				} else if _, err := os.Stat(dir); err == nil {
+					t.Errorf("node %s left %s", nd.Name, dir)
+					os.RemoveAll(dir)
+				}
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/shoal-run/shoal/internal/dataplane"
 	"github.com/shoal-run/shoal/internal/network"
 	"github.com/shoal-run/shoal/internal/runtime"
+	"github.com/shoal-run/shoal/internal/userns"
 )
 
 // BenchImage is the tag of the busybox image every shoal subject runs.
@@ -244,7 +245,8 @@ func (e *Daemon) CountLines() map[string]int {
 
 // Close removes every container the daemon still holds, stops the daemon,
 // and then removes whatever it left on the host: runtime state, overlay
-// mounts, cgroups and network namespaces, through shoal's own recovery.
+// mounts, idmapped layers, cgroups and network namespaces, through shoal's
+// own recovery.
 func (e *Daemon) Close(ctx context.Context) error {
 	var errs []string
 	if e.daemon != nil && e.daemon.Process != nil {
@@ -291,6 +293,10 @@ func (e *Daemon) Close(ctx context.Context) error {
 		}
 	} else {
 		errs = append(errs, fmt.Sprintf("open daemon network: %v", err))
+	}
+	// A daemon that had to be killed leaves its apps' idmapped layers.
+	if err := userns.RemoveLayers(userns.LayersDir(e.dataDir)); err != nil {
+		errs = append(errs, fmt.Sprintf("remove daemon idmapped layers: %v", err))
 	}
 	// The daemon's cgroup parents (its own and its jobs'), empty by now.
 	if err := RemoveCgroups(e.net.CgroupParent+"-jobs", e.net.CgroupParent); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoal-run/shoal/internal/mountinfo"
+	"github.com/shoal-run/shoal/internal/userns"
 )
 
 // PowerOff is the node's machine dying: every process of the node (its
@@ -126,8 +127,8 @@ func (nd *Node) cgroupPids() []int {
 }
 
 // scrub removes everything of the node: its processes, the mounts under
-// its folders (container roots, the namespace folder), its cgroups, and
-// its folders.
+// its folders (container roots, the namespace folder) and its apps'
+// idmapped layers, its cgroups, and its folders.
 func (nd *Node) scrub(base string) error {
 	nd.Stop()
 	var errs []error
@@ -151,6 +152,11 @@ func (nd *Node) scrub(base string) error {
 		if err := syscall.Unmount(under[i].Point, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
 			errs = append(errs, fmt.Errorf("node %s: unmount %s: %w", nd.Name, under[i].Point, err))
 		}
+	}
+	// The idmapped layers of its apps, which a daemon killed and not
+	// started again left mounted outside its folders.
+	if err := userns.RemoveLayers(userns.LayersDir(nd.DataDir)); err != nil {
+		errs = append(errs, fmt.Errorf("node %s: %w", nd.Name, err))
 	}
 	for _, d := range nd.cgroupDirs() {
 		if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
