@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoal-run/shoal/internal/api/types"
 )
@@ -134,24 +135,31 @@ max = 1
 	}
 	// The replica's process (shoal-init or nginx itself) and everything
 	// below it: one nginx master as the range's root, two workers as its
-	// www-data.
+	// www-data. Ready is the master listening: its workers may not be
+	// forked yet, or not yet have dropped to www-data.
 	var masters, workers int
-	for _, p := range append([]int{pid}, descendantPids(t, pid)...) {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
-		if strings.TrimSpace(string(comm)) != "nginx" {
-			continue
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		masters, workers = 0, 0
+		for _, p := range append([]int{pid}, descendantPids(t, pid)...) {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+			if strings.TrimSpace(string(comm)) != "nginx" {
+				continue
+			}
+			switch uid, gid := statusIDs(t, p); {
+			case uid == host && gid == host:
+				masters++
+			case uid == host+33 && gid == host+33:
+				workers++
+			default:
+				t.Fatalf("nginx process %d runs as %d:%d, neither the range's root %d nor its www-data", p, uid, gid, host)
+			}
 		}
-		switch uid, gid := statusIDs(t, p); {
-		case uid == host && gid == host:
-			masters++
-		case uid == host+33 && gid == host+33:
-			workers++
-		default:
-			t.Fatalf("nginx process %d runs as %d:%d, neither the range's root %d nor its www-data", p, uid, gid, host)
+		if masters == 1 && workers == 2 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if masters != 1 || workers != 2 {
-		t.Fatalf("%d nginx masters as the range's root and %d workers as its www-data, want 1 and 2", masters, workers)
+		t.Fatalf("%d nginx masters as the range's root and %d workers as its www-data after 30s, want 1 and 2", masters, workers)
 	}
 	if code, body, _ := get(t, d.proxyAddr(), "nginx", "/"); code != 200 || body != "hello from nginx\n" {
 		t.Fatalf("GET /: %d %q", code, body)
