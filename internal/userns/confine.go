@@ -68,6 +68,11 @@ type Confiner struct {
 
 	mu     sync.Mutex
 	ranges map[string]uint32 // app → its range's first host id
+
+	// closing is held while layers are mapped, and taken by Close, so
+	// that no layer is mounted after Close unmounted them all.
+	closing sync.RWMutex
+	closed  bool
 }
 
 // Open checks that this host runs processes in user namespaces and
@@ -142,7 +147,7 @@ func (c *Confiner) Confine(ctx context.Context, app string, spec *runtime.Spec) 
 	if err != nil {
 		return err
 	}
-	lower, err := c.layers.mapped(spec.Layers, ns.HostID)
+	lower, err := c.mapped(spec.Layers, ns.HostID)
 	if err != nil {
 		return fmt.Errorf("app %q: layers: %w", app, err)
 	}
@@ -198,6 +203,23 @@ func rangeDir(dir string, host uint32) string {
 	return filepath.Join(dir, fmt.Sprint(host))
 }
 
-// Close unmounts the idmapped layers: the overlays of running replicas
-// keep theirs, and the next daemon mounts them again as it needs them.
-func (c *Confiner) Close() error { return c.layers.unmountAll() }
+// mapped is layers.mapped, refused once the confiner is closed: a
+// replica made while the daemon stops would leave its layers mounted.
+func (c *Confiner) mapped(src []string, host uint32) ([]string, error) {
+	c.closing.RLock()
+	defer c.closing.RUnlock()
+	if c.closed {
+		return nil, errors.New("the daemon is stopping")
+	}
+	return c.layers.mapped(src, host)
+}
+
+// Close unmounts the idmapped layers, once those being mounted are: the
+// overlays of running replicas keep theirs, and the next daemon mounts
+// them again as it needs them. No layer is mapped after it.
+func (c *Confiner) Close() error {
+	c.closing.Lock()
+	defer c.closing.Unlock()
+	c.closed = true
+	return c.layers.unmountAll()
+}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoal-run/shoal/internal/mountinfo"
+	"github.com/shoal-run/shoal/internal/runtime"
 	"github.com/shoal-run/shoal/internal/store"
 )
 
@@ -243,5 +244,40 @@ func TestRangeStable(t *testing.T) {
 	}
 	if c, _ := c2.Range(ctx, "c"); c.HostID != Base {
 		t.Fatalf("c after a's release: %+v", c)
+	}
+}
+
+// TestConfineAfterClose: a replica confined while the daemon stops, after
+// Close unmounted the layers, is refused rather than given a layer
+// mounted again, which nothing would unmount.
+func TestConfineAfterClose(t *testing.T) {
+	needRoot(t)
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	src := layerDir(t)
+	c, err := Open(Options{Store: st, MountDir: filepath.Join(t.TempDir(), "m"), CopyDir: filepath.Join(t.TempDir(), "c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.layers.unmountAll() })
+	if c.Copies() {
+		t.Fatal("idmapped mounts refused on this host: the test needs them")
+	}
+	ctx := context.Background()
+	spec := &runtime.Spec{Layers: []string{src}}
+	if err := c.Confine(ctx, "a", spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Confine(ctx, "a", &runtime.Spec{Layers: []string{src}}); err == nil {
+		t.Fatal("confined after Close")
+	}
+	if mps, _ := mountinfo.MountsUnder(c.o.MountDir); len(mps) != 0 {
+		t.Fatalf("layers mounted after Close: %v", mps)
 	}
 }
