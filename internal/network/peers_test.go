@@ -14,6 +14,18 @@ import (
 	"github.com/shoal-run/shoal/internal/errdefs"
 )
 
+// peerLink makes a namespace outside the host, as another node, on a
+// random /30 of 10.second.0.0/16: its name and address, and the host's
+// side of the link, the node's address.
+func peerLink(t *testing.T, second byte) (ns, peer string, node netip.Addr) {
+	t.Helper()
+	var b [2]byte
+	rand.Read(b[:])
+	base := netip.AddrFrom4([4]byte{10, second, b[0], b[1] &^ 3})
+	ns, peer = outside(t, base)
+	return ns, peer, base.Next()
+}
+
 // TestPolicyPeerPorts: a stateful replica's peer ports. Its replica
 // reaches them at a private address (another node's) and no other port
 // there; published on an address of the host (the node's), a connection
@@ -30,11 +42,7 @@ func TestPolicyPeerPorts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var b [2]byte
-	rand.Read(b[:])
-	base := netip.AddrFrom4([4]byte{10, 78, b[0], b[1] &^ 3})
-	peerNS, peer := outside(t, base)
-	node := base.Next() // the host's side of the link: the node's address
+	peerNS, peer, node := peerLink(t, 78)
 	lnPeer := listenIn(t, peerNS, peer+":0")
 	lnOther := listenIn(t, peerNS, peer+":0")
 	peerPort := uint16(lnPeer.Addr().(*net.TCPAddr).Port)
@@ -107,11 +115,7 @@ func TestPolicyRefusedKeepsOld(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var b [2]byte
-	rand.Read(b[:])
-	base := netip.AddrFrom4([4]byte{10, 79, b[0], b[1] &^ 3})
-	peerNS, _ := outside(t, base)
-	node := base.Next()
+	peerNS, _, node := peerLink(t, 79)
 
 	a, err := m.Acquire(ctx, "db-0", Bridge)
 	must(err)
@@ -201,11 +205,7 @@ func TestPolicyForeignDNAT(t *testing.T) {
 	ctx := context.Background()
 	o := testOptions(t, -1)
 	m := newManager(t, o)
-	var b [2]byte
-	rand.Read(b[:])
-	base := netip.AddrFrom4([4]byte{10, 81, b[0], b[1] &^ 3})
-	peerNS, _ := outside(t, base)
-	node := base.Next()
+	peerNS, _, node := peerLink(t, 81)
 
 	a, err := m.Acquire(ctx, "db-0", Bridge)
 	if err != nil {
@@ -219,7 +219,7 @@ func TestPolicyForeignDNAT(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another table DNATs the node's address, the other port, to the replica.
-	table := fmt.Sprintf("shoaltest%x", b[:])
+	table := fmt.Sprintf("shoaltest%x", node.AsSlice()[2:]) // as random as the link
 	script := "table ip " + table + " {\n chain pre { type nat hook prerouting priority dstnat; policy accept;\n" +
 		"  ip daddr " + node.String() + " tcp dport " + port(lnOther) + " dnat to " + a.IP.String() + "\n }\n}\n"
 	cmd := exec.Command("nft", "-f", "-")
