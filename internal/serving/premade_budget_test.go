@@ -3,7 +3,6 @@ package serving
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/shoal-run/shoal/internal/api/types"
 	"github.com/shoal-run/shoal/internal/localnode"
 	"github.com/shoal-run/shoal/internal/node"
-	"github.com/shoal-run/shoal/internal/sandbox/stub/stubtest"
 )
 
 // heldRemover is a local node that records the premade replicas it makes
@@ -48,10 +46,7 @@ func (n *heldRemover) premakes() []string {
 // another takes the premade replica, yet its own is made only once the
 // other's is removed, never beside it.
 func TestPremadeBudgetNotPassedWhileEvicting(t *testing.T) {
-	init := filepath.Join(t.TempDir(), "shoal-init")
-	if err := stubtest.Build(init); err != nil {
-		t.Fatal(err)
-	}
+	init := buildInit(t)
 	hr := &heldRemover{first: "aaa", release: make(chan struct{})}
 	h := newHarnessOpts(t, func(o *testOpts) {
 		o.Premade, o.Init = 1, init

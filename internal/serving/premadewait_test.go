@@ -27,15 +27,22 @@ func (n *slowPremaker) Premake(ctx context.Context, s node.ReplicaSpec) (node.Pr
 	return n.Node.Premake(ctx, s)
 }
 
-// newSlowPremakeHarness is a harness whose apps at zero replicas keep a
-// premade replica, made when the test says.
-func newSlowPremakeHarness(t *testing.T) (*harness, *slowPremaker) {
+// buildInit builds shoal-init, which the node runs on the host as its
+// replicas' log writer and premade replicas' pid 1, and returns its path.
+func buildInit(t *testing.T) string {
 	t.Helper()
-	// The node runs shoal-init on the host as its replicas' log writer.
 	init := filepath.Join(t.TempDir(), "shoal-init")
 	if err := stubtest.Build(init); err != nil {
 		t.Fatal(err)
 	}
+	return init
+}
+
+// newSlowPremakeHarness is a harness whose apps at zero replicas keep a
+// premade replica, made when the test says.
+func newSlowPremakeHarness(t *testing.T) (*harness, *slowPremaker) {
+	t.Helper()
+	init := buildInit(t)
 	sp := &slowPremaker{began: make(chan string, 8), release: make(chan struct{})}
 	h := newHarnessOpts(t, func(o *testOpts) {
 		o.Premade, o.Init = 4, init
